@@ -1,0 +1,2 @@
+//! The `archivist` command. TODO.
+fn main() {}

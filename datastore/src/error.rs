@@ -1,0 +1,79 @@
+/// What went wrong in the datastore.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataStoreError {
+    /// The data breaks a rule (a new item curated last before it was first curated, say).
+    /// Retrying the same data fails again: the input is poison.
+    #[error("invalid data: {0}")]
+    Invalid(String),
+    /// The data conflicts with stored data (a `media_uri` already used by another item).
+    /// Retrying the same data fails again: the input is poison.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The database could not be reached, a connection broke, or the pool timed out.
+    #[error("datastore unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// The configuration is wrong (an unsupported URL scheme, say).
+    #[error("datastore configuration: {0}")]
+    Config(String),
+    /// The schema could not be created or upgraded.
+    #[error("migration failed: {0}")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+    /// Any other database error.
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+}
+
+impl DataStoreError {
+    /// Whether the same operation may succeed if tried again later.
+    ///
+    /// The match is exhaustive on purpose: a new variant must decide.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            DataStoreError::Unavailable(_) => true,
+            DataStoreError::Database(e) => is_transient(e),
+            DataStoreError::Invalid(_)
+            | DataStoreError::Conflict(_)
+            | DataStoreError::Config(_)
+            | DataStoreError::Migration(_) => false,
+        }
+    }
+}
+
+/// Database errors that say nothing about the data: serialization failures, deadlocks,
+/// lock timeouts, a busy SQLite file, a Postgres shutting down.
+fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code();
+            matches!(
+                code.as_deref(),
+                // Postgres: serialization_failure, deadlock_detected, lock_not_available,
+                // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections,
+                // connection_exception class.
+                Some("40001" | "40P01" | "55P03" | "57P01" | "57P02" | "57P03" | "53300")
+                    // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6) and their extended codes.
+                    | Some("5" | "6" | "261" | "517" | "262")
+            ) || code.as_deref().is_some_and(|c| c.starts_with("08"))
+        }
+        _ => false,
+    }
+}
+
+impl From<sqlx::Error> for DataStoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Tls(_) => DataStoreError::Unavailable(e),
+            other => DataStoreError::Database(other),
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! The archivist datastore: episodes, clips, the research backlog, leases and completed research.
+//!
+//! [`DataStore`] is the one trait archivists use. Its adapters are built on sqlx:
+//! [`SqliteDataStore`] (feature `sqlite`, the embedded default) and [`PgDataStore`]
+//! (feature `postgres`, for production). Both keep no row per research pair: pairs are implied
+//! by `episodes × clips`, and only leased and researched pairs are stored, so a new clip or
+//! episode costs one row however large the archive is (see `../shared/SCALE.md`).
+//!
+//! # Layout
+//!
+//! - `model.rs`: the domain types the trait speaks ([`EpisodeInfo`], [`ClipInfo`], [`Lease`], …).
+//! - `store.rs`: the [`DataStore`] trait.
+//! - `error.rs`: [`DataStoreError`] and its [`DataStoreError::is_retryable`] classification.
+//! - `sqlite.rs` and `migrations/sqlite/`: the SQLite adapter and its schema.
+//! - `postgres.rs` and `migrations/postgres/`: the Postgres adapter and its schema.
+//! - `connect.rs`: [`connect`], which picks the adapter from a `DATABASE_URL`.
+//! - `testing.rs` (feature `test-utils`): the conformance suite every adapter runs.
+
+mod connect;
+mod error;
+mod model;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod store;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod testing;
+
+pub use connect::{connect, redact_url};
+pub use error::DataStoreError;
+pub use model::{
+    ClipInfo, EpisodeInfo, EpisodeKey, Lease, LeaseRequest, LeaseUpdate, Match, MatchFilter,
+    RecordOutcome, ResearchResult, Status,
+};
+#[cfg(feature = "postgres")]
+pub use postgres::PgDataStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteDataStore;
+pub use store::DataStore;
+
+/// Shorthand for results of datastore operations.
+pub type Result<T, E = DataStoreError> = std::result::Result<T, E>;

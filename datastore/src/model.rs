@@ -1,0 +1,189 @@
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// A podcast episode as curators describe it. Identified by (`title`, `date_aired`);
+/// `media_uri` is unique among episodes. This is also the `EpisodeInfo` bus message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpisodeInfo {
+    /// When a curator first saw the episode. Kept from the first upsert; never updated.
+    pub initial_date_curated: DateTime<Utc>,
+    /// When a curator last saw the episode.
+    pub last_date_curated: DateTime<Utc>,
+    /// Who curated it.
+    pub curator_information: String,
+    /// When the episode aired. Part of its identity.
+    pub date_aired: DateTime<Utc>,
+    /// The episode's title. Part of its identity.
+    pub title: String,
+    /// Free text.
+    pub description: String,
+    /// Where the audio is. Unique among episodes.
+    pub media_uri: String,
+    /// The audio format, as `mp3`.
+    pub media_type: String,
+    /// Higher is more urgent.
+    pub priority: i32,
+}
+
+/// An audio clip to look for in episodes. Identified by `title`; `media_uri` is unique among
+/// clips. This is also the `ClipInfo` bus message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClipInfo {
+    /// When a curator first saw the clip. Kept from the first upsert; never updated.
+    pub initial_date_curated: DateTime<Utc>,
+    /// When a curator last saw the clip.
+    pub last_date_curated: DateTime<Utc>,
+    /// Who curated it.
+    pub curator_information: String,
+    /// The clip's title: its identity.
+    pub title: String,
+    /// Free text.
+    pub description: String,
+    /// Where the audio is. Unique among clips.
+    pub media_uri: String,
+    /// The audio format, as `mp3`.
+    pub media_type: String,
+    /// Higher is more urgent.
+    pub priority: i32,
+}
+
+/// An episode's identity.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EpisodeKey {
+    /// The episode's title.
+    pub title: String,
+    /// When it aired.
+    pub date_aired: DateTime<Utc>,
+}
+
+impl EpisodeInfo {
+    /// The episode's identity.
+    pub fn key(&self) -> EpisodeKey {
+        EpisodeKey {
+            title: self.title.clone(),
+            date_aired: self.date_aired,
+        }
+    }
+}
+
+/// What to lease: at most `max_clips` pairs of one episode, for `duration` from `now`.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseRequest {
+    /// The most clips in the work item. At least 1.
+    pub max_clips: u32,
+    /// How long the lease lasts without renewal.
+    pub duration: chrono::Duration,
+    /// The time the lease starts; leases that expire at or before it are free.
+    pub now: DateTime<Utc>,
+}
+
+/// A lease on research pairs of one episode: the pending-research work item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The lease's id; researchers send it back with each result.
+    pub id: Uuid,
+    /// When the lease ends unless renewed.
+    pub expires_at: DateTime<Utc>,
+    /// The episode to research.
+    pub episode: EpisodeInfo,
+    /// The clips to look for in it, most urgent first. Never empty.
+    pub clips: Vec<ClipInfo>,
+    /// How many of these pairs were taken over from expired leases.
+    pub reclaimed_pairs: u32,
+}
+
+/// What to do with a lease when a result arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseUpdate {
+    /// Extend the lease to `now + duration`, if it is still active.
+    Renew {
+        /// The current time.
+        now: DateTime<Utc>,
+        /// The new remaining duration.
+        duration: chrono::Duration,
+    },
+    /// End the lease now; its unresearched pairs are free again.
+    Revoke,
+}
+
+/// One researched pair, as the researcher reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResearchResult {
+    /// The lease the work was done under; unknown or expired leases are fine.
+    pub lease_id: Uuid,
+    /// The episode researched.
+    pub episode: EpisodeKey,
+    /// The clip's title.
+    pub clip_title: String,
+    /// When the research was done.
+    pub research_date: DateTime<Utc>,
+    /// The episode's length in nanoseconds.
+    pub episode_duration_ns: i64,
+    /// The researcher's hash of the episode audio.
+    pub episode_hash: String,
+    /// The clip's length in nanoseconds.
+    pub clip_duration_ns: i64,
+    /// The researcher's hash of the clip audio.
+    pub clip_hash: String,
+    /// Where the clip occurs in the episode, in nanoseconds from its start. Empty: nowhere.
+    pub clip_offsets_ns: Vec<i64>,
+}
+
+/// What recording one result did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordOutcome {
+    /// The result was new and is now recorded.
+    Recorded,
+    /// The pair already had a result; nothing changed.
+    Duplicate,
+    /// The episode or the clip is not in the datastore; nothing was recorded.
+    UnknownPair,
+}
+
+/// Counts behind `archivist status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// Episodes stored.
+    pub episodes: u64,
+    /// Clips stored.
+    pub clips: u64,
+    /// `episodes × clips`: every pair that is to be researched.
+    pub research_pairs: u64,
+    /// Pairs with a recorded result.
+    pub researched_pairs: u64,
+    /// Pairs whose result has at least one offset.
+    pub matched_pairs: u64,
+    /// Leases that are neither expired nor revoked and still hold unresearched pairs.
+    pub active_leases: u64,
+    /// Leases past their expiry that were neither revoked nor fully taken over yet.
+    pub expired_leases: u64,
+    /// Pairs under an active lease.
+    pub leased_pairs: u64,
+}
+
+/// A recorded match: a clip found in an episode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Match {
+    /// The episode's title.
+    pub episode_title: String,
+    /// When the episode aired.
+    pub episode_date_aired: DateTime<Utc>,
+    /// The clip's title.
+    pub clip_title: String,
+    /// Where the clip occurs, in nanoseconds from the episode's start. Never empty.
+    pub clip_offsets_ns: Vec<i64>,
+    /// When the research was done.
+    pub research_date: DateTime<Utc>,
+}
+
+/// Which matches to list. Empty filters match everything.
+#[derive(Debug, Clone, Default)]
+pub struct MatchFilter {
+    /// Only matches of the clip with this title.
+    pub clip_title: Option<String>,
+    /// Only matches in episodes with this title.
+    pub episode_title: Option<String>,
+    /// At most this many, ordered by episode (latest aired first), then clip title.
+    pub limit: Option<u64>,
+}

@@ -1,0 +1,72 @@
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::{
+    ClipInfo, EpisodeInfo, Lease, LeaseRequest, LeaseUpdate, Match, MatchFilter, RecordOutcome,
+    ResearchResult, Result, Status,
+};
+
+/// Everything archivists store and ask. Object-safe: archivists hold an `Arc<dyn DataStore>`.
+///
+/// Every method is one transaction. Times are passed in (never read from the database clock)
+/// so that callers, and tests, decide what "now" is.
+#[async_trait]
+pub trait DataStore: Send + Sync {
+    /// Creates or upgrades the schema. Harmless when it is current; safe when several
+    /// processes run it at once.
+    async fn migrate(&self) -> Result<()>;
+
+    /// Inserts or updates episodes, identified by (`title`, `date_aired`): a known episode has
+    /// every field updated but `initial_date_curated`. All or nothing: fails with
+    /// [`DataStoreError::Invalid`](crate::DataStoreError::Invalid) if a new episode was last
+    /// curated before it was first curated, and with
+    /// [`DataStoreError::Conflict`](crate::DataStoreError::Conflict) if a `media_uri` belongs to
+    /// another episode. When the same episode appears twice in the batch, the later one wins.
+    async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> Result<()>;
+
+    /// Inserts or updates clips, identified by `title`; otherwise as
+    /// [`upsert_episodes`](Self::upsert_episodes). A new clip makes one research pair per
+    /// episode, at the cost of one row.
+    async fn upsert_clips(&self, clips: &[ClipInfo]) -> Result<()>;
+
+    /// Atomically selects and leases the next work item (see the contract's work-assignment
+    /// rules): the most urgent episode with pairs neither researched nor under an unexpired
+    /// lease, with its most urgent such clips, at most `request.max_clips`. `None` when there
+    /// is no free pair. Any number of concurrent callers never lease the same pair twice.
+    async fn lease_next(&self, request: LeaseRequest) -> Result<Option<Lease>>;
+
+    /// Renews or revokes a lease. Returns `false`, changing nothing, when the lease is
+    /// unknown, expired at the time given, or already revoked.
+    async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> Result<bool>;
+
+    /// Records results, idempotently: one outcome per result, in order. A pair already
+    /// recorded is a [`RecordOutcome::Duplicate`] and changes nothing. A recorded pair is no
+    /// longer held by any lease.
+    async fn record_results(&self, results: &[ResearchResult]) -> Result<Vec<RecordOutcome>>;
+
+    /// The counts behind `archivist status`, with leases judged at `now`.
+    async fn status(&self, now: DateTime<Utc>) -> Result<Status>;
+
+    /// Recorded matches (results with at least one offset).
+    async fn matches(&self, filter: &MatchFilter) -> Result<Vec<Match>>;
+
+    /// Inserts or updates one episode.
+    async fn upsert_episode(&self, episode: &EpisodeInfo) -> Result<()> {
+        self.upsert_episodes(std::slice::from_ref(episode)).await
+    }
+
+    /// Inserts or updates one clip.
+    async fn upsert_clip(&self, clip: &ClipInfo) -> Result<()> {
+        self.upsert_clips(std::slice::from_ref(clip)).await
+    }
+
+    /// Records one result.
+    async fn record_result(&self, result: &ResearchResult) -> Result<RecordOutcome> {
+        let outcomes = self.record_results(std::slice::from_ref(result)).await?;
+        Ok(outcomes
+            .into_iter()
+            .next()
+            .unwrap_or(RecordOutcome::UnknownPair))
+    }
+}

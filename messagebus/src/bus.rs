@@ -1,0 +1,76 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::{BusError, Delivery};
+
+/// The largest message body any archivist bus accepts, in bytes (SQS's limit: 1 MiB).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// The name of `queue`'s dead-letter queue.
+pub fn dead_letter_queue_name(queue: &str) -> String {
+    format!("{queue}_dead_letter")
+}
+
+/// A snapshot of one queue, as far as the bus knows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Messages waiting to be received.
+    pub waiting: u64,
+    /// Messages received and not yet acknowledged, released or dead-lettered.
+    pub in_flight: u64,
+    /// Live receivers on the queue, where the bus can count them (SQS cannot: `None`).
+    pub consumers: Option<u64>,
+    /// Messages in the queue's dead-letter queue.
+    pub dead_letters: u64,
+}
+
+/// Publishes messages to one queue. Cheap to clone behind an `Arc`; shared by many tasks.
+#[async_trait]
+pub trait Sender: Send + Sync {
+    /// Sends every body, in order, as one message each. The primitive: adapters batch as the
+    /// bus allows (SQS: ten per request). Fails before sending anything if any body is too
+    /// large or cannot be carried; on a failure mid-way some bodies may have been sent.
+    async fn send_batch(&self, bodies: Vec<Vec<u8>>) -> Result<(), BusError>;
+
+    /// Sends one message.
+    async fn send(&self, body: Vec<u8>) -> Result<(), BusError> {
+        self.send_batch(vec![body]).await
+    }
+
+    /// Counts of waiting, in-flight and dead-lettered messages, and consumers where known.
+    async fn inspect(&self) -> Result<QueueStats, BusError>;
+
+    /// The queue's name.
+    fn queue(&self) -> &str;
+}
+
+/// Takes messages off one queue.
+///
+/// A live `Receiver` counts as one consumer of its queue where the bus can count consumers
+/// (the in-memory bus does). Dropping a [`Receiver::receive`] future before it completes
+/// loses nothing: a message is only in flight once it has been handed out.
+#[async_trait]
+pub trait Receiver: Send + Sync {
+    /// Receives up to `max` messages, waiting at most `wait` for the first one. Returns an
+    /// empty vector when nothing arrived in time. Each delivery stays invisible to other
+    /// receivers until it is acknowledged, released, dead-lettered, or its visibility runs out.
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, BusError>;
+
+    /// The queue's name.
+    fn queue(&self) -> &str;
+}
+
+/// A bus: hands out senders and receivers for named queues.
+#[async_trait]
+pub trait Bus: Send + Sync {
+    /// A sender for `queue`. Fails with [`BusError::QueueNotFound`] if it does not exist.
+    async fn sender(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError>;
+
+    /// A receiver for `queue`. Fails with [`BusError::QueueNotFound`] if it does not exist.
+    async fn receiver(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError>;
+
+    /// Creates `queue` and its dead-letter queue if they are missing. Harmless if they exist.
+    async fn create_queue(&self, queue: &str) -> Result<(), BusError>;
+}

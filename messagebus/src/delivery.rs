@@ -1,0 +1,93 @@
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::BusError;
+
+/// How an adapter settles one delivery. Implemented by each adapter; archivists only see
+/// [`Delivery`]'s methods.
+#[async_trait]
+pub trait Acknowledger: Send + Sync {
+    /// The message was handled: remove it from the queue.
+    async fn ack(self: Box<Self>) -> Result<(), BusError>;
+    /// The message could not be handled for a passing reason: make it visible again now.
+    async fn release(self: Box<Self>) -> Result<(), BusError>;
+    /// The message can never be handled: move it to the queue's dead-letter queue with `reason`.
+    async fn dead_letter(self: Box<Self>, reason: &str) -> Result<(), BusError>;
+}
+
+/// One received message. It carries its own acknowledgement: call exactly one of
+/// [`ack`](Self::ack), [`release`](Self::release) or [`dead_letter`](Self::dead_letter).
+/// A delivery dropped without any of them comes back when its visibility timeout runs out.
+pub struct Delivery {
+    body: Vec<u8>,
+    message_id: String,
+    receive_count: u32,
+    dead_letter_reason: Option<String>,
+    acker: Box<dyn Acknowledger>,
+}
+
+impl Delivery {
+    /// Builds a delivery; for adapters.
+    pub fn new(
+        body: Vec<u8>,
+        message_id: String,
+        receive_count: u32,
+        dead_letter_reason: Option<String>,
+        acker: Box<dyn Acknowledger>,
+    ) -> Self {
+        Delivery {
+            body,
+            message_id,
+            receive_count,
+            dead_letter_reason,
+            acker,
+        }
+    }
+
+    /// The message body as sent.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The bus's id for the message; the same on every redelivery.
+    pub fn message_id(&self) -> &str {
+        &self.message_id
+    }
+
+    /// How many times the message has been received, this time included (1 on first delivery).
+    pub fn receive_count(&self) -> u32 {
+        self.receive_count
+    }
+
+    /// Why the message was dead-lettered, for messages read from a dead-letter queue.
+    pub fn dead_letter_reason(&self) -> Option<&str> {
+        self.dead_letter_reason.as_deref()
+    }
+
+    /// The message was handled: remove it from the queue.
+    pub async fn ack(self) -> Result<(), BusError> {
+        self.acker.ack().await
+    }
+
+    /// Retry later: make the message visible again now.
+    pub async fn release(self) -> Result<(), BusError> {
+        self.acker.release().await
+    }
+
+    /// Set the message aside in the queue's dead-letter queue with `reason`.
+    pub async fn dead_letter(self, reason: &str) -> Result<(), BusError> {
+        self.acker.dead_letter(reason).await
+    }
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("message_id", &self.message_id)
+            .field("receive_count", &self.receive_count)
+            .field("body_len", &self.body.len())
+            .field("dead_letter_reason", &self.dead_letter_reason)
+            .finish()
+    }
+}

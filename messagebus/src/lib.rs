@@ -1,0 +1,30 @@
+//! Message bus traits for archivist, and their adapters.
+//!
+//! A bus is a set of named queues. Each queue has a dead-letter queue named after it with
+//! `_dead_letter` appended. Producers hold a [`Sender`]; consumers hold a [`Receiver`] and get
+//! [`Delivery`] values, each of which carries its own acknowledgement: [`Delivery::ack`],
+//! [`Delivery::release`] (retry later) or [`Delivery::dead_letter`] (set aside with a reason).
+//!
+//! # Layout
+//!
+//! - `bus.rs`: the [`Bus`], [`Sender`] and [`Receiver`] traits and [`QueueStats`].
+//! - `delivery.rs`: [`Delivery`] and the [`Acknowledger`] trait adapters implement for it.
+//! - `error.rs`: [`BusError`] and its [`BusError::is_retryable`] classification.
+//! - `memory.rs`: [`MemoryBus`], an in-process bus that behaves like a real queue
+//!   (visibility timeout, receive counts, redrive to the dead-letter queue, consumer count).
+//! - `sqs/` (feature `sqs`): the Amazon SQS adapter on `aws-sdk-sqs`.
+//! - `testing.rs` (feature `test-utils`): the conformance suite every adapter runs.
+
+mod bus;
+mod delivery;
+mod error;
+pub mod memory;
+#[cfg(feature = "sqs")]
+pub mod sqs;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod testing;
+
+pub use bus::{dead_letter_queue_name, Bus, QueueStats, Receiver, Sender, MAX_BODY_BYTES};
+pub use delivery::{Acknowledger, Delivery};
+pub use error::BusError;
+pub use memory::{MemoryBus, MemoryBusConfig};

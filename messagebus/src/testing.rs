@@ -1,0 +1,1 @@
+//! TODO: bus conformance suite.

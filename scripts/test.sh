@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Runs the whole test suite, setting up what it needs first:
+#   - PostgreSQL: uses the server on $ARCHIVIST_TEST_PG_HOST:$ARCHIVIST_TEST_PG_PORT (default
+#     127.0.0.1:5432) if it answers; otherwise starts the machine's own cluster, or failing that
+#     a throwaway one made with initdb in a temporary directory.
+#   - An SQS-compatible server: moto_server (PyPI `moto[server]`) in a virtualenv under
+#     ~/.cache/archivist, started on a free loopback port and stopped on exit.
+# Then: formatting, clippy with warnings as errors, and every test of the workspace.
+# Backend tests never skip: without these variables they fail and say to run this script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
+cleanup_cmds=()
+cleanup() { for c in "${cleanup_cmds[@]}"; do eval "$c" || true; done; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+
+# ---------------------------------------------------------------- PostgreSQL
+PG_HOST=${ARCHIVIST_TEST_PG_HOST:-127.0.0.1}
+PG_PORT=${ARCHIVIST_TEST_PG_PORT:-5432}
+pg_up() { pg_isready -q -h "$PG_HOST" -p "$PG_PORT" 2>/dev/null; }
+if ! command -v pg_isready >/dev/null; then
+  log "installing the PostgreSQL client and server (apt)"
+  apt-get update -qq && apt-get install -y -qq postgresql >/dev/null
+fi
+if ! pg_up; then
+  if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ] && [ -n "$(ls /etc/postgresql 2>/dev/null)" ]; then
+    log "starting the machine's PostgreSQL cluster"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
+  fi
+  for _ in $(seq 1 30); do pg_up && break; sleep 0.5; done
+fi
+if ! pg_up; then
+  log "starting a throwaway PostgreSQL with initdb"
+  PGBIN=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -1 || command -v initdb)")
+  PGDATA_TMP=$(mktemp -d)
+  chown postgres "$PGDATA_TMP" 2>/dev/null || true
+  PG_PORT=$(free_port)
+  as_pg() { if [ "$(id -u)" = 0 ]; then su postgres -c "$*"; else bash -c "$*"; fi; }
+  as_pg "$PGBIN/initdb -D $PGDATA_TMP/data -U postgres -A trust >/dev/null"
+  as_pg "$PGBIN/pg_ctl -D $PGDATA_TMP/data -o '-p $PG_PORT -k $PGDATA_TMP -c listen_addresses=127.0.0.1 -c max_connections=300' -l $PGDATA_TMP/log -w start >/dev/null"
+  cleanup_cmds+=("as_pg '$PGBIN/pg_ctl -D $PGDATA_TMP/data -m fast stop' >/dev/null; rm -rf '$PGDATA_TMP'")
+  psql -h "$PG_HOST" -p "$PG_PORT" -U postgres -c 'CREATE DATABASE test' postgres >/dev/null 2>&1 || true
+fi
+pg_up || { echo "PostgreSQL did not start on $PG_HOST:$PG_PORT" >&2; exit 1; }
+# Tests create (and drop) a database of their own through this administrative URL.
+export ARCHIVIST_TEST_PG_URL=${ARCHIVIST_TEST_PG_URL:-postgres://postgres@$PG_HOST:$PG_PORT/test}
+
+# ---------------------------------------------------------------- moto_server (SQS)
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/archivist
+VENV=$CACHE/moto-venv
+if [ ! -x "$VENV/bin/moto_server" ]; then
+  log "installing moto[server] into $VENV"
+  mkdir -p "$CACHE"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check 'moto[server]>=5,<6'
+fi
+MOTO_PORT=$(free_port)
+"$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$CACHE/moto.log" 2>&1 &
+MOTO_PID=$!
+cleanup_cmds+=("kill $MOTO_PID 2>/dev/null")
+for _ in $(seq 1 100); do
+  curl -fsS "http://127.0.0.1:$MOTO_PORT/moto-api/" >/dev/null 2>&1 && break
+  kill -0 "$MOTO_PID" 2>/dev/null || { cat "$CACHE/moto.log" >&2; exit 1; }
+  sleep 0.2
+done
+export ARCHIVIST_TEST_SQS_ENDPOINT=http://127.0.0.1:$MOTO_PORT
+export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
+log "PostgreSQL at $PG_HOST:$PG_PORT, moto_server at $ARCHIVIST_TEST_SQS_ENDPOINT"
+
+# ---------------------------------------------------------------- checks and tests
+log "cargo fmt --check"
+cargo fmt --all -- --check
+log "cargo clippy"
+cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings
+log "tests"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --all-features --no-fail-fast "$@"
+  cargo test --workspace --all-features --doc --quiet
+else
+  cargo test --workspace --all-features --no-fail-fast "$@"
+fi

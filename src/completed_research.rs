@@ -1,0 +1,1 @@
+//! TODO(archivists helper): completed_research archivist.

@@ -1,0 +1,389 @@
+//! The bus messages of the contract, their JSON form and their validation.
+//!
+//! Decoding is strict about what the contract requires and lenient about the rest: unknown
+//! fields are ignored so that curators and researchers can add fields without breaking us.
+//! Any message that fails [`decode`] is poison: the error says why, for the dead-letter queue.
+
+use chrono::{DateTime, Utc};
+use datastore::{EpisodeKey, ResearchResult};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+pub use datastore::{ClipInfo, EpisodeInfo};
+
+/// The largest message body we accept, in bytes: the bus limit.
+pub const MAX_BODY_BYTES: usize = messagebus::MAX_BODY_BYTES;
+/// The longest title, curator, media URI or media type, in characters.
+pub const MAX_SHORT_TEXT: usize = 1024;
+/// The longest description, in characters.
+pub const MAX_DESCRIPTION: usize = 64 * 1024;
+/// The most offsets in one result.
+pub const MAX_OFFSETS: usize = 100_000;
+/// The most clips in one work item we accept back from the bus.
+pub const MAX_CLIPS_PER_ITEM: usize = 10_000;
+
+/// A work item for researchers: one lease, one episode, its clips (queue `pending_research`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingResearchItem {
+    /// The lease to send back with each result.
+    pub lease_id: Uuid,
+    /// When the lease ends unless a result renews it.
+    pub lease_expires_at: DateTime<Utc>,
+    /// The episode to research.
+    pub episode: EpisodeInfo,
+    /// The clips to look for in it, most urgent first.
+    pub clips: Vec<ClipInfo>,
+}
+
+/// One researched clip (queue `completed_research`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletedResearchItem {
+    /// The lease the work was done under.
+    pub lease_id: Uuid,
+    /// True on the researcher's last item for the lease: the lease ends.
+    #[serde(default)]
+    pub revoke_lease: bool,
+    /// When the research was done.
+    pub research_date: DateTime<Utc>,
+    /// The episode researched.
+    pub episode: EpisodeInfo,
+    /// The clip looked for.
+    pub clip: ClipInfo,
+    /// The episode's length in nanoseconds.
+    pub episode_duration_ns: i64,
+    /// The researcher's hash of the episode audio.
+    pub episode_hash: String,
+    /// The clip's length in nanoseconds.
+    pub clip_duration_ns: i64,
+    /// The researcher's hash of the clip audio.
+    pub clip_hash: String,
+    /// Where the clip occurs in the episode; empty when it does not.
+    #[serde(default)]
+    pub clip_offsets_ns: Vec<i64>,
+}
+
+impl CompletedResearchItem {
+    /// The result to record.
+    pub fn to_result(&self) -> ResearchResult {
+        ResearchResult {
+            lease_id: self.lease_id,
+            episode: EpisodeKey {
+                title: self.episode.title.clone(),
+                date_aired: self.episode.date_aired,
+            },
+            clip_title: self.clip.title.clone(),
+            research_date: self.research_date,
+            episode_duration_ns: self.episode_duration_ns,
+            episode_hash: self.episode_hash.clone(),
+            clip_duration_ns: self.clip_duration_ns,
+            clip_hash: self.clip_hash.clone(),
+            clip_offsets_ns: self.clip_offsets_ns.clone(),
+        }
+    }
+}
+
+/// Why a message is poison. The text goes with the message to the dead-letter queue.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidMessage {
+    /// The body is larger than [`MAX_BODY_BYTES`].
+    #[error("body of {0} bytes exceeds the limit of {MAX_BODY_BYTES} bytes")]
+    TooLarge(usize),
+    /// The body is not UTF-8.
+    #[error("body is not valid UTF-8: {0}")]
+    NotUtf8(String),
+    /// The body is not JSON of the expected shape.
+    #[error("body is not a valid {kind}: {detail}")]
+    Shape {
+        /// The message type expected.
+        kind: &'static str,
+        /// serde's description, with line and column.
+        detail: String,
+    },
+    /// A field breaks a rule.
+    #[error("{kind}.{field}: {problem}")]
+    Field {
+        /// The message type.
+        kind: &'static str,
+        /// The field, as a dotted path.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+/// A message type we take off the bus.
+pub trait Message: DeserializeOwned + Serialize {
+    /// The type's name in error messages.
+    const KIND: &'static str;
+    /// Checks the rules serde cannot: non-empty fields, lengths, dates in order.
+    fn validate(&self) -> Result<(), InvalidMessage>;
+}
+
+/// Decodes and validates a message body.
+pub fn decode<M: Message>(body: &[u8]) -> Result<M, InvalidMessage> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(InvalidMessage::TooLarge(body.len()));
+    }
+    let text = std::str::from_utf8(body).map_err(|e| InvalidMessage::NotUtf8(e.to_string()))?;
+    let message: M = serde_json::from_str(text).map_err(|e| InvalidMessage::Shape {
+        kind: M::KIND,
+        detail: e.to_string(),
+    })?;
+    message.validate()?;
+    Ok(message)
+}
+
+/// Encodes a message as its JSON body.
+pub fn encode<M: Message>(message: &M) -> Vec<u8> {
+    // Serializing these plain structs cannot fail: no maps with non-string keys, no I/O.
+    serde_json::to_vec(message).unwrap_or_default()
+}
+
+struct Check {
+    kind: &'static str,
+    prefix: &'static str,
+}
+
+impl Check {
+    fn fail(&self, field: &str, problem: impl Into<String>) -> InvalidMessage {
+        InvalidMessage::Field {
+            kind: self.kind,
+            field: format!("{}{}", self.prefix, field),
+            problem: problem.into(),
+        }
+    }
+
+    fn text(
+        &self,
+        field: &str,
+        value: &str,
+        max: usize,
+        required: bool,
+    ) -> Result<(), InvalidMessage> {
+        if required && value.trim().is_empty() {
+            return Err(self.fail(field, "must not be empty"));
+        }
+        let chars = value.chars().count();
+        if chars > max {
+            return Err(self.fail(field, format!("{chars} characters, at most {max} allowed")));
+        }
+        Ok(())
+    }
+
+    /// The rules shared by episodes and clips. The contract makes `last_date_curated` before
+    /// `initial_date_curated` invalid for *new* items only; the datastore enforces that,
+    /// since only it knows whether an item is new.
+    fn curated(
+        &self,
+        curator: &str,
+        title: &str,
+        description: &str,
+        media_uri: &str,
+        media_type: &str,
+    ) -> Result<(), InvalidMessage> {
+        self.text("title", title, MAX_SHORT_TEXT, true)?;
+        self.text("curator_information", curator, MAX_SHORT_TEXT, true)?;
+        self.text("media_uri", media_uri, MAX_SHORT_TEXT, true)?;
+        self.text("media_type", media_type, MAX_SHORT_TEXT, true)?;
+        self.text("description", description, MAX_DESCRIPTION, false)
+    }
+}
+
+fn check_episode(check: &Check, e: &EpisodeInfo) -> Result<(), InvalidMessage> {
+    check.curated(
+        &e.curator_information,
+        &e.title,
+        &e.description,
+        &e.media_uri,
+        &e.media_type,
+    )
+}
+
+fn check_clip(check: &Check, c: &ClipInfo) -> Result<(), InvalidMessage> {
+    check.curated(
+        &c.curator_information,
+        &c.title,
+        &c.description,
+        &c.media_uri,
+        &c.media_type,
+    )
+}
+
+impl Message for EpisodeInfo {
+    const KIND: &'static str = "EpisodeInfo";
+    fn validate(&self) -> Result<(), InvalidMessage> {
+        check_episode(
+            &Check {
+                kind: Self::KIND,
+                prefix: "",
+            },
+            self,
+        )
+    }
+}
+
+impl Message for ClipInfo {
+    const KIND: &'static str = "ClipInfo";
+    fn validate(&self) -> Result<(), InvalidMessage> {
+        check_clip(
+            &Check {
+                kind: Self::KIND,
+                prefix: "",
+            },
+            self,
+        )
+    }
+}
+
+impl Message for PendingResearchItem {
+    const KIND: &'static str = "PendingResearchItem";
+    fn validate(&self) -> Result<(), InvalidMessage> {
+        check_episode(
+            &Check {
+                kind: Self::KIND,
+                prefix: "episode.",
+            },
+            &self.episode,
+        )?;
+        let check = Check {
+            kind: Self::KIND,
+            prefix: "",
+        };
+        if self.clips.is_empty() {
+            return Err(check.fail("clips", "must not be empty"));
+        }
+        if self.clips.len() > MAX_CLIPS_PER_ITEM {
+            return Err(check.fail("clips", format!("at most {MAX_CLIPS_PER_ITEM} allowed")));
+        }
+        let clip_check = Check {
+            kind: Self::KIND,
+            prefix: "clips[].",
+        };
+        self.clips
+            .iter()
+            .try_for_each(|c| check_clip(&clip_check, c))
+    }
+}
+
+impl Message for CompletedResearchItem {
+    const KIND: &'static str = "CompletedResearchItem";
+    fn validate(&self) -> Result<(), InvalidMessage> {
+        check_episode(
+            &Check {
+                kind: Self::KIND,
+                prefix: "episode.",
+            },
+            &self.episode,
+        )?;
+        check_clip(
+            &Check {
+                kind: Self::KIND,
+                prefix: "clip.",
+            },
+            &self.clip,
+        )?;
+        let check = Check {
+            kind: Self::KIND,
+            prefix: "",
+        };
+        check.text("episode_hash", &self.episode_hash, MAX_SHORT_TEXT, false)?;
+        check.text("clip_hash", &self.clip_hash, MAX_SHORT_TEXT, false)?;
+        if self.episode_duration_ns < 0 {
+            return Err(check.fail("episode_duration_ns", "must not be negative"));
+        }
+        if self.clip_duration_ns < 0 {
+            return Err(check.fail("clip_duration_ns", "must not be negative"));
+        }
+        if self.clip_offsets_ns.len() > MAX_OFFSETS {
+            return Err(check.fail(
+                "clip_offsets_ns",
+                format!("at most {MAX_OFFSETS} offsets allowed"),
+            ));
+        }
+        if let Some(bad) = self.clip_offsets_ns.iter().find(|&&o| o < 0) {
+            return Err(check.fail("clip_offsets_ns", format!("offset {bad} is negative")));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn episode_json() -> serde_json::Value {
+        serde_json::json!({
+            "initial_date_curated": "2026-01-02T03:04:05Z", "last_date_curated": "2026-01-02T03:04:05Z",
+            "curator_information": "tbtl.net", "date_aired": "2025-12-31T00:00:00Z",
+            "title": "Episode 4012: The Archive", "description": "…", "media_uri": "https://x/4012.mp3",
+            "media_type": "mp3", "priority": 0
+        })
+    }
+
+    #[test]
+    fn decodes_the_contract_example_and_ignores_unknown_fields() {
+        let mut v = episode_json();
+        v["new_field_from_the_future"] = serde_json::json!(42);
+        let e: EpisodeInfo = decode(v.to_string().as_bytes())
+            .map_err(|e| e.to_string())
+            .unwrap();
+        assert_eq!(e.title, "Episode 4012: The Archive");
+    }
+
+    #[test]
+    fn rejects_missing_and_empty_fields() {
+        let mut v = episode_json();
+        v.as_object_mut().map(|o| o.remove("date_aired"));
+        let err = decode::<EpisodeInfo>(v.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("date_aired"), "{err}");
+
+        let mut v = episode_json();
+        v["title"] = serde_json::json!("  ");
+        let err = decode::<EpisodeInfo>(v.to_string().as_bytes()).unwrap_err();
+        assert_eq!(err.to_string(), "EpisodeInfo.title: must not be empty");
+    }
+
+    #[test]
+    fn rejects_non_utf8_non_json_and_oversized_bodies() {
+        assert!(matches!(
+            decode::<ClipInfo>(&[0xff, 0xfe]),
+            Err(InvalidMessage::NotUtf8(_))
+        ));
+        assert!(matches!(
+            decode::<ClipInfo>(b"{not json"),
+            Err(InvalidMessage::Shape { .. })
+        ));
+        let big = vec![b' '; MAX_BODY_BYTES + 1];
+        assert!(matches!(
+            decode::<ClipInfo>(&big),
+            Err(InvalidMessage::TooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn rejects_bad_dates_and_negative_offsets() {
+        let mut v = episode_json();
+        v["date_aired"] = serde_json::json!("yesterday");
+        assert!(decode::<EpisodeInfo>(v.to_string().as_bytes()).is_err());
+
+        let item = serde_json::json!({
+            "lease_id": "7d0c0b7e-4a55-4d4e-9a43-3c7a2f8d9b10", "revoke_lease": false,
+            "research_date": "2026-01-03T00:00:00Z", "episode": episode_json(),
+            "clip": { "initial_date_curated": "2026-01-02T03:04:05Z", "last_date_curated": "2026-01-02T03:04:05Z",
+                      "curator_information": "c", "title": "Clip", "description": "", "media_uri": "m", "media_type": "mp3", "priority": 1 },
+            "episode_duration_ns": 1, "episode_hash": "h", "clip_duration_ns": 1, "clip_hash": "h",
+            "clip_offsets_ns": [5, -1]
+        });
+        let err = decode::<CompletedResearchItem>(item.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("clip_offsets_ns"), "{err}");
+    }
+
+    #[test]
+    fn round_trips() {
+        let e: EpisodeInfo = serde_json::from_value(episode_json()).unwrap();
+        let back: EpisodeInfo = decode(&encode(&e)).unwrap();
+        assert_eq!(back, e);
+    }
+}

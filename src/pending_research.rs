@@ -1,0 +1,1 @@
+//! TODO(archivists helper): pending_research archivist.
