@@ -1,1 +1,554 @@
-//! TODO: bus conformance suite.
+//! The bus conformance suite: one set of cases, written once, run by every adapter.
+//!
+//! An adapter's test file provides an `async fn(QueueSettings) -> Arc<dyn Bus>` that returns a
+//! bus whose queues, once created with [`Bus::create_queue`], use those settings, and invokes
+//! [`bus_conformance_tests!`](crate::bus_conformance_tests) with it:
+//!
+//! ```ignore
+//! async fn fresh(settings: QueueSettings) -> Arc<dyn Bus> {
+//!     Arc::new(MemoryBus::new(MemoryBusConfig {
+//!         visibility_timeout: settings.visibility_timeout,
+//!         max_receives: settings.max_receives,
+//!         ..MemoryBusConfig::default()
+//!     }))
+//! }
+//! messagebus::bus_conformance_tests!(fresh);
+//! ```
+//!
+//! That generates a module `bus_conformance` with one `#[tokio::test]` per case (the calling
+//! crate needs `tokio` with `macros` and `rt-multi-thread`). Each case creates its own queues
+//! with a random suffix, so the cases can run in parallel against one server. Waits are
+//! generous for a slow emulator but return as soon as the messages come, so a fast bus finishes
+//! the suite in about two seconds. The suite does not assume FIFO order, nor exact consumer
+//! counts from buses that cannot count consumers, and never sleeps to wait for work.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::{dead_letter_queue_name, Bus, BusError, Delivery, Receiver, Sender, MAX_BODY_BYTES};
+
+/// Settings applied when a test's queues are created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSettings {
+    /// How long a received message stays invisible before it comes back.
+    pub visibility_timeout: Duration,
+    /// Receives after which a message goes to the dead-letter queue instead.
+    pub max_receives: u32,
+}
+
+impl Default for QueueSettings {
+    /// Long enough visibility that nothing comes back by itself during a case.
+    fn default() -> Self {
+        QueueSettings {
+            visibility_timeout: Duration::from_secs(60),
+            max_receives: 5,
+        }
+    }
+}
+
+/// Generates one `#[tokio::test]` per conformance case, in a module `bus_conformance`.
+///
+/// `$fresh` is a path to an `async fn(QueueSettings) -> std::sync::Arc<dyn messagebus::Bus>`,
+/// resolved from the module that invokes the macro. See [`crate::testing`].
+#[macro_export]
+macro_rules! bus_conformance_tests {
+    ($fresh:path) => {
+        $crate::bus_conformance_tests!(@cases $fresh;
+            round_trip,
+            send_batch_many,
+            receive_respects_max,
+            empty_queue_returns_empty,
+            ack_removes,
+            release_redelivers,
+            visibility_timeout_redelivers,
+            dead_letter_with_reason,
+            max_receives_redrives,
+            inspect_counts,
+            consumers_counted,
+            oversized_body_rejected,
+            missing_queue,
+            concurrent_receivers_no_duplicates,
+        );
+    };
+    (@cases $fresh:path; $($case:ident),* $(,)?) => {
+        /// The bus conformance suite (`messagebus::testing`) for this adapter.
+        mod bus_conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    $crate::testing::$case($fresh).await;
+                }
+            )*
+        }
+    };
+}
+
+/// The longest any case waits for something that should happen; a failing case fails then.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The wait of one receive call inside a loop that returns as soon as messages come, and of a
+/// receive that is expected to come back empty. Whole seconds, as SQS long polling counts them.
+pub const SHORT_WAIT: Duration = Duration::from_secs(1);
+
+/// A queue name unique to this run: `conf_<what>_<random hex>`.
+pub fn unique_queue_name(what: &str) -> String {
+    format!("conf_{what}_{:016x}", rand::random::<u64>())
+}
+
+/// A fresh bus with `settings` and one created queue, with its sender and receiver.
+pub async fn setup<F, Fut>(
+    fresh: F,
+    settings: QueueSettings,
+    what: &str,
+) -> (Arc<dyn Bus>, String, Arc<dyn Sender>, Arc<dyn Receiver>)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let bus = fresh(settings).await;
+    let queue = unique_queue_name(what);
+    bus.create_queue(&queue).await.unwrap();
+    let tx = bus.sender(&queue).await.unwrap();
+    let rx = bus.receiver(&queue).await.unwrap();
+    (bus, queue, tx, rx)
+}
+
+/// Receives until exactly `n` deliveries are in hand, failing after [`PATIENCE`].
+/// Does not settle them.
+pub async fn receive_n(rx: &dyn Receiver, n: usize) -> Vec<Delivery> {
+    let mut got = Vec::with_capacity(n);
+    let collect = async {
+        while got.len() < n {
+            let batch = rx
+                .receive((n - got.len()).min(10), SHORT_WAIT)
+                .await
+                .unwrap();
+            got.extend(batch);
+        }
+    };
+    if tokio::time::timeout(PATIENCE, collect).await.is_err() {
+        panic!(
+            "received only {} of {n} messages within {PATIENCE:?}",
+            got.len()
+        );
+    }
+    got
+}
+
+/// Asserts that a receive waiting [`SHORT_WAIT`] gets nothing.
+pub async fn assert_empty(rx: &dyn Receiver) {
+    let got = rx.receive(10, SHORT_WAIT).await.unwrap();
+    assert!(got.is_empty(), "expected no message, got {got:?}");
+}
+
+fn body_set(deliveries: &[Delivery]) -> HashSet<Vec<u8>> {
+    deliveries.iter().map(|d| d.body().to_vec()).collect()
+}
+
+async fn ack_all(deliveries: Vec<Delivery>) {
+    for d in deliveries {
+        d.ack().await.unwrap();
+    }
+}
+
+/// A message comes back byte for byte, multi-byte UTF-8 included, on its first receive.
+pub async fn round_trip<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (_bus, queue, tx, rx) = setup(fresh, QueueSettings::default(), "round_trip").await;
+    assert_eq!(tx.queue(), queue);
+    assert_eq!(rx.queue(), queue);
+    let plain = br#"{"id":1,"title":"plain"}"#.to_vec();
+    let utf8 = r#"{"title":"Čaj — 東京 🎧 ünïcödé"}"#.as_bytes().to_vec();
+    tx.send(plain.clone()).await.unwrap();
+    tx.send(utf8.clone()).await.unwrap();
+    let got = receive_n(rx.as_ref(), 2).await;
+    assert_eq!(body_set(&got), HashSet::from([plain, utf8]));
+    for d in &got {
+        assert_eq!(d.receive_count(), 1, "{d:?}");
+        assert_eq!(d.dead_letter_reason(), None);
+        assert!(!d.message_id().is_empty());
+    }
+    assert_ne!(got[0].message_id(), got[1].message_id());
+    ack_all(got).await;
+}
+
+/// A batch larger than one SQS request (25 messages) arrives whole.
+pub async fn send_batch_many<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (_bus, _queue, tx, rx) = setup(fresh, QueueSettings::default(), "batch").await;
+    let bodies: Vec<Vec<u8>> = (0..25)
+        .map(|i| format!("{{\"n\":{i}}}").into_bytes())
+        .collect();
+    tx.send_batch(bodies.clone()).await.unwrap();
+    let got = receive_n(rx.as_ref(), 25).await;
+    assert_eq!(body_set(&got), bodies.into_iter().collect());
+    let ids: HashSet<&str> = got.iter().map(|d| d.message_id()).collect();
+    assert_eq!(ids.len(), 25);
+    ack_all(got).await;
+    assert_empty(rx.as_ref()).await;
+}
+
+/// A receive hands out at most `max` messages.
+pub async fn receive_respects_max<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (_bus, _queue, tx, rx) = setup(fresh, QueueSettings::default(), "max").await;
+    let bodies: Vec<Vec<u8>> = (0..5).map(|i| format!("m{i}").into_bytes()).collect();
+    tx.send_batch(bodies).await.unwrap();
+    let first = rx.receive(2, PATIENCE).await.unwrap();
+    assert!(
+        (1..=2).contains(&first.len()),
+        "asked for 2, got {}",
+        first.len()
+    );
+    let one = rx.receive(1, PATIENCE).await.unwrap();
+    assert_eq!(one.len(), 1);
+    let rest = receive_n(rx.as_ref(), 5 - first.len() - 1).await;
+    let mut all = first;
+    all.extend(one);
+    all.extend(rest);
+    assert_eq!(body_set(&all).len(), 5);
+    ack_all(all).await;
+}
+
+/// A receive on an empty queue returns an empty vector once its wait is over.
+pub async fn empty_queue_returns_empty<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (_bus, _queue, _tx, rx) = setup(fresh, QueueSettings::default(), "empty").await;
+    let got = tokio::time::timeout(PATIENCE, rx.receive(10, SHORT_WAIT))
+        .await
+        .expect("receive must return once its wait is over")
+        .unwrap();
+    assert!(got.is_empty(), "{got:?}");
+}
+
+/// An acknowledged message is gone, even after its visibility timeout would have run out.
+pub async fn ack_removes<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let settings = QueueSettings {
+        visibility_timeout: Duration::from_secs(1),
+        ..QueueSettings::default()
+    };
+    let (_bus, _queue, tx, rx) = setup(fresh, settings, "ack").await;
+    tx.send(b"ack me".to_vec()).await.unwrap();
+    let got = receive_n(rx.as_ref(), 1).await;
+    ack_all(got).await;
+    // Two seconds is twice the visibility timeout: an unacknowledged message would be back.
+    let again = rx.receive(10, Duration::from_secs(2)).await.unwrap();
+    assert!(
+        again.is_empty(),
+        "acknowledged message came back: {again:?}"
+    );
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!(
+        (stats.waiting, stats.in_flight, stats.dead_letters),
+        (0, 0, 0)
+    );
+}
+
+/// A released message comes back at once, same id and body, with receive count 2.
+pub async fn release_redelivers<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (_bus, _queue, tx, rx) = setup(fresh, QueueSettings::default(), "release").await;
+    tx.send(b"release me".to_vec()).await.unwrap();
+    let mut got = receive_n(rx.as_ref(), 1).await;
+    let first = got.remove(0);
+    assert_eq!(first.receive_count(), 1);
+    let id = first.message_id().to_owned();
+    first.release().await.unwrap();
+    let mut again = receive_n(rx.as_ref(), 1).await;
+    let second = again.remove(0);
+    assert_eq!(second.message_id(), id);
+    assert_eq!(second.body(), b"release me");
+    assert_eq!(second.receive_count(), 2);
+    second.ack().await.unwrap();
+}
+
+/// A delivery neither acknowledged nor released comes back once its visibility runs out.
+pub async fn visibility_timeout_redelivers<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let settings = QueueSettings {
+        visibility_timeout: Duration::from_secs(1),
+        ..QueueSettings::default()
+    };
+    let (_bus, _queue, tx, rx) = setup(fresh, settings, "visibility").await;
+    tx.send(b"forget me".to_vec()).await.unwrap();
+    let mut got = receive_n(rx.as_ref(), 1).await;
+    let first = got.remove(0);
+    let id = first.message_id().to_owned();
+    drop(first);
+    // receive_n waits in receive calls; the message returns after about one second.
+    let mut again = receive_n(rx.as_ref(), 1).await;
+    let second = again.remove(0);
+    assert_eq!(second.message_id(), id);
+    assert_eq!(second.body(), b"forget me");
+    assert_eq!(second.receive_count(), 2);
+    second.ack().await.unwrap();
+}
+
+/// `dead_letter` moves the message to the dead-letter queue, where it carries the reason.
+pub async fn dead_letter_with_reason<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (bus, queue, tx, rx) = setup(fresh, QueueSettings::default(), "dead_letter").await;
+    tx.send(b"{not json".to_vec()).await.unwrap();
+    let mut got = receive_n(rx.as_ref(), 1).await;
+    let d = got.remove(0);
+    let reason = "invalid JSON: expected value at line 1 column 2 — «poison»";
+    d.dead_letter(reason).await.unwrap();
+    assert_empty(rx.as_ref()).await;
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!(
+        (stats.waiting, stats.in_flight, stats.dead_letters),
+        (0, 0, 1)
+    );
+
+    let dlq = bus.receiver(&dead_letter_queue_name(&queue)).await.unwrap();
+    let mut dead = receive_n(dlq.as_ref(), 1).await;
+    let d = dead.remove(0);
+    assert_eq!(d.body(), b"{not json");
+    assert_eq!(d.dead_letter_reason(), Some(reason));
+    d.ack().await.unwrap();
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!(stats.dead_letters, 0);
+}
+
+/// A message received `max_receives` times and released each time goes to the dead-letter
+/// queue instead of being delivered again.
+pub async fn max_receives_redrives<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let settings = QueueSettings {
+        max_receives: 2,
+        ..QueueSettings::default()
+    };
+    let (bus, queue, tx, rx) = setup(fresh, settings, "redrive").await;
+    tx.send(b"keeps failing".to_vec()).await.unwrap();
+    for n in 1..=2 {
+        let mut got = receive_n(rx.as_ref(), 1).await;
+        let d = got.remove(0);
+        assert_eq!(d.receive_count(), n);
+        d.release().await.unwrap();
+    }
+    // The third receive finds the message over its limit and moves it aside.
+    assert_empty(rx.as_ref()).await;
+    let dlq = bus.receiver(&dead_letter_queue_name(&queue)).await.unwrap();
+    let mut dead = receive_n(dlq.as_ref(), 1).await;
+    let d = dead.remove(0);
+    assert_eq!(d.body(), b"keeps failing");
+    d.ack().await.unwrap();
+}
+
+/// `inspect` counts waiting, in-flight and dead-lettered messages.
+pub async fn inspect_counts<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (_bus, _queue, tx, rx) = setup(fresh, QueueSettings::default(), "inspect").await;
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!(
+        (stats.waiting, stats.in_flight, stats.dead_letters),
+        (0, 0, 0)
+    );
+    let bodies: Vec<Vec<u8>> = (0..5).map(|i| format!("i{i}").into_bytes()).collect();
+    tx.send_batch(bodies).await.unwrap();
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!(
+        (stats.waiting, stats.in_flight, stats.dead_letters),
+        (5, 0, 0)
+    );
+
+    let mut got = receive_n(rx.as_ref(), 2).await;
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!(
+        (stats.waiting, stats.in_flight, stats.dead_letters),
+        (3, 2, 0)
+    );
+
+    got.pop().unwrap().ack().await.unwrap();
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!(
+        (stats.waiting, stats.in_flight, stats.dead_letters),
+        (3, 1, 0)
+    );
+
+    got.pop()
+        .unwrap()
+        .dead_letter("inspect case")
+        .await
+        .unwrap();
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!(
+        (stats.waiting, stats.in_flight, stats.dead_letters),
+        (3, 0, 1)
+    );
+
+    let rest = receive_n(rx.as_ref(), 3).await;
+    rest.into_iter().next().unwrap().release().await.unwrap();
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!(
+        (stats.waiting, stats.in_flight, stats.dead_letters),
+        (1, 2, 1)
+    );
+}
+
+/// Consumers are either not counted (`None`) or counted exactly: one per live receiver.
+pub async fn consumers_counted<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (bus, queue, tx, rx) = setup(fresh, QueueSettings::default(), "consumers").await;
+    let Some(one) = tx.inspect().await.unwrap().consumers else {
+        return;
+    };
+    assert_eq!(one, 1);
+    let rx2 = bus.receiver(&queue).await.unwrap();
+    assert_eq!(tx.inspect().await.unwrap().consumers, Some(2));
+    // A receiver of the dead-letter queue is not a consumer of the queue.
+    let dlq = bus.receiver(&dead_letter_queue_name(&queue)).await.unwrap();
+    assert_eq!(tx.inspect().await.unwrap().consumers, Some(2));
+    drop(rx);
+    assert_eq!(tx.inspect().await.unwrap().consumers, Some(1));
+    drop(rx2);
+    assert_eq!(tx.inspect().await.unwrap().consumers, Some(0));
+    drop(dlq);
+}
+
+/// A body over [`MAX_BODY_BYTES`] is refused with `BodyTooLarge`, and a batch holding one
+/// sends nothing.
+pub async fn oversized_body_rejected<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (_bus, _queue, tx, rx) = setup(fresh, QueueSettings::default(), "oversized").await;
+    let big = vec![b'x'; MAX_BODY_BYTES + 1];
+    match tx.send(big.clone()).await {
+        Err(BusError::BodyTooLarge { size, limit }) => {
+            assert_eq!(size, MAX_BODY_BYTES + 1);
+            assert_eq!(limit, MAX_BODY_BYTES);
+        }
+        other => panic!("expected BodyTooLarge, got {other:?}"),
+    }
+    match tx.send_batch(vec![b"small".to_vec(), big]).await {
+        Err(BusError::BodyTooLarge { .. }) => {}
+        other => panic!("expected BodyTooLarge, got {other:?}"),
+    }
+    assert_empty(rx.as_ref()).await;
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!((stats.waiting, stats.in_flight), (0, 0));
+}
+
+/// Senders and receivers of a queue that was never created fail with `QueueNotFound`.
+pub async fn missing_queue<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let bus = fresh(QueueSettings::default()).await;
+    let queue = unique_queue_name("missing");
+    match bus.sender(&queue).await {
+        Err(BusError::QueueNotFound(name)) => assert_eq!(name, queue),
+        Err(other) => panic!("expected QueueNotFound, got {other:?}"),
+        Ok(_) => panic!("expected QueueNotFound, got a sender"),
+    }
+    match bus.receiver(&queue).await {
+        Err(BusError::QueueNotFound(name)) => assert_eq!(name, queue),
+        Err(other) => panic!("expected QueueNotFound, got {other:?}"),
+        Ok(_) => panic!("expected QueueNotFound, got a receiver"),
+    }
+    // create_queue twice is harmless, and creates the dead-letter queue too.
+    bus.create_queue(&queue).await.unwrap();
+    bus.create_queue(&queue).await.unwrap();
+    bus.sender(&queue).await.unwrap();
+    bus.receiver(&dead_letter_queue_name(&queue)).await.unwrap();
+}
+
+/// Many receivers at once never hold the same message while it is invisible, and between
+/// them receive every message.
+pub async fn concurrent_receivers_no_duplicates<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    const MESSAGES: usize = 40;
+    const RECEIVERS: usize = 6;
+    let (bus, queue, tx, _rx) = setup(fresh, QueueSettings::default(), "concurrent").await;
+    let bodies: Vec<Vec<u8>> = (0..MESSAGES)
+        .map(|i| format!("c{i}").into_bytes())
+        .collect();
+    tx.send_batch(bodies.clone()).await.unwrap();
+
+    let seen: Arc<Mutex<HashMap<String, Vec<u8>>>> = Arc::default();
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..RECEIVERS {
+        let rx = bus.receiver(&queue).await.unwrap();
+        let seen = Arc::clone(&seen);
+        let count = Arc::clone(&count);
+        tasks.push(tokio::spawn(async move {
+            // Held, not settled, so each stays invisible until the end of the case.
+            let mut held = Vec::new();
+            while count.load(Ordering::SeqCst) < MESSAGES {
+                let got = rx.receive(3, SHORT_WAIT).await.unwrap();
+                for d in got {
+                    let previous = seen
+                        .lock()
+                        .unwrap()
+                        .insert(d.message_id().to_owned(), d.body().to_vec());
+                    assert!(previous.is_none(), "message {d:?} handed out twice");
+                    count.fetch_add(1, Ordering::SeqCst);
+                    held.push(d);
+                }
+            }
+            held
+        }));
+    }
+    let mut held = Vec::new();
+    let all = async {
+        for t in tasks {
+            held.extend(t.await.unwrap());
+        }
+    };
+    if tokio::time::timeout(PATIENCE * 2, all).await.is_err() {
+        panic!("receivers did not get all {MESSAGES} messages in time");
+    }
+    assert_eq!(held.len(), MESSAGES);
+    let got: HashSet<Vec<u8>> = seen.lock().unwrap().values().cloned().collect();
+    assert_eq!(got, bodies.into_iter().collect());
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!((stats.waiting, stats.in_flight), (0, MESSAGES as u64));
+    ack_all(held).await;
+}
