@@ -1,1 +1,1082 @@
-//! TODO: conformance suite.
+//! The datastore conformance suite (feature `test-utils`): one set of cases, written once, that
+//! every [`DataStore`] adapter runs, plus data builders for tests elsewhere.
+//!
+//! An adapter's test file provides an `async fn() -> Fresh` that returns a freshly migrated,
+//! empty store, and instantiates the suite with it:
+//!
+//! ```ignore
+//! async fn fresh() -> datastore::testing::Fresh { /* new temp database, migrated */ }
+//! datastore::datastore_conformance_tests!(fresh);
+//! ```
+//!
+//! This generates a module `datastore_conformance` with one `#[tokio::test]` (multi-threaded,
+//! two workers) per case in [`cases`]; each case gets its own fresh store. The calling crate
+//! needs `tokio` (with `macros` and `rt-multi-thread`) as a dependency.
+//!
+//! Cases take all times from [`t0`] and explicit offsets of it: nothing sleeps.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::any::Any;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use uuid::Uuid;
+
+use crate::{ClipInfo, DataStore, EpisodeInfo, ResearchResult};
+
+/// A freshly migrated, empty store for one conformance case.
+pub struct Fresh {
+    /// The store under test.
+    pub store: Arc<dyn DataStore>,
+    /// Whatever keeps the store's backing alive (a temporary directory, a database dropped on
+    /// drop). Dropped after the case has finished.
+    pub guard: Box<dyn Any + Send>,
+}
+
+impl Fresh {
+    /// Wraps a store and its guard.
+    pub fn new(store: Arc<dyn DataStore>, guard: impl Any + Send) -> Self {
+        Self {
+            store,
+            guard: Box::new(guard),
+        }
+    }
+}
+
+/// Generates one `#[tokio::test]` per conformance case, in a module `datastore_conformance`.
+///
+/// `$fresh` is a path to an `async fn() -> datastore::testing::Fresh` returning a freshly
+/// migrated, empty store; it is called once per case.
+#[macro_export]
+macro_rules! datastore_conformance_tests {
+    ($fresh:path) => {
+        $crate::__datastore_conformance_cases!($fresh;
+            migrate_twice_is_harmless,
+            empty_store,
+            upsert_episode_inserts_then_updates,
+            upsert_clip_inserts_then_updates,
+            duplicate_identity_in_batch_later_wins,
+            new_item_with_last_before_initial_is_invalid,
+            known_item_with_last_before_initial_is_accepted,
+            media_uri_conflict,
+            lease_orders_episodes,
+            lease_orders_clips,
+            leases_never_overlap,
+            expired_lease_frees_pairs,
+            renew_lease,
+            revoke_frees_unresearched_pairs,
+            record_results_is_idempotent,
+            record_results_unknown_pairs,
+            recorded_pairs_leave_their_lease,
+            new_clip_after_all_researched_creates_work,
+            status_counts_each_step,
+            matches_lists_and_filters,
+            concurrent_leases_never_overlap,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __datastore_conformance_cases {
+    ($fresh:path; $($case:ident),* $(,)?) => {
+        #[allow(dead_code)]
+        async fn __datastore_conformance_fresh() -> $crate::testing::Fresh {
+            $fresh().await
+        }
+        #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+        mod datastore_conformance {
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let fresh = super::__datastore_conformance_fresh().await;
+                    $crate::testing::cases::$case(fresh.store.clone()).await;
+                    drop(fresh);
+                }
+            )*
+        }
+    };
+}
+
+/// The time every case starts at: 2026-06-01T00:00:00Z.
+pub fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 6, 1, 0, 0, 0).unwrap()
+}
+
+/// Episode `i`: titled `Episode {i}`, aired `i` days after 2024-01-01 (so higher `i` aired
+/// later), curated an hour after airing, priority 0, a unique `media_uri`.
+pub fn episode(i: u32) -> EpisodeInfo {
+    let aired = Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).unwrap() + Duration::days(i64::from(i));
+    EpisodeInfo {
+        initial_date_curated: aired + Duration::hours(1),
+        last_date_curated: aired + Duration::hours(1),
+        curator_information: "tbtl.net".into(),
+        date_aired: aired,
+        title: format!("Episode {i}"),
+        description: format!("The episode numbered {i}."),
+        media_uri: format!("https://media.example.invalid/episodes/{i}.mp3"),
+        media_type: "mp3".into(),
+        priority: 0,
+    }
+}
+
+/// Clip `i`: titled `Clip {i}`, first curated `i` hours after 2025-01-01 (so higher `i` was
+/// curated later), priority 0, a unique `media_uri`.
+pub fn clip(i: u32) -> ClipInfo {
+    let curated =
+        Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap() + Duration::hours(i64::from(i));
+    ClipInfo {
+        initial_date_curated: curated,
+        last_date_curated: curated,
+        curator_information: "tbtl.net".into(),
+        title: format!("Clip {i}"),
+        description: format!("The clip numbered {i}."),
+        media_uri: format!("https://media.example.invalid/clips/{i}.mp3"),
+        media_type: "mp3".into(),
+        priority: 0,
+    }
+}
+
+/// A result for (`episode`, `clip`) under `lease_id`, researched at [`t0`], with `offsets_ns`.
+pub fn result(
+    lease_id: Uuid,
+    episode: &EpisodeInfo,
+    clip: &ClipInfo,
+    offsets_ns: &[i64],
+) -> ResearchResult {
+    ResearchResult {
+        lease_id,
+        episode: episode.key(),
+        clip_title: clip.title.clone(),
+        research_date: t0(),
+        episode_duration_ns: 3_600_000_000_000,
+        episode_hash: format!("sha256:episode:{}", episode.title),
+        clip_duration_ns: 4_000_000_000,
+        clip_hash: format!("sha256:clip:{}", clip.title),
+        clip_offsets_ns: offsets_ns.to_vec(),
+    }
+}
+
+/// The conformance cases. Each takes a freshly migrated, empty store.
+pub mod cases {
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    use chrono::{DateTime, Duration, Utc};
+    use uuid::Uuid;
+
+    use super::{clip, episode, result, t0};
+    use crate::{
+        ClipInfo, DataStore, DataStoreError, EpisodeInfo, Lease, LeaseRequest, LeaseUpdate,
+        MatchFilter, RecordOutcome, Status,
+    };
+
+    fn request(max_clips: u32, now: DateTime<Utc>) -> LeaseRequest {
+        LeaseRequest {
+            max_clips,
+            duration: Duration::hours(1),
+            now,
+        }
+    }
+
+    async fn lease(store: &dyn DataStore, max_clips: u32, now: DateTime<Utc>) -> Option<Lease> {
+        store.lease_next(request(max_clips, now)).await.unwrap()
+    }
+
+    fn titles(lease: &Lease) -> Vec<String> {
+        lease.clips.iter().map(|c| c.title.clone()).collect()
+    }
+
+    fn pairs(lease: &Lease) -> Vec<(String, String)> {
+        lease
+            .clips
+            .iter()
+            .map(|c| (lease.episode.title.clone(), c.title.clone()))
+            .collect()
+    }
+
+    async fn seed(
+        store: &dyn DataStore,
+        episodes: u32,
+        clips: u32,
+    ) -> (Vec<EpisodeInfo>, Vec<ClipInfo>) {
+        let es: Vec<_> = (0..episodes).map(episode).collect();
+        let cs: Vec<_> = (0..clips).map(clip).collect();
+        store.upsert_episodes(&es).await.unwrap();
+        store.upsert_clips(&cs).await.unwrap();
+        (es, cs)
+    }
+
+    /// Running the migrations again changes nothing and the store still works.
+    pub async fn migrate_twice_is_harmless(store: Arc<dyn DataStore>) {
+        store.migrate().await.unwrap();
+        seed(&*store, 1, 1).await;
+        store.migrate().await.unwrap();
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!((status.episodes, status.clips), (1, 1));
+    }
+
+    /// An empty store, a store with only episodes and one with only clips have no work.
+    pub async fn empty_store(store: Arc<dyn DataStore>) {
+        assert_eq!(store.status(t0()).await.unwrap(), Status::default());
+        assert!(lease(&*store, 5, t0()).await.is_none());
+        assert!(store
+            .matches(&MatchFilter::default())
+            .await
+            .unwrap()
+            .is_empty());
+        store.upsert_episode(&episode(1)).await.unwrap();
+        assert!(lease(&*store, 5, t0()).await.is_none());
+        store.upsert_clips(&[]).await.unwrap();
+        store.upsert_episodes(&[]).await.unwrap();
+        assert!(store.record_results(&[]).await.unwrap().is_empty());
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!(
+            status,
+            Status {
+                episodes: 1,
+                ..Status::default()
+            }
+        );
+    }
+
+    /// A known episode gets every field updated but `initial_date_curated`.
+    pub async fn upsert_episode_inserts_then_updates(store: Arc<dyn DataStore>) {
+        let original = episode(1);
+        store.upsert_episode(&original).await.unwrap();
+        store.upsert_clip(&clip(1)).await.unwrap();
+        let updated = EpisodeInfo {
+            initial_date_curated: original.initial_date_curated + Duration::days(3),
+            last_date_curated: original.last_date_curated + Duration::days(5),
+            curator_information: "another curator".into(),
+            description: "A new description.".into(),
+            media_uri: "https://media.example.invalid/episodes/1-remastered.mp3".into(),
+            media_type: "ogg".into(),
+            priority: 7,
+            ..original.clone()
+        };
+        store.upsert_episode(&updated).await.unwrap();
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!(status.episodes, 1);
+        let leased = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(
+            leased.episode,
+            EpisodeInfo {
+                initial_date_curated: original.initial_date_curated,
+                ..updated.clone()
+            }
+        );
+        // The old media_uri is free again for another episode.
+        let mut other = episode(2);
+        other.media_uri = original.media_uri.clone();
+        store.upsert_episode(&other).await.unwrap();
+    }
+
+    /// A known clip gets every field updated but `initial_date_curated`.
+    pub async fn upsert_clip_inserts_then_updates(store: Arc<dyn DataStore>) {
+        let original = clip(1);
+        store.upsert_clip(&original).await.unwrap();
+        store.upsert_episode(&episode(1)).await.unwrap();
+        let updated = ClipInfo {
+            initial_date_curated: original.initial_date_curated + Duration::days(3),
+            last_date_curated: original.last_date_curated + Duration::days(5),
+            curator_information: "another curator".into(),
+            description: "A new description.".into(),
+            media_uri: "https://media.example.invalid/clips/1-remastered.mp3".into(),
+            media_type: "ogg".into(),
+            priority: -3,
+            ..original.clone()
+        };
+        store.upsert_clip(&updated).await.unwrap();
+        assert_eq!(store.status(t0()).await.unwrap().clips, 1);
+        let leased = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(
+            leased.clips,
+            vec![ClipInfo {
+                initial_date_curated: original.initial_date_curated,
+                ..updated
+            }]
+        );
+    }
+
+    /// The same identity twice in one batch: the later one wins.
+    pub async fn duplicate_identity_in_batch_later_wins(store: Arc<dyn DataStore>) {
+        let first = episode(1);
+        let later = EpisodeInfo {
+            description: "later".into(),
+            priority: 4,
+            last_date_curated: first.last_date_curated + Duration::hours(2),
+            ..first.clone()
+        };
+        store
+            .upsert_episodes(&[first.clone(), episode(2), later.clone()])
+            .await
+            .unwrap();
+        let c1 = clip(1);
+        let c1_later = ClipInfo {
+            description: "later".into(),
+            priority: 2,
+            ..c1.clone()
+        };
+        store
+            .upsert_clips(&[c1.clone(), c1_later.clone()])
+            .await
+            .unwrap();
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!((status.episodes, status.clips), (2, 1));
+        let leased = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(leased.episode, later);
+        assert_eq!(leased.clips, vec![c1_later]);
+    }
+
+    /// A new item last curated before it was first curated is invalid, and the whole batch
+    /// is rejected.
+    pub async fn new_item_with_last_before_initial_is_invalid(store: Arc<dyn DataStore>) {
+        let mut bad = episode(2);
+        bad.last_date_curated = bad.initial_date_curated - Duration::seconds(1);
+        let err = store.upsert_episodes(&[episode(1), bad]).await.unwrap_err();
+        assert!(matches!(err, DataStoreError::Invalid(_)), "{err:?}");
+        assert!(!err.is_retryable());
+
+        let mut bad = clip(2);
+        bad.last_date_curated = bad.initial_date_curated - Duration::days(1);
+        let err = store.upsert_clips(&[clip(1), bad]).await.unwrap_err();
+        assert!(matches!(err, DataStoreError::Invalid(_)), "{err:?}");
+
+        assert_eq!(store.status(t0()).await.unwrap(), Status::default());
+    }
+
+    /// Only new items are checked: an update of a known item whose `last_date_curated` is
+    /// before its `initial_date_curated` is accepted.
+    pub async fn known_item_with_last_before_initial_is_accepted(store: Arc<dyn DataStore>) {
+        seed(&*store, 1, 1).await;
+        let mut e = episode(0);
+        e.last_date_curated = e.initial_date_curated - Duration::days(1);
+        store.upsert_episode(&e).await.unwrap();
+        let mut c = clip(0);
+        c.last_date_curated = c.initial_date_curated - Duration::days(1);
+        store.upsert_clip(&c).await.unwrap();
+        let leased = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(leased.episode, e);
+        assert_eq!(leased.clips, vec![c]);
+    }
+
+    /// A `media_uri` used by another item of the same kind is a conflict; the batch writes
+    /// nothing. Episodes and clips may share a `media_uri`.
+    pub async fn media_uri_conflict(store: Arc<dyn DataStore>) {
+        seed(&*store, 1, 1).await;
+
+        let mut e = episode(1);
+        e.media_uri = episode(0).media_uri;
+        let err = store.upsert_episodes(&[episode(2), e]).await.unwrap_err();
+        assert!(matches!(err, DataStoreError::Conflict(_)), "{err:?}");
+        assert!(!err.is_retryable());
+        assert!(err.to_string().contains(&episode(0).media_uri), "{err}");
+
+        // Two new episodes with one media_uri in the same batch.
+        let mut e = episode(4);
+        e.media_uri = episode(3).media_uri;
+        let err = store.upsert_episodes(&[episode(3), e]).await.unwrap_err();
+        assert!(matches!(err, DataStoreError::Conflict(_)), "{err:?}");
+
+        let mut c = clip(1);
+        c.media_uri = clip(0).media_uri;
+        let err = store.upsert_clips(&[clip(2), c]).await.unwrap_err();
+        assert!(matches!(err, DataStoreError::Conflict(_)), "{err:?}");
+
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!((status.episodes, status.clips), (1, 1));
+
+        // Not a conflict: a clip with an episode's media_uri.
+        let mut c = clip(5);
+        c.media_uri = episode(0).media_uri;
+        store.upsert_clip(&c).await.unwrap();
+    }
+
+    /// Episodes are leased by priority, then latest `date_aired`, then latest
+    /// `initial_date_curated`.
+    pub async fn lease_orders_episodes(store: Arc<dyn DataStore>) {
+        let low = EpisodeInfo {
+            priority: -1,
+            ..episode(9)
+        };
+        let old = EpisodeInfo {
+            priority: 5,
+            ..episode(1)
+        };
+        let new_early = EpisodeInfo {
+            priority: 5,
+            title: "Same day, curated early".into(),
+            media_uri: "https://media.example.invalid/early.mp3".into(),
+            ..episode(3)
+        };
+        let mut new_late = EpisodeInfo {
+            priority: 5,
+            title: "Same day, curated late".into(),
+            media_uri: "https://media.example.invalid/late.mp3".into(),
+            ..episode(3)
+        };
+        new_late.initial_date_curated += Duration::hours(1);
+        new_late.last_date_curated += Duration::hours(1);
+        let middle = episode(5);
+        store
+            .upsert_episodes(&[
+                low.clone(),
+                old.clone(),
+                new_early.clone(),
+                middle.clone(),
+                new_late.clone(),
+            ])
+            .await
+            .unwrap();
+        store.upsert_clips(&[clip(1), clip(2)]).await.unwrap();
+
+        let mut order = Vec::new();
+        while let Some(l) = lease(&*store, 2, t0()).await {
+            assert_eq!(l.clips.len(), 2);
+            order.push(l.episode.title.clone());
+        }
+        assert_eq!(
+            order,
+            vec![
+                new_late.title,
+                new_early.title,
+                old.title,
+                middle.title,
+                low.title
+            ]
+        );
+    }
+
+    /// Clips are leased by priority, then latest `initial_date_curated`, at most `max_clips`
+    /// per lease, most urgent first within a lease.
+    pub async fn lease_orders_clips(store: Arc<dyn DataStore>) {
+        store.upsert_episode(&episode(1)).await.unwrap();
+        let urgent = ClipInfo {
+            priority: 3,
+            ..clip(1)
+        };
+        let unwanted = ClipInfo {
+            priority: -2,
+            ..clip(8)
+        };
+        store
+            .upsert_clips(&[
+                clip(2),
+                unwanted.clone(),
+                clip(5),
+                urgent.clone(),
+                clip(7),
+                clip(3),
+            ])
+            .await
+            .unwrap();
+        let first = lease(&*store, 2, t0()).await.unwrap();
+        assert_eq!(titles(&first), vec!["Clip 1", "Clip 7"]);
+        assert_eq!(first.clips[0], urgent);
+        assert_eq!(first.expires_at, t0() + Duration::hours(1));
+        assert_eq!(first.reclaimed_pairs, 0);
+        let second = lease(&*store, 3, t0()).await.unwrap();
+        assert_eq!(titles(&second), vec!["Clip 5", "Clip 3", "Clip 2"]);
+        let third = lease(&*store, 3, t0()).await.unwrap();
+        assert_eq!(titles(&third), vec!["Clip 8"]);
+        assert!(lease(&*store, 3, t0()).await.is_none());
+        assert_ne!(first.id, second.id);
+        assert_ne!(second.id, third.id);
+    }
+
+    /// Leases never share a pair; `None` once every pair is leased.
+    pub async fn leases_never_overlap(store: Arc<dyn DataStore>) {
+        seed(&*store, 2, 3).await;
+        let mut seen = HashSet::new();
+        let mut leases = Vec::new();
+        while let Some(l) = lease(&*store, 2, t0()).await {
+            for p in pairs(&l) {
+                assert!(seen.insert(p.clone()), "pair {p:?} leased twice");
+            }
+            leases.push(l);
+        }
+        assert_eq!(seen.len(), 6);
+        assert_eq!(
+            leases.iter().map(|l| l.clips.len()).collect::<Vec<_>>(),
+            vec![2, 1, 2, 1]
+        );
+        // Still held just before they expire.
+        assert!(lease(&*store, 2, t0() + Duration::minutes(59))
+            .await
+            .is_none());
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!(status.active_leases, 4);
+        assert_eq!(status.leased_pairs, 6);
+        assert_eq!(status.expired_leases, 0);
+    }
+
+    /// A lease that expired frees its pairs (at exactly its expiry, too); taking them over
+    /// counts them as reclaimed.
+    pub async fn expired_lease_frees_pairs(store: Arc<dyn DataStore>) {
+        seed(&*store, 1, 3).await;
+        let first = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(first.clips.len(), 3);
+        assert!(lease(&*store, 5, t0() + Duration::minutes(30))
+            .await
+            .is_none());
+
+        let expiry = first.expires_at;
+        let status = store.status(expiry).await.unwrap();
+        assert_eq!(
+            (
+                status.active_leases,
+                status.expired_leases,
+                status.leased_pairs
+            ),
+            (0, 1, 0)
+        );
+
+        // Take over two of the three pairs: the old lease still holds one, expired.
+        let second = lease(&*store, 2, expiry).await.unwrap();
+        assert_eq!(second.reclaimed_pairs, 2);
+        assert_eq!(titles(&second), titles(&first)[..2].to_vec());
+        assert_eq!(second.expires_at, expiry + Duration::hours(1));
+        let status = store.status(expiry).await.unwrap();
+        assert_eq!(
+            (
+                status.active_leases,
+                status.expired_leases,
+                status.leased_pairs
+            ),
+            (1, 1, 2)
+        );
+
+        // The old lease can no longer be renewed.
+        let renewed = store
+            .update_lease(
+                first.id,
+                LeaseUpdate::Renew {
+                    now: expiry,
+                    duration: Duration::hours(1),
+                },
+            )
+            .await
+            .unwrap();
+        assert!(!renewed);
+
+        // Take over the last one: the old lease is gone.
+        let third = lease(&*store, 2, expiry).await.unwrap();
+        assert_eq!(third.reclaimed_pairs, 1);
+        assert_eq!(titles(&third), titles(&first)[2..].to_vec());
+        let status = store.status(expiry).await.unwrap();
+        assert_eq!(
+            (
+                status.active_leases,
+                status.expired_leases,
+                status.leased_pairs
+            ),
+            (2, 0, 3)
+        );
+        assert!(lease(&*store, 2, expiry).await.is_none());
+
+        // Long after: everything expired, everything leased again, all reclaimed.
+        let later = expiry + Duration::days(1);
+        let fourth = lease(&*store, 10, later).await.unwrap();
+        assert_eq!(fourth.reclaimed_pairs, 3);
+        assert_eq!(titles(&fourth), titles(&first));
+        let status = store.status(later).await.unwrap();
+        assert_eq!(
+            (
+                status.active_leases,
+                status.expired_leases,
+                status.leased_pairs
+            ),
+            (1, 0, 3)
+        );
+    }
+
+    /// Renewing extends an active lease; an expired, unknown or revoked lease is not renewed.
+    pub async fn renew_lease(store: Arc<dyn DataStore>) {
+        seed(&*store, 1, 2).await;
+        let l = lease(&*store, 5, t0()).await.unwrap();
+        let renew = |now, hours| LeaseUpdate::Renew {
+            now,
+            duration: Duration::hours(hours),
+        };
+        let half = t0() + Duration::minutes(30);
+        assert!(store.update_lease(l.id, renew(half, 2)).await.unwrap());
+        // Was due at t0+1h, now at t0+2h30m.
+        assert!(lease(&*store, 5, t0() + Duration::hours(2)).await.is_none());
+        let status = store.status(t0() + Duration::hours(2)).await.unwrap();
+        assert_eq!((status.active_leases, status.leased_pairs), (1, 2));
+        let status = store.status(t0() + Duration::minutes(150)).await.unwrap();
+        assert_eq!((status.active_leases, status.expired_leases), (0, 1));
+
+        // Expired at the time given: not renewed, and it stays expired.
+        let late = t0() + Duration::hours(3);
+        assert!(!store.update_lease(l.id, renew(late, 2)).await.unwrap());
+        assert_eq!(store.status(late).await.unwrap().expired_leases, 1);
+
+        assert!(!store
+            .update_lease(Uuid::new_v4(), renew(t0(), 1))
+            .await
+            .unwrap());
+        assert!(!store
+            .update_lease(Uuid::new_v4(), LeaseUpdate::Revoke)
+            .await
+            .unwrap());
+
+        // Revoked: not renewed, not revoked twice.
+        let other = lease(&*store, 5, late).await.unwrap();
+        assert_eq!(other.reclaimed_pairs, 2);
+        assert!(store
+            .update_lease(other.id, LeaseUpdate::Revoke)
+            .await
+            .unwrap());
+        assert!(!store.update_lease(other.id, renew(late, 1)).await.unwrap());
+        assert!(!store
+            .update_lease(other.id, LeaseUpdate::Revoke)
+            .await
+            .unwrap());
+        let status = store.status(late).await.unwrap();
+        assert_eq!(
+            (
+                status.active_leases,
+                status.expired_leases,
+                status.leased_pairs
+            ),
+            (0, 0, 0)
+        );
+    }
+
+    /// Revoking a lease frees its unresearched pairs at once.
+    pub async fn revoke_frees_unresearched_pairs(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 1, 3).await;
+        let l = lease(&*store, 5, t0()).await.unwrap();
+        let outcome = store
+            .record_result(&result(l.id, &es[0], &l.clips[0], &[]))
+            .await
+            .unwrap();
+        assert_eq!(outcome, RecordOutcome::Recorded);
+        assert!(store.update_lease(l.id, LeaseUpdate::Revoke).await.unwrap());
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!(
+            (
+                status.active_leases,
+                status.expired_leases,
+                status.leased_pairs
+            ),
+            (0, 0, 0)
+        );
+        let again = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(again.reclaimed_pairs, 0);
+        assert_eq!(titles(&again), titles(&l)[1..].to_vec());
+        assert_eq!(again.clips.len(), cs.len() - 1);
+    }
+
+    /// Recording is idempotent: a pair already recorded (before or earlier in the same batch)
+    /// is a duplicate and changes nothing. All offsets are kept, in order.
+    pub async fn record_results_is_idempotent(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 1, 3).await;
+        let l = lease(&*store, 5, t0()).await.unwrap();
+        let offsets = [120_000_000_000, 7_000_000_000, 2_400_000_000_123];
+        let outcomes = store
+            .record_results(&[
+                result(l.id, &es[0], &cs[0], &offsets),
+                result(l.id, &es[0], &cs[0], &[]),
+                result(l.id, &es[0], &cs[1], &[]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(
+            outcomes,
+            vec![
+                RecordOutcome::Recorded,
+                RecordOutcome::Duplicate,
+                RecordOutcome::Recorded
+            ]
+        );
+        let outcomes = store
+            .record_results(&[
+                result(l.id, &es[0], &cs[1], &[5]),
+                result(Uuid::new_v4(), &es[0], &cs[0], &[1, 2]),
+                result(l.id, &es[0], &cs[2], &[42]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(
+            outcomes,
+            vec![
+                RecordOutcome::Duplicate,
+                RecordOutcome::Duplicate,
+                RecordOutcome::Recorded
+            ]
+        );
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!((status.researched_pairs, status.matched_pairs), (3, 2));
+        let matches = store.matches(&MatchFilter::default()).await.unwrap();
+        assert_eq!(matches.len(), 2);
+        let m0 = matches
+            .iter()
+            .find(|m| m.clip_title == cs[0].title)
+            .unwrap();
+        assert_eq!(m0.clip_offsets_ns, offsets.to_vec());
+        assert_eq!(m0.episode_title, es[0].title);
+        assert_eq!(m0.episode_date_aired, es[0].date_aired);
+        assert_eq!(m0.research_date, t0());
+        let m2 = matches
+            .iter()
+            .find(|m| m.clip_title == cs[2].title)
+            .unwrap();
+        assert_eq!(m2.clip_offsets_ns, vec![42]);
+    }
+
+    /// Results for an unknown episode or clip are `UnknownPair` and record nothing; the
+    /// rest of the batch is recorded.
+    pub async fn record_results_unknown_pairs(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 1, 1).await;
+        let lease_id = Uuid::new_v4();
+        // Same title, another airing date: another (unknown) episode.
+        let mut other_airing = es[0].clone();
+        other_airing.date_aired += Duration::days(1);
+        let outcomes = store
+            .record_results(&[
+                result(lease_id, &episode(7), &cs[0], &[1]),
+                result(lease_id, &es[0], &clip(7), &[1]),
+                result(lease_id, &other_airing, &cs[0], &[1]),
+                result(lease_id, &es[0], &cs[0], &[1]),
+                result(lease_id, &episode(7), &clip(7), &[1]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(
+            outcomes,
+            vec![
+                RecordOutcome::UnknownPair,
+                RecordOutcome::UnknownPair,
+                RecordOutcome::UnknownPair,
+                RecordOutcome::Recorded,
+                RecordOutcome::UnknownPair
+            ]
+        );
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!((status.researched_pairs, status.matched_pairs), (1, 1));
+        assert_eq!(
+            store.matches(&MatchFilter::default()).await.unwrap().len(),
+            1
+        );
+        // A pair researched without ever being leased is never leased.
+        assert!(lease(&*store, 5, t0()).await.is_none());
+    }
+
+    /// A recorded pair leaves whatever lease holds it (whichever lease id the result names),
+    /// and is never leased again.
+    pub async fn recorded_pairs_leave_their_lease(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 1, 4).await;
+        let l = lease(&*store, 3, t0()).await.unwrap();
+        assert_eq!(l.clips.len(), 3);
+        let outcomes = store
+            .record_results(&[
+                result(l.id, &es[0], &l.clips[0], &[]),
+                // Under another lease id: still leaves the lease that holds it.
+                result(Uuid::new_v4(), &es[0], &l.clips[1], &[9]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(outcomes, vec![RecordOutcome::Recorded; 2]);
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!(
+            (
+                status.researched_pairs,
+                status.active_leases,
+                status.leased_pairs
+            ),
+            (2, 1, 1)
+        );
+        // The unleased fourth clip is still free.
+        let rest = lease(&*store, 3, t0()).await.unwrap();
+        assert_eq!(titles(&rest), vec![cs[0].title.clone()]);
+        assert!(lease(&*store, 3, t0()).await.is_none());
+
+        // After expiry only the unresearched pairs come back.
+        let later = t0() + Duration::hours(2);
+        let again = lease(&*store, 10, later).await.unwrap();
+        assert_eq!(again.reclaimed_pairs, 2);
+        let mut expected = vec![l.clips[2].title.clone(), cs[0].title.clone()];
+        expected.sort();
+        let mut got = titles(&again);
+        got.sort();
+        assert_eq!(got, expected);
+
+        // Recording every pair of a lease leaves it active but empty.
+        let outcomes = store
+            .record_results(&[
+                result(again.id, &es[0], &again.clips[0], &[]),
+                result(again.id, &es[0], &again.clips[1], &[]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(outcomes, vec![RecordOutcome::Recorded; 2]);
+        let status = store.status(later).await.unwrap();
+        assert_eq!(
+            (
+                status.researched_pairs,
+                status.active_leases,
+                status.leased_pairs
+            ),
+            (4, 0, 0)
+        );
+        for days in [0, 1, 100] {
+            assert!(lease(&*store, 10, later + Duration::days(days))
+                .await
+                .is_none());
+        }
+    }
+
+    /// A clip added after every pair was researched is work for every episode.
+    pub async fn new_clip_after_all_researched_creates_work(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 3, 1).await;
+        let results: Vec<_> = es
+            .iter()
+            .map(|e| result(Uuid::new_v4(), e, &cs[0], &[]))
+            .collect();
+        store.record_results(&results).await.unwrap();
+        assert!(lease(&*store, 5, t0()).await.is_none());
+
+        let new = clip(1);
+        store.upsert_clip(&new).await.unwrap();
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!((status.research_pairs, status.researched_pairs), (6, 3));
+        let mut episodes = Vec::new();
+        while let Some(l) = lease(&*store, 5, t0()).await {
+            assert_eq!(l.clips, vec![new.clone()]);
+            episodes.push(l.episode.title.clone());
+        }
+        // Latest aired first.
+        assert_eq!(episodes, vec!["Episode 2", "Episode 1", "Episode 0"]);
+
+        // And a new episode is work for every clip.
+        store.upsert_episode(&episode(9)).await.unwrap();
+        let l = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(l.episode.title, "Episode 9");
+        assert_eq!(titles(&l), vec!["Clip 1", "Clip 0"]);
+    }
+
+    /// Every status field, step by step.
+    pub async fn status_counts_each_step(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 4, 5).await;
+        let mut expect = Status {
+            episodes: 4,
+            clips: 5,
+            research_pairs: 20,
+            ..Status::default()
+        };
+        assert_eq!(store.status(t0()).await.unwrap(), expect);
+
+        let a = lease(&*store, 3, t0()).await.unwrap();
+        let b = lease(&*store, 3, t0()).await.unwrap();
+        assert_eq!(a.episode, b.episode);
+        expect.active_leases = 2;
+        expect.leased_pairs = 5;
+        assert_eq!(store.status(t0()).await.unwrap(), expect);
+
+        store
+            .record_results(&[
+                result(a.id, &a.episode, &a.clips[0], &[10, 20]),
+                result(a.id, &a.episode, &a.clips[1], &[]),
+                result(b.id, &b.episode, &b.clips[0], &[30]),
+            ])
+            .await
+            .unwrap();
+        expect.researched_pairs = 3;
+        expect.matched_pairs = 2;
+        expect.leased_pairs = 2;
+        assert_eq!(store.status(t0()).await.unwrap(), expect);
+
+        // A late renewal keeps b; a expires.
+        assert!(store
+            .update_lease(
+                b.id,
+                LeaseUpdate::Renew {
+                    now: t0() + Duration::minutes(10),
+                    duration: Duration::hours(5)
+                }
+            )
+            .await
+            .unwrap());
+        let later = t0() + Duration::hours(2);
+        expect.active_leases = 1;
+        expect.expired_leases = 1;
+        expect.leased_pairs = 1;
+        assert_eq!(store.status(later).await.unwrap(), expect);
+        // Judged at the time given: at t0 both are active again.
+        expect.active_leases = 2;
+        expect.expired_leases = 0;
+        expect.leased_pairs = 2;
+        assert_eq!(store.status(t0()).await.unwrap(), expect);
+
+        // A new episode and clip.
+        store.upsert_episode(&episode(10)).await.unwrap();
+        store.upsert_clip(&clip(10)).await.unwrap();
+        expect.episodes = 5;
+        expect.clips = 6;
+        expect.research_pairs = 30;
+        assert_eq!(store.status(t0()).await.unwrap(), expect);
+
+        // Research everything.
+        let results: Vec<_> = es
+            .iter()
+            .chain([&episode(10)])
+            .flat_map(|e| {
+                cs.iter()
+                    .chain([&clip(10)])
+                    .map(|c| result(Uuid::new_v4(), e, c, &[]))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let outcomes = store.record_results(&results).await.unwrap();
+        assert_eq!(
+            outcomes
+                .iter()
+                .filter(|o| **o == RecordOutcome::Recorded)
+                .count(),
+            27
+        );
+        expect.researched_pairs = 30;
+        expect.active_leases = 0;
+        expect.leased_pairs = 0;
+        // a still exists (emptied, not revoked) but is not active: it holds nothing.
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!(status, expect);
+        assert!(lease(&*store, 3, later).await.is_none());
+    }
+
+    /// Matches list results with offsets only, latest aired episode first, then episode and
+    /// clip title; filters and a limit narrow them.
+    pub async fn matches_lists_and_filters(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 3, 3).await;
+        let id = Uuid::new_v4();
+        store
+            .record_results(&[
+                result(id, &es[0], &cs[2], &[1]),
+                result(id, &es[0], &cs[0], &[2, 3]),
+                result(id, &es[0], &cs[1], &[]),
+                result(id, &es[2], &cs[1], &[4]),
+                result(id, &es[1], &cs[0], &[]),
+                result(id, &es[1], &cs[1], &[]),
+            ])
+            .await
+            .unwrap();
+        let all = store.matches(&MatchFilter::default()).await.unwrap();
+        let got: Vec<_> = all
+            .iter()
+            .map(|m| (m.episode_title.as_str(), m.clip_title.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("Episode 2", "Clip 1"),
+                ("Episode 0", "Clip 0"),
+                ("Episode 0", "Clip 2"),
+            ]
+        );
+        assert_eq!(all[1].clip_offsets_ns, vec![2, 3]);
+        assert!(all.iter().all(|m| !m.clip_offsets_ns.is_empty()));
+
+        let by_clip = store
+            .matches(&MatchFilter {
+                clip_title: Some("Clip 1".into()),
+                ..MatchFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(by_clip, all[..1].to_vec());
+
+        let by_episode = store
+            .matches(&MatchFilter {
+                episode_title: Some("Episode 0".into()),
+                ..MatchFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(by_episode, all[1..].to_vec());
+
+        let both = store
+            .matches(&MatchFilter {
+                episode_title: Some("Episode 0".into()),
+                clip_title: Some("Clip 2".into()),
+                limit: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(both, all[2..].to_vec());
+
+        let limited = store
+            .matches(&MatchFilter {
+                limit: Some(2),
+                ..MatchFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(limited, all[..2].to_vec());
+
+        let none = store
+            .matches(&MatchFilter {
+                clip_title: Some("No such clip".into()),
+                ..MatchFilter::default()
+            })
+            .await
+            .unwrap();
+        assert!(none.is_empty());
+    }
+
+    /// Many tasks leasing at once never lease a pair twice, and together lease exactly the
+    /// free pairs.
+    pub async fn concurrent_leases_never_overlap(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 12, 10).await;
+        // Some pairs researched, some held by a lease, before the race.
+        let researched: Vec<_> = es
+            .iter()
+            .step_by(3)
+            .flat_map(|e| cs.iter().step_by(2).map(move |c| (e, c)))
+            .map(|(e, c)| result(Uuid::new_v4(), e, c, &[]))
+            .collect();
+        store.record_results(&researched).await.unwrap();
+        let held = lease(&*store, 4, t0()).await.unwrap();
+
+        let mut all = HashSet::new();
+        for e in &es {
+            for c in &cs {
+                all.insert((e.title.clone(), c.title.clone()));
+            }
+        }
+        for r in &researched {
+            all.remove(&(r.episode.title.clone(), r.clip_title.clone()));
+        }
+        for p in pairs(&held) {
+            assert!(all.remove(&p));
+        }
+
+        let tasks: Vec<_> = (0..16)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut got = Vec::new();
+                    while let Some(l) = store.lease_next(request(3, t0())).await.unwrap() {
+                        assert!(!l.clips.is_empty() && l.clips.len() <= 3);
+                        got.extend(pairs(&l));
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut leased = HashSet::new();
+        for task in tasks {
+            for p in task.await.unwrap() {
+                assert!(leased.insert(p.clone()), "pair {p:?} leased twice");
+            }
+        }
+        assert_eq!(leased, all);
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!(
+            status.leased_pairs,
+            (leased.len() + held.clips.len()) as u64
+        );
+    }
+}
