@@ -1,15 +1,26 @@
 //! The completed-research archivist: drain `completed_research`, record results, renew or
 //! revoke leases, exit when the queue is empty.
-//! TODO(archivists helper): implement.
+//!
+//! Per batch: set poison aside, record every result in one datastore call (idempotent: a
+//! redelivered result is a duplicate and changes nothing), dead-letter results for pairs the
+//! datastore does not know, then update each lease the batch speaks of once: revoke it if any
+//! of its items says so, else renew it. Acknowledge last, so a failure anywhere before means
+//! the whole batch comes back and is redone.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use datastore::DataStore;
+use async_trait::async_trait;
+use chrono::Utc;
+use datastore::{DataStore, DataStoreError, LeaseUpdate, RecordOutcome};
 use messagebus::Receiver;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
-use crate::{ArchivistHandle, RetryPolicy};
+use crate::messages::CompletedResearchItem;
+use crate::runner::{self, Run, StoreBatch};
+use crate::{ArchivistError, ArchivistHandle, Ended, RetryError, RetryPolicy};
 
 /// Settings of a result-recording run.
 #[derive(Debug, Clone)]
@@ -42,6 +53,136 @@ pub fn start(
     store: Arc<dyn DataStore>,
     config: CompletedResearchConfig,
 ) -> ArchivistHandle {
-    let _ = (token, receiver, store, config);
-    todo!()
+    runner::spawn(
+        "completed-research",
+        token,
+        config.retry,
+        move |mut run| async move {
+            let ended = drain(&mut run, &*receiver, &*store, &config).await;
+            (run, ended)
+        },
+    )
+}
+
+struct Record<'s> {
+    store: &'s dyn DataStore,
+}
+
+#[async_trait]
+impl StoreBatch for Record<'_> {
+    type Item = CompletedResearchItem;
+    type Out = RecordOutcome;
+
+    async fn store(
+        &self,
+        items: &[CompletedResearchItem],
+    ) -> Result<Vec<RecordOutcome>, DataStoreError> {
+        let results: Vec<_> = items.iter().map(CompletedResearchItem::to_result).collect();
+        self.store.record_results(&results).await
+    }
+}
+
+async fn drain(
+    run: &mut Run,
+    receiver: &dyn Receiver,
+    store: &dyn DataStore,
+    config: &CompletedResearchConfig,
+) -> Ended {
+    let op = Record { store };
+    let batch_size = config.batch_size.max(1);
+    loop {
+        if run.token.is_cancelled() {
+            return Ended::Cancelled;
+        }
+        let deliveries = match run.receive(receiver, batch_size, config.receive_wait).await {
+            Ok(d) => d,
+            Err(stop) => return stop,
+        };
+        if deliveries.is_empty() {
+            return Ended::Finished;
+        }
+        let received = deliveries.len();
+        let valid = run.decode_batch::<CompletedResearchItem>(deliveries).await;
+        let recorded = match run.store_batch(&op, valid).await {
+            Ok(recorded) => recorded,
+            Err(stop) => return stop,
+        };
+
+        let mut settled = Vec::with_capacity(recorded.len());
+        let mut unknown = Vec::new();
+        // Lease id → whether any item of the batch ends it. Ordered, so that concurrent
+        // archivists update leases in the same order.
+        let mut leases: BTreeMap<Uuid, bool> = BTreeMap::new();
+        for (delivery, item, outcome) in recorded {
+            *leases.entry(item.lease_id).or_default() |= item.revoke_lease;
+            match outcome {
+                RecordOutcome::Recorded => {
+                    run.report.stored += 1;
+                    settled.push(delivery);
+                }
+                RecordOutcome::Duplicate => {
+                    run.report.stored += 1;
+                    run.report.duplicates += 1;
+                    settled.push(delivery);
+                }
+                RecordOutcome::UnknownPair => unknown.push((delivery, unknown_pair(&item))),
+            }
+        }
+        run.dead_letter_all(unknown).await;
+        if let Err(stop) = update_leases(run, store, config, &leases).await {
+            run.release_all(settled).await;
+            return stop;
+        }
+        tracing::debug!(
+            received,
+            recorded = settled.len(),
+            leases = leases.len(),
+            "batch recorded"
+        );
+        run.ack_all(settled).await;
+    }
+}
+
+/// Renews or revokes each lease once. An unknown, expired or revoked lease is fine: the
+/// results are recorded and nothing else changes.
+async fn update_leases(
+    run: &mut Run,
+    store: &dyn DataStore,
+    config: &CompletedResearchConfig,
+    leases: &BTreeMap<Uuid, bool>,
+) -> Result<(), Ended> {
+    for (&lease_id, &revoke) in leases {
+        let update = || {
+            if revoke {
+                LeaseUpdate::Revoke
+            } else {
+                LeaseUpdate::Renew {
+                    now: Utc::now(),
+                    duration: config.lease_duration,
+                }
+            }
+        };
+        let out = run
+            .retrying("update lease", DataStoreError::is_retryable, || {
+                store.update_lease(lease_id, update())
+            })
+            .await;
+        match out {
+            Ok(true) if revoke => run.report.leases_revoked += 1,
+            Ok(true) => run.report.leases_renewed += 1,
+            Ok(false) => tracing::debug!(%lease_id, revoke, "lease unknown, expired or ended"),
+            Err(RetryError::Cancelled(_)) => return Err(Ended::Cancelled),
+            Err(RetryError::Failed(e)) => return Err(Ended::Failed(ArchivistError::DataStore(e))),
+        }
+    }
+    Ok(())
+}
+
+fn unknown_pair(item: &CompletedResearchItem) -> String {
+    format!(
+        "unknown research pair: episode {:?} aired {} or clip {:?} is not in the datastore",
+        item.episode.title,
+        item.episode.date_aired.to_rfc3339(),
+        item.clip.title
+    )
 }

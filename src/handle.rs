@@ -1,3 +1,6 @@
+//! What a started archivist hands back: [`ArchivistHandle`], the [`Report`] of its run, how
+//! the run [`Ended`], and the non-fatal [`ArchivistError`]s it met on the way.
+
 use tokio::sync::{mpsc, oneshot};
 
 /// How many non-fatal errors wait unread before newer ones are dropped (and counted).
@@ -26,6 +29,10 @@ pub enum ArchivistError {
     /// The datastore failed.
     #[error(transparent)]
     DataStore(#[from] datastore::DataStoreError),
+    /// The archivist cannot run as configured (the bus cannot count researchers and no count
+    /// was given, say). Lasting: the host should say what to change (exit code 2).
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 impl ArchivistError {
@@ -36,6 +43,7 @@ impl ArchivistError {
             ArchivistError::Transient(_) => true,
             ArchivistError::Bus(e) => e.is_retryable(),
             ArchivistError::DataStore(e) => e.is_retryable(),
+            ArchivistError::Config(_) => false,
         }
     }
 }

@@ -1,14 +1,23 @@
 //! The episodes and clips archivists: long-running ingestion loops (or `once`: drain and exit).
-//! TODO(archivists helper): implement.
+//!
+//! One generic loop serves both message types: receive up to `batch_size` messages, set poison
+//! aside, upsert the rest in one datastore call (one by one if the datastore rejects the batch
+//! as poison, so only the bad ones are dead-lettered), acknowledge after the commit. The token
+//! is checked between batches; a receive in progress is abandoned at once.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use datastore::DataStore;
+use async_trait::async_trait;
+use datastore::{DataStore, DataStoreError};
+use futures::future::BoxFuture;
 use messagebus::Receiver;
 use tokio_util::sync::CancellationToken;
 
-use crate::{ArchivistHandle, RetryPolicy};
+use crate::messages::{ClipInfo, EpisodeInfo, Message};
+use crate::runner::{self, Run, StoreBatch};
+use crate::{ArchivistHandle, Ended, RetryPolicy};
 
 /// Settings of an ingestion archivist.
 #[derive(Debug, Clone)]
@@ -41,8 +50,7 @@ pub fn start_episodes(
     store: Arc<dyn DataStore>,
     config: IngestConfig,
 ) -> ArchivistHandle {
-    let _ = (token, receiver, store, config);
-    todo!()
+    start::<EpisodeInfo>("episodes", token, receiver, store, config)
 }
 
 /// Starts the clips archivist: `curated_clips` into the datastore.
@@ -52,6 +60,109 @@ pub fn start_clips(
     store: Arc<dyn DataStore>,
     config: IngestConfig,
 ) -> ArchivistHandle {
-    let _ = (token, receiver, store, config);
-    todo!()
+    start::<ClipInfo>("clips", token, receiver, store, config)
+}
+
+/// A curated item type and the datastore call that upserts a batch of it.
+trait Curated: Message + Send + Sync + 'static {
+    fn upsert<'a>(
+        store: &'a dyn DataStore,
+        items: &'a [Self],
+    ) -> BoxFuture<'a, datastore::Result<()>>;
+}
+
+impl Curated for EpisodeInfo {
+    fn upsert<'a>(
+        store: &'a dyn DataStore,
+        items: &'a [Self],
+    ) -> BoxFuture<'a, datastore::Result<()>> {
+        store.upsert_episodes(items)
+    }
+}
+
+impl Curated for ClipInfo {
+    fn upsert<'a>(
+        store: &'a dyn DataStore,
+        items: &'a [Self],
+    ) -> BoxFuture<'a, datastore::Result<()>> {
+        store.upsert_clips(items)
+    }
+}
+
+struct Upsert<'s, M> {
+    store: &'s dyn DataStore,
+    kind: PhantomData<fn() -> M>,
+}
+
+#[async_trait]
+impl<M: Curated> StoreBatch for Upsert<'_, M> {
+    type Item = M;
+    type Out = ();
+
+    async fn store(&self, items: &[M]) -> Result<Vec<()>, DataStoreError> {
+        M::upsert(self.store, items).await?;
+        Ok(vec![(); items.len()])
+    }
+}
+
+fn start<M: Curated>(
+    name: &'static str,
+    token: CancellationToken,
+    receiver: Arc<dyn Receiver>,
+    store: Arc<dyn DataStore>,
+    config: IngestConfig,
+) -> ArchivistHandle {
+    runner::spawn(name, token, config.retry, move |mut run| async move {
+        let ended = ingest::<M>(&mut run, &*receiver, &*store, &config).await;
+        (run, ended)
+    })
+}
+
+async fn ingest<M: Curated>(
+    run: &mut Run,
+    receiver: &dyn Receiver,
+    store: &dyn DataStore,
+    config: &IngestConfig,
+) -> Ended {
+    let op = Upsert::<M> {
+        store,
+        kind: PhantomData,
+    };
+    let batch_size = config.batch_size.max(1);
+    tracing::info!(
+        archivist = run.name,
+        queue = receiver.queue(),
+        once = config.once,
+        "ingesting"
+    );
+    loop {
+        if run.token.is_cancelled() {
+            return Ended::Cancelled;
+        }
+        let deliveries = match run.receive(receiver, batch_size, config.receive_wait).await {
+            Ok(d) => d,
+            Err(stop) => return stop,
+        };
+        if deliveries.is_empty() {
+            if config.once {
+                return Ended::Finished;
+            }
+            continue;
+        }
+        let received = deliveries.len();
+        let valid = run.decode_batch::<M>(deliveries).await;
+        let stored = match run.store_batch(&op, valid).await {
+            Ok(stored) => stored,
+            Err(stop) => return stop,
+        };
+        run.report.stored += stored.len() as u64;
+        tracing::debug!(
+            archivist = run.name,
+            received,
+            stored = stored.len(),
+            "batch upserted"
+        );
+        run.ack_all(stored.into_iter().map(|(d, _, _)| d).collect())
+            .await;
+    }
 }

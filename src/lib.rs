@@ -18,6 +18,7 @@
 //! - `ingest.rs`: the episodes and clips archivists (one generic ingestion loop).
 //! - `pending_research.rs`: the work-assignment run.
 //! - `completed_research.rs`: the result-recording run.
+//! - `runner.rs`: what they share: the run task, reported retries, settling a batch.
 
 pub mod completed_research;
 mod handle;
@@ -25,6 +26,7 @@ pub mod ingest;
 pub mod messages;
 pub mod pending_research;
 mod retry;
+mod runner;
 
-pub use handle::{ArchivistError, ArchivistHandle, Ended, Report};
+pub use handle::{ArchivistError, ArchivistHandle, Ended, Report, ERROR_CHANNEL_CAPACITY};
 pub use retry::{RetryError, RetryPolicy};

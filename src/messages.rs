@@ -311,6 +311,7 @@ impl Message for CompletedResearchItem {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
 
     fn episode_json() -> serde_json::Value {

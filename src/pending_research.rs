@@ -1,14 +1,22 @@
 //! The pending-research archivist: one work-assignment run.
-//! TODO(archivists helper): implement.
+//!
+//! capacity = researchers − items waiting on `pending_research` (researchers from the config,
+//! else the bus's consumer count). While capacity is positive, or once when there are neither
+//! researchers nor waiting items, lease the next work item and publish it. A lease that could
+//! not be published is revoked at once so that its pairs are free again.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use datastore::DataStore;
-use messagebus::Sender;
+use chrono::Utc;
+use datastore::{DataStore, DataStoreError, Lease, LeaseRequest, LeaseUpdate};
+use messagebus::{BusError, Sender};
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
-use crate::{ArchivistHandle, RetryPolicy};
+use crate::messages::{self, PendingResearchItem};
+use crate::runner::{self, Run};
+use crate::{ArchivistError, ArchivistHandle, Ended, RetryError, RetryPolicy};
 
 /// Settings of a work-assignment run.
 #[derive(Debug, Clone)]
@@ -46,6 +54,148 @@ pub fn start(
     store: Arc<dyn DataStore>,
     config: PendingResearchConfig,
 ) -> ArchivistHandle {
-    let _ = (token, sender, store, config);
-    todo!()
+    runner::spawn(
+        "pending-research",
+        token,
+        config.retry,
+        move |mut run| async move {
+            let ended = assign(&mut run, &*sender, &*store, &config).await;
+            (run, ended)
+        },
+    )
+}
+
+async fn assign(
+    run: &mut Run,
+    sender: &dyn Sender,
+    store: &dyn DataStore,
+    config: &PendingResearchConfig,
+) -> Ended {
+    if !config.start_jitter.is_zero() {
+        let wait = config.start_jitter.mul_f64(rand::random::<f64>());
+        tracing::debug!(?wait, "start jitter");
+        tokio::select! {
+            biased;
+            _ = run.token.cancelled() => return Ended::Cancelled,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    if run.token.is_cancelled() {
+        return Ended::Cancelled;
+    }
+    let stats = match run
+        .retrying("inspect", BusError::is_retryable, || sender.inspect())
+        .await
+    {
+        Ok(stats) => stats,
+        Err(RetryError::Cancelled(_)) => return Ended::Cancelled,
+        Err(RetryError::Failed(e)) => return Ended::Failed(ArchivistError::Bus(e)),
+    };
+    let Some(researchers) = config.researchers.or(stats.consumers) else {
+        return Ended::Failed(ArchivistError::Config(format!(
+            "the bus cannot count the researchers consuming {:?}: configure their number \
+             (ARCHIVIST_RESEARCHERS)",
+            sender.queue()
+        )));
+    };
+    // With no researchers and nothing waiting, one item is published so that the first
+    // researcher to start finds work at once.
+    let mut to_publish = if researchers == 0 && stats.waiting == 0 {
+        1
+    } else {
+        researchers.saturating_sub(stats.waiting)
+    };
+    tracing::info!(
+        queue = sender.queue(),
+        researchers,
+        waiting = stats.waiting,
+        to_publish,
+        "assigning work"
+    );
+    let mut max_clips = config.max_clips.max(1);
+    while to_publish > 0 {
+        if run.token.is_cancelled() {
+            return Ended::Cancelled;
+        }
+        let request = || LeaseRequest {
+            max_clips,
+            duration: config.lease_duration,
+            now: Utc::now(),
+        };
+        let lease = match run
+            .retrying("lease", DataStoreError::is_retryable, || {
+                store.lease_next(request())
+            })
+            .await
+        {
+            Ok(Some(lease)) => lease,
+            Ok(None) => {
+                tracing::debug!("no more work to lease");
+                break;
+            }
+            Err(RetryError::Cancelled(_)) => return Ended::Cancelled,
+            Err(RetryError::Failed(e)) => return Ended::Failed(ArchivistError::DataStore(e)),
+        };
+        run.report.leases_created += 1;
+        run.report.pairs_reclaimed += u64::from(lease.reclaimed_pairs);
+        let (lease_id, clips) = (lease.id, lease.clips.len());
+        let body = messages::encode(&item(lease));
+        let (error, cancelled) = match run
+            .retrying("publish", BusError::is_retryable, || {
+                sender.send(body.clone())
+            })
+            .await
+        {
+            Ok(()) => {
+                run.report.published += 1;
+                to_publish -= 1;
+                tracing::debug!(%lease_id, clips, "work item published");
+                continue;
+            }
+            Err(RetryError::Failed(e)) => (e, false),
+            Err(RetryError::Cancelled(e)) => (e, true),
+        };
+        revoke_unpublished(run, store, lease_id, &error).await;
+        if matches!(error, BusError::BodyTooLarge { .. }) && clips > 1 && !cancelled {
+            // Long descriptions can make a full item exceed the bus limit; one clip always
+            // fits (see `messages`' length limits), so halving ends.
+            max_clips = u32::try_from(clips / 2).unwrap_or(1).max(1);
+            tracing::warn!(%lease_id, clips, max_clips, "work item too large for the bus, leasing fewer clips");
+            continue;
+        }
+        return if cancelled {
+            Ended::Cancelled
+        } else {
+            Ended::Failed(ArchivistError::Bus(error))
+        };
+    }
+    Ended::Finished
+}
+
+fn item(lease: Lease) -> PendingResearchItem {
+    PendingResearchItem {
+        lease_id: lease.id,
+        lease_expires_at: lease.expires_at,
+        episode: lease.episode,
+        clips: lease.clips,
+    }
+}
+
+/// Ends a lease whose work item could not be published, so it does not hold its pairs until
+/// it expires. If even that fails, the lease expires on its own.
+async fn revoke_unpublished(run: &mut Run, store: &dyn DataStore, lease_id: Uuid, why: &BusError) {
+    tracing::warn!(%lease_id, error = %why, "could not publish the work item, revoking its lease");
+    match run
+        .retrying("revoke", DataStoreError::is_retryable, || {
+            store.update_lease(lease_id, LeaseUpdate::Revoke)
+        })
+        .await
+    {
+        Ok(true) => run.report.leases_revoked += 1,
+        Ok(false) => tracing::debug!(%lease_id, "lease already ended"),
+        Err(RetryError::Failed(e) | RetryError::Cancelled(e)) => {
+            tracing::warn!(%lease_id, error = %e, "could not revoke the lease; it ends when it expires");
+            run.errors.report(ArchivistError::DataStore(e));
+        }
+    }
 }

@@ -1,0 +1,365 @@
+//! What the four archivists share: the task behind an [`ArchivistHandle`] and its run state,
+//! retries that report passing failures, and the receive → decode → store → settle steps of a
+//! batch of deliveries.
+//!
+//! Settling rules, the same for every archivist: poison goes to the dead-letter queue at once;
+//! a delivery is acknowledged only after the datastore committed its content; on a lasting
+//! failure or a cancellation every delivery still in hand is released, never dropped.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use datastore::DataStoreError;
+use futures::future::join_all;
+use messagebus::{BusError, Delivery, Receiver};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::handle::ERROR_CHANNEL_CAPACITY;
+use crate::messages::{self, Message};
+use crate::{ArchivistError, ArchivistHandle, Ended, Report, RetryError, RetryPolicy};
+
+/// The sending side of a run's errors channel. Never blocks: a full (or abandoned) channel
+/// drops the error and counts it.
+pub(crate) struct ErrorSink {
+    tx: mpsc::Sender<ArchivistError>,
+    dropped: AtomicU64,
+}
+
+impl ErrorSink {
+    /// Hands `error` to the host if it has room for it.
+    pub(crate) fn report(&self, error: ArchivistError) {
+        if self.tx.try_send(error).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The state of one run: what it is, how to stop and retry, and what it did so far.
+pub(crate) struct Run {
+    /// The archivist's name, for logs.
+    pub(crate) name: &'static str,
+    pub(crate) token: CancellationToken,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) errors: ErrorSink,
+    pub(crate) report: Report,
+}
+
+/// Spawns `body` as the archivist's task and returns its handle. The body gets the run state
+/// and gives it back with how the run ended; the report then goes to the done channel.
+pub(crate) fn spawn<F, Fut>(
+    name: &'static str,
+    token: CancellationToken,
+    retry: RetryPolicy,
+    body: F,
+) -> ArchivistHandle
+where
+    F: FnOnce(Run) -> Fut,
+    Fut: Future<Output = (Run, Ended)> + Send + 'static,
+{
+    let (tx, errors) = mpsc::channel(ERROR_CHANNEL_CAPACITY);
+    let (done_tx, done) = oneshot::channel();
+    let run = Run {
+        name,
+        token,
+        retry,
+        errors: ErrorSink {
+            tx,
+            dropped: AtomicU64::new(0),
+        },
+        report: Report::new(Ended::Finished),
+    };
+    let task = body(run);
+    tokio::spawn(async move {
+        let (run, ended) = task.await;
+        // The host may have stopped waiting for the report; the run is over either way.
+        let _ = done_tx.send(run.finish(ended));
+    });
+    ArchivistHandle { errors, done }
+}
+
+/// Whether a datastore error condemns the data (poison) rather than the datastore.
+pub(crate) fn is_poison(error: &DataStoreError) -> bool {
+    matches!(
+        error,
+        DataStoreError::Invalid(_) | DataStoreError::Conflict(_)
+    )
+}
+
+/// A datastore operation over a batch of items, one output per item, all or nothing.
+#[async_trait]
+pub(crate) trait StoreBatch: Sync {
+    /// What is stored.
+    type Item: Send + Sync;
+    /// What storing one item says.
+    type Out: Send;
+    /// Stores `items` in one transaction.
+    async fn store(&self, items: &[Self::Item]) -> Result<Vec<Self::Out>, DataStoreError>;
+}
+
+/// Why a batch could not be finished: the run ends with this, deliveries in hand released.
+pub(crate) type Stop = Ended;
+
+impl Run {
+    fn finish(mut self, ended: Ended) -> Report {
+        self.report.ended = ended;
+        self.report.errors_dropped = self.errors.dropped.load(Ordering::Relaxed);
+        let r = &self.report;
+        tracing::info!(
+            archivist = self.name,
+            ended = ?r.ended,
+            received = r.received,
+            stored = r.stored,
+            duplicates = r.duplicates,
+            dead_lettered = r.dead_lettered,
+            released = r.released,
+            published = r.published,
+            leases_created = r.leases_created,
+            pairs_reclaimed = r.pairs_reclaimed,
+            leases_renewed = r.leases_renewed,
+            leases_revoked = r.leases_revoked,
+            errors_dropped = r.errors_dropped,
+            "run ended"
+        );
+        self.report
+    }
+
+    /// [`RetryPolicy::run`], reporting each failure that will be retried to the host.
+    pub(crate) async fn retrying<T, E, F, Fut>(
+        &self,
+        what: &str,
+        retryable: fn(&E) -> bool,
+        mut op: F,
+    ) -> Result<T, RetryError<E>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Display,
+    {
+        let max = self.retry.max_attempts.max(1);
+        let mut attempt = 0u32;
+        self.retry
+            .run(&self.token, retryable, || {
+                attempt += 1;
+                let will_retry = attempt < max;
+                let fut = op();
+                async move {
+                    let out = fut.await;
+                    if let Err(e) = &out {
+                        if will_retry && retryable(e) {
+                            tracing::warn!(archivist = self.name, attempt, error = %e, "{what} failed, will retry");
+                            self.errors
+                                .report(ArchivistError::Transient(format!("{what}: {e}")));
+                        }
+                    }
+                    out
+                }
+            })
+            .await
+    }
+
+    /// Receives up to `max` messages, retrying passing bus failures. Cancellation abandons
+    /// the receive at once (nothing is lost: a message is in flight only once handed out).
+    pub(crate) async fn receive(
+        &self,
+        receiver: &dyn Receiver,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<Delivery>, Stop> {
+        tokio::select! {
+            biased;
+            _ = self.token.cancelled() => Err(Ended::Cancelled),
+            out = self.retrying("receive", BusError::is_retryable, || receiver.receive(max, wait)) => {
+                match out {
+                    Ok(deliveries) => Ok(deliveries),
+                    Err(RetryError::Cancelled(_)) => Err(Ended::Cancelled),
+                    Err(RetryError::Failed(e)) => Err(Ended::Failed(ArchivistError::Bus(e))),
+                }
+            }
+        }
+    }
+
+    /// Decodes each delivery; poison goes to the dead-letter queue at once.
+    pub(crate) async fn decode_batch<M: Message>(
+        &mut self,
+        deliveries: Vec<Delivery>,
+    ) -> Vec<(Delivery, M)> {
+        self.report.received += deliveries.len() as u64;
+        let mut valid = Vec::with_capacity(deliveries.len());
+        let mut poison = Vec::new();
+        for delivery in deliveries {
+            match messages::decode::<M>(delivery.body()) {
+                Ok(message) => valid.push((delivery, message)),
+                Err(e) => poison.push((delivery, e.to_string())),
+            }
+        }
+        self.dead_letter_all(poison).await;
+        valid
+    }
+
+    /// Sets each delivery aside in the dead-letter queue with its reason.
+    pub(crate) async fn dead_letter_all(&mut self, poison: Vec<(Delivery, String)>) {
+        if poison.is_empty() {
+            return;
+        }
+        let outcomes = join_all(poison.into_iter().map(|(delivery, reason)| async move {
+            let message_id = delivery.message_id().to_string();
+            let out = delivery.dead_letter(&reason).await;
+            (message_id, reason, out)
+        }))
+        .await;
+        for (message_id, reason, out) in outcomes {
+            match out {
+                Ok(()) => {
+                    self.report.dead_lettered += 1;
+                    tracing::warn!(archivist = self.name, %message_id, %reason, "dead-lettered");
+                    self.errors
+                        .report(ArchivistError::DeadLettered { message_id, reason });
+                }
+                Err(e) => {
+                    // The message comes back when its visibility runs out, and is tried again.
+                    tracing::warn!(archivist = self.name, %message_id, error = %e, "could not dead-letter");
+                    self.errors.report(ArchivistError::Bus(e));
+                }
+            }
+        }
+    }
+
+    /// Acknowledges deliveries whose content is stored.
+    pub(crate) async fn ack_all(&mut self, deliveries: Vec<Delivery>) {
+        let outcomes = join_all(deliveries.into_iter().map(|d| async move {
+            let message_id = d.message_id().to_string();
+            (message_id, d.ack().await)
+        }))
+        .await;
+        for (message_id, out) in outcomes {
+            if let Err(e) = out {
+                // Redelivered later; storing it again changes nothing.
+                tracing::warn!(archivist = self.name, %message_id, error = %e, "could not acknowledge");
+                self.errors.report(ArchivistError::Bus(e));
+            }
+        }
+    }
+
+    /// Makes deliveries visible again for another try.
+    pub(crate) async fn release_all(&mut self, deliveries: Vec<Delivery>) {
+        let outcomes = join_all(deliveries.into_iter().map(|d| async move {
+            let message_id = d.message_id().to_string();
+            (message_id, d.release().await)
+        }))
+        .await;
+        for (message_id, out) in outcomes {
+            match out {
+                Ok(()) => self.report.released += 1,
+                Err(e) => {
+                    // It comes back anyway when its visibility runs out.
+                    tracing::warn!(archivist = self.name, %message_id, error = %e, "could not release");
+                    self.errors.report(ArchivistError::Bus(e));
+                }
+            }
+        }
+    }
+
+    /// Stores a batch in one call. If the datastore rejects the batch as poison, stores the
+    /// items one by one so that only the poison ones are dead-lettered, with the datastore's
+    /// reason. Passing failures are retried; when retries run out or the run is cancelled
+    /// while waiting to retry, every delivery in hand is released and the run stops.
+    pub(crate) async fn store_batch<S: StoreBatch>(
+        &mut self,
+        op: &S,
+        batch: Vec<(Delivery, S::Item)>,
+    ) -> Result<Vec<(Delivery, S::Item, S::Out)>, Stop> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (deliveries, items): (Vec<Delivery>, Vec<S::Item>) = batch.into_iter().unzip();
+        let out = self
+            .retrying("store", DataStoreError::is_retryable, || op.store(&items))
+            .await;
+        let rejected = match out {
+            Ok(outs) if outs.len() == items.len() => {
+                return Ok(deliveries
+                    .into_iter()
+                    .zip(items)
+                    .zip(outs)
+                    .map(|((d, i), o)| (d, i, o))
+                    .collect())
+            }
+            Ok(outs) => {
+                let e = miscount(outs.len(), items.len());
+                self.release_all(deliveries).await;
+                return Err(Ended::Failed(e));
+            }
+            Err(RetryError::Failed(e)) if is_poison(&e) => e,
+            Err(RetryError::Failed(e)) => {
+                self.release_all(deliveries).await;
+                return Err(Ended::Failed(ArchivistError::DataStore(e)));
+            }
+            Err(RetryError::Cancelled(_)) => {
+                self.release_all(deliveries).await;
+                return Err(Ended::Cancelled);
+            }
+        };
+        if items.len() == 1 {
+            let poison = deliveries
+                .into_iter()
+                .map(|d| (d, rejected.to_string()))
+                .collect();
+            self.dead_letter_all(poison).await;
+            return Ok(Vec::new());
+        }
+        tracing::debug!(
+            archivist = self.name,
+            items = items.len(),
+            error = %rejected,
+            "batch rejected, storing one by one"
+        );
+        let mut stored = Vec::with_capacity(items.len());
+        let mut poison = Vec::new();
+        let mut pending = deliveries.into_iter().zip(items);
+        while let Some((delivery, item)) = pending.next() {
+            let out = self
+                .retrying("store", DataStoreError::is_retryable, || {
+                    op.store(std::slice::from_ref(&item))
+                })
+                .await;
+            let stop = match out {
+                Ok(mut outs) if outs.len() == 1 => match outs.pop() {
+                    Some(o) => {
+                        stored.push((delivery, item, o));
+                        continue;
+                    }
+                    None => Ended::Failed(miscount(0, 1)),
+                },
+                Ok(outs) => Ended::Failed(miscount(outs.len(), 1)),
+                Err(RetryError::Failed(e)) if is_poison(&e) => {
+                    poison.push((delivery, e.to_string()));
+                    continue;
+                }
+                Err(RetryError::Failed(e)) => Ended::Failed(ArchivistError::DataStore(e)),
+                Err(RetryError::Cancelled(_)) => Ended::Cancelled,
+            };
+            // Items stored so far are released too: storing them again changes nothing, and
+            // the caller's follow-up work (lease updates) is then redone with them.
+            let mut release: Vec<Delivery> = stored.into_iter().map(|(d, _, _)| d).collect();
+            release.push(delivery);
+            release.extend(pending.map(|(d, _)| d));
+            self.dead_letter_all(poison).await;
+            self.release_all(release).await;
+            return Err(stop);
+        }
+        self.dead_letter_all(poison).await;
+        Ok(stored)
+    }
+}
+
+/// A datastore that answers a batch with the wrong number of outcomes is broken: stop rather
+/// than guess which message each outcome belongs to.
+fn miscount(got: usize, expected: usize) -> ArchivistError {
+    ArchivistError::DataStore(DataStoreError::Config(format!(
+        "datastore bug: {got} outcomes for {expected} items"
+    )))
+}
