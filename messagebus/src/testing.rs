@@ -61,6 +61,7 @@ macro_rules! bus_conformance_tests {
             round_trip,
             send_batch_many,
             receive_respects_max,
+            waiting_receiver_gets_later_send,
             empty_queue_returns_empty,
             ack_removes,
             release_redelivers,
@@ -188,6 +189,8 @@ where
     Fut: Future<Output = Arc<dyn Bus>>,
 {
     let (_bus, _queue, tx, rx) = setup(fresh, QueueSettings::default(), "batch").await;
+    // An empty batch sends nothing and is no error (SQS refuses empty batch requests).
+    tx.send_batch(Vec::new()).await.unwrap();
     let bodies: Vec<Vec<u8>> = (0..25)
         .map(|i| format!("{{\"n\":{i}}}").into_bytes())
         .collect();
@@ -223,6 +226,31 @@ where
     all.extend(rest);
     assert_eq!(body_set(&all).len(), 5);
     ack_all(all).await;
+
+    // Zero asks for nothing; more than a bus hands out at once (SQS: ten) is capped, not
+    // refused.
+    tx.send(b"one more".to_vec()).await.unwrap();
+    assert!(rx.receive(0, SHORT_WAIT).await.unwrap().is_empty());
+    let many = rx.receive(100, PATIENCE).await.unwrap();
+    assert_eq!(many.len(), 1);
+    ack_all(many).await;
+}
+
+/// A receiver already waiting gets a message sent while it waits, within its wait.
+pub async fn waiting_receiver_gets_later_send<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (_bus, _queue, tx, rx) = setup(fresh, QueueSettings::default(), "later").await;
+    let waiting = tokio::spawn(async move { rx.receive(10, PATIENCE).await });
+    // Most often the receiver is waiting by now; either order must deliver.
+    tokio::task::yield_now().await;
+    tx.send(b"late".to_vec()).await.unwrap();
+    let got = waiting.await.unwrap().unwrap();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].body(), b"late");
+    ack_all(got).await;
 }
 
 /// A receive on an empty queue returns an empty vector once its wait is over.
