@@ -1,41 +1,794 @@
-//! TODO(sqlite helper)
-use crate::Result;
-/// The SQLite adapter.
+//! The SQLite adapter, [`SqliteDataStore`]: the embedded default datastore.
+//!
+//! The schema is `migrations/sqlite/` (the design is shared with the Postgres adapter: research
+//! pairs are implied by `episodes × clips`, only leased and researched pairs have rows). Times
+//! are stored as INTEGER unix microseconds.
+//!
+//! Every write that reads before it writes runs in a `BEGIN IMMEDIATE` transaction: it takes
+//! the file's write lock up front, so concurrent writers (tasks of one process, or several
+//! processes on one file) queue on the busy timeout instead of failing to upgrade a read
+//! snapshot, and `lease_next` can never hand out a pair twice. Sets of ids travel into SQL as
+//! one JSON array bound to `json_each(?)`, so statements stay few and their text fixed.
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+use std::time::Duration as StdDuration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
+use uuid::Uuid;
+
+use crate::{
+    redact_url, ClipInfo, DataStore, DataStoreError, EpisodeInfo, Lease, LeaseRequest, LeaseUpdate,
+    Match, MatchFilter, RecordOutcome, ResearchResult, Result, Status,
+};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+/// How long a statement waits for another connection's write lock before failing (retryably).
+const BUSY_TIMEOUT: StdDuration = StdDuration::from_secs(5);
+
+/// Connections per file-backed pool. Writers are serialised by SQLite anyway; more connections
+/// only help concurrent readers.
+const MAX_CONNECTIONS: u32 = 8;
+
+/// Bound values per statement: under the bundled SQLite's limit of 32,766.
+const MAX_BINDS: usize = 30_000;
+
+/// The SQLite [`DataStore`]. Cheap to clone: clones share one connection pool.
 #[derive(Debug, Clone)]
-pub struct SqliteDataStore {}
+pub struct SqliteDataStore {
+    pool: SqlitePool,
+}
+
 impl SqliteDataStore {
-    /// Opens (creating if missing) the SQLite file at `url`.
-    pub async fn connect(_url: &str) -> Result<Self> {
-        todo!()
+    /// Opens the SQLite database at `url` (`sqlite://path`, `sqlite:path`, or
+    /// `sqlite::memory:`), creating the file if missing, in WAL mode with foreign keys on and
+    /// a busy timeout. Does not migrate.
+    ///
+    /// An in-memory URL gets a pool of exactly one connection that is never closed, so the
+    /// database lives as long as the store.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let options = SqliteConnectOptions::from_str(url).map_err(|e| {
+            DataStoreError::Config(format!("invalid SQLite URL {:?}: {e}", redact_url(url)))
+        })?;
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let options = options
+            .create_if_missing(true)
+            .journal_mode(if in_memory {
+                SqliteJournalMode::Memory
+            } else {
+                SqliteJournalMode::Wal
+            })
+            // NORMAL is the recommended WAL setting: durable across process crashes, and a
+            // commit costs no fsync.
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true);
+        let pool_options = if in_memory {
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+        } else {
+            SqlitePoolOptions::new().max_connections(MAX_CONNECTIONS)
+        };
+        let pool = pool_options.connect_with(options).await?;
+        tracing::debug!(url = %redact_url(url), "opened SQLite datastore");
+        Ok(Self { pool })
+    }
+
+    /// A new, empty, unmigrated database in memory, private to this store (and its clones).
+    pub async fn in_memory() -> Result<Self> {
+        Self::connect("sqlite::memory:").await
+    }
+
+    /// Starts a transaction that holds the write lock from its first statement.
+    async fn begin_immediate(&self) -> Result<Transaction<'static, Sqlite>> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
 }
-#[async_trait::async_trait]
-impl crate::DataStore for SqliteDataStore {
+
+#[async_trait]
+impl DataStore for SqliteDataStore {
     async fn migrate(&self) -> Result<()> {
-        todo!()
+        // sqlx's SQLite migrator takes no lock: holding the write lock for the whole run makes
+        // concurrent `migrate` calls (from several processes) wait, then find nothing to do.
+        let mut tx = self.begin_immediate().await?;
+        // `run_direct` sidesteps `run`'s lifetime-specific `Acquire` bound, which `#[async_trait]`'s
+        // `Send` check cannot prove.
+        MIGRATOR.run_direct(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
     }
-    async fn upsert_episodes(&self, _: &[crate::EpisodeInfo]) -> Result<()> {
-        todo!()
+
+    async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> Result<()> {
+        let batch = dedupe_later_wins(episodes, |e| (e.title.as_str(), e.date_aired));
+        if batch.is_empty() {
+            return Ok(());
+        }
+        check_unique_media_uris(&batch, |e| &e.media_uri, "episodes")?;
+        let mut tx = self.begin_immediate().await?;
+        // Only a new item must not be last curated before it was first curated, and such
+        // items are rare: look up just those.
+        for e in batch
+            .iter()
+            .filter(|e| e.last_date_curated < e.initial_date_curated)
+        {
+            let known: Option<i64> =
+                sqlx::query_scalar("SELECT id FROM episodes WHERE title = ?1 AND date_aired = ?2")
+                    .bind(&e.title)
+                    .bind(micros(e.date_aired))
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if known.is_none() {
+                return Err(DataStoreError::Invalid(format!(
+                    "new episode {:?} aired {} was last curated ({}) before it was first curated ({})",
+                    e.title, e.date_aired, e.last_date_curated, e.initial_date_curated
+                )));
+            }
+        }
+        for chunk in batch.chunks(MAX_BINDS / 9) {
+            let mut query = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO episodes (title, date_aired, initial_date_curated, \
+                 last_date_curated, curator_information, description, media_uri, media_type, \
+                 priority) ",
+            );
+            query.push_values(chunk, |mut row, e| {
+                row.push_bind(&e.title)
+                    .push_bind(micros(e.date_aired))
+                    .push_bind(micros(e.initial_date_curated))
+                    .push_bind(micros(e.last_date_curated))
+                    .push_bind(&e.curator_information)
+                    .push_bind(&e.description)
+                    .push_bind(&e.media_uri)
+                    .push_bind(&e.media_type)
+                    .push_bind(e.priority);
+            });
+            query.push(
+                " ON CONFLICT (title, date_aired) DO UPDATE SET \
+                 last_date_curated = excluded.last_date_curated, \
+                 curator_information = excluded.curator_information, \
+                 description = excluded.description, \
+                 media_uri = excluded.media_uri, \
+                 media_type = excluded.media_type, \
+                 priority = excluded.priority",
+            );
+            if let Err(e) = query.build().execute(&mut *tx).await {
+                if !is_unique_violation(&e) {
+                    return Err(e.into());
+                }
+                return Err(episode_conflict(&mut tx, chunk, &e).await);
+            }
+        }
+        tx.commit().await?;
+        Ok(())
     }
-    async fn upsert_clips(&self, _: &[crate::ClipInfo]) -> Result<()> {
-        todo!()
+
+    async fn upsert_clips(&self, clips: &[ClipInfo]) -> Result<()> {
+        let batch = dedupe_later_wins(clips, |c| c.title.as_str());
+        if batch.is_empty() {
+            return Ok(());
+        }
+        check_unique_media_uris(&batch, |c| &c.media_uri, "clips")?;
+        let mut tx = self.begin_immediate().await?;
+        for c in batch
+            .iter()
+            .filter(|c| c.last_date_curated < c.initial_date_curated)
+        {
+            let known: Option<i64> = sqlx::query_scalar("SELECT id FROM clips WHERE title = ?1")
+                .bind(&c.title)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if known.is_none() {
+                return Err(DataStoreError::Invalid(format!(
+                    "new clip {:?} was last curated ({}) before it was first curated ({})",
+                    c.title, c.last_date_curated, c.initial_date_curated
+                )));
+            }
+        }
+        for chunk in batch.chunks(MAX_BINDS / 8) {
+            let mut query = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO clips (title, initial_date_curated, last_date_curated, \
+                 curator_information, description, media_uri, media_type, priority) ",
+            );
+            query.push_values(chunk, |mut row, c| {
+                row.push_bind(&c.title)
+                    .push_bind(micros(c.initial_date_curated))
+                    .push_bind(micros(c.last_date_curated))
+                    .push_bind(&c.curator_information)
+                    .push_bind(&c.description)
+                    .push_bind(&c.media_uri)
+                    .push_bind(&c.media_type)
+                    .push_bind(c.priority);
+            });
+            query.push(
+                " ON CONFLICT (title) DO UPDATE SET \
+                 last_date_curated = excluded.last_date_curated, \
+                 curator_information = excluded.curator_information, \
+                 description = excluded.description, \
+                 media_uri = excluded.media_uri, \
+                 media_type = excluded.media_type, \
+                 priority = excluded.priority",
+            );
+            if let Err(e) = query.build().execute(&mut *tx).await {
+                if !is_unique_violation(&e) {
+                    return Err(e.into());
+                }
+                return Err(clip_conflict(&mut tx, chunk, &e).await);
+            }
+        }
+        tx.commit().await?;
+        Ok(())
     }
-    async fn lease_next(&self, _: crate::LeaseRequest) -> Result<Option<crate::Lease>> {
-        todo!()
+
+    async fn lease_next(&self, request: LeaseRequest) -> Result<Option<Lease>> {
+        let now = micros(request.now);
+        let expires_at = request
+            .now
+            .checked_add_signed(request.duration)
+            .ok_or_else(|| {
+                DataStoreError::Invalid(format!(
+                    "lease duration {} from {} is out of range",
+                    request.duration, request.now
+                ))
+            })?;
+        let max_clips = i64::from(request.max_clips.max(1));
+        let mut tx = self.begin_immediate().await?;
+
+        let clip_count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM clips")
+            .fetch_one(&mut *tx)
+            .await?;
+        if clip_count == 0 {
+            tx.commit().await?;
+            return Ok(None);
+        }
+
+        // Walks episodes_urgency and stops at the first episode with a free pair. Fully
+        // researched episodes are skipped on a column compare, before the lease lookup.
+        let episode_row = sqlx::query(
+            "SELECT e.id, e.title, e.date_aired, e.initial_date_curated, e.last_date_curated, \
+                    e.curator_information, e.description, e.media_uri, e.media_type, e.priority \
+             FROM episodes e \
+             WHERE e.researched_count < ?2 \
+               AND e.researched_count + COALESCE( \
+                     (SELECT SUM(l.held_pairs) FROM leases l \
+                      WHERE l.episode_id = e.id AND l.expires_at > ?1), 0) < ?2 \
+             ORDER BY e.priority DESC, e.date_aired DESC, e.initial_date_curated DESC, \
+                      e.id DESC \
+             LIMIT 1",
+        )
+        .bind(now)
+        .bind(clip_count)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(episode_row) = episode_row else {
+            tx.commit().await?;
+            return Ok(None);
+        };
+        let episode_id: i64 = episode_row.try_get("id")?;
+        let episode = episode_from_row(&episode_row)?;
+
+        // Walks clips_urgency; `held` marks pairs still held by an expired lease.
+        let clip_rows = sqlx::query(
+            "SELECT c.id, c.title, c.initial_date_curated, c.last_date_curated, \
+                    c.curator_information, c.description, c.media_uri, c.media_type, \
+                    c.priority, \
+                    EXISTS (SELECT 1 FROM leased_pairs p \
+                            WHERE p.episode_id = ?1 AND p.clip_id = c.id) AS held \
+             FROM clips c \
+             WHERE NOT EXISTS (SELECT 1 FROM research_results r \
+                               WHERE r.episode_id = ?1 AND r.clip_id = c.id) \
+               AND NOT EXISTS (SELECT 1 FROM leased_pairs p JOIN leases l ON l.id = p.lease_id \
+                               WHERE p.episode_id = ?1 AND p.clip_id = c.id \
+                                 AND l.expires_at > ?2) \
+             ORDER BY c.priority DESC, c.initial_date_curated DESC, c.id DESC \
+             LIMIT ?3",
+        )
+        .bind(episode_id)
+        .bind(now)
+        .bind(max_clips)
+        .fetch_all(&mut *tx)
+        .await?;
+        if clip_rows.is_empty() {
+            // Cannot happen while researched_count and held_pairs are exact; say so loudly
+            // rather than hand out an empty work item.
+            tracing::warn!(
+                episode_id,
+                "episode counted as having free pairs but none were found"
+            );
+            tx.commit().await?;
+            return Ok(None);
+        }
+        let mut clip_ids = Vec::with_capacity(clip_rows.len());
+        let mut held_ids = Vec::new();
+        let mut clips = Vec::with_capacity(clip_rows.len());
+        for row in &clip_rows {
+            let id: i64 = row.try_get("id")?;
+            clip_ids.push(id);
+            if row.try_get::<bool, _>("held")? {
+                held_ids.push(id);
+            }
+            clips.push(clip_from_row(row)?);
+        }
+
+        // Take over the pairs of expired leases.
+        let reclaimed_pairs = held_ids.len();
+        if !held_ids.is_empty() {
+            let owners: Vec<Uuid> = sqlx::query_scalar(
+                "DELETE FROM leased_pairs \
+                 WHERE episode_id = ?1 AND clip_id IN (SELECT value FROM json_each(?2)) \
+                 RETURNING lease_id",
+            )
+            .bind(episode_id)
+            .bind(json_ids(&held_ids))
+            .fetch_all(&mut *tx)
+            .await?;
+            release_pairs(&mut tx, &owners, Some(now)).await?;
+        }
+
+        let lease_id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO leases (id, episode_id, created_at, expires_at, held_pairs) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .bind(lease_id)
+        .bind(episode_id)
+        .bind(now)
+        .bind(micros(expires_at))
+        .bind(len_i64(clip_ids.len()))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO leased_pairs (episode_id, clip_id, lease_id) \
+             SELECT ?1, value, ?2 FROM json_each(?3)",
+        )
+        .bind(episode_id)
+        .bind(lease_id)
+        .bind(json_ids(&clip_ids))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+
+        Ok(Some(Lease {
+            id: lease_id,
+            expires_at: time(micros(expires_at))?,
+            episode,
+            clips,
+            reclaimed_pairs: u32::try_from(reclaimed_pairs).unwrap_or(u32::MAX),
+        }))
     }
-    async fn update_lease(&self, _: uuid::Uuid, _: crate::LeaseUpdate) -> Result<bool> {
-        todo!()
+
+    async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> Result<bool> {
+        // Single statements: each is its own transaction and reads nothing first.
+        let changed = match update {
+            LeaseUpdate::Renew { now, duration } => {
+                let expires_at = now.checked_add_signed(duration).ok_or_else(|| {
+                    DataStoreError::Invalid(format!(
+                        "lease duration {duration} from {now} is out of range"
+                    ))
+                })?;
+                sqlx::query("UPDATE leases SET expires_at = ?2 WHERE id = ?1 AND expires_at > ?3")
+                    .bind(lease_id)
+                    .bind(micros(expires_at))
+                    .bind(micros(now))
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected()
+            }
+            // Its leased_pairs rows go with it (ON DELETE CASCADE).
+            LeaseUpdate::Revoke => sqlx::query("DELETE FROM leases WHERE id = ?1")
+                .bind(lease_id)
+                .execute(&self.pool)
+                .await?
+                .rows_affected(),
+        };
+        Ok(changed > 0)
     }
-    async fn record_results(
-        &self,
-        _: &[crate::ResearchResult],
-    ) -> Result<Vec<crate::RecordOutcome>> {
-        todo!()
+
+    async fn record_results(&self, results: &[ResearchResult]) -> Result<Vec<RecordOutcome>> {
+        let mut outcomes = vec![RecordOutcome::UnknownPair; results.len()];
+        if results.is_empty() {
+            return Ok(outcomes);
+        }
+        let mut tx = self.begin_immediate().await?;
+
+        // Resolve identities to ids, each distinct one once, in one statement per kind.
+        let mut episode_keys: Vec<(&str, i64)> = Vec::new();
+        let mut episode_index: HashMap<(&str, i64), usize> = HashMap::new();
+        let mut clip_titles: Vec<&str> = Vec::new();
+        let mut clip_index: HashMap<&str, usize> = HashMap::new();
+        for r in results {
+            let key = (r.episode.title.as_str(), micros(r.episode.date_aired));
+            episode_index.entry(key).or_insert_with(|| {
+                episode_keys.push(key);
+                episode_keys.len() - 1
+            });
+            clip_index.entry(r.clip_title.as_str()).or_insert_with(|| {
+                clip_titles.push(r.clip_title.as_str());
+                clip_titles.len() - 1
+            });
+        }
+        let episode_ids = resolve(
+            &mut tx,
+            "SELECT j.key, e.id FROM json_each(?1) j \
+             JOIN episodes e ON e.title = j.value ->> 0 AND e.date_aired = j.value ->> 1",
+            json_string(&episode_keys)?,
+            episode_keys.len(),
+        )
+        .await?;
+        let clip_ids = resolve(
+            &mut tx,
+            "SELECT j.key, c.id FROM json_each(?1) j JOIN clips c ON c.title = j.value",
+            json_string(&clip_titles)?,
+            clip_titles.len(),
+        )
+        .await?;
+
+        // Known pairs, first occurrence in the batch only; later ones are duplicates.
+        struct Candidate<'a> {
+            index: usize,
+            episode_id: i64,
+            clip_id: i64,
+            result: &'a ResearchResult,
+            offsets: String,
+        }
+        let mut seen = HashSet::new();
+        let mut candidates = Vec::new();
+        for (index, r) in results.iter().enumerate() {
+            let e = episode_index
+                .get(&(r.episode.title.as_str(), micros(r.episode.date_aired)))
+                .and_then(|&i| episode_ids[i]);
+            let c = clip_index
+                .get(r.clip_title.as_str())
+                .and_then(|&i| clip_ids[i]);
+            let (Some(episode_id), Some(clip_id)) = (e, c) else {
+                continue;
+            };
+            if !seen.insert((episode_id, clip_id)) {
+                outcomes[index] = RecordOutcome::Duplicate;
+                continue;
+            }
+            candidates.push(Candidate {
+                index,
+                episode_id,
+                clip_id,
+                result: r,
+                offsets: json_string(&r.clip_offsets_ns)?,
+            });
+        }
+
+        // Insert; RETURNING names the pairs that were new.
+        let mut inserted: HashSet<(i64, i64)> = HashSet::new();
+        for chunk in candidates.chunks(MAX_BINDS / 10) {
+            let mut query = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO research_results (episode_id, clip_id, lease_id, research_date, \
+                 episode_duration_ns, episode_hash, clip_duration_ns, clip_hash, \
+                 clip_offsets_ns, matched) ",
+            );
+            query.push_values(chunk, |mut row, c| {
+                row.push_bind(c.episode_id)
+                    .push_bind(c.clip_id)
+                    .push_bind(c.result.lease_id)
+                    .push_bind(micros(c.result.research_date))
+                    .push_bind(c.result.episode_duration_ns)
+                    .push_bind(&c.result.episode_hash)
+                    .push_bind(c.result.clip_duration_ns)
+                    .push_bind(&c.result.clip_hash)
+                    .push_bind(&c.offsets)
+                    .push_bind(!c.result.clip_offsets_ns.is_empty());
+            });
+            query.push(
+                " ON CONFLICT (episode_id, clip_id) DO NOTHING RETURNING episode_id, clip_id",
+            );
+            let rows = query.build().fetch_all(&mut *tx).await?;
+            for row in rows {
+                inserted.insert((row.try_get(0)?, row.try_get(1)?));
+            }
+        }
+
+        // Count the new results per episode and free their pairs from whatever lease holds them.
+        let mut per_episode: HashMap<i64, (i64, i64, Vec<i64>)> = HashMap::new();
+        for c in &candidates {
+            if inserted.contains(&(c.episode_id, c.clip_id)) {
+                outcomes[c.index] = RecordOutcome::Recorded;
+                let entry = per_episode.entry(c.episode_id).or_default();
+                entry.0 += 1;
+                entry.1 += i64::from(!c.result.clip_offsets_ns.is_empty());
+                entry.2.push(c.clip_id);
+            } else {
+                outcomes[c.index] = RecordOutcome::Duplicate;
+            }
+        }
+        let mut owners = Vec::new();
+        for (episode_id, (researched, matched, clip_ids)) in &per_episode {
+            sqlx::query(
+                "UPDATE episodes SET researched_count = researched_count + ?2, \
+                                     matched_count = matched_count + ?3 \
+                 WHERE id = ?1",
+            )
+            .bind(episode_id)
+            .bind(researched)
+            .bind(matched)
+            .execute(&mut *tx)
+            .await?;
+            let freed: Vec<Uuid> = sqlx::query_scalar(
+                "DELETE FROM leased_pairs \
+                 WHERE episode_id = ?1 AND clip_id IN (SELECT value FROM json_each(?2)) \
+                 RETURNING lease_id",
+            )
+            .bind(episode_id)
+            .bind(json_ids(clip_ids))
+            .fetch_all(&mut *tx)
+            .await?;
+            owners.extend(freed);
+        }
+        release_pairs(&mut tx, &owners, None).await?;
+        tx.commit().await?;
+        Ok(outcomes)
     }
-    async fn status(&self, _: chrono::DateTime<chrono::Utc>) -> Result<crate::Status> {
-        todo!()
+
+    async fn status(&self, now: DateTime<Utc>) -> Result<Status> {
+        // One statement: one consistent snapshot.
+        let row = sqlx::query(
+            "SELECT (SELECT COUNT(*) FROM episodes), \
+                    (SELECT COUNT(*) FROM clips), \
+                    (SELECT COALESCE(SUM(researched_count), 0) FROM episodes), \
+                    (SELECT COALESCE(SUM(matched_count), 0) FROM episodes), \
+                    (SELECT COUNT(*) FROM leases WHERE expires_at > ?1 AND held_pairs > 0), \
+                    (SELECT COUNT(*) FROM leases WHERE expires_at <= ?1), \
+                    (SELECT COALESCE(SUM(held_pairs), 0) FROM leases WHERE expires_at > ?1)",
+        )
+        .bind(micros(now))
+        .fetch_one(&self.pool)
+        .await?;
+        let count = |i: usize| -> Result<u64> {
+            let n: i64 = row.try_get(i)?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        };
+        let (episodes, clips) = (count(0)?, count(1)?);
+        Ok(Status {
+            episodes,
+            clips,
+            research_pairs: episodes.saturating_mul(clips),
+            researched_pairs: count(2)?,
+            matched_pairs: count(3)?,
+            active_leases: count(4)?,
+            expired_leases: count(5)?,
+            leased_pairs: count(6)?,
+        })
     }
-    async fn matches(&self, _: &crate::MatchFilter) -> Result<Vec<crate::Match>> {
-        todo!()
+
+    async fn matches(&self, filter: &MatchFilter) -> Result<Vec<Match>> {
+        let mut query = QueryBuilder::<Sqlite>::new(
+            "SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date \
+             FROM research_results r \
+             JOIN episodes e ON e.id = r.episode_id \
+             JOIN clips c ON c.id = r.clip_id \
+             WHERE r.matched = 1",
+        );
+        if let Some(title) = &filter.clip_title {
+            query.push(" AND c.title = ").push_bind(title);
+        }
+        if let Some(title) = &filter.episode_title {
+            query.push(" AND e.title = ").push_bind(title);
+        }
+        query.push(" ORDER BY e.date_aired DESC, e.title, c.title");
+        if let Some(limit) = filter.limit {
+            query
+                .push(" LIMIT ")
+                .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        }
+        let rows = query.build().fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|row| {
+                let offsets: String = row.try_get(3)?;
+                Ok(Match {
+                    episode_title: row.try_get(0)?,
+                    episode_date_aired: time(row.try_get(1)?)?,
+                    clip_title: row.try_get(2)?,
+                    clip_offsets_ns: serde_json::from_str(&offsets)
+                        .map_err(|e| corrupt(format!("clip_offsets_ns {offsets:?}: {e}")))?,
+                    research_date: time(row.try_get(4)?)?,
+                })
+            })
+            .collect()
     }
+}
+
+/// Removes `owners` (one entry per pair a lease lost) from their leases' `held_pairs`. With
+/// `expired_at`, deletes those leases that expired by then and now hold nothing: they were
+/// taken over entirely.
+async fn release_pairs(
+    tx: &mut Transaction<'static, Sqlite>,
+    owners: &[Uuid],
+    expired_at: Option<i64>,
+) -> Result<()> {
+    let mut lost: HashMap<Uuid, i64> = HashMap::new();
+    for id in owners {
+        *lost.entry(*id).or_default() += 1;
+    }
+    for (lease_id, n) in lost {
+        sqlx::query("UPDATE leases SET held_pairs = held_pairs - ?2 WHERE id = ?1")
+            .bind(lease_id)
+            .bind(n)
+            .execute(&mut **tx)
+            .await?;
+        if let Some(now) = expired_at {
+            sqlx::query("DELETE FROM leases WHERE id = ?1 AND held_pairs = 0 AND expires_at <= ?2")
+                .bind(lease_id)
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `sql`, which maps `json_each(?1)` keys (array indexes) to ids, and returns the id of
+/// each of the `len` array elements, `None` where there is no row.
+async fn resolve(
+    tx: &mut Transaction<'static, Sqlite>,
+    sql: &'static str,
+    json: String,
+    len: usize,
+) -> Result<Vec<Option<i64>>> {
+    let mut ids = vec![None; len];
+    let rows = sqlx::query(sql).bind(json).fetch_all(&mut **tx).await?;
+    for row in rows {
+        let key: i64 = row.try_get(0)?;
+        let id: i64 = row.try_get(1)?;
+        if let Some(slot) = usize::try_from(key).ok().and_then(|k| ids.get_mut(k)) {
+            *slot = Some(id);
+        }
+    }
+    Ok(ids)
+}
+
+/// The items of `batch` with distinct identities; of several with one identity the last wins.
+fn dedupe_later_wins<'a, T, K: Eq + std::hash::Hash>(
+    batch: &'a [T],
+    identity: impl Fn(&'a T) -> K,
+) -> Vec<&'a T> {
+    let mut seen = HashSet::new();
+    let mut kept: Vec<&T> = batch
+        .iter()
+        .rev()
+        .filter(|item| seen.insert(identity(item)))
+        .collect();
+    kept.reverse();
+    kept
+}
+
+/// Two distinct items of one batch with the same `media_uri` are a conflict.
+fn check_unique_media_uris<T>(
+    batch: &[&T],
+    media_uri: impl Fn(&T) -> &String,
+    kind: &str,
+) -> Result<()> {
+    let mut seen = HashSet::new();
+    for item in batch {
+        let uri = media_uri(item);
+        if !seen.insert(uri) {
+            return Err(DataStoreError::Conflict(format!(
+                "media_uri {uri:?} is given to two {kind} in one batch"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+/// Names the episode of `chunk` whose `media_uri` belongs to another stored episode.
+async fn episode_conflict(
+    tx: &mut Transaction<'static, Sqlite>,
+    chunk: &[&EpisodeInfo],
+    cause: &sqlx::Error,
+) -> DataStoreError {
+    for e in chunk {
+        let owner = sqlx::query("SELECT title, date_aired FROM episodes WHERE media_uri = ?1")
+            .bind(&e.media_uri)
+            .fetch_optional(&mut **tx)
+            .await;
+        let Ok(Some(owner)) = owner else { continue };
+        let (Ok(title), Ok(aired)) = (owner.try_get::<String, _>(0), owner.try_get::<i64, _>(1))
+        else {
+            continue;
+        };
+        if title != e.title || aired != micros(e.date_aired) {
+            return DataStoreError::Conflict(format!(
+                "media_uri {:?} of episode {:?} aired {} belongs to episode {:?}",
+                e.media_uri, e.title, e.date_aired, title
+            ));
+        }
+    }
+    DataStoreError::Conflict(format!("episodes: {cause}"))
+}
+
+/// Names the clip of `chunk` whose `media_uri` belongs to another stored clip.
+async fn clip_conflict(
+    tx: &mut Transaction<'static, Sqlite>,
+    chunk: &[&ClipInfo],
+    cause: &sqlx::Error,
+) -> DataStoreError {
+    for c in chunk {
+        let owner: std::result::Result<Option<String>, _> =
+            sqlx::query_scalar("SELECT title FROM clips WHERE media_uri = ?1")
+                .bind(&c.media_uri)
+                .fetch_optional(&mut **tx)
+                .await;
+        if let Ok(Some(title)) = owner {
+            if title != c.title {
+                return DataStoreError::Conflict(format!(
+                    "media_uri {:?} of clip {:?} belongs to clip {:?}",
+                    c.media_uri, c.title, title
+                ));
+            }
+        }
+    }
+    DataStoreError::Conflict(format!("clips: {cause}"))
+}
+
+fn episode_from_row(row: &SqliteRow) -> Result<EpisodeInfo> {
+    Ok(EpisodeInfo {
+        initial_date_curated: time(row.try_get("initial_date_curated")?)?,
+        last_date_curated: time(row.try_get("last_date_curated")?)?,
+        curator_information: row.try_get("curator_information")?,
+        date_aired: time(row.try_get("date_aired")?)?,
+        title: row.try_get("title")?,
+        description: row.try_get("description")?,
+        media_uri: row.try_get("media_uri")?,
+        media_type: row.try_get("media_type")?,
+        priority: row.try_get("priority")?,
+    })
+}
+
+fn clip_from_row(row: &SqliteRow) -> Result<ClipInfo> {
+    Ok(ClipInfo {
+        initial_date_curated: time(row.try_get("initial_date_curated")?)?,
+        last_date_curated: time(row.try_get("last_date_curated")?)?,
+        curator_information: row.try_get("curator_information")?,
+        title: row.try_get("title")?,
+        description: row.try_get("description")?,
+        media_uri: row.try_get("media_uri")?,
+        media_type: row.try_get("media_type")?,
+        priority: row.try_get("priority")?,
+    })
+}
+
+/// A time as stored: unix microseconds (finer precision is dropped).
+fn micros(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+/// A stored time.
+fn time(us: i64) -> Result<DateTime<Utc>> {
+    DateTime::from_timestamp_micros(us).ok_or_else(|| corrupt(format!("time {us}µs out of range")))
+}
+
+/// Stored data this adapter cannot have written.
+fn corrupt(what: String) -> DataStoreError {
+    DataStoreError::Database(sqlx::Error::Decode(what.into()))
+}
+
+fn json_ids(ids: &[i64]) -> String {
+    // Integers always serialise; the fallback is never used.
+    serde_json::to_string(ids).unwrap_or_else(|_| "[]".into())
+}
+
+fn json_string<T: serde::Serialize + ?Sized>(value: &T) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| DataStoreError::Invalid(e.to_string()))
+}
+
+fn len_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
