@@ -26,6 +26,8 @@ mod sqlite;
 mod store;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
+#[cfg(all(any(test, feature = "test-utils"), feature = "postgres"))]
+pub mod testing_pg;
 
 pub use connect::{connect, redact_url};
 pub use error::DataStoreError;

@@ -1,41 +1,1147 @@
-//! TODO(postgres helper)
-use crate::Result;
-/// The Postgres adapter.
+//! The Postgres adapter, [`PgDataStore`]: the production datastore, safe under any number of
+//! archivists sharing one database.
+//!
+//! Schema: `migrations/postgres/` (briefing SCHEMA.md). No row per research pair: pairs are
+//! implied by `episodes × clips`; only leased and researched pairs are stored.
+//!
+//! Concurrency, in short (each statement says why its own locking is enough):
+//! - Every transaction is READ COMMITTED, so each statement sees what committed before it began.
+//! - `lease_next` runs under `pg_advisory_xact_lock(LEASE_LOCK_KEY)`: lease selections are
+//!   serialised, so two selections never pick the same free pair.
+//! - `lease_next` and `record_results` both take the episode's row lock (`FOR NO KEY UPDATE`)
+//!   before they read or write that episode's pairs, so a pair cannot be leased and recorded
+//!   at the same time (which would leave a researched pair leased).
+//! - The primary key of `leased_pairs` is the constraint-level proof that no pair is held by
+//!   two leases; the primary key of `research_results` makes recording idempotent.
+//! - Row locks are taken in one order everywhere: episodes, then leased_pairs, then leases.
+//!   A deadlock that slips through anyway is retried like any passing failure.
+//!
+//! Passing failures (a restarted Postgres, a pool timeout, a deadlock) are retried here, a few
+//! times with backoff, when the transaction surely did not commit or when running it twice
+//! changes nothing. What still fails reaches the caller, classified by
+//! [`DataStoreError::is_retryable`].
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgDatabaseError, PgPool, PgPoolOptions};
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+use crate::{
+    redact_url, ClipInfo, DataStore, DataStoreError, EpisodeInfo, EpisodeKey, Lease, LeaseRequest,
+    LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Result, Status,
+};
+
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Serialises lease selection across every process using the database ("archivis" in ASCII).
+const LEASE_LOCK_KEY: i64 = 0x6172_6368_6976_6973;
+
+/// Explicit, so that a server whose default isolation is stricter does not change the
+/// reasoning below (and does not add serialization failures).
+const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// Attempts per operation, the first included. The archivists retry further with their own
+/// policy; this only absorbs blips (a deadlock, a connection that died in the pool).
+const MAX_ATTEMPTS: u32 = 4;
+const FIRST_BACKOFF: Duration = Duration::from_millis(25);
+
+/// How often `lease_next` re-selects when the chosen episode filled up while it waited for the
+/// episode's lock. Each retry sees newer data; more than a couple is very unlikely.
+const MAX_RESELECTS: usize = 16;
+
+/// The Postgres adapter. Cheap to clone: clones share one connection pool.
 #[derive(Debug, Clone)]
-pub struct PgDataStore {}
+pub struct PgDataStore {
+    pool: PgPool,
+}
+
 impl PgDataStore {
-    /// Opens (creating if missing) the SQLite file at `url`.
-    pub async fn connect(_url: &str) -> Result<Self> {
-        todo!()
+    /// Connects to the database at `url` (`postgres://user:password@host:port/database`)
+    /// with a pool of up to 10 connections. Does not migrate.
+    ///
+    /// Fails with [`DataStoreError::Config`] for a malformed URL, a refused login or a missing
+    /// database, and with [`DataStoreError::Unavailable`] (retryable) when the server cannot
+    /// be reached. The password never appears in logs or errors.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let options = PgConnectOptions::from_str(url).map_err(|e| {
+            DataStoreError::Config(format!(
+                "invalid Postgres URL {}: {}",
+                redact_url(url),
+                strip_secret(&e.to_string(), url)
+            ))
+        })?;
+        let pool = PgPoolOptions::new()
+            .max_connections(10)
+            .acquire_timeout(Duration::from_secs(10));
+        Self::connect_with(options.application_name("archivist"), pool)
+            .await
+            .map_err(|e| match e {
+                DataStoreError::Config(msg) => {
+                    DataStoreError::Config(format!("{}: {msg}", redact_url(url)))
+                }
+                other => other,
+            })
+            .inspect(|_| tracing::debug!(url = %redact_url(url), "connected to Postgres"))
+    }
+
+    /// Connects with explicit options (pool size, timeouts). Does not migrate. Errors as
+    /// [`connect`](Self::connect).
+    pub async fn connect_with(options: PgConnectOptions, pool: PgPoolOptions) -> Result<Self> {
+        let pool = pool
+            .connect_with(options)
+            .await
+            .map_err(classify_connect_error)?;
+        Ok(Self { pool })
+    }
+
+    /// Wraps an existing pool.
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    /// The connection pool, for tests and tools that need raw SQL.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
     }
 }
-#[async_trait::async_trait]
-impl crate::DataStore for PgDataStore {
+
+/// Errors met while connecting: a refused login or a missing database will not get better
+/// by retrying; an unreachable or starting server may.
+fn classify_connect_error(e: sqlx::Error) -> DataStoreError {
+    match &e {
+        sqlx::Error::Configuration(msg) => DataStoreError::Config(msg.to_string()),
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            // 28xxx: invalid authorization; 3D000: invalid catalog name (no such database).
+            if code.starts_with("28") || code == "3D000" {
+                DataStoreError::Config(db.message().to_string())
+            } else {
+                let err = DataStoreError::from(e);
+                if err.is_retryable() {
+                    match err {
+                        DataStoreError::Database(inner) => DataStoreError::Unavailable(inner),
+                        other => other,
+                    }
+                } else {
+                    err
+                }
+            }
+        }
+        _ => DataStoreError::from(e),
+    }
+}
+
+/// `text` without the password of `url`, should a parser have echoed it.
+fn strip_secret(text: &str, url: &str) -> String {
+    let redacted = redact_url(url);
+    let mut out = text.replace(url, &redacted);
+    if let Some(password) = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split(['/', '?', '#']).next())
+        .and_then(|auth| auth.rsplit_once('@'))
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .map(|(_, pw)| pw)
+        .filter(|pw| !pw.is_empty())
+    {
+        out = out.replace(password, "***");
+    }
+    out
+}
+
+// ------------------------------------------------------------------------------------ retries
+
+/// How an attempt failed: before its COMMIT was sent (so it surely rolled back), or at COMMIT.
+enum Failure {
+    Before(DataStoreError),
+    AtCommit(DataStoreError),
+}
+
+impl From<sqlx::Error> for Failure {
+    fn from(e: sqlx::Error) -> Self {
+        Failure::Before(e.into())
+    }
+}
+
+impl From<DataStoreError> for Failure {
+    fn from(e: DataStoreError) -> Self {
+        Failure::Before(e)
+    }
+}
+
+/// Whether an operation may be applied twice without harm, should a COMMIT whose outcome is
+/// unknown (the connection broke while committing) be retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replay {
+    /// Upserts, renewals, migrations: a second application changes nothing.
+    Harmless,
+    /// A second lease would strand the first lease's pairs until it expires; a second
+    /// recording would report Duplicate for what this call recorded. Not retried then.
+    Unsafe,
+}
+
+async fn commit(tx: Transaction<'_, Postgres>) -> Result<(), Failure> {
+    tx.commit()
+        .await
+        .map_err(|e| Failure::AtCommit(DataStoreError::from(e)))
+}
+
+/// Runs `attempt` (one whole transaction) until it succeeds, fails for good, or
+/// [`MAX_ATTEMPTS`] are spent, with jittered exponential backoff.
+async fn retrying<T, F, Fut>(op: &'static str, replay: Replay, mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Failure>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let (error, may_retry) = match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(Failure::Before(e)) => {
+                let r = e.is_retryable();
+                (e, r)
+            }
+            Err(Failure::AtCommit(e)) => {
+                // The server answering with an error means the transaction did not commit;
+                // a broken connection leaves the outcome unknown.
+                let surely_rolled_back =
+                    matches!(&e, DataStoreError::Database(sqlx::Error::Database(_)));
+                let r = e.is_retryable() && (surely_rolled_back || replay == Replay::Harmless);
+                (e, r)
+            }
+        };
+        if !may_retry || tries >= MAX_ATTEMPTS {
+            return Err(error);
+        }
+        let cap = FIRST_BACKOFF.saturating_mul(1 << (tries - 1));
+        // Full jitter: archivists retrying the same conflict spread out.
+        let wait = cap.mul_f64(rand::random::<f64>());
+        tracing::warn!(op, attempt = tries, error = %error, ?wait, "retrying a passing datastore failure");
+        tokio::time::sleep(wait).await;
+    }
+}
+
+// ------------------------------------------------------------------------------------ rows
+
+#[derive(sqlx::FromRow)]
+struct EpisodeRow {
+    title: String,
+    date_aired: DateTime<Utc>,
+    initial_date_curated: DateTime<Utc>,
+    last_date_curated: DateTime<Utc>,
+    curator_information: String,
+    description: String,
+    media_uri: String,
+    media_type: String,
+    priority: i32,
+}
+
+impl From<EpisodeRow> for EpisodeInfo {
+    fn from(r: EpisodeRow) -> Self {
+        EpisodeInfo {
+            initial_date_curated: r.initial_date_curated,
+            last_date_curated: r.last_date_curated,
+            curator_information: r.curator_information,
+            date_aired: r.date_aired,
+            title: r.title,
+            description: r.description,
+            media_uri: r.media_uri,
+            media_type: r.media_type,
+            priority: r.priority,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct ClipRow {
+    id: i64,
+    title: String,
+    initial_date_curated: DateTime<Utc>,
+    last_date_curated: DateTime<Utc>,
+    curator_information: String,
+    description: String,
+    media_uri: String,
+    media_type: String,
+    priority: i32,
+}
+
+#[derive(sqlx::FromRow)]
+struct LeasedClipRow {
+    lease_expires_at: DateTime<Utc>,
+    #[sqlx(flatten)]
+    clip: ClipRow,
+}
+
+impl From<ClipRow> for ClipInfo {
+    fn from(r: ClipRow) -> Self {
+        ClipInfo {
+            initial_date_curated: r.initial_date_curated,
+            last_date_curated: r.last_date_curated,
+            curator_information: r.curator_information,
+            title: r.title,
+            description: r.description,
+            media_uri: r.media_uri,
+            media_type: r.media_type,
+            priority: r.priority,
+        }
+    }
+}
+
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// The `media_uri` named in a unique violation's detail, `Key (media_uri)=(…) already exists.`
+fn conflicting_uri(e: &sqlx::Error) -> Option<String> {
+    let sqlx::Error::Database(db) = e else {
+        return None;
+    };
+    if db.code().as_deref() != Some("23505") {
+        return None;
+    }
+    let detail = db.try_downcast_ref::<PgDatabaseError>()?.detail()?;
+    let start = detail.find("=(")? + 2;
+    let end = detail.rfind(") already exists")?;
+    (start <= end).then(|| detail[start..end].to_string())
+}
+
+fn is_media_uri_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db)
+        if db.code().as_deref() == Some("23505")
+            && db.constraint().is_some_and(|c| c.ends_with("media_uri_key")))
+}
+
+// ------------------------------------------------------------------------------------ upserts
+
+/// The batch with one entry per identity, the later one winning, sorted by identity so that
+/// concurrent batches lock rows in the same order.
+fn dedupe_later_wins<T: Clone, K: Ord + Clone + std::hash::Hash>(
+    items: &[T],
+    key: impl Fn(&T) -> K,
+) -> Vec<T> {
+    let mut last: HashMap<K, usize> = HashMap::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        last.insert(key(item), i);
+    }
+    let mut keyed: Vec<(K, usize)> = last.into_iter().collect();
+    keyed.sort();
+    keyed.into_iter().map(|(_, i)| items[i].clone()).collect()
+}
+
+/// Two different identities of one batch claiming the same `media_uri`.
+fn batch_uri_conflict<'a, T, K: Eq + std::hash::Hash>(
+    items: &'a [T],
+    key: impl Fn(&'a T) -> K,
+    uri: impl Fn(&'a T) -> &'a str,
+) -> Option<&'a str> {
+    let mut seen: HashMap<&str, K> = HashMap::new();
+    for item in items {
+        let k = key(item);
+        if let Some(other) = seen.get(uri(item)) {
+            if *other != k {
+                return Some(uri(item));
+            }
+        } else {
+            seen.insert(uri(item), k);
+        }
+    }
+    None
+}
+
+const UPSERT_EPISODES: &str = "
+INSERT INTO episodes (title, date_aired, initial_date_curated, last_date_curated,
+                      curator_information, description, media_uri, media_type, priority)
+SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[],
+                     $5::text[], $6::text[], $7::text[], $8::text[], $9::int4[])
+ON CONFLICT (title, date_aired) DO UPDATE SET
+    last_date_curated = EXCLUDED.last_date_curated,
+    curator_information = EXCLUDED.curator_information,
+    description = EXCLUDED.description,
+    media_uri = EXCLUDED.media_uri,
+    media_type = EXCLUDED.media_type,
+    priority = EXCLUDED.priority";
+
+const NEW_EPISODES_AMONG: &str = "
+SELECT u.t FROM unnest($1::text[], $2::timestamptz[]) AS u(t, d)
+WHERE NOT EXISTS (SELECT 1 FROM episodes e WHERE e.title = u.t AND e.date_aired = u.d)
+LIMIT 1";
+
+const UPSERT_CLIPS: &str = "
+INSERT INTO clips (title, initial_date_curated, last_date_curated, curator_information,
+                   description, media_uri, media_type, priority)
+SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::text[],
+                     $5::text[], $6::text[], $7::text[], $8::int4[])
+ON CONFLICT (title) DO UPDATE SET
+    last_date_curated = EXCLUDED.last_date_curated,
+    curator_information = EXCLUDED.curator_information,
+    description = EXCLUDED.description,
+    media_uri = EXCLUDED.media_uri,
+    media_type = EXCLUDED.media_type,
+    priority = EXCLUDED.priority";
+
+const NEW_CLIPS_AMONG: &str = "
+SELECT u.t FROM unnest($1::text[]) AS u(t)
+WHERE NOT EXISTS (SELECT 1 FROM clips c WHERE c.title = u.t)
+LIMIT 1";
+
+async fn upsert_episodes_once(pool: &PgPool, batch: &[EpisodeInfo]) -> Result<(), Failure> {
+    let mut tx = pool.begin_with(BEGIN).await?;
+    // A rule only new episodes must keep; which are new is known only inside the transaction.
+    let suspects: Vec<&EpisodeInfo> = batch
+        .iter()
+        .filter(|e| e.last_date_curated < e.initial_date_curated)
+        .collect();
+    if !suspects.is_empty() {
+        let titles: Vec<&str> = suspects.iter().map(|e| e.title.as_str()).collect();
+        let dates: Vec<DateTime<Utc>> = suspects.iter().map(|e| e.date_aired).collect();
+        let new: Option<String> = sqlx::query_scalar(NEW_EPISODES_AMONG)
+            .bind(&titles)
+            .bind(&dates)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(title) = new {
+            return Err(Failure::Before(DataStoreError::Invalid(format!(
+                "new episode {title:?} was last curated before it was first curated"
+            ))));
+        }
+    }
+    let mut cols = (
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+    );
+    for e in batch {
+        cols.0.push(e.title.as_str());
+        cols.1.push(e.date_aired);
+        cols.2.push(e.initial_date_curated);
+        cols.3.push(e.last_date_curated);
+        cols.4.push(e.curator_information.as_str());
+        cols.5.push(e.description.as_str());
+        cols.6.push(e.media_uri.as_str());
+        cols.7.push(e.media_type.as_str());
+        cols.8.push(e.priority);
+    }
+    // One statement for the whole batch; the media_uri constraint is checked at its end.
+    let done = sqlx::query(UPSERT_EPISODES)
+        .bind(&cols.0)
+        .bind(&cols.1)
+        .bind(&cols.2)
+        .bind(&cols.3)
+        .bind(&cols.4)
+        .bind(&cols.5)
+        .bind(&cols.6)
+        .bind(&cols.7)
+        .bind(&cols.8)
+        .execute(&mut *tx)
+        .await;
+    if let Err(e) = done {
+        if is_media_uri_violation(&e) {
+            let uri = conflicting_uri(&e).unwrap_or_else(|| "of the batch".into());
+            return Err(Failure::Before(DataStoreError::Conflict(format!(
+                "media_uri {uri} already belongs to another episode"
+            ))));
+        }
+        return Err(e.into());
+    }
+    commit(tx).await
+}
+
+async fn upsert_clips_once(pool: &PgPool, batch: &[ClipInfo]) -> Result<(), Failure> {
+    let mut tx = pool.begin_with(BEGIN).await?;
+    let suspects: Vec<&str> = batch
+        .iter()
+        .filter(|c| c.last_date_curated < c.initial_date_curated)
+        .map(|c| c.title.as_str())
+        .collect();
+    if !suspects.is_empty() {
+        let new: Option<String> = sqlx::query_scalar(NEW_CLIPS_AMONG)
+            .bind(&suspects)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(title) = new {
+            return Err(Failure::Before(DataStoreError::Invalid(format!(
+                "new clip {title:?} was last curated before it was first curated"
+            ))));
+        }
+    }
+    let mut cols = (
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+        Vec::with_capacity(batch.len()),
+    );
+    for c in batch {
+        cols.0.push(c.title.as_str());
+        cols.1.push(c.initial_date_curated);
+        cols.2.push(c.last_date_curated);
+        cols.3.push(c.curator_information.as_str());
+        cols.4.push(c.description.as_str());
+        cols.5.push(c.media_uri.as_str());
+        cols.6.push(c.media_type.as_str());
+        cols.7.push(c.priority);
+    }
+    let done = sqlx::query(UPSERT_CLIPS)
+        .bind(&cols.0)
+        .bind(&cols.1)
+        .bind(&cols.2)
+        .bind(&cols.3)
+        .bind(&cols.4)
+        .bind(&cols.5)
+        .bind(&cols.6)
+        .bind(&cols.7)
+        .execute(&mut *tx)
+        .await;
+    if let Err(e) = done {
+        if is_media_uri_violation(&e) {
+            let uri = conflicting_uri(&e).unwrap_or_else(|| "of the batch".into());
+            return Err(Failure::Before(DataStoreError::Conflict(format!(
+                "media_uri {uri} already belongs to another clip"
+            ))));
+        }
+        return Err(e.into());
+    }
+    commit(tx).await
+}
+
+// ------------------------------------------------------------------------------------ leases
+
+/// The clip count, and the most urgent episode with a free pair: fewer researched pairs plus
+/// pairs under unexpired leases than there are clips. The cheap test first, so that fully
+/// researched episodes cost one heap fetch each while the index is walked in urgency order.
+const CHOOSE_EPISODE: &str = "
+SELECT cc.n, e.id
+FROM (SELECT count(*) AS n FROM clips) AS cc
+LEFT JOIN LATERAL (
+    SELECT e.id FROM episodes e
+    WHERE e.researched_count < cc.n
+      AND e.researched_count + COALESCE((SELECT sum(l.held_pairs) FROM leases l
+                                         WHERE l.episode_id = e.id AND l.expires_at > $1), 0)
+          < cc.n
+    ORDER BY e.priority DESC, e.date_aired DESC, e.initial_date_curated DESC, e.id DESC
+    LIMIT 1
+) AS e ON true";
+
+/// Locks the chosen episode against concurrent recording of its pairs (record_results takes
+/// the same lock first), and reads it.
+const LOCK_EPISODE: &str = "
+SELECT title, date_aired, initial_date_curated, last_date_curated, curator_information,
+       description, media_uri, media_type, priority
+FROM episodes WHERE id = $1 FOR NO KEY UPDATE";
+
+/// The episode's most urgent free clips. The excluded set (this episode's researched pairs and
+/// pairs under unexpired leases) is hashed once; the urgency index is then walked until enough
+/// clips pass, reading only the index.
+const FREE_CLIPS: &str = "
+SELECT c.id FROM clips c
+WHERE c.id NOT IN (
+    SELECT r.clip_id FROM research_results r WHERE r.episode_id = $1
+    UNION ALL
+    SELECT lp.clip_id FROM leased_pairs lp JOIN leases l ON l.id = lp.lease_id
+    WHERE lp.episode_id = $1 AND l.expires_at > $2)
+ORDER BY c.priority DESC, c.initial_date_curated DESC, c.id DESC
+LIMIT $3";
+
+/// Takes the chosen pairs from expired leases. The expiry is tested again here, with this
+/// statement's snapshot: a lease renewed meanwhile keeps its pairs (and the insert below then
+/// skips them).
+const TAKE_OVER: &str = "
+DELETE FROM leased_pairs lp USING leases l
+WHERE lp.lease_id = l.id AND lp.episode_id = $1 AND lp.clip_id = ANY($2) AND l.expires_at <= $3
+RETURNING lp.lease_id";
+
+const DECREMENT_HELD: &str = "
+UPDATE leases l SET held_pairs = l.held_pairs - d.n
+FROM unnest($1::uuid[], $2::int4[]) AS d(id, n)
+WHERE l.id = d.id";
+
+/// Expired leases that lost their last pair are gone for good. Re-checked per row after any
+/// concurrent renewal (READ COMMITTED re-evaluates the WHERE on the newest row version).
+const DROP_EMPTY_EXPIRED: &str = "
+DELETE FROM leases WHERE id = ANY($1) AND held_pairs = 0 AND expires_at <= $2";
+
+/// The lease and its pairs in one statement. `ON CONFLICT DO NOTHING` skips a pair whose
+/// expired lease was renewed since FREE_CLIPS ran; `held_pairs` counts what was inserted.
+/// (The foreign key from leased_pairs is checked at the end of the statement, when the lease
+/// row exists.)
+const INSERT_LEASE: &str = "
+WITH p AS (
+    INSERT INTO leased_pairs (episode_id, clip_id, lease_id)
+    SELECT $2, c, $1 FROM unnest($5::int8[]) AS c
+    ON CONFLICT DO NOTHING
+    RETURNING clip_id
+), l AS (
+    INSERT INTO leases (id, episode_id, created_at, expires_at, held_pairs)
+    SELECT $1, $2, $3, $4, count(*) FROM p
+    RETURNING expires_at
+)
+SELECT l.expires_at AS lease_expires_at, c.id, c.title, c.initial_date_curated, c.last_date_curated, c.curator_information,
+       c.description, c.media_uri, c.media_type, c.priority
+FROM clips c JOIN p ON p.clip_id = c.id CROSS JOIN l";
+
+async fn lease_next_once(pool: &PgPool, request: LeaseRequest) -> Result<Option<Lease>, Failure> {
+    let now = request.now;
+    let expires_at = now.checked_add_signed(request.duration).ok_or_else(|| {
+        DataStoreError::Invalid(format!("lease duration {} is too long", request.duration))
+    })?;
+    let max_clips = i64::from(request.max_clips.max(1));
+
+    let mut tx = pool.begin_with(BEGIN).await?;
+    // Serialises lease selection across every process: while one selection runs, the free
+    // pairs it reads cannot be leased by another. Released at COMMIT/ROLLBACK.
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(LEASE_LOCK_KEY)
+        .execute(&mut *tx)
+        .await?;
+
+    for _ in 0..MAX_RESELECTS {
+        let (_clip_count, episode_id): (i64, Option<i64>) = sqlx::query_as(CHOOSE_EPISODE)
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await?;
+        let Some(episode_id) = episode_id else {
+            commit(tx).await?;
+            return Ok(None);
+        };
+        let episode: EpisodeRow = sqlx::query_as(LOCK_EPISODE)
+            .bind(episode_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        // A new statement, so a new snapshot: it sees every result recorded before we got the
+        // episode's lock, and none can be recorded for this episode until we commit.
+        let clip_ids: Vec<i64> = sqlx::query_scalar(FREE_CLIPS)
+            .bind(episode_id)
+            .bind(now)
+            .bind(max_clips)
+            .fetch_all(&mut *tx)
+            .await?;
+        if clip_ids.is_empty() {
+            // Filled up by results recorded while we waited for the lock: choose again.
+            continue;
+        }
+
+        let taken: Vec<Uuid> = sqlx::query_scalar(TAKE_OVER)
+            .bind(episode_id)
+            .bind(&clip_ids)
+            .bind(now)
+            .fetch_all(&mut *tx)
+            .await?;
+        if !taken.is_empty() {
+            let mut per_lease: HashMap<Uuid, i32> = HashMap::new();
+            for id in &taken {
+                *per_lease.entry(*id).or_default() += 1;
+            }
+            let mut per_lease: Vec<(Uuid, i32)> = per_lease.into_iter().collect();
+            // Sorted: concurrent writers to the same leases lock them in the same order.
+            per_lease.sort();
+            let (ids, ns): (Vec<Uuid>, Vec<i32>) = per_lease.into_iter().unzip();
+            sqlx::query(DECREMENT_HELD)
+                .bind(&ids)
+                .bind(&ns)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(DROP_EMPTY_EXPIRED)
+                .bind(&ids)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+
+        let lease_id = Uuid::new_v4();
+        let rows: Vec<LeasedClipRow> = sqlx::query_as(INSERT_LEASE)
+            .bind(lease_id)
+            .bind(episode_id)
+            .bind(now)
+            .bind(expires_at)
+            .bind(&clip_ids)
+            .fetch_all(&mut *tx)
+            .await?;
+        // The stored value: truncated to the microsecond, as every later read sees it.
+        let Some(expires_at) = rows.first().map(|r| r.lease_expires_at) else {
+            // Every chosen pair's expired lease was renewed meanwhile; drop the empty lease.
+            sqlx::query("DELETE FROM leases WHERE id = $1")
+                .bind(lease_id)
+                .execute(&mut *tx)
+                .await?;
+            continue;
+        };
+        let reclaimed = u32::try_from(taken.len()).unwrap_or(u32::MAX);
+        let mut by_id: HashMap<i64, ClipRow> =
+            rows.into_iter().map(|r| (r.clip.id, r.clip)).collect();
+        let clips: Vec<ClipInfo> = clip_ids
+            .iter()
+            .filter_map(|id| by_id.remove(id))
+            .map(ClipInfo::from)
+            .collect();
+        commit(tx).await?;
+        return Ok(Some(Lease {
+            id: lease_id,
+            expires_at,
+            episode: episode.into(),
+            clips,
+            reclaimed_pairs: reclaimed,
+        }));
+    }
+    tracing::warn!(
+        "lease_next re-selected {MAX_RESELECTS} times without finding free pairs; giving up"
+    );
+    commit(tx).await?;
+    Ok(None)
+}
+
+async fn update_lease_once(
+    pool: &PgPool,
+    lease_id: Uuid,
+    update: LeaseUpdate,
+) -> Result<bool, Failure> {
+    let mut tx = pool.begin_with(BEGIN).await?;
+    let changed = match update {
+        LeaseUpdate::Renew { now, duration } => {
+            let expires_at = now.checked_add_signed(duration).ok_or_else(|| {
+                DataStoreError::Invalid(format!("lease duration {duration} is too long"))
+            })?;
+            // Conditional: an expired lease stays expired (its pairs may already be another
+            // lease's). The row lock makes this atomic with a concurrent takeover's decrement.
+            sqlx::query("UPDATE leases SET expires_at = $2 WHERE id = $1 AND expires_at > $3")
+                .bind(lease_id)
+                .bind(expires_at)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                > 0
+        }
+        LeaseUpdate::Revoke => {
+            // Pairs first, in key order, then the lease: the same order as recording and
+            // takeover lock them, so revoking does not deadlock with them.
+            sqlx::query(
+                "DELETE FROM leased_pairs WHERE (episode_id, clip_id) IN (
+                     SELECT episode_id, clip_id FROM leased_pairs WHERE lease_id = $1
+                     ORDER BY episode_id, clip_id FOR UPDATE)",
+            )
+            .bind(lease_id)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM leases WHERE id = $1")
+                .bind(lease_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                > 0
+        }
+    };
+    commit(tx).await?;
+    Ok(changed)
+}
+
+// ------------------------------------------------------------------------------------ results
+
+/// Locks the batch's episodes, in id order (so concurrent batches do not deadlock), before
+/// anything of theirs is read: lease_next holds the same lock while it chooses and leases an
+/// episode's pairs, so a pair is never leased and recorded at once.
+const LOCK_RESULT_EPISODES: &str = "
+SELECT e.id, e.title, e.date_aired FROM episodes e
+JOIN unnest($1::text[], $2::timestamptz[]) AS u(t, d) ON e.title = u.t AND e.date_aired = u.d
+ORDER BY e.id
+FOR NO KEY UPDATE OF e";
+
+/// Records the batch in one statement. `ON CONFLICT DO NOTHING` makes a pair recorded once
+/// (the primary key decides, also against concurrent batches); only the rows it inserted free
+/// their leased pair and count in the episode's counters. Offsets come flattened: a result's
+/// offsets are `$11[start+1 : start+len]`.
+const RECORD: &str = "
+WITH input AS (
+    SELECT * FROM unnest($1::int8[], $2::int8[], $3::uuid[], $4::timestamptz[], $5::int8[],
+                         $6::text[], $7::int8[], $8::text[], $9::int4[], $10::int4[])
+        AS u(episode_id, clip_id, lease_id, research_date, episode_duration_ns, episode_hash,
+             clip_duration_ns, clip_hash, off_start, off_len)
+), ins AS (
+    INSERT INTO research_results (episode_id, clip_id, lease_id, research_date,
+        episode_duration_ns, episode_hash, clip_duration_ns, clip_hash, clip_offsets_ns, matched)
+    SELECT episode_id, clip_id, lease_id, research_date, episode_duration_ns, episode_hash,
+           clip_duration_ns, clip_hash,
+           COALESCE(($11::int8[])[off_start + 1 : off_start + off_len], '{}'), off_len > 0
+    FROM input
+    ON CONFLICT (episode_id, clip_id) DO NOTHING
+    RETURNING episode_id, clip_id, matched
+), freed AS (
+    DELETE FROM leased_pairs lp USING ins
+    WHERE lp.episode_id = ins.episode_id AND lp.clip_id = ins.clip_id
+    RETURNING lp.lease_id
+), leases_done AS (
+    UPDATE leases l SET held_pairs = l.held_pairs - f.n
+    FROM (SELECT lease_id, count(*)::int4 AS n FROM freed GROUP BY lease_id) AS f
+    WHERE l.id = f.lease_id
+), episodes_done AS (
+    UPDATE episodes e
+    SET researched_count = e.researched_count + s.n, matched_count = e.matched_count + s.m
+    FROM (SELECT episode_id, count(*)::int4 AS n, (count(*) FILTER (WHERE matched))::int4 AS m
+          FROM ins GROUP BY episode_id) AS s
+    WHERE e.id = s.episode_id
+)
+SELECT episode_id, clip_id FROM ins";
+
+/// What record_results needs of a batch, prepared once (outside any retry).
+struct PreparedBatch<'a> {
+    /// Index into the batch of each distinct pair's first result.
+    firsts: Vec<usize>,
+    /// For every result, the index into `firsts` of its pair's first result.
+    first_of: Vec<usize>,
+    results: &'a [ResearchResult],
+}
+
+fn prepare_batch(results: &[ResearchResult]) -> PreparedBatch<'_> {
+    let mut seen: HashMap<(&EpisodeKey, &str), usize> = HashMap::with_capacity(results.len());
+    let mut firsts = Vec::with_capacity(results.len());
+    let mut first_of = Vec::with_capacity(results.len());
+    for (i, r) in results.iter().enumerate() {
+        let slot = *seen
+            .entry((&r.episode, r.clip_title.as_str()))
+            .or_insert_with(|| {
+                firsts.push(i);
+                firsts.len() - 1
+            });
+        first_of.push(slot);
+    }
+    PreparedBatch {
+        firsts,
+        first_of,
+        results,
+    }
+}
+
+async fn record_results_once(
+    pool: &PgPool,
+    batch: &PreparedBatch<'_>,
+) -> Result<Vec<RecordOutcome>, Failure> {
+    let results = batch.results;
+    let mut tx = pool.begin_with(BEGIN).await?;
+
+    let mut keys: Vec<&EpisodeKey> = batch.firsts.iter().map(|&i| &results[i].episode).collect();
+    keys.sort_by(|a, b| (&a.title, a.date_aired).cmp(&(&b.title, b.date_aired)));
+    keys.dedup();
+    let titles: Vec<&str> = keys.iter().map(|k| k.title.as_str()).collect();
+    let dates: Vec<DateTime<Utc>> = keys.iter().map(|k| k.date_aired).collect();
+    let episodes: Vec<(i64, String, DateTime<Utc>)> = sqlx::query_as(LOCK_RESULT_EPISODES)
+        .bind(&titles)
+        .bind(&dates)
+        .fetch_all(&mut *tx)
+        .await?;
+    let episode_ids: HashMap<(String, DateTime<Utc>), i64> = episodes
+        .into_iter()
+        .map(|(id, t, d)| ((t, d), id))
+        .collect();
+
+    let mut clip_titles: Vec<&str> = batch
+        .firsts
+        .iter()
+        .map(|&i| results[i].clip_title.as_str())
+        .collect();
+    clip_titles.sort_unstable();
+    clip_titles.dedup();
+    let clips: Vec<(i64, String)> =
+        sqlx::query_as("SELECT id, title FROM clips WHERE title = ANY($1)")
+            .bind(&clip_titles)
+            .fetch_all(&mut *tx)
+            .await?;
+    let clip_ids: HashMap<String, i64> = clips.into_iter().map(|(id, t)| (t, id)).collect();
+
+    // Per first result: its pair's ids, if both are known.
+    let pair_of: Vec<Option<(i64, i64)>> = batch
+        .firsts
+        .iter()
+        .map(|&i| {
+            let r = &results[i];
+            let e = episode_ids.get(&(r.episode.title.clone(), r.episode.date_aired))?;
+            let c = clip_ids.get(&r.clip_title)?;
+            Some((*e, *c))
+        })
+        .collect();
+    let mut rows: Vec<(i64, i64, usize)> = pair_of
+        .iter()
+        .zip(&batch.firsts)
+        .filter_map(|(p, &i)| p.map(|(e, c)| (e, c, i)))
+        .collect();
+    // Key order, so that the rows are inserted and their leased pairs locked in one order.
+    rows.sort_unstable();
+
+    let mut inserted: HashSet<(i64, i64)> = HashSet::new();
+    if !rows.is_empty() {
+        let n = rows.len();
+        let mut c = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::new(),
+        );
+        for &(e, cl, i) in &rows {
+            let r = &results[i];
+            c.0.push(e);
+            c.1.push(cl);
+            c.2.push(r.lease_id);
+            c.3.push(r.research_date);
+            c.4.push(r.episode_duration_ns);
+            c.5.push(r.episode_hash.as_str());
+            c.6.push(r.clip_duration_ns);
+            c.7.push(r.clip_hash.as_str());
+            let start = i32::try_from(c.10.len()).map_err(|_| {
+                DataStoreError::Invalid("too many offsets in one batch".to_string())
+            })?;
+            let len = i32::try_from(r.clip_offsets_ns.len()).map_err(|_| {
+                DataStoreError::Invalid("too many offsets in one result".to_string())
+            })?;
+            c.8.push(start);
+            c.9.push(len);
+            c.10.extend_from_slice(&r.clip_offsets_ns);
+        }
+        let recorded: Vec<(i64, i64)> = sqlx::query_as(RECORD)
+            .bind(&c.0)
+            .bind(&c.1)
+            .bind(&c.2)
+            .bind(&c.3)
+            .bind(&c.4)
+            .bind(&c.5)
+            .bind(&c.6)
+            .bind(&c.7)
+            .bind(&c.8)
+            .bind(&c.9)
+            .bind(&c.10)
+            .fetch_all(&mut *tx)
+            .await?;
+        inserted.extend(recorded);
+    }
+    commit(tx).await?;
+
+    let first_outcomes: Vec<RecordOutcome> = pair_of
+        .iter()
+        .map(|p| match p {
+            None => RecordOutcome::UnknownPair,
+            Some(pair) if inserted.contains(pair) => RecordOutcome::Recorded,
+            Some(_) => RecordOutcome::Duplicate,
+        })
+        .collect();
+    Ok(batch
+        .first_of
+        .iter()
+        .enumerate()
+        .map(|(i, &slot)| {
+            let first = first_outcomes[slot];
+            if batch.firsts[slot] == i || first == RecordOutcome::UnknownPair {
+                first
+            } else {
+                // A later copy of a pair in the same batch: the first one took it.
+                RecordOutcome::Duplicate
+            }
+        })
+        .collect())
+}
+
+// ------------------------------------------------------------------------------------ reading
+
+const STATUS: &str = "
+SELECT
+    (SELECT count(*) FROM episodes),
+    (SELECT count(*) FROM clips),
+    e.researched, e.matched,
+    l.active, l.expired, l.held
+FROM (SELECT COALESCE(sum(researched_count), 0)::int8 AS researched,
+             COALESCE(sum(matched_count), 0)::int8 AS matched FROM episodes) AS e,
+     (SELECT count(*) FILTER (WHERE expires_at > $1 AND held_pairs > 0) AS active,
+             count(*) FILTER (WHERE expires_at <= $1) AS expired,
+             COALESCE(sum(held_pairs) FILTER (WHERE expires_at > $1), 0)::int8 AS held
+      FROM leases) AS l";
+
+const MATCHES: &str = "
+SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date
+FROM research_results r
+JOIN episodes e ON e.id = r.episode_id
+JOIN clips c ON c.id = r.clip_id
+WHERE r.matched
+  AND ($1::text IS NULL OR c.title = $1)
+  AND ($2::text IS NULL OR e.title = $2)
+ORDER BY e.date_aired DESC, e.title, c.title
+LIMIT $3";
+
+type StatusRow = (i64, i64, i64, i64, i64, i64, i64);
+type MatchRow = (String, DateTime<Utc>, String, Vec<i64>, DateTime<Utc>);
+
+#[async_trait]
+impl DataStore for PgDataStore {
     async fn migrate(&self) -> Result<()> {
-        todo!()
+        // sqlx's Postgres migrator holds an advisory lock while it runs, so concurrent
+        // migrations wait for each other, and applied migrations are skipped: harmless twice.
+        retrying("migrate", Replay::Harmless, || async {
+            MIGRATOR.run(&self.pool).await.map_err(|e| match e {
+                // A broken connection or a busy server is a passing failure, not a bad schema.
+                MigrateError::Execute(inner) => Failure::Before(DataStoreError::from(inner)),
+                other => Failure::Before(DataStoreError::Migration(other)),
+            })
+        })
+        .await
     }
-    async fn upsert_episodes(&self, _: &[crate::EpisodeInfo]) -> Result<()> {
-        todo!()
+
+    async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> Result<()> {
+        if episodes.is_empty() {
+            return Ok(());
+        }
+        let batch = dedupe_later_wins(episodes, |e| (e.title.clone(), e.date_aired));
+        if let Some(uri) =
+            batch_uri_conflict(&batch, |e| (&e.title, e.date_aired), |e| &e.media_uri)
+        {
+            return Err(DataStoreError::Conflict(format!(
+                "media_uri {uri} is given to two episodes in one batch"
+            )));
+        }
+        retrying("upsert_episodes", Replay::Harmless, || {
+            upsert_episodes_once(&self.pool, &batch)
+        })
+        .await
     }
-    async fn upsert_clips(&self, _: &[crate::ClipInfo]) -> Result<()> {
-        todo!()
+
+    async fn upsert_clips(&self, clips: &[ClipInfo]) -> Result<()> {
+        if clips.is_empty() {
+            return Ok(());
+        }
+        let batch = dedupe_later_wins(clips, |c| c.title.clone());
+        if let Some(uri) = batch_uri_conflict(&batch, |c| &c.title, |c| &c.media_uri) {
+            return Err(DataStoreError::Conflict(format!(
+                "media_uri {uri} is given to two clips in one batch"
+            )));
+        }
+        retrying("upsert_clips", Replay::Harmless, || {
+            upsert_clips_once(&self.pool, &batch)
+        })
+        .await
     }
-    async fn lease_next(&self, _: crate::LeaseRequest) -> Result<Option<crate::Lease>> {
-        todo!()
+
+    async fn lease_next(&self, request: LeaseRequest) -> Result<Option<Lease>> {
+        retrying("lease_next", Replay::Unsafe, || {
+            lease_next_once(&self.pool, request)
+        })
+        .await
     }
-    async fn update_lease(&self, _: uuid::Uuid, _: crate::LeaseUpdate) -> Result<bool> {
-        todo!()
+
+    async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> Result<bool> {
+        let replay = match update {
+            LeaseUpdate::Renew { .. } => Replay::Harmless,
+            // A replayed revoke would answer false for a lease this call did end.
+            LeaseUpdate::Revoke => Replay::Unsafe,
+        };
+        retrying("update_lease", replay, || {
+            update_lease_once(&self.pool, lease_id, update)
+        })
+        .await
     }
-    async fn record_results(
-        &self,
-        _: &[crate::ResearchResult],
-    ) -> Result<Vec<crate::RecordOutcome>> {
-        todo!()
+
+    async fn record_results(&self, results: &[ResearchResult]) -> Result<Vec<RecordOutcome>> {
+        if results.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = prepare_batch(results);
+        retrying("record_results", Replay::Unsafe, || {
+            record_results_once(&self.pool, &batch)
+        })
+        .await
     }
-    async fn status(&self, _: chrono::DateTime<chrono::Utc>) -> Result<crate::Status> {
-        todo!()
+
+    async fn status(&self, now: DateTime<Utc>) -> Result<Status> {
+        retrying("status", Replay::Harmless, || async {
+            // One statement: one snapshot, so the counts agree with each other.
+            let (episodes, clips, researched, matched, active, expired, held): StatusRow =
+                sqlx::query_as(STATUS)
+                    .bind(now)
+                    .fetch_one(&self.pool)
+                    .await?;
+            Ok(Status {
+                episodes: count(episodes),
+                clips: count(clips),
+                research_pairs: count(episodes).saturating_mul(count(clips)),
+                researched_pairs: count(researched),
+                matched_pairs: count(matched),
+                active_leases: count(active),
+                expired_leases: count(expired),
+                leased_pairs: count(held),
+            })
+        })
+        .await
     }
-    async fn matches(&self, _: &crate::MatchFilter) -> Result<Vec<crate::Match>> {
-        todo!()
+
+    async fn matches(&self, filter: &MatchFilter) -> Result<Vec<Match>> {
+        let limit: Option<i64> = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        retrying("matches", Replay::Harmless, || async {
+            let rows: Vec<MatchRow> = sqlx::query_as(MATCHES)
+                .bind(filter.clip_title.as_deref())
+                .bind(filter.episode_title.as_deref())
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(
+                    |(episode_title, episode_date_aired, clip_title, offsets, research_date)| {
+                        Match {
+                            episode_title,
+                            episode_date_aired,
+                            clip_title,
+                            clip_offsets_ns: offsets,
+                            research_date,
+                        }
+                    },
+                )
+                .collect())
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn strips_passwords_from_parser_messages() {
+        let url = "postgres://u:s3cret@h/db";
+        assert_eq!(
+            strip_secret("bad url postgres://u:s3cret@h/db (s3cret)", url),
+            "bad url postgres://u:***@h/db (***)"
+        );
+    }
+
+    #[test]
+    fn later_duplicates_win_and_batches_are_sorted() {
+        let items = [("b", 1), ("a", 2), ("b", 3)];
+        let out = dedupe_later_wins(&items, |i| i.0);
+        assert_eq!(out, vec![("a", 2), ("b", 3)]);
+    }
+
+    #[test]
+    fn uri_claimed_twice_in_a_batch_is_found() {
+        let items = [("a", "u1"), ("b", "u2"), ("a", "u1"), ("c", "u2")];
+        assert_eq!(batch_uri_conflict(&items, |i| i.0, |i| i.1), Some("u2"));
+        assert_eq!(batch_uri_conflict(&items[..3], |i| i.0, |i| i.1), None);
     }
 }
