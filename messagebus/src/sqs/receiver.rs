@@ -1,0 +1,547 @@
+//! [`SqsReceiver`] (long-polling `ReceiveMessage`, ten per call) and the acknowledger its
+//! deliveries carry: ack through the `DeleteMessageBatch` batcher, release through the
+//! `ChangeMessageVisibilityBatch` batcher (visibility 0), dead-letter by sending the body to
+//! `<queue>_dead_letter` with the reason as a message attribute, then deleting.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_sqs::types::{
+    BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
+    DeleteMessageBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName,
+};
+use aws_smithy_types::timeout::TimeoutConfig;
+use tokio::time::Instant;
+
+use super::batcher::{BatchCall, Batcher, EntryOutcome};
+use super::config::secs_ceil;
+use super::error::classify_code;
+use super::heartbeat::{self, HeldSet};
+use super::sender::sqs_allows;
+use super::{BusInner, CONNECT_TIMEOUT};
+use crate::{dead_letter_queue_name, Acknowledger, BusError, Delivery, Receiver, MAX_BODY_BYTES};
+
+/// The message attribute carrying the reason of a message set aside with
+/// [`Delivery::dead_letter`].
+pub const DEAD_LETTER_REASON_ATTRIBUTE: &str = "archivist-dead-letter-reason";
+/// The message attribute carrying the SQS message id a dead letter had on its own queue.
+pub const ORIGINAL_MESSAGE_ID_ATTRIBUTE: &str = "archivist-original-message-id";
+/// Codes meaning a message is visible already: a release of it has nothing left to do.
+const NOT_IN_FLIGHT_CODES: &[&str] = &[
+    "AWS.SimpleQueueService.MessageNotInflight",
+    "MessageNotInflight",
+];
+
+/// Takes messages off one SQS queue. From [`SqsBus::receiver`](crate::Bus::receiver).
+///
+/// Costs: one `ReceiveMessage` per call (up to ten messages; an idle long poll of 20 s makes 3
+/// requests a minute), one `DeleteMessageBatch` per ten acknowledgements settled together,
+/// one `ChangeMessageVisibilityBatch` per ten releases, and, for messages held longer than
+/// about two thirds of the visibility timeout, one `ChangeMessageVisibilityBatch` per ten held
+/// messages per heartbeat interval.
+///
+/// Deliveries settled at the same time share a request: acknowledge a received batch
+/// concurrently (`futures::future::join_all`) rather than one `ack().await` after another,
+/// which waits out the linger for each.
+#[derive(Debug, Clone)]
+pub struct SqsReceiver {
+    shared: Arc<ReceiverShared>,
+}
+
+/// What a receiver and its deliveries share.
+#[derive(Debug)]
+pub(crate) struct ReceiverShared {
+    pub(crate) bus: Arc<BusInner>,
+    pub(crate) queue: String,
+    pub(crate) url: String,
+    pub(crate) held: HeldSet,
+    /// Deliveries handed out and not yet settled or dropped.
+    unsettled: Arc<AtomicUsize>,
+    pub(crate) heartbeat_gate: tokio::sync::Mutex<()>,
+    deleter: Batcher,
+    releaser: Batcher,
+}
+
+impl SqsReceiver {
+    /// Starts the receiver's batcher and heartbeat tasks (on the current Tokio runtime).
+    pub(crate) fn new(bus: Arc<BusInner>, queue: String, url: String) -> SqsReceiver {
+        let unsettled = Arc::new(AtomicUsize::new(0));
+        let linger = bus.config.ack_linger;
+        let interval = bus.config.heartbeat_interval();
+        let deleter = Batcher::spawn(
+            DeleteCall {
+                bus: bus.clone(),
+                queue: queue.clone(),
+                url: url.clone(),
+            },
+            linger,
+            unsettled.clone(),
+        );
+        let releaser = Batcher::spawn(
+            ReleaseCall {
+                bus: bus.clone(),
+                queue: queue.clone(),
+                url: url.clone(),
+            },
+            linger,
+            unsettled.clone(),
+        );
+        let shared = Arc::new(ReceiverShared {
+            bus,
+            queue,
+            url,
+            held: HeldSet::default(),
+            unsettled,
+            heartbeat_gate: tokio::sync::Mutex::new(()),
+            deleter,
+            releaser,
+        });
+        tokio::spawn(heartbeat::run(Arc::downgrade(&shared), interval));
+        SqsReceiver { shared }
+    }
+
+    /// The queue's URL.
+    pub fn url(&self) -> &str {
+        &self.shared.url
+    }
+
+    /// How many deliveries of this receiver are held (handed out, not yet settled or dropped).
+    pub fn held(&self) -> usize {
+        self.shared.held.len()
+    }
+
+    /// The reason given to messages the redrive policy moved to this (dead-letter) queue.
+    fn redrive_reason(&self, source_arn: Option<&str>) -> String {
+        let source = source_arn.map_or_else(String::new, |arn| format!(" from {arn}"));
+        format!(
+            "moved{source} by the redrive policy: received more than the maximum receive count \
+             ({}) without being handled",
+            self.shared.bus.config.max_receives
+        )
+    }
+}
+
+#[async_trait]
+impl Receiver for SqsReceiver {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, BusError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let shared = &self.shared;
+        let config = &shared.bus.config;
+        let wait = wait.min(config.wait_time);
+        // The long poll must fit inside every SDK timeout, or it would be cut short and retried
+        // (the client's defaults are set for quick requests, and the SDK has none for reads).
+        let attempt = wait + config.request_timeout;
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(attempt)
+            .operation_attempt_timeout(attempt)
+            .operation_timeout(attempt * 3 + Duration::from_secs(5))
+            .build();
+        let max = i32::try_from(max.min(10)).unwrap_or(10);
+        let out = shared
+            .bus
+            .client
+            .receive_message()
+            .queue_url(&shared.url)
+            .max_number_of_messages(max)
+            .wait_time_seconds(secs_ceil(wait))
+            .visibility_timeout(config.visibility_secs())
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .message_system_attribute_names(MessageSystemAttributeName::DeadLetterQueueSourceArn)
+            .message_attribute_names(DEAD_LETTER_REASON_ATTRIBUTE)
+            .customize()
+            .config_override(aws_sdk_sqs::config::Builder::default().timeout_config(timeouts))
+            .send()
+            .await
+            .map_err(|e| {
+                shared
+                    .bus
+                    .map_err_timeout("ReceiveMessage", &shared.queue, attempt, e)
+            })?;
+        // From here on nothing awaits: a receive dropped by its caller either got nothing or
+        // hands out every message it took (cancel safety).
+        // The message became invisible at most a round trip ago; counting from a second earlier
+        // makes the heartbeat err on the early side.
+        let visible_until = Instant::now() + config.visibility_timeout - Duration::from_secs(1);
+        let is_dead_letter_queue = shared.queue.ends_with("_dead_letter");
+        let mut payload = 0;
+        let mut deliveries = Vec::with_capacity(out.messages().len());
+        for m in out.messages() {
+            let Some(receipt) = m.receipt_handle() else {
+                tracing::warn!(queue = %shared.queue, "SQS returned a message without a receipt handle; skipping it");
+                continue;
+            };
+            let body = m.body().unwrap_or_default().to_owned();
+            let system = m.attributes();
+            let receive_count = system
+                .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            let reason_attr = m
+                .message_attributes()
+                .and_then(|a| a.get(DEAD_LETTER_REASON_ATTRIBUTE))
+                .and_then(|v| v.string_value())
+                .map(str::to_owned);
+            payload += body.len()
+                + reason_attr
+                    .as_ref()
+                    .map_or(0, |r| attribute_size(DEAD_LETTER_REASON_ATTRIBUTE, r));
+            let reason = reason_attr.or_else(|| {
+                is_dead_letter_queue.then(|| {
+                    self.redrive_reason(system.and_then(|a| {
+                        a.get(&MessageSystemAttributeName::DeadLetterQueueSourceArn)
+                            .map(String::as_str)
+                    }))
+                })
+            });
+            let message_id = m.message_id().unwrap_or_default().to_owned();
+            shared.unsettled.fetch_add(1, Ordering::AcqRel);
+            let id = shared.held.insert(receipt.to_owned(), visible_until);
+            let acker = SqsAcker {
+                guard: HeldGuard {
+                    shared: shared.clone(),
+                    id,
+                },
+                receipt: receipt.to_owned(),
+                body: body.clone(),
+                message_id: message_id.clone(),
+            };
+            deliveries.push(Delivery::new(
+                body.into_bytes(),
+                message_id,
+                receive_count,
+                reason,
+                Box::new(acker),
+            ));
+        }
+        shared.bus.counter.payload("ReceiveMessage", payload);
+        Ok(deliveries)
+    }
+
+    fn queue(&self) -> &str {
+        &self.shared.queue
+    }
+}
+
+impl ReceiverShared {
+    /// Sets the visibility of up to ten messages to `secs` from now.
+    pub(crate) async fn change_visibility(
+        &self,
+        receipts: &[&str],
+        secs: i32,
+    ) -> Result<Vec<EntryOutcome>, BusError> {
+        change_visibility(&self.bus, &self.queue, &self.url, receipts, secs).await
+    }
+}
+
+async fn change_visibility(
+    bus: &BusInner,
+    queue: &str,
+    url: &str,
+    receipts: &[&str],
+    secs: i32,
+) -> Result<Vec<EntryOutcome>, BusError> {
+    let entries = receipts
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            ChangeMessageVisibilityBatchRequestEntry::builder()
+                .id(i.to_string())
+                .receipt_handle(*r)
+                .visibility_timeout(secs)
+                .build()
+                .map_err(build_error)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let out = bus
+        .client
+        .change_message_visibility_batch()
+        .queue_url(url)
+        .set_entries(Some(entries))
+        .send()
+        .await
+        .map_err(|e| bus.map_err("ChangeMessageVisibilityBatch", queue, e))?;
+    let done: Vec<&str> = out.successful().iter().map(|s| s.id()).collect();
+    Ok(outcomes(
+        receipts.len(),
+        &done,
+        out.failed(),
+        "ChangeMessageVisibilityBatch",
+        queue,
+    ))
+}
+
+/// The outcome of each of `n` entries (ids `"0"`…) from a batch call's answer.
+fn outcomes(
+    n: usize,
+    successful: &[&str],
+    failed: &[BatchResultErrorEntry],
+    operation: &str,
+    queue: &str,
+) -> Vec<EntryOutcome> {
+    (0..n)
+        .map(|i| {
+            let id = i.to_string();
+            if successful.contains(&id.as_str()) {
+                return EntryOutcome::Done;
+            }
+            match failed.iter().find(|f| f.id() == id) {
+                Some(f) => {
+                    let err = classify_code(
+                        &format!("{operation} on queue {queue:?}"),
+                        queue,
+                        Some(f.code()),
+                        f.message(),
+                        None,
+                        None,
+                    );
+                    if f.sender_fault() && !err.is_retryable() {
+                        EntryOutcome::Failed(err)
+                    } else {
+                        EntryOutcome::Retry(err)
+                    }
+                }
+                None => EntryOutcome::Retry(BusError::unavailable(format!(
+                    "{operation} on queue {queue:?}: no result for an entry"
+                ))),
+            }
+        })
+        .collect()
+}
+
+fn build_error(e: aws_smithy_types::error::operation::BuildError) -> BusError {
+    BusError::Rejected {
+        message: format!("could not build a batch entry: {e}"),
+        source: None,
+    }
+}
+
+/// `DeleteMessageBatch` for the acknowledgement batcher.
+struct DeleteCall {
+    bus: Arc<BusInner>,
+    queue: String,
+    url: String,
+}
+
+#[async_trait]
+impl BatchCall for DeleteCall {
+    async fn call(&self, receipts: &[&str]) -> Result<Vec<EntryOutcome>, BusError> {
+        let entries = receipts
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(*r)
+                    .build()
+                    .map_err(build_error)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = self
+            .bus
+            .client
+            .delete_message_batch()
+            .queue_url(&self.url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| self.bus.map_err("DeleteMessageBatch", &self.queue, e))?;
+        let done: Vec<&str> = out.successful().iter().map(|s| s.id()).collect();
+        Ok(outcomes(
+            receipts.len(),
+            &done,
+            out.failed(),
+            "DeleteMessageBatch",
+            &self.queue,
+        ))
+    }
+}
+
+/// `ChangeMessageVisibilityBatch` to 0 for the release batcher.
+struct ReleaseCall {
+    bus: Arc<BusInner>,
+    queue: String,
+    url: String,
+}
+
+#[async_trait]
+impl BatchCall for ReleaseCall {
+    async fn call(&self, receipts: &[&str]) -> Result<Vec<EntryOutcome>, BusError> {
+        let mut outcomes =
+            change_visibility(&self.bus, &self.queue, &self.url, receipts, 0).await?;
+        // Answers per entry again to see which failures mean "visible already".
+        for o in &mut outcomes {
+            if let EntryOutcome::Failed(BusError::Rejected { message, .. }) = o {
+                if NOT_IN_FLIGHT_CODES.iter().any(|c| message.contains(c)) {
+                    *o = EntryOutcome::Done;
+                }
+            }
+        }
+        Ok(outcomes)
+    }
+}
+
+/// Stops holding a delivery when it is settled or dropped.
+#[derive(Debug)]
+struct HeldGuard {
+    shared: Arc<ReceiverShared>,
+    id: u64,
+}
+
+impl Drop for HeldGuard {
+    fn drop(&mut self) {
+        self.shared.held.remove(self.id);
+        self.shared.unsettled.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The acknowledger of one SQS delivery.
+struct SqsAcker {
+    guard: HeldGuard,
+    receipt: String,
+    /// Kept for [`Acknowledger::dead_letter`], which must send the body on.
+    body: String,
+    message_id: String,
+}
+
+#[async_trait]
+impl Acknowledger for SqsAcker {
+    async fn ack(self: Box<Self>) -> Result<(), BusError> {
+        let SqsAcker { guard, receipt, .. } = *self;
+        let shared = guard.shared.clone();
+        drop(guard);
+        shared.deleter.submit(receipt).await
+    }
+
+    async fn release(self: Box<Self>) -> Result<(), BusError> {
+        let SqsAcker { guard, receipt, .. } = *self;
+        let shared = guard.shared.clone();
+        drop(guard);
+        // An extension already on its way must land before the release, not after it.
+        drop(shared.heartbeat_gate.lock().await);
+        shared.releaser.submit(receipt).await
+    }
+
+    async fn dead_letter(self: Box<Self>, reason: &str) -> Result<(), BusError> {
+        let SqsAcker {
+            guard,
+            receipt,
+            body,
+            message_id,
+        } = *self;
+        let shared = guard.shared.clone();
+        let dlq = dead_letter_queue_name(&shared.queue);
+        let dlq_url = shared.bus.queue_url(&dlq).await?;
+        // The message stays held (the heartbeat keeps it) until it is safely in the DLQ.
+        let mut attributes = HashMap::new();
+        let room = MAX_BODY_BYTES
+            .saturating_sub(body.len())
+            .saturating_sub(attribute_size(ORIGINAL_MESSAGE_ID_ATTRIBUTE, &message_id))
+            .saturating_sub(attribute_size(DEAD_LETTER_REASON_ATTRIBUTE, ""));
+        let reason = fit_reason(reason, room);
+        let mut payload = body.len();
+        if !reason.is_empty() {
+            payload += attribute_size(DEAD_LETTER_REASON_ATTRIBUTE, &reason);
+            attributes.insert(
+                DEAD_LETTER_REASON_ATTRIBUTE.to_owned(),
+                string_attribute(reason)?,
+            );
+        }
+        if !message_id.is_empty()
+            && payload + attribute_size(ORIGINAL_MESSAGE_ID_ATTRIBUTE, &message_id)
+                <= MAX_BODY_BYTES
+        {
+            payload += attribute_size(ORIGINAL_MESSAGE_ID_ATTRIBUTE, &message_id);
+            attributes.insert(
+                ORIGINAL_MESSAGE_ID_ATTRIBUTE.to_owned(),
+                string_attribute(message_id)?,
+            );
+        }
+        shared
+            .bus
+            .client
+            .send_message()
+            .queue_url(&dlq_url)
+            .message_body(body)
+            .set_message_attributes(Some(attributes))
+            .send()
+            .await
+            .map_err(|e| shared.bus.map_err("SendMessage", &dlq, e))?;
+        shared.bus.counter.payload("SendMessage", payload);
+        drop(guard);
+        // If this delete fails the message comes back and is dead-lettered again: a duplicate
+        // in the DLQ, never a loss.
+        shared.deleter.submit(receipt).await
+    }
+}
+
+fn string_attribute(value: String) -> Result<MessageAttributeValue, BusError> {
+    MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(value)
+        .build()
+        .map_err(build_error)
+}
+
+/// What SQS counts for a string message attribute: name, type and value.
+pub(crate) fn attribute_size(name: &str, value: &str) -> usize {
+    name.len() + "String".len() + value.len()
+}
+
+/// `reason` with characters SQS rejects replaced, cut to at most `room` bytes.
+fn fit_reason(reason: &str, room: usize) -> String {
+    let mut out = String::with_capacity(reason.len().min(room));
+    for c in reason.chars() {
+        let c = if sqs_allows(c) {
+            c
+        } else {
+            char::REPLACEMENT_CHARACTER
+        };
+        if out.len() + c.len_utf8() > room {
+            break;
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn reasons_are_cleaned_and_cut() {
+        assert_eq!(fit_reason("bad\u{0}json", 100), "bad\u{FFFD}json");
+        assert_eq!(fit_reason("ééé", 5), "éé");
+        assert_eq!(fit_reason("x", 0), "");
+    }
+
+    #[test]
+    fn batch_answers_map_per_entry() {
+        let failed = vec![
+            BatchResultErrorEntry::builder()
+                .id("1")
+                .sender_fault(true)
+                .code("ReceiptHandleIsInvalid")
+                .build()
+                .unwrap(),
+            BatchResultErrorEntry::builder()
+                .id("2")
+                .sender_fault(false)
+                .code("InternalError")
+                .build()
+                .unwrap(),
+        ];
+        let out = outcomes(4, &["0"], &failed, "DeleteMessageBatch", "q");
+        assert!(matches!(out[0], EntryOutcome::Done));
+        assert!(matches!(out[1], EntryOutcome::Failed(_)));
+        assert!(matches!(out[2], EntryOutcome::Retry(_)));
+        assert!(matches!(out[3], EntryOutcome::Retry(_)));
+    }
+}
