@@ -1,0 +1,493 @@
+//! The Postgres adapter under concurrency: many tasks on one pool and many separate
+//! `PgDataStore`s (pools) leasing, recording, renewing and revoking at once. Every test ends
+//! with assertions on the final state (never on timing), checked both through the trait and
+//! directly in the tables:
+//! - no pair is ever leased twice while unexpired, and no free pair is skipped;
+//! - a pair recorded many times at once is recorded exactly once, counters exact;
+//! - expired leases are taken over; renewals and revocations racing with takeover keep the
+//!   schema's invariant (a researched pair is never leased, `held_pairs` is exact).
+//!
+//! Time is passed in (`now`), so expiry is decided by the test, not by a clock.
+#![cfg(all(feature = "postgres", feature = "test-utils"))]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use datastore::testing::{clip, episode, result, t0};
+use datastore::testing_pg::PgTestDb;
+use datastore::{
+    ClipInfo, DataStore, EpisodeInfo, Lease, LeaseRequest, LeaseUpdate, PgDataStore, RecordOutcome,
+};
+use uuid::Uuid;
+
+type Pair = (String, String);
+
+fn request(max_clips: u32, now: DateTime<Utc>, minutes: i64) -> LeaseRequest {
+    LeaseRequest {
+        max_clips,
+        duration: Duration::minutes(minutes),
+        now,
+    }
+}
+
+fn pairs(lease: &Lease) -> Vec<Pair> {
+    lease
+        .clips
+        .iter()
+        .map(|c| (lease.episode.title.clone(), c.title.clone()))
+        .collect()
+}
+
+async fn seed(
+    store: &dyn DataStore,
+    episodes: u32,
+    clips: u32,
+) -> (Vec<EpisodeInfo>, Vec<ClipInfo>) {
+    let es: Vec<_> = (0..episodes)
+        .map(|i| EpisodeInfo {
+            // Mixed priorities, so selection order is not just insertion order.
+            priority: (i % 3) as i32,
+            ..episode(i)
+        })
+        .collect();
+    let cs: Vec<_> = (0..clips)
+        .map(|i| ClipInfo {
+            priority: (i % 2) as i32,
+            ..clip(i)
+        })
+        .collect();
+    store.upsert_episodes(&es).await.unwrap();
+    store.upsert_clips(&cs).await.unwrap();
+    (es, cs)
+}
+
+fn all_pairs(es: &[EpisodeInfo], cs: &[ClipInfo]) -> HashSet<Pair> {
+    es.iter()
+        .flat_map(|e| cs.iter().map(move |c| (e.title.clone(), c.title.clone())))
+        .collect()
+}
+
+/// Each task leases until there is nothing left, returning what it got.
+fn spawn_leasers(
+    stores: &[Arc<PgDataStore>],
+    tasks_per_store: usize,
+    max_clips: u32,
+    now: DateTime<Utc>,
+) -> Vec<tokio::task::JoinHandle<Vec<Lease>>> {
+    stores
+        .iter()
+        .flat_map(|s| (0..tasks_per_store).map(move |_| s.clone()))
+        .map(|store| {
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                while let Some(l) = store.lease_next(request(max_clips, now, 60)).await.unwrap() {
+                    assert!(!l.clips.is_empty() && l.clips.len() <= max_clips as usize);
+                    got.push(l);
+                }
+                got
+            })
+        })
+        .collect()
+}
+
+/// The schema's invariants, read straight from the tables.
+async fn assert_invariants(store: &PgDataStore) {
+    let pool = store.pool();
+    let researched_and_leased: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM leased_pairs lp JOIN research_results r USING (episode_id, clip_id)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        researched_and_leased, 0,
+        "a researched pair is still leased"
+    );
+    let wrong_held: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM leases l
+         WHERE held_pairs <> (SELECT count(*) FROM leased_pairs p WHERE p.lease_id = l.id)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(wrong_held, 0, "held_pairs disagrees with leased_pairs");
+    let wrong_counts: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM episodes e
+         WHERE researched_count <> (SELECT count(*) FROM research_results r
+                                    WHERE r.episode_id = e.id)
+            OR matched_count <> (SELECT count(*) FROM research_results r
+                                 WHERE r.episode_id = e.id AND r.matched)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        wrong_counts, 0,
+        "episode counters disagree with research_results"
+    );
+}
+
+/// Pairs in leased_pairs whose lease is unexpired at `now`, by (episode, clip) title.
+async fn held_at(store: &PgDataStore, now: DateTime<Utc>) -> Vec<Pair> {
+    sqlx::query_as(
+        "SELECT e.title, c.title FROM leased_pairs lp
+         JOIN leases l ON l.id = lp.lease_id
+         JOIN episodes e ON e.id = lp.episode_id
+         JOIN clips c ON c.id = lp.clip_id
+         WHERE l.expires_at > $1",
+    )
+    .bind(now)
+    .fetch_all(store.pool())
+    .await
+    .unwrap()
+}
+
+async fn researched(store: &PgDataStore) -> HashSet<Pair> {
+    let rows: Vec<Pair> = sqlx::query_as(
+        "SELECT e.title, c.title FROM research_results r
+         JOIN episodes e ON e.id = r.episode_id JOIN clips c ON c.id = r.clip_id",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    rows.into_iter().collect()
+}
+
+async fn stores(db: &PgTestDb, n: usize, pool_size: u32) -> Vec<Arc<PgDataStore>> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(Arc::new(db.store(pool_size).await));
+    }
+    out
+}
+
+/// Collects the leases of all tasks, asserting that no pair was leased twice.
+async fn collect_disjoint(
+    tasks: Vec<tokio::task::JoinHandle<Vec<Lease>>>,
+) -> (Vec<Lease>, HashSet<Pair>) {
+    let mut leases = Vec::new();
+    let mut leased = HashSet::new();
+    for t in tasks {
+        for l in t.await.unwrap() {
+            for p in pairs(&l) {
+                assert!(leased.insert(p.clone()), "pair {p:?} leased twice");
+            }
+            leases.push(l);
+        }
+    }
+    (leases, leased)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_tasks_on_one_pool_lease_every_free_pair_exactly_once() {
+    let db = PgTestDb::create().await;
+    let store = Arc::new(db.store(8).await);
+    store.migrate().await.unwrap();
+    let (es, cs) = seed(&*store, 24, 30).await;
+
+    let tasks = spawn_leasers(std::slice::from_ref(&store), 24, 7, t0());
+    let (leases, leased) = collect_disjoint(tasks).await;
+
+    assert_eq!(leased, all_pairs(&es, &cs), "free pairs were skipped");
+    assert!(store
+        .lease_next(request(7, t0(), 60))
+        .await
+        .unwrap()
+        .is_none());
+    let status = store.status(t0()).await.unwrap();
+    assert_eq!(status.leased_pairs, leased.len() as u64);
+    assert_eq!(status.active_leases, leases.len() as u64);
+    assert_eq!(held_at(&store, t0()).await.len(), leased.len());
+    assert_invariants(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn separate_stores_with_their_own_pools_lease_every_free_pair_exactly_once() {
+    let db = PgTestDb::create().await;
+    let stores = stores(&db, 4, 3).await;
+    // All four migrate at once, too.
+    let migrations: Vec<_> = stores
+        .iter()
+        .map(|s| {
+            let s = s.clone();
+            tokio::spawn(async move { s.migrate().await })
+        })
+        .collect();
+    for m in migrations {
+        m.await.unwrap().unwrap();
+    }
+    let (es, cs) = seed(&*stores[0], 20, 25).await;
+    // Some pairs researched before the race: they must not be leased.
+    let done: Vec<_> = es
+        .iter()
+        .step_by(4)
+        .flat_map(|e| {
+            cs.iter()
+                .step_by(3)
+                .map(move |c| result(Uuid::new_v4(), e, c, &[]))
+        })
+        .collect();
+    stores[1].record_results(&done).await.unwrap();
+
+    let tasks = spawn_leasers(&stores, 4, 5, t0());
+    let (_, leased) = collect_disjoint(tasks).await;
+
+    let mut expected = all_pairs(&es, &cs);
+    for r in &done {
+        expected.remove(&(r.episode.title.clone(), r.clip_title.clone()));
+    }
+    assert_eq!(leased, expected);
+    for s in &stores {
+        assert!(s.lease_next(request(5, t0(), 60)).await.unwrap().is_none());
+    }
+    assert_invariants(&stores[2]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn duplicates_recorded_concurrently_are_recorded_exactly_once() {
+    let db = PgTestDb::create().await;
+    let stores = stores(&db, 3, 3).await;
+    stores[0].migrate().await.unwrap();
+    let (es, cs) = seed(&*stores[0], 8, 12).await;
+    // Half the pairs under leases, so recording also frees leased pairs concurrently.
+    let mut leases = Vec::new();
+    for _ in 0..10 {
+        if let Some(l) = stores[0].lease_next(request(5, t0(), 60)).await.unwrap() {
+            leases.push(l);
+        }
+    }
+    let lease_of: HashMap<Pair, Uuid> = leases
+        .iter()
+        .flat_map(|l| pairs(l).into_iter().map(move |p| (p, l.id)))
+        .collect();
+    let mut results = Vec::new();
+    for (ei, e) in es.iter().enumerate() {
+        for (ci, c) in cs.iter().enumerate() {
+            let lease = lease_of
+                .get(&(e.title.clone(), c.title.clone()))
+                .copied()
+                .unwrap_or_else(Uuid::new_v4);
+            let offsets: Vec<i64> = if (ei + ci) % 3 == 0 {
+                vec![1_000, 2_000 + ci as i64]
+            } else {
+                vec![]
+            };
+            results.push(result(lease, e, c, &offsets));
+        }
+    }
+    let matched = results
+        .iter()
+        .filter(|r| !r.clip_offsets_ns.is_empty())
+        .count();
+
+    // 12 tasks; each records every result once, in its own batch sizes and order, some batches
+    // also repeating a result inside the batch.
+    let tasks: Vec<_> = (0..12usize)
+        .map(|t| {
+            let store = stores[t % stores.len()].clone();
+            let mut mine = results.clone();
+            mine.rotate_left((t * 7) % results.len());
+            if t % 2 == 1 {
+                mine.reverse();
+            }
+            tokio::spawn(async move {
+                let batch = 3 + t * 5;
+                let mut recorded = Vec::new();
+                for chunk in mine.chunks(batch) {
+                    let mut chunk = chunk.to_vec();
+                    if t % 3 == 0 {
+                        chunk.push(chunk[0].clone());
+                    }
+                    let outcomes = store.record_results(&chunk).await.unwrap();
+                    assert_eq!(outcomes.len(), chunk.len());
+                    if t % 3 == 0 {
+                        assert_eq!(*outcomes.last().unwrap(), RecordOutcome::Duplicate);
+                    }
+                    for (r, o) in chunk.iter().zip(outcomes) {
+                        assert_ne!(o, RecordOutcome::UnknownPair);
+                        if o == RecordOutcome::Recorded {
+                            recorded.push((r.episode.title.clone(), r.clip_title.clone()));
+                        }
+                    }
+                }
+                recorded
+            })
+        })
+        .collect();
+    let mut recorded = HashSet::new();
+    for t in tasks {
+        for p in t.await.unwrap() {
+            assert!(recorded.insert(p.clone()), "pair {p:?} recorded twice");
+        }
+    }
+    assert_eq!(recorded, all_pairs(&es, &cs));
+    let status = stores[0].status(t0()).await.unwrap();
+    assert_eq!(status.researched_pairs, results.len() as u64);
+    assert_eq!(status.matched_pairs, matched as u64);
+    assert_eq!(status.leased_pairs, 0);
+    assert_eq!(status.active_leases, 0);
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM research_results")
+        .fetch_one(stores[0].pool())
+        .await
+        .unwrap();
+    assert_eq!(stored, results.len() as i64);
+    assert_invariants(&stores[0]).await;
+}
+
+/// Phase 1 leases everything at t0 for 10 minutes. Phase 2 runs at once: leasers at t0+11m
+/// (every phase-1 lease has expired for them, so they take pairs over), recorders finishing
+/// some phase-1 pairs, renewers extending some phase-1 leases with an earlier `now` (t0+5m,
+/// when those leases were still active: they then last until t0+15m), and revokers ending
+/// others. Whatever order these land in, the final state must be: every pair either researched
+/// or held by exactly one lease unexpired at t0+11m, nothing held twice, counters exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn takeover_of_expired_leases_races_with_renew_revoke_and_recording() {
+    let db = PgTestDb::create().await;
+    let stores = stores(&db, 3, 4).await;
+    stores[0].migrate().await.unwrap();
+    let (es, cs) = seed(&*stores[0], 10, 20).await;
+    let (phase1, leased) = collect_disjoint(spawn_leasers(&stores, 2, 6, t0())).await;
+    // (spawn_leasers leases for 60 minutes; shorten them to 10 so phase 2 sees them expired.)
+    sqlx::query("UPDATE leases SET expires_at = $1")
+        .bind(t0() + Duration::minutes(10))
+        .execute(stores[0].pool())
+        .await
+        .unwrap();
+    assert_eq!(leased, all_pairs(&es, &cs));
+
+    let later = t0() + Duration::minutes(11);
+    let mut handles: Vec<tokio::task::JoinHandle<Vec<Lease>>> = Vec::new();
+    // Leasers at t0+11m.
+    handles.extend(spawn_leasers(&stores, 2, 6, later));
+    // Recorders: every third phase-1 lease's pairs.
+    for (i, l) in phase1.iter().enumerate().filter(|(i, _)| i % 3 == 0) {
+        let store = stores[i % stores.len()].clone();
+        let results: Vec<_> = l
+            .clips
+            .iter()
+            .map(|c| result(l.id, &l.episode, c, &[7]))
+            .collect();
+        handles.push(tokio::spawn(async move {
+            for r in results {
+                store.record_result(&r).await.unwrap();
+            }
+            Vec::new()
+        }));
+    }
+    // Renewers (with the earlier now) and revokers.
+    for (i, l) in phase1.iter().enumerate().filter(|(i, _)| i % 3 != 0) {
+        let store = stores[(i + 1) % stores.len()].clone();
+        let id = l.id;
+        let update = if i % 3 == 1 {
+            LeaseUpdate::Renew {
+                now: t0() + Duration::minutes(5),
+                duration: Duration::minutes(10),
+            }
+        } else {
+            LeaseUpdate::Revoke
+        };
+        handles.push(tokio::spawn(async move {
+            store.update_lease(id, update).await.unwrap();
+            Vec::new()
+        }));
+    }
+    let (_, _) = collect_disjoint(handles).await;
+    // Leasers may have finished before some revocations freed pairs: finish the run.
+    let (_, _) = collect_disjoint(spawn_leasers(&stores, 1, 6, later)).await;
+
+    assert_invariants(&stores[0]).await;
+    let done = researched(&stores[0]).await;
+    let held: Vec<Pair> = held_at(&stores[0], later).await;
+    let held_set: HashSet<Pair> = held.iter().cloned().collect();
+    assert_eq!(held.len(), held_set.len(), "a pair is held twice");
+    assert!(done.is_disjoint(&held_set));
+    let mut covered = done.clone();
+    covered.extend(held_set);
+    assert_eq!(
+        covered,
+        all_pairs(&es, &cs),
+        "free pairs were left unleased"
+    );
+    // Nothing at all is held by a lease expired at t0+11m: everything was taken over.
+    let stale: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM leased_pairs lp JOIN leases l ON l.id = lp.lease_id
+         WHERE l.expires_at <= $1",
+    )
+    .bind(later)
+    .fetch_one(stores[0].pool())
+    .await
+    .unwrap();
+    assert_eq!(stale, 0);
+    let status = stores[0].status(later).await.unwrap();
+    assert_eq!(status.researched_pairs, done.len() as u64);
+    assert_eq!(status.leased_pairs, held.len() as u64);
+}
+
+/// Renewals and revocations of the same leases from many tasks at once: each revoke answers
+/// true exactly once per lease; a renewal after a revocation answers false; the counters hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn renew_and_revoke_races_answer_consistently() {
+    let db = PgTestDb::create().await;
+    let stores = stores(&db, 2, 4).await;
+    stores[0].migrate().await.unwrap();
+    seed(&*stores[0], 4, 10).await;
+    let (leases, _) = collect_disjoint(spawn_leasers(&stores, 1, 5, t0())).await;
+    let ids: Vec<Uuid> = leases.iter().map(|l| l.id).collect();
+
+    let tasks: Vec<_> = (0..8usize)
+        .map(|t| {
+            let store = stores[t % 2].clone();
+            let ids = ids.clone();
+            tokio::spawn(async move {
+                let mut revoked = Vec::new();
+                for id in ids {
+                    if t % 2 == 0 {
+                        if store.update_lease(id, LeaseUpdate::Revoke).await.unwrap() {
+                            revoked.push(id);
+                        }
+                    } else {
+                        store
+                            .update_lease(
+                                id,
+                                LeaseUpdate::Renew {
+                                    now: t0() + Duration::minutes(1),
+                                    duration: Duration::minutes(30),
+                                },
+                            )
+                            .await
+                            .unwrap();
+                    }
+                }
+                revoked
+            })
+        })
+        .collect();
+    let mut revoked = HashSet::new();
+    for t in tasks {
+        for id in t.await.unwrap() {
+            assert!(revoked.insert(id), "lease {id} revoked twice");
+        }
+    }
+    assert_eq!(revoked.len(), ids.len());
+    for id in &ids {
+        let renewed = stores[0]
+            .update_lease(
+                *id,
+                LeaseUpdate::Renew {
+                    now: t0(),
+                    duration: Duration::minutes(1),
+                },
+            )
+            .await
+            .unwrap();
+        assert!(!renewed, "a revoked lease was renewed");
+    }
+    let status = stores[1].status(t0()).await.unwrap();
+    assert_eq!((status.active_leases, status.leased_pairs), (0, 0));
+    assert_invariants(&stores[0]).await;
+    // Every pair is free again, exactly once.
+    let (_, again) = collect_disjoint(spawn_leasers(&stores, 2, 5, t0())).await;
+    assert_eq!(again.len(), 40);
+}
