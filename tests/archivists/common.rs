@@ -1,0 +1,374 @@
+//! Test scaffolding: an environment (memory bus with the four queues, a fresh SQLite store),
+//! message builders, and wrappers that inject faults into a datastore, a sender or a receiver.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use archivist::messages::{encode, CompletedResearchItem, PendingResearchItem};
+use archivist::{ArchivistHandle, Ended, Report, RetryPolicy};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use datastore::{
+    ClipInfo, DataStore, DataStoreError, EpisodeInfo, Lease, LeaseRequest, LeaseUpdate, Match,
+    MatchFilter, RecordOutcome, ResearchResult, SqliteDataStore, Status,
+};
+use messagebus::{
+    dead_letter_queue_name, Bus, BusError, Delivery, MemoryBus, MemoryBusConfig, QueueStats,
+    Receiver, Sender,
+};
+use tempfile::TempDir;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+pub(crate) use datastore::testing::{clip, episode};
+
+pub(crate) const EPISODES: &str = "curated_episodes";
+pub(crate) const CLIPS: &str = "curated_clips";
+pub(crate) const PENDING: &str = "pending_research";
+pub(crate) const COMPLETED: &str = "completed_research";
+
+/// A memory bus with the four queues, and a migrated SQLite store in a temporary directory.
+pub(crate) struct Env {
+    pub(crate) bus: MemoryBus,
+    pub(crate) store: Arc<dyn DataStore>,
+    _dir: TempDir,
+}
+
+impl Env {
+    pub(crate) async fn new() -> Env {
+        Env::with_bus(MemoryBusConfig::default()).await
+    }
+
+    pub(crate) async fn with_bus(config: MemoryBusConfig) -> Env {
+        let bus = MemoryBus::with_seed(config, 7);
+        for q in [EPISODES, CLIPS, PENDING, COMPLETED] {
+            bus.create_queue(q).await.unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("archive.sqlite").display());
+        let store = SqliteDataStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        Env {
+            bus,
+            store: Arc::new(store),
+            _dir: dir,
+        }
+    }
+
+    pub(crate) async fn sender(&self, queue: &str) -> Arc<dyn Sender> {
+        self.bus.sender(queue).await.unwrap()
+    }
+
+    pub(crate) async fn receiver(&self, queue: &str) -> Arc<dyn Receiver> {
+        self.bus.receiver(queue).await.unwrap()
+    }
+
+    pub(crate) async fn send(&self, queue: &str, bodies: Vec<Vec<u8>>) {
+        self.sender(queue).await.send_batch(bodies).await.unwrap();
+    }
+
+    pub(crate) async fn stats(&self, queue: &str) -> QueueStats {
+        self.sender(queue).await.inspect().await.unwrap()
+    }
+
+    /// Takes every visible message off `queue` (acknowledging it) and returns the bodies.
+    pub(crate) async fn drain(&self, queue: &str) -> Vec<Vec<u8>> {
+        let rx = self.receiver(queue).await;
+        let mut out = Vec::new();
+        loop {
+            let batch = rx.receive(100, Duration::ZERO).await.unwrap();
+            if batch.is_empty() {
+                return out;
+            }
+            for d in batch {
+                out.push(d.body().to_vec());
+                d.ack().await.unwrap();
+            }
+        }
+    }
+
+    /// Takes every dead letter of `queue`: (body, reason).
+    pub(crate) async fn dead_letters(&self, queue: &str) -> Vec<(Vec<u8>, String)> {
+        let rx = self.receiver(&dead_letter_queue_name(queue)).await;
+        let mut out = Vec::new();
+        loop {
+            let batch = rx.receive(100, Duration::ZERO).await.unwrap();
+            if batch.is_empty() {
+                return out;
+            }
+            for d in batch {
+                out.push((
+                    d.body().to_vec(),
+                    d.dead_letter_reason().unwrap_or_default().to_string(),
+                ));
+                d.ack().await.unwrap();
+            }
+        }
+    }
+
+    pub(crate) async fn status(&self) -> Status {
+        self.store.status(Utc::now()).await.unwrap()
+    }
+}
+
+/// Retries quickly so that tests of passing failures take milliseconds.
+pub(crate) fn fast_retry(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts,
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(2),
+    }
+}
+
+/// Waits for a run's report, whatever it ended with.
+pub(crate) async fn done(handle: ArchivistHandle) -> Report {
+    handle.done.await.unwrap()
+}
+
+pub(crate) fn finished(report: &Report) -> bool {
+    matches!(report.ended, Ended::Finished)
+}
+
+pub(crate) fn cancelled(report: &Report) -> bool {
+    matches!(report.ended, Ended::Cancelled)
+}
+
+pub(crate) fn episodes(range: std::ops::Range<u32>) -> Vec<Vec<u8>> {
+    range.map(|i| encode(&episode(i))).collect()
+}
+
+pub(crate) fn clips(range: std::ops::Range<u32>) -> Vec<Vec<u8>> {
+    range.map(|i| encode(&clip(i))).collect()
+}
+
+/// A researcher's answer for one clip of `item`; `last` ends the lease. Clips whose number is
+/// divisible by three are "found" at an offset derived from the episode.
+pub(crate) fn completed(
+    item: &PendingResearchItem,
+    clip: &ClipInfo,
+    last: bool,
+) -> CompletedResearchItem {
+    let found = clip
+        .title
+        .trim_start_matches("Clip ")
+        .parse::<u32>()
+        .is_ok_and(|n| n % 3 == 0);
+    CompletedResearchItem {
+        lease_id: item.lease_id,
+        revoke_lease: last,
+        research_date: Utc::now(),
+        episode: item.episode.clone(),
+        clip: clip.clone(),
+        episode_duration_ns: 3_600_000_000_000,
+        episode_hash: format!("sha256:{}", item.episode.title),
+        clip_duration_ns: 4_000_000_000,
+        clip_hash: format!("sha256:{}", clip.title),
+        clip_offsets_ns: if found {
+            vec![i64::from(item.episode.date_aired.timestamp_subsec_nanos()) + 1_000]
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// Every answer for `item`, the last one revoking the lease.
+pub(crate) fn answers(item: &PendingResearchItem) -> Vec<CompletedResearchItem> {
+    let n = item.clips.len();
+    item.clips
+        .iter()
+        .enumerate()
+        .map(|(i, c)| completed(item, c, i + 1 == n))
+        .collect()
+}
+
+/// A work item for a lease taken directly from the store.
+pub(crate) fn item_for(lease: &Lease) -> PendingResearchItem {
+    PendingResearchItem {
+        lease_id: lease.id,
+        lease_expires_at: lease.expires_at,
+        episode: lease.episode.clone(),
+        clips: lease.clips.clone(),
+    }
+}
+
+pub(crate) async fn lease(
+    store: &dyn DataStore,
+    max_clips: u32,
+    duration: chrono::Duration,
+    now: DateTime<Utc>,
+) -> Option<Lease> {
+    store
+        .lease_next(LeaseRequest {
+            max_clips,
+            duration,
+            now,
+        })
+        .await
+        .unwrap()
+}
+
+pub(crate) fn unavailable() -> DataStoreError {
+    DataStoreError::Unavailable(sqlx::Error::PoolTimedOut)
+}
+
+/// Decides, before each call of a writing method, whether it fails: gets the method's name
+/// and the 1-based number of the call among writing calls.
+pub(crate) type Hook = Arc<dyn Fn(&'static str, u64) -> Option<DataStoreError> + Send + Sync>;
+
+/// A datastore that passes calls through to another, failing some as its hook says.
+pub(crate) struct HookedStore {
+    inner: Arc<dyn DataStore>,
+    hook: Hook,
+    calls: AtomicU64,
+    pub(crate) failed: AtomicU64,
+}
+
+impl HookedStore {
+    pub(crate) fn new(inner: Arc<dyn DataStore>, hook: Hook) -> Arc<HookedStore> {
+        Arc::new(HookedStore {
+            inner,
+            hook,
+            calls: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        })
+    }
+
+    /// Fails the first `n` writing calls with a passing error.
+    pub(crate) fn failing_first(inner: Arc<dyn DataStore>, n: u64) -> Arc<HookedStore> {
+        HookedStore::new(
+            inner,
+            Arc::new(move |_, call| (call <= n).then(unavailable)),
+        )
+    }
+
+    /// Fails every writing call with a passing error: a datastore that stays down.
+    pub(crate) fn down(inner: Arc<dyn DataStore>) -> Arc<HookedStore> {
+        HookedStore::new(inner, Arc::new(|_, _| Some(unavailable())))
+    }
+
+    fn before(&self, method: &'static str) -> datastore::Result<()> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        match (self.hook)(method, call) {
+            Some(e) => {
+                self.failed.fetch_add(1, Ordering::SeqCst);
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl DataStore for HookedStore {
+    async fn migrate(&self) -> datastore::Result<()> {
+        self.inner.migrate().await
+    }
+    async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> datastore::Result<()> {
+        self.before("upsert_episodes")?;
+        self.inner.upsert_episodes(episodes).await
+    }
+    async fn upsert_clips(&self, clips: &[ClipInfo]) -> datastore::Result<()> {
+        self.before("upsert_clips")?;
+        self.inner.upsert_clips(clips).await
+    }
+    async fn lease_next(&self, request: LeaseRequest) -> datastore::Result<Option<Lease>> {
+        self.before("lease_next")?;
+        self.inner.lease_next(request).await
+    }
+    async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> datastore::Result<bool> {
+        self.before("update_lease")?;
+        self.inner.update_lease(lease_id, update).await
+    }
+    async fn record_results(
+        &self,
+        results: &[ResearchResult],
+    ) -> datastore::Result<Vec<RecordOutcome>> {
+        self.before("record_results")?;
+        self.inner.record_results(results).await
+    }
+    async fn status(&self, now: DateTime<Utc>) -> datastore::Result<Status> {
+        self.inner.status(now).await
+    }
+    async fn matches(&self, filter: &MatchFilter) -> datastore::Result<Vec<Match>> {
+        self.inner.matches(filter).await
+    }
+}
+
+/// A sender that fails every send with `error()`, and can hide the consumer count.
+pub(crate) struct FailingSender {
+    pub(crate) inner: Arc<dyn Sender>,
+    pub(crate) error: Option<fn() -> BusError>,
+    pub(crate) hide_consumers: bool,
+    pub(crate) sends: AtomicU64,
+}
+
+impl FailingSender {
+    pub(crate) fn new(
+        inner: Arc<dyn Sender>,
+        error: Option<fn() -> BusError>,
+    ) -> Arc<FailingSender> {
+        Arc::new(FailingSender {
+            inner,
+            error,
+            hide_consumers: false,
+            sends: AtomicU64::new(0),
+        })
+    }
+}
+
+#[async_trait]
+impl Sender for FailingSender {
+    async fn send_batch(&self, bodies: Vec<Vec<u8>>) -> Result<(), BusError> {
+        self.sends.fetch_add(1, Ordering::SeqCst);
+        match self.error {
+            Some(error) => Err(error()),
+            None => self.inner.send_batch(bodies).await,
+        }
+    }
+    async fn inspect(&self) -> Result<QueueStats, BusError> {
+        let mut stats = self.inner.inspect().await?;
+        if self.hide_consumers {
+            stats.consumers = None;
+        }
+        Ok(stats)
+    }
+    fn queue(&self) -> &str {
+        self.inner.queue()
+    }
+}
+
+/// A receiver that says (on `entered`) each time a receive starts, with its 1-based number.
+pub(crate) struct WatchedReceiver {
+    inner: Arc<dyn Receiver>,
+    calls: AtomicU64,
+    entered: mpsc::UnboundedSender<u64>,
+}
+
+impl WatchedReceiver {
+    pub(crate) fn new(
+        inner: Arc<dyn Receiver>,
+    ) -> (Arc<WatchedReceiver>, mpsc::UnboundedReceiver<u64>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Arc::new(WatchedReceiver {
+                inner,
+                calls: AtomicU64::new(0),
+                entered: tx,
+            }),
+            rx,
+        )
+    }
+}
+
+#[async_trait]
+impl Receiver for WatchedReceiver {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, BusError> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let _ = self.entered.send(n);
+        self.inner.receive(max, wait).await
+    }
+    fn queue(&self) -> &str {
+        self.inner.queue()
+    }
+}

@@ -1,0 +1,281 @@
+//! The completed-research archivist: recording results, renewing and revoking leases.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use archivist::completed_research::{start, CompletedResearchConfig};
+use archivist::messages::{encode, CompletedResearchItem, PendingResearchItem};
+use archivist::{Ended, Report};
+use chrono::Utc;
+use datastore::{DataStore, MatchFilter};
+use tokio_util::sync::CancellationToken;
+
+use crate::common::*;
+
+fn config() -> CompletedResearchConfig {
+    CompletedResearchConfig {
+        lease_duration: chrono::Duration::hours(3),
+        batch_size: 10,
+        receive_wait: Duration::ZERO,
+        retry: fast_retry(5),
+    }
+}
+
+async fn seed(store: &dyn DataStore, episodes: u32, clips: u32) {
+    let es: Vec<_> = (0..episodes).map(episode).collect();
+    let cs: Vec<_> = (0..clips).map(clip).collect();
+    store.upsert_episodes(&es).await.unwrap();
+    store.upsert_clips(&cs).await.unwrap();
+}
+
+/// Leases every clip of the most urgent episode for an hour.
+async fn work(env: &Env) -> PendingResearchItem {
+    let lease = lease(&*env.store, 50, chrono::Duration::hours(1), Utc::now())
+        .await
+        .unwrap();
+    item_for(&lease)
+}
+
+async fn send(env: &Env, items: &[CompletedResearchItem]) {
+    env.send(COMPLETED, items.iter().map(encode).collect())
+        .await;
+}
+
+async fn run(env: &Env, store: Arc<dyn DataStore>) -> Report {
+    done(start(
+        CancellationToken::new(),
+        env.receiver(COMPLETED).await,
+        store,
+        config(),
+    ))
+    .await
+}
+
+#[tokio::test]
+async fn results_are_recorded_and_renew_then_revoke_the_lease() {
+    let env = Env::new().await;
+    seed(&*env.store, 1, 4).await;
+    let item = work(&env).await;
+    let all = answers(&item);
+
+    send(&env, &all[..2]).await;
+    let report = run(&env, env.store.clone()).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!(
+        (report.received, report.stored, report.duplicates),
+        (2, 2, 0)
+    );
+    assert_eq!((report.leases_renewed, report.leases_revoked), (1, 0));
+    let status = env.status().await;
+    assert_eq!((status.researched_pairs, status.active_leases), (2, 1));
+
+    // Renewed for three hours: the two open pairs are still held after the hour the lease
+    // was first taken for, and free once the renewal runs out.
+    let later = Utc::now() + chrono::Duration::hours(2);
+    assert!(lease(&*env.store, 50, chrono::Duration::hours(1), later)
+        .await
+        .is_none());
+
+    send(&env, &all[2..]).await;
+    let report = run(&env, env.store.clone()).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!(report.stored, 2);
+    assert_eq!((report.leases_renewed, report.leases_revoked), (0, 1));
+    let status = env.status().await;
+    assert_eq!((status.researched_pairs, status.active_leases), (4, 0));
+    // Clips 0 and 3 were found.
+    let matches = env.store.matches(&MatchFilter::default()).await.unwrap();
+    assert_eq!(matches.len(), 2);
+    let q = env.stats(COMPLETED).await;
+    assert_eq!((q.waiting, q.in_flight, q.dead_letters), (0, 0, 0));
+}
+
+#[tokio::test]
+async fn renewal_keeps_pairs_held_past_the_original_expiry() {
+    let env = Env::new().await;
+    seed(&*env.store, 1, 4).await;
+    let item = work(&env).await;
+    send(&env, &answers(&item)[..1]).await;
+    let report = run(&env, env.store.clone()).await;
+    assert_eq!(report.leases_renewed, 1);
+    let at = |h| Utc::now() + chrono::Duration::hours(h);
+    assert!(lease(&*env.store, 50, chrono::Duration::hours(1), at(2))
+        .await
+        .is_none());
+    let freed = lease(&*env.store, 50, chrono::Duration::hours(1), at(4))
+        .await
+        .unwrap();
+    assert_eq!(freed.clips.len(), 3);
+}
+
+#[tokio::test]
+async fn duplicates_and_unknown_leases_are_fine() {
+    let env = Env::new().await;
+    seed(&*env.store, 1, 3).await;
+    let item = work(&env).await;
+    let all = answers(&item);
+    let mut stranger = all[0].clone();
+    stranger.lease_id = uuid::Uuid::new_v4();
+    stranger.clip = clip(1);
+    let batch = vec![
+        all[0].clone(),
+        all[0].clone(),
+        stranger,
+        all[2].clone(),
+        all[2].clone(),
+    ];
+    send(&env, &batch).await;
+    let report = run(&env, env.store.clone()).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!((report.received, report.stored), (5, 5));
+    assert_eq!(report.duplicates, 2);
+    assert_eq!(report.dead_lettered, 0);
+    // all[2] is the last: the lease is revoked; the stranger's lease is unknown.
+    assert_eq!((report.leases_renewed, report.leases_revoked), (0, 1));
+    assert_eq!(env.status().await.researched_pairs, 3);
+
+    // Redelivered later, in another run: still fine.
+    send(&env, &all).await;
+    let report = run(&env, env.store.clone()).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!((report.stored, report.duplicates), (3, 3));
+    assert_eq!((report.leases_renewed, report.leases_revoked), (0, 0));
+    assert_eq!(env.status().await.researched_pairs, 3);
+}
+
+#[tokio::test]
+async fn a_result_for_an_expired_lease_is_still_recorded() {
+    let env = Env::new().await;
+    seed(&*env.store, 1, 2).await;
+    let past = Utc::now() - chrono::Duration::hours(3);
+    let expired = item_for(
+        &lease(&*env.store, 50, chrono::Duration::hours(1), past)
+            .await
+            .unwrap(),
+    );
+    send(&env, &answers(&expired)[..1]).await;
+    let report = run(&env, env.store.clone()).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!(report.stored, 1);
+    assert_eq!((report.leases_renewed, report.leases_revoked), (0, 0));
+    let status = env.status().await;
+    assert_eq!((status.researched_pairs, status.active_leases), (1, 0));
+}
+
+#[tokio::test]
+async fn poison_and_unknown_pairs_are_dead_lettered() {
+    let env = Env::new().await;
+    seed(&*env.store, 1, 2).await;
+    let item = work(&env).await;
+    let all = answers(&item);
+    let mut unknown = all[0].clone();
+    unknown.clip = clip(99);
+    let mut negative = serde_json::to_value(&all[1]).unwrap();
+    negative["clip_offsets_ns"] = serde_json::json!([-5]);
+    let mut bodies: Vec<Vec<u8>> = all.iter().map(encode).collect();
+    bodies.insert(1, b"[]".to_vec());
+    bodies.insert(2, encode(&unknown));
+    bodies.insert(3, negative.to_string().into_bytes());
+    env.send(COMPLETED, bodies).await;
+
+    let report = run(&env, env.store.clone()).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!(
+        (report.received, report.stored, report.dead_lettered),
+        (5, 2, 3)
+    );
+    let reasons: Vec<_> = env
+        .dead_letters(COMPLETED)
+        .await
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(reasons.len(), 3);
+    for e in [
+        "not a valid CompletedResearchItem",
+        "unknown research pair",
+        "clip_offsets_ns",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r.contains(e)),
+            "{e:?} in {reasons:?}"
+        );
+    }
+    assert_eq!(env.status().await.researched_pairs, 2);
+}
+
+#[tokio::test]
+async fn passing_failures_are_retried_and_lasting_ones_release_the_batch() {
+    let env = Env::new().await;
+    seed(&*env.store, 2, 3).await;
+    let first = work(&env).await;
+    let second = work(&env).await;
+    let mut all = answers(&first);
+    all.extend(answers(&second));
+    send(&env, &all).await;
+
+    // Down for good: the run fails, nothing is recorded or lost.
+    let report = run(&env, HookedStore::down(env.store.clone())).await;
+    assert!(matches!(report.ended, Ended::Failed(_)), "{report:?}");
+    assert_eq!((report.stored, report.released), (0, 6));
+    let q = env.stats(COMPLETED).await;
+    assert_eq!((q.waiting, q.in_flight, q.dead_letters), (6, 0, 0));
+
+    // Down for a while (the record call, then a lease update): retried.
+    let report = run(&env, HookedStore::failing_first(env.store.clone(), 2)).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!(
+        (report.stored, report.duplicates, report.released),
+        (6, 0, 0)
+    );
+    assert_eq!(report.leases_revoked, 2);
+    let status = env.status().await;
+    assert_eq!((status.researched_pairs, status.active_leases), (6, 0));
+}
+
+#[tokio::test]
+async fn a_failed_lease_update_releases_the_batch_and_the_redelivery_finishes_it() {
+    let env = Env::new().await;
+    seed(&*env.store, 1, 3).await;
+    let item = work(&env).await;
+    send(&env, &answers(&item)[..2]).await;
+    let store = HookedStore::new(
+        env.store.clone(),
+        Arc::new(|method, _| (method == "update_lease").then(unavailable)),
+    );
+    let report = run(&env, store).await;
+    assert!(matches!(report.ended, Ended::Failed(_)), "{report:?}");
+    assert_eq!((report.stored, report.released), (2, 2));
+    assert_eq!(report.leases_renewed, 0);
+    assert_eq!(env.stats(COMPLETED).await.waiting, 2);
+
+    // The redelivery finds the results recorded and does the renewal that was missed.
+    let report = run(&env, env.store.clone()).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!((report.duplicates, report.leases_renewed), (2, 1));
+    let later = Utc::now() + chrono::Duration::hours(2);
+    assert!(lease(&*env.store, 50, chrono::Duration::hours(1), later)
+        .await
+        .is_none());
+}
+
+#[tokio::test]
+async fn cancelling_while_a_receive_waits_stops_at_once() {
+    let env = Env::new().await;
+    let (receiver, mut entered) = WatchedReceiver::new(env.receiver(COMPLETED).await);
+    let token = CancellationToken::new();
+    let handle = start(
+        token.clone(),
+        receiver,
+        env.store.clone(),
+        CompletedResearchConfig {
+            receive_wait: Duration::from_secs(3600),
+            ..config()
+        },
+    );
+    assert_eq!(entered.recv().await, Some(1));
+    token.cancel();
+    let report = done(handle).await;
+    assert!(cancelled(&report), "{report:?}");
+    assert_eq!(report.received, 0);
+}
