@@ -72,6 +72,10 @@ macro_rules! datastore_conformance_tests {
             status_counts_each_step,
             matches_lists_and_filters,
             concurrent_leases_never_overlap,
+            times_round_trip_at_microseconds,
+            episode_identity_is_title_and_date_aired,
+            large_batches,
+            recording_under_an_expired_lease,
         );
     };
 }
@@ -384,8 +388,18 @@ pub mod cases {
         let err = store.upsert_clips(&[clip(2), c]).await.unwrap_err();
         assert!(matches!(err, DataStoreError::Conflict(_)), "{err:?}");
 
+        // A known episode taking another's media_uri.
+        store.upsert_episode(&episode(6)).await.unwrap();
+        let mut e = episode(6);
+        e.media_uri = episode(0).media_uri;
+        e.description = "changed".into();
+        let err = store.upsert_episode(&e).await.unwrap_err();
+        assert!(matches!(err, DataStoreError::Conflict(_)), "{err:?}");
+
         let status = store.status(t0()).await.unwrap();
-        assert_eq!((status.episodes, status.clips), (1, 1));
+        assert_eq!((status.episodes, status.clips), (2, 1));
+        let leased = lease(&*store, 1, t0()).await.unwrap();
+        assert_eq!(leased.episode, episode(6));
 
         // Not a conflict: a clip with an episode's media_uri.
         let mut c = clip(5);
@@ -1078,5 +1092,157 @@ pub mod cases {
             status.leased_pairs,
             (leased.len() + held.clips.len()) as u64
         );
+    }
+
+    /// Times keep microsecond precision.
+    pub async fn times_round_trip_at_microseconds(store: Arc<dyn DataStore>) {
+        let us = |n: i64| Duration::microseconds(n);
+        let mut e = episode(1);
+        e.date_aired += us(123_456);
+        e.initial_date_curated += us(1);
+        e.last_date_curated += us(999_999);
+        let mut c = clip(1);
+        c.initial_date_curated += us(654_321);
+        c.last_date_curated += us(654_322);
+        store.upsert_episode(&e).await.unwrap();
+        store.upsert_clip(&c).await.unwrap();
+        let now = t0() + us(7);
+        let l = store
+            .lease_next(LeaseRequest {
+                max_clips: 1,
+                duration: Duration::seconds(90) + us(5),
+                now,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(l.episode, e);
+        assert_eq!(l.clips, vec![c.clone()]);
+        assert_eq!(l.expires_at, now + Duration::seconds(90) + us(5));
+        // Active up to the microsecond before expiry.
+        let status = store.status(l.expires_at - us(1)).await.unwrap();
+        assert_eq!(status.active_leases, 1);
+        let status = store.status(l.expires_at).await.unwrap();
+        assert_eq!(status.active_leases, 0);
+
+        let mut r = result(l.id, &e, &c, &[1]);
+        r.research_date += us(42);
+        store.record_result(&r).await.unwrap();
+        let matches = store.matches(&MatchFilter::default()).await.unwrap();
+        assert_eq!(matches[0].episode_date_aired, e.date_aired);
+        assert_eq!(matches[0].research_date, r.research_date);
+    }
+
+    /// Episodes with one title and different airing dates are different episodes.
+    pub async fn episode_identity_is_title_and_date_aired(store: Arc<dyn DataStore>) {
+        let first = episode(1);
+        let mut rerun = episode(2);
+        rerun.title = first.title.clone();
+        store
+            .upsert_episodes(&[first.clone(), rerun.clone()])
+            .await
+            .unwrap();
+        store.upsert_clip(&clip(1)).await.unwrap();
+        assert_eq!(store.status(t0()).await.unwrap().episodes, 2);
+        let a = lease(&*store, 5, t0()).await.unwrap();
+        let b = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(a.episode, rerun);
+        assert_eq!(b.episode, first);
+        let outcomes = store
+            .record_results(&[
+                result(a.id, &first, &clip(1), &[1]),
+                result(a.id, &rerun, &clip(1), &[2]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(outcomes, vec![RecordOutcome::Recorded; 2]);
+        let matches = store.matches(&MatchFilter::default()).await.unwrap();
+        assert_eq!(matches.len(), 2);
+        assert_eq!(matches[0].episode_date_aired, rerun.date_aired);
+        assert_eq!(matches[0].clip_offsets_ns, vec![2]);
+    }
+
+    /// Batches larger than any statement limit are written whole.
+    pub async fn large_batches(store: Arc<dyn DataStore>) {
+        let n = 5_000;
+        let mut es: Vec<_> = (0..n).map(episode).collect();
+        let cs: Vec<_> = (0..3).map(clip).collect();
+        store.upsert_episodes(&es).await.unwrap();
+        store.upsert_clips(&cs).await.unwrap();
+        for e in &mut es {
+            e.priority = 1;
+            e.description = "updated".into();
+        }
+        es[17].priority = 2;
+        store.upsert_episodes(&es).await.unwrap();
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!((status.episodes, status.research_pairs), (5_000, 15_000));
+        let l = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(l.episode, es[17]);
+
+        let results: Vec<_> = es
+            .iter()
+            .flat_map(|e| cs.iter().map(move |c| (e, c)))
+            .enumerate()
+            .map(|(i, (e, c))| {
+                let offsets: &[i64] = if i % 7 == 0 { &[7, 14] } else { &[] };
+                result(l.id, e, c, offsets)
+            })
+            .collect();
+        let outcomes = store.record_results(&results).await.unwrap();
+        assert!(outcomes.iter().all(|o| *o == RecordOutcome::Recorded));
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!(status.researched_pairs, 15_000);
+        assert_eq!(status.matched_pairs, 15_000_u64.div_ceil(7));
+        assert_eq!((status.active_leases, status.leased_pairs), (0, 0));
+        assert!(lease(&*store, 5, t0()).await.is_none());
+        let matches = store.matches(&MatchFilter::default()).await.unwrap();
+        assert_eq!(matches.len() as u64, status.matched_pairs);
+        let outcomes = store.record_results(&results).await.unwrap();
+        assert!(outcomes.iter().all(|o| *o == RecordOutcome::Duplicate));
+    }
+
+    /// A result that arrives after its lease expired still records, and frees the pair
+    /// from whichever lease took it over.
+    pub async fn recording_under_an_expired_lease(store: Arc<dyn DataStore>) {
+        let (es, _) = seed(&*store, 1, 3).await;
+        let old = lease(&*store, 3, t0()).await.unwrap();
+        let later = t0() + Duration::hours(2);
+        // Late result for the first pair, while the old lease is expired but still holds it.
+        let outcome = store
+            .record_result(&result(old.id, &es[0], &old.clips[0], &[]))
+            .await
+            .unwrap();
+        assert_eq!(outcome, RecordOutcome::Recorded);
+        let status = store.status(later).await.unwrap();
+        assert_eq!(
+            (
+                status.expired_leases,
+                status.active_leases,
+                status.leased_pairs
+            ),
+            (1, 0, 0)
+        );
+        // A new lease takes over the other two.
+        let new = lease(&*store, 3, later).await.unwrap();
+        assert_eq!(new.reclaimed_pairs, 2);
+        assert_eq!(titles(&new), titles(&old)[1..].to_vec());
+        // A late result for a pair the new lease now holds frees it from the new lease.
+        let outcome = store
+            .record_result(&result(old.id, &es[0], &old.clips[1], &[]))
+            .await
+            .unwrap();
+        assert_eq!(outcome, RecordOutcome::Recorded);
+        let status = store.status(later).await.unwrap();
+        assert_eq!(
+            (
+                status.expired_leases,
+                status.active_leases,
+                status.leased_pairs,
+                status.researched_pairs
+            ),
+            (0, 1, 1, 2)
+        );
+        assert!(lease(&*store, 3, later).await.is_none());
     }
 }
