@@ -50,14 +50,19 @@ impl Default for QueueSettings {
     }
 }
 
-/// Generates one `#[tokio::test]` per conformance case, in a module `bus_conformance`.
+/// Generates one `#[tokio::test]` per conformance case, in a module `bus_conformance`
+/// (or the module named first: `bus_conformance_tests!(sqs_suite, fresh)`, to run the suite
+/// twice in one file).
 ///
 /// `$fresh` is a path to an `async fn(QueueSettings) -> std::sync::Arc<dyn messagebus::Bus>`,
 /// resolved from the module that invokes the macro. See [`crate::testing`].
 #[macro_export]
 macro_rules! bus_conformance_tests {
     ($fresh:path) => {
-        $crate::bus_conformance_tests!(@cases $fresh;
+        $crate::bus_conformance_tests!(bus_conformance, $fresh);
+    };
+    ($module:ident, $fresh:path) => {
+        $crate::bus_conformance_tests!(@cases $module, $fresh;
             round_trip,
             send_batch_many,
             receive_respects_max,
@@ -75,9 +80,9 @@ macro_rules! bus_conformance_tests {
             concurrent_receivers_no_duplicates,
         );
     };
-    (@cases $fresh:path; $($case:ident),* $(,)?) => {
+    (@cases $module:ident, $fresh:path; $($case:ident),* $(,)?) => {
         /// The bus conformance suite (`messagebus::testing`) for this adapter.
-        mod bus_conformance {
+        mod $module {
             #[allow(unused_imports)]
             use super::*;
             $(
