@@ -1,2 +1,90 @@
-//! The `archivist` command. TODO.
-fn main() {}
+//! The `archivist` command: parses the configuration, builds the bus and datastore adapters,
+//! runs the chosen subcommand, and turns its outcome into the exit code of the contract.
+//!
+//! # Layout
+//!
+//! - `cli.rs`: the clap definitions (every subcommand, every option with its variable).
+//! - `config.rs`: checked configuration, and [`config::UsageError`] (exit code 2).
+//! - `connect.rs`: opening the datastore (with retries) and the bus.
+//! - `tasks.rs`: waiting for archivists, repeating runs, supervising tasks until shutdown.
+//! - `signals.rs`: SIGINT/SIGTERM cancel the token.
+//! - `commands/`: one file per subcommand or group.
+//! - `demo/`: the built-in curators and researchers, progress and summary of `demo`.
+
+mod cli;
+mod commands;
+mod config;
+mod connect;
+mod demo;
+mod signals;
+mod tasks;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::Cli;
+use crate::config::{Config, UsageError};
+
+/// Bad usage or configuration.
+const EXIT_USAGE: u8 = 2;
+/// A fatal error: the datastore or bus unreachable after retries, a failed run.
+const EXIT_FATAL: u8 = 1;
+
+/// The demo's log filter when RUST_LOG is not set.
+const DEMO_LOG_FILTER: &str = "info,archivist::runner=warn,archivist::ingest=warn,\
+archivist::pending_research=warn,archivist::completed_research=warn";
+
+fn main() -> ExitCode {
+    // clap prints its own usage errors and exits with 2, help and version with 0.
+    let cli = Cli::parse();
+    init_logging(matches!(cli.command, cli::Command::Demo(_)));
+    let config = match Config::from_args(&cli.global) {
+        Ok(c) => c,
+        Err(e) => return fail(&anyhow::Error::new(e)),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&anyhow::Error::new(e).context("cannot start the async runtime")),
+    };
+    let outcome = runtime.block_on(async {
+        let token = CancellationToken::new();
+        signals::spawn(token.clone())?;
+        commands::dispatch(cli.command, config, token).await
+    });
+    // Tasks still blocked on the bus after the shutdown timeout must not hold up the exit.
+    runtime.shutdown_background();
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
+}
+
+/// Prints the error on standard error and picks the exit code.
+fn fail(error: &anyhow::Error) -> ExitCode {
+    if error.downcast_ref::<UsageError>().is_some() {
+        eprintln!("archivist: {error:#}");
+        ExitCode::from(EXIT_USAGE)
+    } else {
+        eprintln!("archivist: error: {error:#}");
+        ExitCode::from(EXIT_FATAL)
+    }
+}
+
+/// Logs to standard error, filtered by RUST_LOG (default `info`); standard output is kept for
+/// the commands' output. The demo's archivists run many short runs a second, so without
+/// RUST_LOG it shows only their warnings; its own progress lines stay at `info`.
+fn init_logging(demo: bool) {
+    let default = if demo { DEMO_LOG_FILTER } else { "info" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

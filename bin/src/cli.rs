@@ -1,0 +1,271 @@
+//! The command line: clap definitions of the global options and every subcommand.
+//!
+//! Options that the contract ties to an environment variable are read as plain strings here
+//! and checked in `config.rs`, so that a bad value is reported with the variable's name (clap's
+//! own messages name only the flag).
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// The archivist: stores curated episodes and clips, hands research work to researchers a
+/// lease at a time, and records what they find.
+#[derive(Debug, Parser)]
+#[command(name = "archivist", version, propagate_version = true)]
+#[command(
+    after_help = "Exit codes: 0 finished (poison messages set aside included), \
+1 fatal error (datastore or bus unreachable after retries), 2 bad usage or configuration.\n\
+Logs go to standard error (filter with RUST_LOG, default info); standard output carries only \
+the command's output."
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options every subcommand takes, each with its environment variable.
+#[derive(Debug, Args)]
+pub(crate) struct GlobalArgs {
+    /// The datastore: sqlite://PATH (created if missing) or postgres://USER@HOST/DB
+    /// [default: sqlite://archivist.sqlite; for `demo`, a temporary SQLite file]
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub(crate) database_url: Option<String>,
+
+    /// The message bus: memory, sqs or postgres (postgres is not built yet)
+    #[arg(long, env = "ARCHIVIST_BUS", global = true, default_value = "memory")]
+    pub(crate) bus: String,
+
+    /// The Postgres bus's database [default: DATABASE_URL]
+    #[arg(long, env = "ARCHIVIST_BUS_URL", global = true, hide_env_values = true)]
+    pub(crate) bus_url: Option<String>,
+
+    /// Researchers listening on pending_research, for a bus that cannot count its consumers
+    /// (SQS) [default: the bus's own count]
+    #[arg(long, env = "ARCHIVIST_RESEARCHERS", global = true)]
+    pub(crate) researchers: Option<String>,
+
+    /// How long a lease lasts without renewal, as 90s, 15m, 2h [default: 2h; for `demo`, 3s]
+    #[arg(long, env = "ARCHIVIST_LEASE_DURATION", global = true)]
+    pub(crate) lease_duration: Option<String>,
+
+    /// The most clips in one work item
+    #[arg(long, env = "ARCHIVIST_MAX_CLIPS", global = true, default_value = "50")]
+    pub(crate) max_clips: String,
+
+    /// Receives before a message that keeps failing goes to the dead-letter queue
+    #[arg(
+        long,
+        env = "ARCHIVIST_MAX_RECEIVES",
+        global = true,
+        default_value = "5"
+    )]
+    pub(crate) max_receives: String,
+
+    /// The queue curators send episodes to
+    #[arg(
+        long,
+        env = "ARCHIVIST_EPISODES_QUEUE",
+        global = true,
+        default_value = "curated_episodes"
+    )]
+    pub(crate) episodes_queue: String,
+
+    /// The queue curators send clips to
+    #[arg(
+        long,
+        env = "ARCHIVIST_CLIPS_QUEUE",
+        global = true,
+        default_value = "curated_clips"
+    )]
+    pub(crate) clips_queue: String,
+
+    /// The queue work items are published to
+    #[arg(
+        long,
+        env = "ARCHIVIST_PENDING_RESEARCH_QUEUE",
+        global = true,
+        default_value = "pending_research"
+    )]
+    pub(crate) pending_research_queue: String,
+
+    /// The queue researchers send results to
+    #[arg(
+        long,
+        env = "ARCHIVIST_COMPLETED_RESEARCH_QUEUE",
+        global = true,
+        default_value = "completed_research"
+    )]
+    pub(crate) completed_research_queue: String,
+
+    /// How long to keep trying to reach the datastore at start before giving up (exit 1)
+    #[arg(
+        long,
+        env = "ARCHIVIST_CONNECT_TIMEOUT",
+        global = true,
+        default_value = "30s"
+    )]
+    pub(crate) connect_timeout: String,
+
+    /// How long to wait for archivists to finish the message in hand after SIGINT/SIGTERM
+    #[arg(
+        long,
+        env = "ARCHIVIST_SHUTDOWN_TIMEOUT",
+        global = true,
+        default_value = "30s"
+    )]
+    pub(crate) shutdown_timeout: String,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create or upgrade the datastore's schema, then exit
+    Migrate,
+    /// The episodes archivist: store curated episodes (long-running)
+    Episodes(IngestArgs),
+    /// The clips archivist: store curated clips (long-running)
+    Clips(IngestArgs),
+    /// One work-assignment run: lease work and publish it to researchers, then exit (for cron)
+    PendingResearch(RepeatArgs),
+    /// Drain the completed-research queue: record results, renew or end leases, then exit
+    CompletedResearch(RepeatArgs),
+    /// All four archivists in one long-running process
+    Run(RunArgs),
+    /// The whole pipeline on an in-memory bus with built-in curators and researchers, ending
+    /// with a summary
+    #[command(long_about = DEMO_ABOUT)]
+    Demo(DemoArgs),
+    /// Publish each line of standard input (JSON) as one message to QUEUE
+    Send(SendArgs),
+    /// Take messages off QUEUE, print each body as one line, and acknowledge them
+    Receive(ReceiveArgs),
+    /// Counts of episodes, clips, pairs, researched pairs, matches, leases and queue depths
+    Status(StatusArgs),
+    /// Recorded matches as JSON lines (episode, clip, offsets)
+    Matches(MatchesArgs),
+    /// Create the queues and their dead-letter queues if missing, and show their depths
+    Queues(QueuesArgs),
+}
+
+const DEMO_ABOUT: &str = "The whole pipeline in one process, on an in-memory bus: built-in \
+curators send a year of a daily show's episodes and a few dozen clips (and two poison messages), \
+built-in researchers do a deterministic fake analysis, one of them crashes mid-lease so that its \
+lease expires and its work is taken over, and the four archivists run as in production. Ends \
+with a summary, and checks that every research pair was researched exactly once (exit 0 only \
+then).\n\n\
+The datastore is DATABASE_URL when it is set (it must be empty: a new SQLite file or a new \
+Postgres database), otherwise a temporary SQLite file that is removed afterwards. The lease \
+is ARCHIVIST_LEASE_DURATION when set, otherwise 3s, so that the crashed researcher's work comes \
+back quickly.";
+
+/// Options of the ingestion archivists.
+#[derive(Debug, Args)]
+pub(crate) struct IngestArgs {
+    /// Drain the queue and exit instead of waiting for more
+    #[arg(long)]
+    pub(crate) once: bool,
+}
+
+/// Options of the short-run archivists.
+#[derive(Debug, Args)]
+pub(crate) struct RepeatArgs {
+    /// Repeat the run at this interval (as 30s, 5m) until SIGINT/SIGTERM, instead of running once
+    #[arg(long, env = "ARCHIVIST_EVERY", value_parser = parse_duration)]
+    pub(crate) every: Option<Duration>,
+}
+
+/// Options of `run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Interval of the pending-research and completed-research runs
+    #[arg(long, env = "ARCHIVIST_EVERY", default_value = "10s", value_parser = parse_duration)]
+    pub(crate) every: Duration,
+}
+
+/// Options of `demo`.
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Print the summary as one JSON object instead of text
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Built-in researcher tasks (one of them crashes mid-lease)
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(2..=64))]
+    pub(crate) researcher_tasks: u32,
+    /// Give up if the pipeline has not finished within this long
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub(crate) timeout: Duration,
+}
+
+/// Options of `send`.
+#[derive(Debug, Args)]
+pub(crate) struct SendArgs {
+    /// The queue's name (on SQS, resolved to its URL)
+    pub(crate) queue: String,
+    /// Send lines as they are, without checking that each is JSON (to try out poison handling)
+    #[arg(long)]
+    pub(crate) raw: bool,
+}
+
+/// Options of `receive`.
+#[derive(Debug, Args)]
+pub(crate) struct ReceiveArgs {
+    /// The queue's name (on SQS, resolved to its URL)
+    pub(crate) queue: String,
+    /// The most messages to take
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max: u32,
+    /// How long to wait for messages, as 0s, 5s, 1m
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub(crate) wait: Duration,
+    /// Read the queue's dead-letter queue instead; each line is then {"body": …, "reason": …}
+    #[arg(long)]
+    pub(crate) dead_letters: bool,
+}
+
+/// Options of `status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// Print one JSON object instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Options of `matches`.
+#[derive(Debug, Args)]
+pub(crate) struct MatchesArgs {
+    /// Only matches of the clip with this title
+    #[arg(long)]
+    pub(crate) clip: Option<String>,
+    /// Only matches in episodes with this title
+    #[arg(long)]
+    pub(crate) episode: Option<String>,
+    /// At most this many (latest aired episodes first)
+    #[arg(long)]
+    pub(crate) limit: Option<u64>,
+}
+
+/// Options of `queues`.
+#[derive(Debug, Args)]
+pub(crate) struct QueuesArgs {
+    /// Print one JSON object a queue instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Parses `90s`, `15m`, `2h`, `1h 30m` (humantime).
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (expected e.g. 90s, 15m, 2h)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

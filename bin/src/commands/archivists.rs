@@ -1,0 +1,345 @@
+//! The archivist subcommands: `episodes`, `clips`, `pending-research`, `completed-research`
+//! (each in its own process, on a shared bus) and `run` (all four in one process).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use archivist::completed_research::CompletedResearchConfig;
+use archivist::ingest::IngestConfig;
+use archivist::pending_research::PendingResearchConfig;
+use datastore::DataStore;
+use messagebus::Bus;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{usage, BusKind, Config};
+use crate::connect;
+use crate::tasks::{self, SharedTotals};
+
+/// How long a long-running ingestion archivist waits in one receive (SQS's longest poll).
+const INGEST_WAIT: Duration = Duration::from_secs(20);
+/// How long a draining run (`--once`, completed research) waits for more before it ends.
+const DRAIN_WAIT: Duration = Duration::from_secs(1);
+
+/// `archivist episodes`.
+pub(crate) async fn episodes(
+    config: &Config,
+    token: CancellationToken,
+    once: bool,
+) -> anyhow::Result<()> {
+    ingest(config, token, once, Kind::Episodes).await
+}
+
+/// `archivist clips`.
+pub(crate) async fn clips(
+    config: &Config,
+    token: CancellationToken,
+    once: bool,
+) -> anyhow::Result<()> {
+    ingest(config, token, once, Kind::Clips).await
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Episodes,
+    Clips,
+}
+
+async fn ingest(
+    config: &Config,
+    token: CancellationToken,
+    once: bool,
+    kind: Kind,
+) -> anyhow::Result<()> {
+    let name = match kind {
+        Kind::Episodes => "episodes",
+        Kind::Clips => "clips",
+    };
+    let bus = connect::shared_bus(config, name).await?;
+    let store = connect::datastore(config, &config.database_url(), &token).await?;
+    let mut set = JoinSet::new();
+    let ingest = IngestConfig {
+        once,
+        receive_wait: if once { DRAIN_WAIT } else { INGEST_WAIT },
+        ..IngestConfig::default()
+    };
+    spawn_ingest(
+        &mut set,
+        &token,
+        &*bus,
+        store,
+        config,
+        ingest,
+        kind,
+        Default::default(),
+    )
+    .await?;
+    tasks::supervise(&token, set, config.shutdown_timeout).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn spawn_ingest(
+    set: &mut JoinSet<anyhow::Result<()>>,
+    token: &CancellationToken,
+    bus: &dyn Bus,
+    store: Arc<dyn DataStore>,
+    config: &Config,
+    ingest: IngestConfig,
+    kind: Kind,
+    totals: SharedTotals,
+) -> anyhow::Result<()> {
+    let (name, queue) = match kind {
+        Kind::Episodes => ("episodes", &config.queues.episodes),
+        Kind::Clips => ("clips", &config.queues.clips),
+    };
+    let receiver = connect::receiver(bus, queue).await?;
+    let token = token.clone();
+    set.spawn(async move {
+        let t = token.clone();
+        tasks::repeat(name, token, None, totals, move || {
+            let (t, r, s, c) = (t.clone(), receiver.clone(), store.clone(), ingest.clone());
+            match kind {
+                Kind::Episodes => archivist::ingest::start_episodes(t, r, s, c),
+                Kind::Clips => archivist::ingest::start_clips(t, r, s, c),
+            }
+        })
+        .await
+    });
+    Ok(())
+}
+
+/// `archivist pending-research [--every D]`.
+pub(crate) async fn pending_research(
+    config: &Config,
+    token: CancellationToken,
+    every: Option<Duration>,
+) -> anyhow::Result<()> {
+    require_researcher_count(config)?;
+    let bus = connect::shared_bus(config, "pending-research").await?;
+    let store = connect::datastore(config, &config.database_url(), &token).await?;
+    let mut set = JoinSet::new();
+    let pending = PendingResearchConfig {
+        lease_duration: config.lease(),
+        max_clips: config.max_clips,
+        researchers: config.researchers,
+        ..PendingResearchConfig::default()
+    };
+    spawn_pending(
+        &mut set,
+        &token,
+        &*bus,
+        store,
+        config,
+        pending,
+        every,
+        Default::default(),
+    )
+    .await?;
+    tasks::supervise(&token, set, config.shutdown_timeout).await
+}
+
+/// SQS cannot count the researchers listening on a queue: the operator must say how many.
+fn require_researcher_count(config: &Config) -> anyhow::Result<()> {
+    if config.bus == BusKind::Sqs && config.researchers.is_none() {
+        return Err(usage(format!(
+            "ARCHIVIST_RESEARCHERS (--researchers) is required with ARCHIVIST_BUS=sqs: SQS \
+             cannot count the researchers listening on {:?}, so set it to their number",
+            config.queues.pending_research
+        )));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn spawn_pending(
+    set: &mut JoinSet<anyhow::Result<()>>,
+    token: &CancellationToken,
+    bus: &dyn Bus,
+    store: Arc<dyn DataStore>,
+    config: &Config,
+    pending: PendingResearchConfig,
+    every: Option<Duration>,
+    totals: SharedTotals,
+) -> anyhow::Result<()> {
+    let sender = connect::sender(bus, &config.queues.pending_research).await?;
+    let token = token.clone();
+    set.spawn(async move {
+        let t = token.clone();
+        tasks::repeat("pending-research", token, every, totals, move || {
+            archivist::pending_research::start(
+                t.clone(),
+                sender.clone(),
+                store.clone(),
+                pending.clone(),
+            )
+        })
+        .await
+    });
+    Ok(())
+}
+
+/// `archivist completed-research [--every D]`.
+pub(crate) async fn completed_research(
+    config: &Config,
+    token: CancellationToken,
+    every: Option<Duration>,
+) -> anyhow::Result<()> {
+    let bus = connect::shared_bus(config, "completed-research").await?;
+    let store = connect::datastore(config, &config.database_url(), &token).await?;
+    let mut set = JoinSet::new();
+    let completed = CompletedResearchConfig {
+        lease_duration: config.lease(),
+        receive_wait: DRAIN_WAIT,
+        ..CompletedResearchConfig::default()
+    };
+    spawn_completed(
+        &mut set,
+        &token,
+        &*bus,
+        store,
+        config,
+        completed,
+        every,
+        Default::default(),
+    )
+    .await?;
+    tasks::supervise(&token, set, config.shutdown_timeout).await
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn spawn_completed(
+    set: &mut JoinSet<anyhow::Result<()>>,
+    token: &CancellationToken,
+    bus: &dyn Bus,
+    store: Arc<dyn DataStore>,
+    config: &Config,
+    completed: CompletedResearchConfig,
+    every: Option<Duration>,
+    totals: SharedTotals,
+) -> anyhow::Result<()> {
+    let receiver = connect::receiver(bus, &config.queues.completed_research).await?;
+    let token = token.clone();
+    set.spawn(async move {
+        let t = token.clone();
+        tasks::repeat("completed-research", token, every, totals, move || {
+            archivist::completed_research::start(
+                t.clone(),
+                receiver.clone(),
+                store.clone(),
+                completed.clone(),
+            )
+        })
+        .await
+    });
+    Ok(())
+}
+
+/// Totals of the four archivists of one process.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct AllTotals {
+    pub(crate) episodes: SharedTotals,
+    pub(crate) clips: SharedTotals,
+    pub(crate) pending: SharedTotals,
+    pub(crate) completed: SharedTotals,
+}
+
+/// Settings of the four archivists when they run together.
+pub(crate) struct Pipeline {
+    pub(crate) every: Duration,
+    pub(crate) pending: PendingResearchConfig,
+    pub(crate) completed: CompletedResearchConfig,
+    pub(crate) ingest_wait: Duration,
+}
+
+/// Spawns the four archivists on `bus` and `store` into `set`.
+pub(crate) async fn spawn_all(
+    set: &mut JoinSet<anyhow::Result<()>>,
+    token: &CancellationToken,
+    bus: &dyn Bus,
+    store: Arc<dyn DataStore>,
+    config: &Config,
+    pipeline: Pipeline,
+    totals: &AllTotals,
+) -> anyhow::Result<()> {
+    for (kind, totals) in [
+        (Kind::Episodes, &totals.episodes),
+        (Kind::Clips, &totals.clips),
+    ] {
+        let ingest = IngestConfig {
+            receive_wait: pipeline.ingest_wait,
+            ..IngestConfig::default()
+        };
+        spawn_ingest(
+            set,
+            token,
+            bus,
+            store.clone(),
+            config,
+            ingest,
+            kind,
+            totals.clone(),
+        )
+        .await?;
+    }
+    spawn_pending(
+        set,
+        token,
+        bus,
+        store.clone(),
+        config,
+        pipeline.pending,
+        Some(pipeline.every),
+        totals.pending.clone(),
+    )
+    .await?;
+    spawn_completed(
+        set,
+        token,
+        bus,
+        store,
+        config,
+        pipeline.completed,
+        Some(pipeline.every),
+        totals.completed.clone(),
+    )
+    .await
+}
+
+/// `archivist run`: the four archivists in one process until SIGINT/SIGTERM.
+pub(crate) async fn run(
+    config: &Config,
+    token: CancellationToken,
+    every: Duration,
+) -> anyhow::Result<()> {
+    require_researcher_count(config)?;
+    let bus = connect::run_bus(config).await?;
+    let store = connect::datastore(config, &config.database_url(), &token).await?;
+    let mut set = JoinSet::new();
+    let pipeline = Pipeline {
+        every,
+        pending: PendingResearchConfig {
+            lease_duration: config.lease(),
+            max_clips: config.max_clips,
+            researchers: config.researchers,
+            ..PendingResearchConfig::default()
+        },
+        completed: CompletedResearchConfig {
+            lease_duration: config.lease(),
+            receive_wait: DRAIN_WAIT,
+            ..CompletedResearchConfig::default()
+        },
+        ingest_wait: INGEST_WAIT,
+    };
+    spawn_all(
+        &mut set,
+        &token,
+        &*bus,
+        store,
+        config,
+        pipeline,
+        &AllTotals::default(),
+    )
+    .await?;
+    tracing::info!(every = %humantime::format_duration(every), "archivists running; SIGINT or SIGTERM stops them");
+    tasks::supervise(&token, set, config.shutdown_timeout).await
+}

@@ -1,0 +1,98 @@
+//! `archivist receive QUEUE`: take messages off a queue (or its dead-letter queue), print each
+//! body as one line, and acknowledge them.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::Context;
+use messagebus::{dead_letter_queue_name, Delivery};
+use serde::Serialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::ReceiveArgs;
+use crate::config::{check_queue_arg, Config};
+use crate::connect;
+
+/// The most messages one receive asks for: SQS's limit.
+const RECEIVE_BATCH: u32 = 10;
+
+#[derive(Serialize)]
+struct DeadLetter<'a> {
+    body: String,
+    reason: Option<&'a str>,
+}
+
+/// Receives until `--max` messages were printed or `--wait` has passed. Each message is
+/// printed and flushed before it is acknowledged, so none is lost if printing fails.
+pub(crate) async fn run(
+    config: &Config,
+    token: &CancellationToken,
+    args: &ReceiveArgs,
+) -> anyhow::Result<()> {
+    let queue = check_queue_arg(&args.queue)?;
+    let source = if args.dead_letters {
+        dead_letter_queue_name(&queue)
+    } else {
+        queue.clone()
+    };
+    let bus = connect::shared_bus(config, "receive").await?;
+    let receiver = connect::receiver(bus.as_ref(), &source).await?;
+    let deadline = Instant::now() + args.wait;
+    let mut taken = 0u32;
+    let out = std::io::stdout();
+    while taken < args.max {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let ask = (args.max - taken).min(RECEIVE_BATCH) as usize;
+        let batch = tokio::select! {
+            _ = token.cancelled() => break,
+            b = receiver.receive(ask, wait) => b.with_context(|| format!("cannot receive from {source}"))?,
+        };
+        if batch.is_empty() {
+            break;
+        }
+        for delivery in batch {
+            let line = if args.dead_letters {
+                dead_letter_line(&delivery)?
+            } else {
+                body_line(delivery.body())
+            };
+            {
+                let mut lock = out.lock();
+                writeln!(lock, "{line}")?;
+                lock.flush()?;
+            }
+            delivery
+                .ack()
+                .await
+                .with_context(|| format!("cannot acknowledge a message from {source}"))?;
+            taken += 1;
+        }
+        if wait == Duration::ZERO {
+            break;
+        }
+    }
+    tracing::info!(queue = %source, received = taken, "received");
+    Ok(())
+}
+
+/// A body as one line: as sent when it has no line breaks; otherwise compact JSON when it is
+/// JSON, else with its line breaks escaped.
+fn body_line(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    if !text.contains(['\n', '\r']) {
+        return text.into_owned();
+    }
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(v) => v.to_string(),
+        Err(_) => text.replace('\r', "\\r").replace('\n', "\\n"),
+    }
+}
+
+fn dead_letter_line(d: &Delivery) -> anyhow::Result<String> {
+    let line = DeadLetter {
+        body: String::from_utf8_lossy(d.body()).into_owned(),
+        reason: d.dead_letter_reason(),
+    };
+    Ok(serde_json::to_string(&line)?)
+}

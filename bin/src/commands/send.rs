@@ -1,0 +1,75 @@
+//! `archivist send QUEUE`: each line of standard input (JSON) as one message.
+
+use anyhow::Context;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::SendArgs;
+use crate::config::{check_queue_arg, usage, Config};
+use crate::connect;
+
+/// Lines sent in one batch: SQS's batch size.
+const BATCH: usize = 10;
+
+/// Sends standard input, line by line; blank lines are skipped. Unless `--raw`, a line that is
+/// not JSON stops the command (exit 2) before it is sent; the lines before it are sent.
+pub(crate) async fn run(
+    config: &Config,
+    token: &CancellationToken,
+    args: &SendArgs,
+) -> anyhow::Result<()> {
+    let queue = check_queue_arg(&args.queue)?;
+    let bus = connect::shared_bus(config, "send").await?;
+    let sender = connect::sender(bus.as_ref(), &queue).await?;
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
+    let mut sent = 0u64;
+    let mut line_no = 0u64;
+    loop {
+        let line = tokio::select! {
+            _ = token.cancelled() => break,
+            line = lines.next_line() => line.context("cannot read standard input")?,
+        };
+        let Some(line) = line else { break };
+        line_no += 1;
+        let trimmed = line.trim();
+        if trimmed.is_empty() {
+            continue;
+        }
+        if !args.raw {
+            if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(trimmed) {
+                flush(&*sender, &mut batch, &mut sent, &queue).await?;
+                eprintln!("sent {sent} messages to {queue}");
+                return Err(usage(format!(
+                    "standard input line {line_no} is not JSON ({e}); nothing from it on was \
+                     sent (use --raw to send lines unchecked)"
+                )));
+            }
+        }
+        batch.push(trimmed.as_bytes().to_vec());
+        if batch.len() == BATCH {
+            flush(&*sender, &mut batch, &mut sent, &queue).await?;
+        }
+    }
+    flush(&*sender, &mut batch, &mut sent, &queue).await?;
+    eprintln!("sent {sent} messages to {queue}");
+    Ok(())
+}
+
+async fn flush(
+    sender: &dyn messagebus::Sender,
+    batch: &mut Vec<Vec<u8>>,
+    sent: &mut u64,
+    queue: &str,
+) -> anyhow::Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let n = batch.len() as u64;
+    sender
+        .send_batch(std::mem::take(batch))
+        .await
+        .with_context(|| format!("sending to {queue} failed after {sent} messages were sent"))?;
+    *sent += n;
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! `archivist status`: the datastore's counts and, when the bus is shared (SQS), the queues'
+//! depths; a table, or one JSON object with `--json`.
+
+use std::io::Write;
+
+use anyhow::Context;
+use datastore::Status;
+use messagebus::{dead_letter_queue_name, QueueStats};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{BusKind, Config};
+use crate::connect;
+
+/// One queue's depth, as `status --json` and `queues --json` print it.
+#[derive(Debug, Serialize)]
+pub(crate) struct QueueDepth {
+    pub(crate) queue: String,
+    pub(crate) dead_letter_queue: String,
+    pub(crate) waiting: u64,
+    pub(crate) in_flight: u64,
+    pub(crate) dead_letters: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) consumers: Option<u64>,
+}
+
+impl QueueDepth {
+    pub(crate) fn new(queue: &str, s: QueueStats) -> Self {
+        QueueDepth {
+            queue: queue.to_string(),
+            dead_letter_queue: dead_letter_queue_name(queue),
+            waiting: s.waiting,
+            in_flight: s.in_flight,
+            dead_letters: s.dead_letters,
+            consumers: s.consumers,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct StatusOutput {
+    #[serde(flatten)]
+    status: Status,
+    /// Research pairs neither researched nor leased.
+    unresearched_pairs: u64,
+    /// Present when the bus can tell (a shared bus).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queues: Option<Vec<QueueDepth>>,
+}
+
+/// Prints the status.
+pub(crate) async fn run(
+    config: &Config,
+    token: &CancellationToken,
+    json: bool,
+) -> anyhow::Result<()> {
+    let store = connect::datastore(config, &config.database_url(), token).await?;
+    let status = store
+        .status(chrono::Utc::now())
+        .await
+        .context("cannot read the status")?;
+    let queues = queue_depths(config).await;
+    let output = StatusOutput {
+        status,
+        unresearched_pairs: status
+            .research_pairs
+            .saturating_sub(status.researched_pairs)
+            .saturating_sub(status.leased_pairs),
+        queues,
+    };
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer(&mut out, &output)?;
+        writeln!(out)?;
+    } else {
+        write_table(&mut out, &output)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// The queues' depths when the bus is shared and answers; `None` (with a note in the log)
+/// otherwise: the counts from the datastore are still worth printing.
+async fn queue_depths(config: &Config) -> Option<Vec<QueueDepth>> {
+    if config.bus != BusKind::Sqs {
+        tracing::debug!("the bus cannot be inspected from another process: no queue depths");
+        return None;
+    }
+    let bus = match connect::shared_bus(config, "status").await {
+        Ok(bus) => bus,
+        Err(e) => {
+            tracing::warn!("no queue depths: {e:#}");
+            return None;
+        }
+    };
+    let mut depths = Vec::new();
+    for q in config.queues.all() {
+        let stats = match connect::sender(bus.as_ref(), q).await {
+            Ok(s) => s.inspect().await.map_err(anyhow::Error::new),
+            Err(e) => Err(e),
+        };
+        match stats {
+            Ok(s) => depths.push(QueueDepth::new(q, s)),
+            Err(e) => {
+                tracing::warn!(queue = q, "no queue depth: {e:#}");
+            }
+        }
+    }
+    Some(depths)
+}
+
+fn write_table(out: &mut impl Write, o: &StatusOutput) -> std::io::Result<()> {
+    let s = &o.status;
+    let percent = if s.research_pairs == 0 {
+        0.0
+    } else {
+        100.0 * s.researched_pairs as f64 / s.research_pairs as f64
+    };
+    writeln!(out, "episodes            {:>12}", s.episodes)?;
+    writeln!(out, "clips               {:>12}", s.clips)?;
+    writeln!(out, "research pairs      {:>12}", s.research_pairs)?;
+    writeln!(
+        out,
+        "researched pairs    {:>12}  ({percent:.1}%)",
+        s.researched_pairs
+    )?;
+    writeln!(out, "matched pairs       {:>12}", s.matched_pairs)?;
+    writeln!(out, "leased pairs        {:>12}", s.leased_pairs)?;
+    writeln!(out, "unresearched pairs  {:>12}", o.unresearched_pairs)?;
+    writeln!(out, "active leases       {:>12}", s.active_leases)?;
+    writeln!(out, "expired leases      {:>12}", s.expired_leases)?;
+    if let Some(queues) = &o.queues {
+        writeln!(out)?;
+        write_queue_table(out, queues)?;
+    }
+    Ok(())
+}
+
+/// The queue table shared with `archivist queues`.
+pub(crate) fn write_queue_table(
+    out: &mut impl Write,
+    queues: &[QueueDepth],
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:<32} {:>10} {:>10} {:>12}",
+        "queue", "waiting", "in flight", "dead letters"
+    )?;
+    for q in queues {
+        writeln!(
+            out,
+            "{:<32} {:>10} {:>10} {:>12}",
+            q.queue, q.waiting, q.in_flight, q.dead_letters
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,315 @@
+//! Configuration: the global options checked and turned into typed values, and the error
+//! that means "bad usage or configuration" (exit code 2).
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::cli::{parse_duration, GlobalArgs};
+
+/// The default datastore, relative to the working directory.
+pub(crate) const DEFAULT_DATABASE_URL: &str = "sqlite://archivist.sqlite";
+/// The default lease, as the contract sets it.
+const DEFAULT_LEASE: Duration = Duration::from_secs(2 * 60 * 60);
+/// The longest lease we accept: longer ones are almost certainly a typo (`2000h`).
+const MAX_LEASE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+/// The longest queue name: SQS allows 80 characters and we append `_dead_letter` (12).
+const MAX_QUEUE_NAME: usize = 68;
+/// SQS's limit on `maxReceiveCount`.
+const MAX_MAX_RECEIVES: u32 = 1000;
+
+/// Bad usage or configuration: the process exits with code 2 and this message.
+#[derive(Debug)]
+pub(crate) struct UsageError(pub(crate) String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// A [`UsageError`] as an `anyhow::Error`, for `?` in commands.
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(message.into()))
+}
+
+/// Which bus the queues live on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BusKind {
+    /// In this process only.
+    Memory,
+    /// Amazon SQS (or an emulator), configured as the AWS SDK reads its environment.
+    Sqs,
+    /// A Postgres-backed bus: not built yet.
+    Postgres,
+}
+
+/// The four queue names.
+#[derive(Debug, Clone)]
+pub(crate) struct Queues {
+    pub(crate) episodes: String,
+    pub(crate) clips: String,
+    pub(crate) pending_research: String,
+    pub(crate) completed_research: String,
+}
+
+impl Queues {
+    /// All four, in pipeline order.
+    pub(crate) fn all(&self) -> [&str; 4] {
+        [
+            &self.episodes,
+            &self.clips,
+            &self.pending_research,
+            &self.completed_research,
+        ]
+    }
+}
+
+/// The checked configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// DATABASE_URL when it was given.
+    pub(crate) database_url: Option<String>,
+    pub(crate) bus: BusKind,
+    /// ARCHIVIST_BUS_URL when it was given (only the Postgres bus reads it).
+    #[allow(dead_code)]
+    pub(crate) bus_url: Option<String>,
+    pub(crate) researchers: Option<u64>,
+    /// ARCHIVIST_LEASE_DURATION when it was given.
+    pub(crate) lease_duration: Option<Duration>,
+    pub(crate) max_clips: u32,
+    pub(crate) max_receives: u32,
+    pub(crate) queues: Queues,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) shutdown_timeout: Duration,
+}
+
+impl Config {
+    /// Checks the global options; the error names the variable and flag at fault.
+    pub(crate) fn from_args(args: &GlobalArgs) -> Result<Config, UsageError> {
+        let database_url = args
+            .database_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(str::to_string);
+        if let Some(url) = &database_url {
+            check_database_url(url)?;
+        }
+        let bus = match args.bus.trim().to_ascii_lowercase().as_str() {
+            "memory" => BusKind::Memory,
+            "sqs" => BusKind::Sqs,
+            "postgres" => BusKind::Postgres,
+            other => {
+                return Err(UsageError(format!(
+                    "invalid ARCHIVIST_BUS (--bus) {other:?}: expected memory, sqs or postgres"
+                )))
+            }
+        };
+        let researchers = match args.researchers.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(s) => Some(s.parse::<u64>().map_err(|_| {
+                UsageError(format!(
+                    "invalid ARCHIVIST_RESEARCHERS (--researchers) {s:?}: expected a whole number \
+                     of researchers, 0 or more"
+                ))
+            })?),
+        };
+        let lease_duration = match args.lease_duration.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(s) => Some(duration(
+                "ARCHIVIST_LEASE_DURATION (--lease-duration)",
+                s,
+                MAX_LEASE,
+            )?),
+        };
+        let max_clips = number(
+            "ARCHIVIST_MAX_CLIPS (--max-clips)",
+            &args.max_clips,
+            1,
+            archivist::messages::MAX_CLIPS_PER_ITEM as u32,
+        )?;
+        let max_receives = number(
+            "ARCHIVIST_MAX_RECEIVES (--max-receives)",
+            &args.max_receives,
+            1,
+            MAX_MAX_RECEIVES,
+        )?;
+        let queues = Queues {
+            episodes: queue_name(
+                "ARCHIVIST_EPISODES_QUEUE (--episodes-queue)",
+                &args.episodes_queue,
+            )?,
+            clips: queue_name("ARCHIVIST_CLIPS_QUEUE (--clips-queue)", &args.clips_queue)?,
+            pending_research: queue_name(
+                "ARCHIVIST_PENDING_RESEARCH_QUEUE (--pending-research-queue)",
+                &args.pending_research_queue,
+            )?,
+            completed_research: queue_name(
+                "ARCHIVIST_COMPLETED_RESEARCH_QUEUE (--completed-research-queue)",
+                &args.completed_research_queue,
+            )?,
+        };
+        let names = queues.all();
+        for (i, a) in names.iter().enumerate() {
+            if names[i + 1..].contains(a) {
+                return Err(UsageError(format!(
+                    "queue name {a:?} is used for two different queues: each of \
+                     ARCHIVIST_EPISODES_QUEUE, ARCHIVIST_CLIPS_QUEUE, \
+                     ARCHIVIST_PENDING_RESEARCH_QUEUE and ARCHIVIST_COMPLETED_RESEARCH_QUEUE \
+                     needs its own"
+                )));
+            }
+        }
+        let connect_timeout = duration(
+            "ARCHIVIST_CONNECT_TIMEOUT (--connect-timeout)",
+            &args.connect_timeout,
+            MAX_LEASE,
+        )?;
+        let shutdown_timeout = duration(
+            "ARCHIVIST_SHUTDOWN_TIMEOUT (--shutdown-timeout)",
+            &args.shutdown_timeout,
+            MAX_LEASE,
+        )?;
+        Ok(Config {
+            database_url,
+            bus,
+            bus_url: args.bus_url.clone().filter(|u| !u.trim().is_empty()),
+            researchers,
+            lease_duration,
+            max_clips,
+            max_receives,
+            queues,
+            connect_timeout,
+            shutdown_timeout,
+        })
+    }
+
+    /// DATABASE_URL, or the default SQLite file in the working directory.
+    pub(crate) fn database_url(&self) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_string())
+    }
+
+    /// The lease duration for production runs: ARCHIVIST_LEASE_DURATION or 2h.
+    pub(crate) fn lease(&self) -> chrono::Duration {
+        to_chrono(self.lease_duration.unwrap_or(DEFAULT_LEASE))
+    }
+}
+
+/// A std duration as a chrono one. Durations here are checked to be at most [`MAX_LEASE`], so
+/// the conversion cannot overflow; the fallback is only there to avoid a panic path.
+pub(crate) fn to_chrono(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+fn duration(name: &str, value: &str, max: Duration) -> Result<Duration, UsageError> {
+    let d =
+        parse_duration(value).map_err(|e| UsageError(format!("invalid {name} {value:?}: {e}")))?;
+    if d.is_zero() {
+        return Err(UsageError(format!(
+            "invalid {name} {value:?}: must be longer than zero"
+        )));
+    }
+    if d > max {
+        return Err(UsageError(format!(
+            "invalid {name} {value:?}: at most {} allowed",
+            humantime::format_duration(max)
+        )));
+    }
+    Ok(d)
+}
+
+fn number(name: &str, value: &str, min: u32, max: u32) -> Result<u32, UsageError> {
+    let n: u32 = value.trim().parse().map_err(|_| {
+        UsageError(format!(
+            "invalid {name} {value:?}: expected a whole number from {min} to {max}"
+        ))
+    })?;
+    if !(min..=max).contains(&n) {
+        return Err(UsageError(format!(
+            "invalid {name} {value:?}: must be from {min} to {max}"
+        )));
+    }
+    Ok(n)
+}
+
+fn queue_name(name: &str, value: &str) -> Result<String, UsageError> {
+    let v = value.trim();
+    let ok = !v.is_empty()
+        && v.len() <= MAX_QUEUE_NAME
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err(UsageError(format!(
+            "invalid {name} {value:?}: a queue name is 1 to {MAX_QUEUE_NAME} letters, digits, \
+             '_' or '-'"
+        )))
+    }
+}
+
+/// Checks a queue name given on the command line (`send`, `receive`).
+pub(crate) fn check_queue_arg(value: &str) -> Result<String, UsageError> {
+    queue_name("queue name", value)
+}
+
+fn check_database_url(url: &str) -> Result<(), UsageError> {
+    let known = ["sqlite:", "postgres:", "postgresql:"];
+    if known.iter().any(|k| url.starts_with(k)) {
+        Ok(())
+    } else {
+        Err(UsageError(format!(
+            "invalid DATABASE_URL (--database-url) {:?}: expected sqlite://PATH or \
+             postgres://USER@HOST/DATABASE",
+            datastore::redact_url(url)
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::cli::Cli;
+    use clap::Parser;
+
+    fn config(args: &[&str]) -> Result<Config, UsageError> {
+        let mut argv = vec!["archivist"];
+        argv.extend_from_slice(args);
+        argv.push("migrate");
+        let cli = Cli::try_parse_from(argv).unwrap();
+        Config::from_args(&cli.global)
+    }
+
+    #[test]
+    fn defaults() {
+        let c = config(&["--database-url", "sqlite://x.db"]).unwrap();
+        assert_eq!(c.bus, BusKind::Memory);
+        assert_eq!(c.max_clips, 50);
+        assert_eq!(c.max_receives, 5);
+        assert_eq!(c.lease(), chrono::Duration::hours(2));
+        assert_eq!(c.queues.all()[3], "completed_research");
+    }
+
+    #[test]
+    fn errors_name_the_variable() {
+        let e = config(&["--max-clips", "0"]).unwrap_err();
+        assert!(e.0.contains("ARCHIVIST_MAX_CLIPS"), "{e}");
+        let e = config(&["--lease-duration", "0s"]).unwrap_err();
+        assert!(e.0.contains("ARCHIVIST_LEASE_DURATION"), "{e}");
+        let e = config(&["--lease-duration", "soon"]).unwrap_err();
+        assert!(e.0.contains("ARCHIVIST_LEASE_DURATION"), "{e}");
+        let e = config(&["--bus", "kafka"]).unwrap_err();
+        assert!(e.0.contains("ARCHIVIST_BUS"), "{e}");
+        let e = config(&["--database-url", "mysql://u:pw@h/db"]).unwrap_err();
+        assert!(e.0.contains("DATABASE_URL") && !e.0.contains("pw"), "{e}");
+        let e = config(&["--clips-queue", "curated_episodes"]).unwrap_err();
+        assert!(e.0.contains("two different queues"), "{e}");
+        let e = config(&["--researchers", "-1"]).unwrap_err();
+        assert!(e.0.contains("ARCHIVIST_RESEARCHERS"), "{e}");
+    }
+}

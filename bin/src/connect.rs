@@ -1,0 +1,180 @@
+//! Opening the adapters: the datastore (connect and migrate, retried until the connect
+//! timeout) and the bus (in-memory, SQS, or an explanation of why not).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use datastore::{redact_url, DataStore, DataStoreError};
+use messagebus::sqs::{SqsBus, SqsConfig};
+use messagebus::{Bus, BusError, MemoryBus, MemoryBusConfig, Receiver, Sender};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{usage, BusKind, Config};
+
+/// The first wait between two connection attempts; doubled each time up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Opens the datastore at `url` and brings its schema up to date (harmless when current), so
+/// that every subcommand works on a new SQLite file or an empty database.
+///
+/// Passing failures are retried until `config.connect_timeout`; then the error is fatal
+/// (exit 1). A configuration problem is a usage error (exit 2).
+pub(crate) async fn datastore(
+    config: &Config,
+    url: &str,
+    token: &CancellationToken,
+) -> anyhow::Result<Arc<dyn DataStore>> {
+    let shown = redact_url(url);
+    let deadline = Instant::now() + config.connect_timeout;
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let try_once = async {
+            let store = datastore::connect(url).await?;
+            store.migrate().await?;
+            Ok::<_, DataStoreError>(store)
+        };
+        let outcome = tokio::select! {
+            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the datastore {shown}")),
+            r = tokio::time::timeout_at(deadline, try_once) => r,
+        };
+        let error = match outcome {
+            Ok(Ok(store)) => {
+                tracing::debug!(datastore = %shown, attempt, "datastore ready");
+                return Ok(store);
+            }
+            Ok(Err(DataStoreError::Config(message))) => {
+                return Err(usage(format!("DATABASE_URL {shown}: {message}")))
+            }
+            Ok(Err(e)) if !e.is_retryable() => {
+                return Err(anyhow::Error::new(e).context(format!("datastore {shown}")))
+            }
+            Ok(Err(e)) => e,
+            Err(_) => {
+                return Err(anyhow!(
+                    "datastore {shown} unreachable: no answer within {} \
+                     (ARCHIVIST_CONNECT_TIMEOUT)",
+                    humantime::format_duration(config.connect_timeout)
+                ))
+            }
+        };
+        if Instant::now() + backoff >= deadline {
+            return Err(anyhow::Error::new(error).context(format!(
+                "datastore {shown} unreachable after {attempt} attempts over {} \
+                 (ARCHIVIST_CONNECT_TIMEOUT)",
+                humantime::format_duration(config.connect_timeout)
+            )));
+        }
+        tracing::warn!(datastore = %shown, attempt, error = %error, retry_in = ?backoff, "datastore not reachable yet");
+        tokio::select! {
+            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the datastore {shown}")),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// An in-memory bus with the configured redrive count and its four queues created.
+pub(crate) async fn memory_bus(config: &Config) -> anyhow::Result<Arc<dyn Bus>> {
+    memory_bus_with(
+        config,
+        MemoryBusConfig {
+            max_receives: config.max_receives,
+            ..MemoryBusConfig::default()
+        },
+    )
+    .await
+}
+
+/// An in-memory bus with the given settings and the four queues created.
+pub(crate) async fn memory_bus_with(
+    config: &Config,
+    settings: MemoryBusConfig,
+) -> anyhow::Result<Arc<dyn Bus>> {
+    let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new(settings));
+    for q in config.queues.all() {
+        bus.create_queue(q).await?;
+    }
+    Ok(bus)
+}
+
+/// The bus for a subcommand that other processes must share queues with: SQS, or a usage
+/// error explaining why the chosen bus cannot do it.
+pub(crate) async fn shared_bus(config: &Config, subcommand: &str) -> anyhow::Result<Arc<dyn Bus>> {
+    match config.bus {
+        BusKind::Memory => Err(usage(format!(
+            "`archivist {subcommand}` cannot work on the in-memory bus (ARCHIVIST_BUS=memory): \
+             its queues live inside one process, so no other process could send to or receive \
+             from them. Use `archivist run` (all four archivists in one process) or \
+             `archivist demo`, or a shared bus: ARCHIVIST_BUS=sqs"
+        ))),
+        BusKind::Postgres => Err(postgres_bus_unavailable()),
+        BusKind::Sqs => sqs_bus(config).await,
+    }
+}
+
+/// The bus `run` uses: in-memory (queues in this process) or shared.
+pub(crate) async fn run_bus(config: &Config) -> anyhow::Result<Arc<dyn Bus>> {
+    match config.bus {
+        BusKind::Memory => {
+            tracing::warn!(
+                "ARCHIVIST_BUS=memory: the queues live in this process only, so no curator or \
+                 researcher outside it can reach them; use ARCHIVIST_BUS=sqs in production"
+            );
+            memory_bus(config).await
+        }
+        BusKind::Postgres => Err(postgres_bus_unavailable()),
+        BusKind::Sqs => sqs_bus(config).await,
+    }
+}
+
+fn postgres_bus_unavailable() -> anyhow::Error {
+    usage(
+        "ARCHIVIST_BUS=postgres: the Postgres bus is not built yet. Use ARCHIVIST_BUS=sqs for \
+         queues shared between processes, or ARCHIVIST_BUS=memory with `archivist run` or \
+         `archivist demo`",
+    )
+}
+
+/// The SQS bus, configured as the AWS SDK reads its environment (AWS_REGION, credentials,
+/// AWS_ENDPOINT_URL), with ARCHIVIST_MAX_RECEIVES as the redrive count of queues it creates.
+async fn sqs_bus(config: &Config) -> anyhow::Result<Arc<dyn Bus>> {
+    let settings = SqsConfig {
+        max_receives: config.max_receives,
+        ..SqsConfig::default()
+    };
+    match SqsBus::from_env(settings).await {
+        Ok(bus) => Ok(Arc::new(bus)),
+        Err(e @ (BusError::Rejected { .. } | BusError::Unsupported(_))) => {
+            Err(usage(format!("ARCHIVIST_BUS=sqs: {e}")))
+        }
+        Err(e) => Err(anyhow::Error::new(e).context("cannot reach SQS")),
+    }
+}
+
+/// A sender for `queue`; a missing queue is a configuration problem (exit 2).
+pub(crate) async fn sender(bus: &dyn Bus, queue: &str) -> anyhow::Result<Arc<dyn Sender>> {
+    bus.sender(queue).await.map_err(|e| queue_error(e, queue))
+}
+
+/// A receiver for `queue`; a missing queue is a configuration problem (exit 2).
+pub(crate) async fn receiver(bus: &dyn Bus, queue: &str) -> anyhow::Result<Arc<dyn Receiver>> {
+    bus.receiver(queue).await.map_err(|e| queue_error(e, queue))
+}
+
+fn queue_error(e: BusError, queue: &str) -> anyhow::Error {
+    match e {
+        BusError::QueueNotFound(_) => usage(format!(
+            "queue {queue:?} does not exist: create it (and its dead-letter queue) with \
+             `archivist queues`"
+        )),
+        BusError::Rejected { .. } | BusError::Unsupported(_) => {
+            usage(format!("queue {queue:?}: {e}"))
+        }
+        other => anyhow::Error::new(other).context(format!("queue {queue:?}")),
+    }
+}

@@ -1,0 +1,391 @@
+//! `archivist demo`: the whole pipeline in one process on an in-memory bus, with built-in
+//! curators and researchers, ending with a summary and an exactly-once check.
+//!
+//! - `curators.rs`: the data set (a daily show's year of episodes, a few dozen clips, poison).
+//! - `analysis.rs`: the researchers' deterministic fake analysis.
+//! - `researchers.rs`: researcher tasks, one of which crashes mid-lease; the [`Ledger`] of
+//!   research executions per pair.
+//! - `progress.rs`: the progress bar or log lines, and the [`Summary`].
+//!
+//! The datastore is DATABASE_URL when set (it must be empty), else a temporary SQLite file
+//! removed at the end, so that demos never collide. The lease is ARCHIVIST_LEASE_DURATION when
+//! set, else [`DEMO_LEASE`], short so that the crashed researcher's work comes back quickly.
+
+mod analysis;
+mod curators;
+mod progress;
+mod researchers;
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use archivist::completed_research::CompletedResearchConfig;
+use archivist::pending_research::PendingResearchConfig;
+use archivist::RetryPolicy;
+use datastore::{redact_url, DataStore, Status};
+use messagebus::{Bus, MemoryBusConfig};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::DemoArgs;
+use crate::commands::archivists::{spawn_all, AllTotals, Pipeline};
+use crate::config::{to_chrono, usage, Config};
+use crate::connect;
+use crate::tasks::{self, Totals};
+
+use self::curators::DataSet;
+use self::progress::{Progress, Summary};
+use self::researchers::{Ledger, Researcher};
+
+/// The demo's lease when ARCHIVIST_LEASE_DURATION is not set.
+const DEMO_LEASE: Duration = Duration::from_secs(3);
+/// How often the pending-research and completed-research archivists run.
+const DEMO_EVERY: Duration = Duration::from_millis(50);
+/// How often progress is read from the datastore.
+const POLL: Duration = Duration::from_millis(200);
+/// The researcher that crashes (1-based), and on which of its work items.
+const CRASHING_RESEARCHER: usize = 2;
+const CRASH_ON_ITEM: u64 = 2;
+
+/// How the monitor saw the run end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Running,
+    Done,
+}
+
+/// Runs the demo. Exit 0 only when every pair was researched exactly once.
+pub(crate) async fn run(
+    config: &Config,
+    token: CancellationToken,
+    args: &DemoArgs,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    // Kept alive until the end: dropping it removes the temporary datastore.
+    let mut temp_dir = None;
+    let url = match &config.database_url {
+        Some(url) => url.clone(),
+        None => {
+            let dir = tempfile::Builder::new()
+                .prefix("archivist-demo-")
+                .tempdir()
+                .context("cannot create a temporary directory for the demo's datastore")?;
+            let url = format!("sqlite://{}", dir.path().join("demo.sqlite").display());
+            temp_dir = Some(dir);
+            url
+        }
+    };
+    let shown = redact_url(&url);
+    let store = connect::datastore(config, &url, &token).await?;
+    let before = store.status(chrono::Utc::now()).await?;
+    if before.episodes > 0 || before.clips > 0 {
+        return Err(usage(format!(
+            "the demo needs an empty datastore, and DATABASE_URL {shown} already holds {} \
+             episodes and {} clips: point DATABASE_URL at a new SQLite file or a new Postgres \
+             database, or unset it for a temporary one",
+            before.episodes, before.clips
+        )));
+    }
+    let lease = config.lease_duration.unwrap_or(DEMO_LEASE);
+    tracing::info!(datastore = %shown, lease = %humantime::format_duration(lease), researchers = args.researcher_tasks, "demo starting");
+
+    let bus = connect::memory_bus_with(
+        config,
+        MemoryBusConfig {
+            max_receives: config.max_receives,
+            ..MemoryBusConfig::default()
+        },
+    )
+    .await?;
+    let data = Arc::new(curators::data_set());
+    let ledger = Arc::new(Ledger::default());
+    let totals = AllTotals::default();
+    let outcome = Arc::new(Mutex::new(Outcome::Running));
+    let pipeline_token = token.child_token();
+    let mut set = JoinSet::new();
+
+    // Researchers first, so that the bus counts them before the first work assignment.
+    spawn_researchers(&mut set, &pipeline_token, &*bus, config, args, &ledger).await?;
+    let pipeline = Pipeline {
+        every: DEMO_EVERY,
+        pending: PendingResearchConfig {
+            lease_duration: to_chrono(lease),
+            max_clips: config.max_clips,
+            researchers: None,
+            start_jitter: Duration::ZERO,
+            retry: RetryPolicy::default(),
+        },
+        completed: CompletedResearchConfig {
+            lease_duration: to_chrono(lease),
+            batch_size: 25,
+            receive_wait: Duration::from_millis(50),
+            retry: RetryPolicy::default(),
+        },
+        ingest_wait: Duration::from_millis(250),
+    };
+    spawn_all(
+        &mut set,
+        &pipeline_token,
+        &*bus,
+        store.clone(),
+        config,
+        pipeline,
+        &totals,
+    )
+    .await?;
+    let episodes = connect::sender(&*bus, &config.queues.episodes).await?;
+    let clips = connect::sender(&*bus, &config.queues.clips).await?;
+    let curator_data = data.clone();
+    set.spawn(async move {
+        curators::curate(curator_data, episodes, clips)
+            .await
+            .map(|_| ())
+    });
+    set.spawn(monitor(
+        pipeline_token.clone(),
+        store.clone(),
+        data.clone(),
+        outcome.clone(),
+        args.timeout,
+    ));
+
+    tasks::supervise(&pipeline_token, set, config.shutdown_timeout).await?;
+    if *outcome.lock().unwrap_or_else(|p| p.into_inner()) != Outcome::Done {
+        return Err(anyhow!("demo interrupted before every pair was researched"));
+    }
+
+    let status = store
+        .status(chrono::Utc::now())
+        .await
+        .context("cannot read the final status")?;
+    let summary = summarize(SummaryInput {
+        config,
+        args,
+        bus: &*bus,
+        data: &data,
+        ledger: &ledger,
+        totals: &totals,
+        status,
+        shown,
+        temporary: temp_dir.is_some(),
+        lease,
+        elapsed: started.elapsed(),
+    })
+    .await;
+    summary.print(args.json)?;
+    drop(store);
+    drop(temp_dir);
+    if summary.all_researched_once {
+        Ok(())
+    } else {
+        Err(anyhow!(
+            "the exactly-once check failed: {}",
+            summary.problems.join("; ")
+        ))
+    }
+}
+
+async fn spawn_researchers(
+    set: &mut JoinSet<anyhow::Result<()>>,
+    token: &CancellationToken,
+    bus: &dyn Bus,
+    config: &Config,
+    args: &DemoArgs,
+    ledger: &Arc<Ledger>,
+) -> anyhow::Result<()> {
+    for id in 1..=args.researcher_tasks as usize {
+        // Each researcher holds its own receiver: the bus counts live receivers as consumers,
+        // and the crashed one's goes away with it.
+        let receiver = connect::receiver(bus, &config.queues.pending_research).await?;
+        let results = connect::sender(bus, &config.queues.completed_research).await?;
+        let me = Researcher {
+            id,
+            crash_on_item: (id == CRASHING_RESEARCHER).then_some(CRASH_ON_ITEM),
+        };
+        set.spawn(researchers::run(
+            me,
+            token.clone(),
+            receiver,
+            results,
+            ledger.clone(),
+        ));
+    }
+    Ok(())
+}
+
+/// Watches the datastore until every pair of the data set is researched (then cancels the
+/// pipeline), showing progress. Fails when `timeout` passes first.
+async fn monitor(
+    token: CancellationToken,
+    store: Arc<dyn DataStore>,
+    data: Arc<DataSet>,
+    outcome: Arc<Mutex<Outcome>>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let total = data.pairs();
+    let mut progress = Progress::new(total);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut ticker = tokio::time::interval(POLL);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => {
+                progress.finish();
+                return Ok(());
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                progress.finish();
+                return Err(anyhow!(
+                    "the demo did not finish within {} (demo --timeout)",
+                    humantime::format_duration(timeout)
+                ));
+            }
+            _ = ticker.tick() => {}
+        }
+        let status = match store.status(chrono::Utc::now()).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot read progress: {e}");
+                continue;
+            }
+        };
+        progress.update(&status);
+        if is_done(&status, &data) {
+            progress.finish();
+            *outcome.lock().unwrap_or_else(|p| p.into_inner()) = Outcome::Done;
+            tracing::info!(
+                "all {} pairs researched; stopping the archivists and researchers",
+                total
+            );
+            token.cancel();
+            return Ok(());
+        }
+    }
+}
+
+fn is_done(s: &Status, data: &DataSet) -> bool {
+    s.episodes == data.episodes.len() as u64
+        && s.clips == data.clips.len() as u64
+        && s.researched_pairs >= data.pairs()
+}
+
+struct SummaryInput<'a> {
+    config: &'a Config,
+    args: &'a DemoArgs,
+    bus: &'a dyn Bus,
+    data: &'a DataSet,
+    ledger: &'a Ledger,
+    totals: &'a AllTotals,
+    status: Status,
+    shown: String,
+    temporary: bool,
+    lease: Duration,
+    elapsed: Duration,
+}
+
+async fn summarize(i: SummaryInput<'_>) -> Summary {
+    let pending: Totals = tasks::read(&i.totals.pending);
+    let executions = i.ledger.executions();
+    let mut problems = Vec::new();
+
+    let expected: std::collections::HashSet<researchers::Pair> = i
+        .data
+        .episodes
+        .iter()
+        .flat_map(|e| {
+            i.data
+                .clips
+                .iter()
+                .map(move |c| (e.title.clone(), e.date_aired, c.title.clone()))
+        })
+        .collect();
+    let once = executions.values().filter(|&&n| n == 1).count() as u64;
+    let more = executions.values().filter(|&&n| n > 1).count() as u64;
+    let not_researched = expected
+        .iter()
+        .filter(|p| !executions.contains_key(*p))
+        .count() as u64;
+    let unexpected = executions.keys().filter(|p| !expected.contains(*p)).count();
+    if more > 0 {
+        problems.push(format!("{more} pairs were researched more than once"));
+    }
+    if not_researched > 0 {
+        problems.push(format!("{not_researched} pairs were never researched"));
+    }
+    if unexpected > 0 {
+        problems.push(format!(
+            "{unexpected} pairs outside the data set were researched"
+        ));
+    }
+    if i.status.researched_pairs != i.data.pairs() {
+        problems.push(format!(
+            "the datastore has {} researched pairs, expected {}",
+            i.status.researched_pairs,
+            i.data.pairs()
+        ));
+    }
+    let found = i.ledger.matches.load(Ordering::Relaxed);
+    if more == 0 && i.status.matched_pairs != found {
+        problems.push(format!(
+            "the datastore has {} matched pairs, the researchers found {found}",
+            i.status.matched_pairs
+        ));
+    }
+
+    let mut dead_letters_by_queue = Vec::new();
+    for q in i.config.queues.all() {
+        let n = match i.bus.sender(q).await {
+            Ok(s) => s.inspect().await.map(|s| s.dead_letters).unwrap_or(0),
+            Err(_) => 0,
+        };
+        dead_letters_by_queue.push((q.to_string(), n));
+    }
+    let dead: u64 = dead_letters_by_queue.iter().map(|(_, n)| n).sum();
+    if dead != i.data.poison() {
+        problems.push(format!(
+            "{dead} messages were dead-lettered, {} poison messages were sent",
+            i.data.poison()
+        ));
+    }
+
+    let crash = i.ledger.crash();
+    Summary {
+        datastore: i.shown,
+        temporary_datastore: i.temporary,
+        episodes: i.status.episodes,
+        clips: i.status.clips,
+        research_pairs: i.status.research_pairs,
+        researched_pairs: i.status.researched_pairs,
+        research_executions: executions.values().map(|&n| u64::from(n)).sum(),
+        pairs_researched_once: once,
+        pairs_researched_more_than_once: more,
+        pairs_not_researched: not_researched,
+        matched_pairs: i.status.matched_pairs,
+        matches_found_by_researchers: found,
+        researchers: i.args.researcher_tasks,
+        work_items: i.ledger.items.load(Ordering::Relaxed),
+        leases_created: pending.leases_created,
+        leases_expired: u64::from(crash.is_some()) + i.status.expired_leases,
+        pairs_reclaimed: pending.pairs_reclaimed,
+        crash: crash.map(|c| {
+            format!(
+                "researcher {} crashed mid-lease (lease {}) on {:?} after {} of {} results; \
+                 the other {} pairs came back when its lease expired",
+                c.researcher,
+                c.lease_id,
+                c.episode,
+                c.sent,
+                c.clips,
+                c.clips - c.sent
+            )
+        }),
+        messages_dead_lettered: dead,
+        poison_messages_sent: i.data.poison(),
+        dead_letters_by_queue,
+        lease_duration_ms: i.lease.as_millis() as u64,
+        elapsed_ms: i.elapsed.as_millis() as u64,
+        all_researched_once: problems.is_empty(),
+        problems,
+    }
+}

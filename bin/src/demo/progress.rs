@@ -1,0 +1,196 @@
+//! The demo's progress display (an indicatif bar on a terminal, a log line a second
+//! otherwise) and its closing summary (text, or one JSON object with `--json`).
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use datastore::Status;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+/// How often a log line reports progress when standard error is not a terminal.
+const LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// Shows research progress.
+pub(crate) struct Progress {
+    bar: Option<ProgressBar>,
+    total: u64,
+    last_log: Instant,
+}
+
+impl Progress {
+    /// A bar of `total` pairs on a terminal, log lines otherwise.
+    pub(crate) fn new(total: u64) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template(
+                "{spinner} {elapsed:>4} [{wide_bar}] {pos}/{len} pairs researched  {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
+            bar.set_style(style);
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        });
+        Progress {
+            bar,
+            total,
+            last_log: Instant::now(),
+        }
+    }
+
+    /// Shows the latest counts.
+    pub(crate) fn update(&mut self, s: &Status) {
+        let msg = format!(
+            "{} matches, {} active leases, {} episodes, {} clips",
+            s.matched_pairs, s.active_leases, s.episodes, s.clips
+        );
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(s.researched_pairs.min(self.total));
+                bar.set_message(msg);
+            }
+            None if self.last_log.elapsed() >= LOG_EVERY => {
+                self.last_log = Instant::now();
+                tracing::info!(
+                    "researched {}/{} pairs: {msg}",
+                    s.researched_pairs,
+                    self.total
+                );
+            }
+            None => {}
+        }
+    }
+
+    /// Removes the bar.
+    pub(crate) fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// What the demo did, as `demo --json` prints it.
+#[derive(Debug, Serialize)]
+pub(crate) struct Summary {
+    pub(crate) datastore: String,
+    pub(crate) temporary_datastore: bool,
+    pub(crate) episodes: u64,
+    pub(crate) clips: u64,
+    pub(crate) research_pairs: u64,
+    pub(crate) researched_pairs: u64,
+    pub(crate) research_executions: u64,
+    pub(crate) pairs_researched_once: u64,
+    pub(crate) pairs_researched_more_than_once: u64,
+    pub(crate) pairs_not_researched: u64,
+    pub(crate) matched_pairs: u64,
+    pub(crate) matches_found_by_researchers: u64,
+    pub(crate) researchers: u32,
+    pub(crate) work_items: u64,
+    pub(crate) leases_created: u64,
+    pub(crate) leases_expired: u64,
+    pub(crate) pairs_reclaimed: u64,
+    pub(crate) crash: Option<String>,
+    pub(crate) messages_dead_lettered: u64,
+    pub(crate) poison_messages_sent: u64,
+    pub(crate) dead_letters_by_queue: Vec<(String, u64)>,
+    pub(crate) lease_duration_ms: u64,
+    pub(crate) elapsed_ms: u64,
+    pub(crate) all_researched_once: bool,
+    pub(crate) problems: Vec<String>,
+}
+
+impl Summary {
+    /// Prints the summary on standard output.
+    pub(crate) fn print(&self, json: bool) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        if json {
+            serde_json::to_writer(&mut out, self)?;
+            writeln!(out)?;
+        } else {
+            self.write_text(&mut out)?;
+        }
+        out.flush()
+    }
+
+    fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let percent = if self.research_pairs == 0 {
+            0.0
+        } else {
+            100.0 * self.researched_pairs as f64 / self.research_pairs as f64
+        };
+        let dead: Vec<String> = self
+            .dead_letters_by_queue
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(q, n)| format!("{q}: {n}"))
+            .collect();
+        writeln!(out, "archivist demo: summary")?;
+        writeln!(
+            out,
+            "  datastore        {}{}",
+            self.datastore,
+            if self.temporary_datastore {
+                " (temporary, removed now)"
+            } else {
+                ""
+            }
+        )?;
+        writeln!(
+            out,
+            "  data set         {} episodes x {} clips = {} research pairs",
+            self.episodes, self.clips, self.research_pairs
+        )?;
+        writeln!(
+            out,
+            "  researched       {} of {} pairs ({percent:.1}%) by {} researchers, {} work items",
+            self.researched_pairs, self.research_pairs, self.researchers, self.work_items
+        )?;
+        writeln!(
+            out,
+            "  matches          {} pairs matched",
+            self.matched_pairs
+        )?;
+        writeln!(
+            out,
+            "  leases           {} created ({} lease), {} expired, {} pairs reclaimed",
+            self.leases_created,
+            humantime::format_duration(Duration::from_millis(self.lease_duration_ms)),
+            self.leases_expired,
+            self.pairs_reclaimed
+        )?;
+        if let Some(crash) = &self.crash {
+            writeln!(out, "                   {crash}")?;
+        }
+        writeln!(
+            out,
+            "  dead-lettered    {} messages ({}); {} poison messages sent",
+            self.messages_dead_lettered,
+            if dead.is_empty() {
+                "none".to_string()
+            } else {
+                dead.join(", ")
+            },
+            self.poison_messages_sent
+        )?;
+        writeln!(
+            out,
+            "  elapsed          {:.1}s",
+            self.elapsed_ms as f64 / 1000.0
+        )?;
+        if self.all_researched_once {
+            writeln!(
+                out,
+                "  check            OK: every pair was researched exactly once \
+                 ({} research executions for {} pairs)",
+                self.research_executions, self.research_pairs
+            )?;
+        } else {
+            writeln!(out, "  check            FAILED:")?;
+            for p in &self.problems {
+                writeln!(out, "                   - {p}")?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,191 @@
+//! Running archivists: waiting for one run (logging its non-fatal errors), repeating short
+//! runs at an interval, adding up reports, and supervising a set of tasks until they finish,
+//! one fails, or a signal asks them to stop (then waiting for them under a timeout).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::anyhow;
+use archivist::{ArchivistError, ArchivistHandle, Ended, Report};
+use messagebus::BusError;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::usage;
+
+/// Waits for a started archivist's report, logging its non-fatal errors as they come.
+pub(crate) async fn wait(name: &str, handle: ArchivistHandle) -> Report {
+    let ArchivistHandle { mut errors, done } = handle;
+    tokio::pin!(done);
+    let mut errors_open = true;
+    let report = loop {
+        tokio::select! {
+            biased;
+            e = errors.recv(), if errors_open => match e {
+                Some(e) => log_error(name, &e),
+                None => errors_open = false,
+            },
+            r = &mut done => break r,
+        }
+    };
+    while let Ok(e) = errors.try_recv() {
+        log_error(name, &e);
+    }
+    report.unwrap_or_else(|_| {
+        Report::new(Ended::Failed(ArchivistError::Transient(format!(
+            "the {name} archivist stopped without a report"
+        ))))
+    })
+}
+
+/// The library already logs retries and dead letters as warnings; repeat them only for
+/// debugging.
+fn log_error(name: &str, e: &ArchivistError) {
+    tracing::debug!(archivist = name, "{e}");
+}
+
+/// What the runs of the archivists did, added up.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Totals {
+    pub(crate) runs: u64,
+    pub(crate) received: u64,
+    pub(crate) stored: u64,
+    pub(crate) duplicates: u64,
+    pub(crate) dead_lettered: u64,
+    pub(crate) released: u64,
+    pub(crate) published: u64,
+    pub(crate) leases_created: u64,
+    pub(crate) pairs_reclaimed: u64,
+    pub(crate) leases_renewed: u64,
+    pub(crate) leases_revoked: u64,
+}
+
+impl Totals {
+    fn add(&mut self, r: &Report) {
+        self.runs += 1;
+        self.received += r.received;
+        self.stored += r.stored;
+        self.duplicates += r.duplicates;
+        self.dead_lettered += r.dead_lettered;
+        self.released += r.released;
+        self.published += r.published;
+        self.leases_created += r.leases_created;
+        self.pairs_reclaimed += r.pairs_reclaimed;
+        self.leases_renewed += r.leases_renewed;
+        self.leases_revoked += r.leases_revoked;
+    }
+}
+
+/// Totals shared between a running archivist and whoever reports on it.
+pub(crate) type SharedTotals = Arc<Mutex<Totals>>;
+
+fn add(totals: &SharedTotals, report: &Report) {
+    // A poisoned lock only means another task panicked while adding; the counts are still
+    // usable for a summary.
+    let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
+    t.add(report);
+}
+
+/// Reads the totals.
+pub(crate) fn read(totals: &SharedTotals) -> Totals {
+    *totals.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs an archivist with `start`, then again every `every` (when given) until the token is
+/// cancelled. A run that fails ends the repetition with an error.
+pub(crate) async fn repeat(
+    name: &'static str,
+    token: CancellationToken,
+    every: Option<Duration>,
+    totals: SharedTotals,
+    mut start: impl FnMut() -> ArchivistHandle,
+) -> anyhow::Result<()> {
+    loop {
+        let report = wait(name, start()).await;
+        add(&totals, &report);
+        match report.ended {
+            Ended::Finished => {}
+            Ended::Cancelled => return Ok(()),
+            Ended::Failed(e) => return Err(failed(name, e)),
+            // A future way of ending: treat it as finished, the report says what happened.
+            #[allow(unreachable_patterns)]
+            _ => {}
+        }
+        let Some(every) = every else { return Ok(()) };
+        tokio::select! {
+            _ = token.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+/// The error for a run that ended with a fatal error: a configuration problem (a missing
+/// queue, an unsupported operation) is a usage error, anything else fatal.
+fn failed(name: &str, e: ArchivistError) -> anyhow::Error {
+    match &e {
+        ArchivistError::Bus(BusError::QueueNotFound(q)) => usage(format!(
+            "the {name} archivist: queue {q:?} does not exist: create it with `archivist queues`"
+        )),
+        ArchivistError::Bus(BusError::Unsupported(_)) | ArchivistError::Config(_) => {
+            usage(format!("the {name} archivist: {e}"))
+        }
+        _ => anyhow::Error::new(e).context(format!("the {name} archivist failed")),
+    }
+}
+
+/// Waits for the tasks in `set`: until all finish, one fails (the others are then asked to
+/// stop), or the token is cancelled. Then waits at most `shutdown_timeout` for the rest.
+/// Returns the first failure.
+pub(crate) async fn supervise(
+    token: &CancellationToken,
+    mut set: JoinSet<anyhow::Result<()>>,
+    shutdown_timeout: Duration,
+) -> anyhow::Result<()> {
+    let mut first_error: Option<anyhow::Error> = None;
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => break,
+            joined = set.join_next() => match joined {
+                None => return Ok(()),
+                Some(result) => {
+                    if let Some(e) = flatten(result) {
+                        first_error = Some(e);
+                        token.cancel();
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let rest = async {
+        while let Some(result) = set.join_next().await {
+            if let Some(e) = flatten(result) {
+                if first_error.is_none() {
+                    first_error = Some(e);
+                } else {
+                    tracing::error!("{e:#}");
+                }
+            }
+        }
+    };
+    if tokio::time::timeout(shutdown_timeout, rest).await.is_err() {
+        set.abort_all();
+        let timeout = anyhow!(
+            "archivists did not stop within {} (ARCHIVIST_SHUTDOWN_TIMEOUT)",
+            humantime::format_duration(shutdown_timeout)
+        );
+        return Err(first_error.unwrap_or(timeout));
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn flatten(joined: Result<anyhow::Result<()>, tokio::task::JoinError>) -> Option<anyhow::Error> {
+    match joined {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e),
+        Err(e) => Some(anyhow!("a task ended abnormally: {e}")),
+    }
+}
