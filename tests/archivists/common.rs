@@ -300,6 +300,8 @@ pub(crate) struct FailingSender {
     pub(crate) inner: Arc<dyn Sender>,
     pub(crate) error: Option<fn() -> BusError>,
     pub(crate) hide_consumers: bool,
+    /// Cancelled at each send, to stop a run while it retries publishing.
+    pub(crate) cancel_on_send: Option<tokio_util::sync::CancellationToken>,
     pub(crate) sends: AtomicU64,
 }
 
@@ -312,6 +314,7 @@ impl FailingSender {
             inner,
             error,
             hide_consumers: false,
+            cancel_on_send: None,
             sends: AtomicU64::new(0),
         })
     }
@@ -321,6 +324,9 @@ impl FailingSender {
 impl Sender for FailingSender {
     async fn send_batch(&self, bodies: Vec<Vec<u8>>) -> Result<(), BusError> {
         self.sends.fetch_add(1, Ordering::SeqCst);
+        if let Some(token) = &self.cancel_on_send {
+            token.cancel();
+        }
         match self.error {
             Some(error) => Err(error()),
             None => self.inner.send_batch(bodies).await,

@@ -182,6 +182,35 @@ async fn a_lease_that_cannot_be_published_is_revoked() {
 }
 
 #[tokio::test]
+async fn cancelling_while_publishing_revokes_the_lease() {
+    let env = Env::new().await;
+    seed(&*env.store, 2, 2).await;
+    let token = CancellationToken::new();
+    let unavailable: fn() -> BusError = || BusError::unavailable("connection reset");
+    let mut sender = FailingSender::new(env.sender(PENDING).await, Some(unavailable));
+    Arc::get_mut(&mut sender).unwrap().cancel_on_send = Some(token.clone());
+    let report = done(start(
+        token,
+        sender,
+        env.store.clone(),
+        PendingResearchConfig {
+            retry: archivist::RetryPolicy {
+                max_attempts: 100,
+                initial_backoff: Duration::from_secs(3600),
+                max_backoff: Duration::from_secs(3600),
+            },
+            ..config(Some(2))
+        },
+    ))
+    .await;
+    assert!(cancelled(&report), "{report:?}");
+    assert_eq!((report.leases_created, report.published), (1, 0));
+    assert_eq!(report.leases_revoked, 1);
+    let status = env.status().await;
+    assert_eq!((status.active_leases, status.leased_pairs), (0, 0));
+}
+
+#[tokio::test]
 async fn an_item_too_large_for_the_bus_is_leased_again_with_fewer_clips() {
     let env = Env::new().await;
     let long = "x".repeat(archivist::messages::MAX_DESCRIPTION);
