@@ -40,7 +40,7 @@ const NOT_IN_FLIGHT_CODES: &[&str] = &[
 /// Costs: one `ReceiveMessage` per call (up to ten messages; an idle long poll of 20 s makes 3
 /// requests a minute), one `DeleteMessageBatch` per ten acknowledgements settled together,
 /// one `ChangeMessageVisibilityBatch` per ten releases, and, for messages held longer than
-/// about two thirds of the visibility timeout, one `ChangeMessageVisibilityBatch` per ten held
+/// about a third of the visibility timeout, one `ChangeMessageVisibilityBatch` per ten held
 /// messages per heartbeat interval.
 ///
 /// Deliveries settled at the same time share a request: acknowledge a received batch
@@ -165,9 +165,10 @@ impl Receiver for SqsReceiver {
             })?;
         // From here on nothing awaits: a receive dropped by its caller either got nothing or
         // hands out every message it took (cancel safety).
-        // The message became invisible at most a round trip ago; counting from a second earlier
-        // makes the heartbeat err on the early side.
-        let visible_until = Instant::now() + config.visibility_timeout - Duration::from_secs(1);
+        // The message became invisible at most a round trip ago; counting from a little
+        // earlier makes the heartbeat err on the early side.
+        let margin = (config.visibility_timeout / 10).min(Duration::from_secs(1));
+        let visible_until = Instant::now() + config.visibility_timeout - margin;
         let is_dead_letter_queue = shared.queue.ends_with("_dead_letter");
         let mut payload = 0;
         let mut deliveries = Vec::with_capacity(out.messages().len());
