@@ -358,6 +358,7 @@ impl MemoryReceiver {
         let redrive = q.dead_letter.is_some() && config.max_receives > 0;
         let mut out = Vec::new();
         let mut dead = Vec::new();
+        let mut duplicates = Vec::new();
         while out.len() < max && !q.waiting.is_empty() {
             let index = if config.misbehave > 0.0
                 && q.waiting.len() > 1
@@ -387,7 +388,7 @@ impl MemoryReceiver {
                 // and may outlive the original's acknowledgement, as on SQS.
                 let mut copy = message.clone();
                 copy.duplicate = true;
-                q.waiting.push_back(copy);
+                duplicates.push(copy);
             }
             state.next_id += 1;
             let receipt = state.next_id;
@@ -406,6 +407,7 @@ impl MemoryReceiver {
             ));
             q.in_flight.insert(receipt, message);
         }
+        q.waiting.extend(duplicates);
         if !dead.is_empty() {
             tracing::debug!(
                 queue = %self.queue,
@@ -416,7 +418,7 @@ impl MemoryReceiver {
             state.push_dead_letters(&self.queue, dead)?;
         }
         if out.is_empty() {
-            // Expiries of deliveries just made cannot be sooner than the earlier next one.
+            // Nothing was handed out, so the next expiry is still the one found above.
             Ok(Take::Empty(next_expiry))
         } else {
             Ok(Take::Got(out))
