@@ -481,3 +481,16 @@ async fn receive_count_comes_from_sqs() {
     assert_eq!(got[0].receive_count(), 2);
     ack_concurrently(got).await;
 }
+
+/// `from_env` reads the endpoint as every AWS SDK does, from `AWS_ENDPOINT_URL`.
+#[tokio::test]
+async fn from_env_reads_aws_endpoint_url() {
+    // Same value for every test in this process, and nextest runs each test in its own.
+    std::env::set_var("AWS_ENDPOINT_URL", endpoint());
+    let bus = SqsBus::from_env(SqsConfig::default()).await.unwrap();
+    let queue = unique_queue_name("sqs_env");
+    bus.create_queue(&queue).await.unwrap();
+    let tx = bus.sender(&queue).await.unwrap();
+    tx.send(b"from env".to_vec()).await.unwrap();
+    assert_eq!(tx.inspect().await.unwrap().waiting, 1);
+}

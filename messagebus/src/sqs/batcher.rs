@@ -58,12 +58,13 @@ pub(crate) struct Batcher {
 impl Batcher {
     /// Starts the task. `unsettled` counts the receiver's deliveries not yet settled.
     pub(crate) fn spawn(
+        runtime: &tokio::runtime::Handle,
         call: impl BatchCall,
         linger: Duration,
         unsettled: Arc<AtomicUsize>,
     ) -> Batcher {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(rx, call, linger, unsettled));
+        runtime.spawn(run(rx, call, linger, unsettled));
         Batcher { tx }
     }
 
@@ -187,7 +188,12 @@ mod tests {
     async fn coalesces_and_reports_each_entry() {
         let rec = Recorder::default();
         let unsettled = Arc::new(AtomicUsize::new(0));
-        let b = Batcher::spawn(rec.clone(), Duration::from_millis(20), unsettled.clone());
+        let b = Batcher::spawn(
+            &tokio::runtime::Handle::current(),
+            rec.clone(),
+            Duration::from_millis(20),
+            unsettled.clone(),
+        );
         let names: Vec<String> = (0..12).map(|i| format!("r{i}")).collect();
         let results = futures::future::join_all(names.into_iter().map(|n| b.submit(n))).await;
         assert!(results.iter().all(Result::is_ok));

@@ -139,8 +139,17 @@ impl SqsBus {
     /// A receiver for `queue`, as its concrete type. Starts its background tasks (batchers and
     /// heartbeat) on the current Tokio runtime; they end when it and its deliveries are gone.
     pub async fn sqs_receiver(&self, queue: &str) -> Result<SqsReceiver, BusError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| BusError::Rejected {
+            message: "an SQS receiver runs background tasks and needs a Tokio runtime".to_owned(),
+            source: None,
+        })?;
         let url = self.inner.queue_url(queue).await?;
-        Ok(SqsReceiver::new(self.inner.clone(), queue.to_owned(), url))
+        Ok(SqsReceiver::new(
+            &runtime,
+            self.inner.clone(),
+            queue.to_owned(),
+            url,
+        ))
     }
 }
 

@@ -66,12 +66,18 @@ pub(crate) struct ReceiverShared {
 }
 
 impl SqsReceiver {
-    /// Starts the receiver's batcher and heartbeat tasks (on the current Tokio runtime).
-    pub(crate) fn new(bus: Arc<BusInner>, queue: String, url: String) -> SqsReceiver {
+    /// Starts the receiver's batcher and heartbeat tasks on `runtime`.
+    pub(crate) fn new(
+        runtime: &tokio::runtime::Handle,
+        bus: Arc<BusInner>,
+        queue: String,
+        url: String,
+    ) -> SqsReceiver {
         let unsettled = Arc::new(AtomicUsize::new(0));
         let linger = bus.config.ack_linger;
         let interval = bus.config.heartbeat_interval();
         let deleter = Batcher::spawn(
+            runtime,
             DeleteCall {
                 bus: bus.clone(),
                 queue: queue.clone(),
@@ -81,6 +87,7 @@ impl SqsReceiver {
             unsettled.clone(),
         );
         let releaser = Batcher::spawn(
+            runtime,
             ReleaseCall {
                 bus: bus.clone(),
                 queue: queue.clone(),
@@ -99,7 +106,7 @@ impl SqsReceiver {
             deleter,
             releaser,
         });
-        tokio::spawn(heartbeat::run(Arc::downgrade(&shared), interval));
+        runtime.spawn(heartbeat::run(Arc::downgrade(&shared), interval));
         SqsReceiver { shared }
     }
 
