@@ -378,3 +378,58 @@ impl Receiver for WatchedReceiver {
         self.inner.queue()
     }
 }
+
+/// A datastore held in memory that only keeps episodes and clips: for tests on a paused
+/// clock, where SQLite's pool would see its own timeouts fire (the clock jumps ahead while
+/// the runtime waits on SQLite's worker thread).
+#[derive(Default)]
+pub(crate) struct CuratedOnlyStore {
+    episodes: std::sync::Mutex<std::collections::HashMap<(String, DateTime<Utc>), EpisodeInfo>>,
+    clips: std::sync::Mutex<std::collections::HashMap<String, ClipInfo>>,
+}
+
+#[async_trait]
+impl DataStore for CuratedOnlyStore {
+    async fn migrate(&self) -> datastore::Result<()> {
+        Ok(())
+    }
+    async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> datastore::Result<()> {
+        let mut map = self.episodes.lock().unwrap();
+        for e in episodes {
+            map.insert((e.title.clone(), e.date_aired), e.clone());
+        }
+        Ok(())
+    }
+    async fn upsert_clips(&self, clips: &[ClipInfo]) -> datastore::Result<()> {
+        let mut map = self.clips.lock().unwrap();
+        for c in clips {
+            map.insert(c.title.clone(), c.clone());
+        }
+        Ok(())
+    }
+    async fn lease_next(&self, _: LeaseRequest) -> datastore::Result<Option<Lease>> {
+        Ok(None)
+    }
+    async fn update_lease(&self, _: Uuid, _: LeaseUpdate) -> datastore::Result<bool> {
+        Ok(false)
+    }
+    async fn record_results(
+        &self,
+        results: &[ResearchResult],
+    ) -> datastore::Result<Vec<RecordOutcome>> {
+        Ok(vec![RecordOutcome::UnknownPair; results.len()])
+    }
+    async fn status(&self, _: DateTime<Utc>) -> datastore::Result<Status> {
+        let episodes = self.episodes.lock().unwrap().len() as u64;
+        let clips = self.clips.lock().unwrap().len() as u64;
+        Ok(Status {
+            episodes,
+            clips,
+            research_pairs: episodes * clips,
+            ..Status::default()
+        })
+    }
+    async fn matches(&self, _: &MatchFilter) -> datastore::Result<Vec<Match>> {
+        Ok(Vec::new())
+    }
+}

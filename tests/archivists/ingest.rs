@@ -7,6 +7,7 @@ use std::time::Duration;
 use archivist::ingest::{start_clips, start_episodes, IngestConfig};
 use archivist::messages::encode;
 use archivist::{ArchivistError, Ended, ERROR_CHANNEL_CAPACITY};
+use datastore::DataStore;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::*;
@@ -370,4 +371,30 @@ async fn a_long_running_archivist_keeps_ingesting_until_cancelled() {
     assert!(cancelled(&report), "{report:?}");
     assert_eq!((report.stored, report.dead_lettered), (5, 1));
     assert_eq!(env.status().await.clips, 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_default_retry_policy_rides_out_an_outage() {
+    // Seven failures in a row: the default policy's eighth attempt gets through. Its backoffs
+    // (up to ten seconds each) pass on the paused clock, so this store is not SQLite.
+    let bus = messagebus::MemoryBus::default();
+    messagebus::Bus::create_queue(&bus, EPISODES).await.unwrap();
+    let sender = messagebus::Bus::sender(&bus, EPISODES).await.unwrap();
+    sender.send_batch(episodes(0..3)).await.unwrap();
+    let inner = Arc::new(CuratedOnlyStore::default());
+    let store = HookedStore::failing_first(inner.clone(), 7);
+    let report = done(start_episodes(
+        CancellationToken::new(),
+        messagebus::Bus::receiver(&bus, EPISODES).await.unwrap(),
+        store.clone(),
+        IngestConfig {
+            retry: archivist::RetryPolicy::default(),
+            ..once()
+        },
+    ))
+    .await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!((report.stored, report.released), (3, 0));
+    assert_eq!(store.failed.load(Ordering::SeqCst), 7);
+    assert_eq!(inner.status(chrono::Utc::now()).await.unwrap().episodes, 3);
 }

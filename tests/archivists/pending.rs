@@ -291,6 +291,27 @@ async fn the_start_jitter_can_be_cancelled() {
     assert_eq!(env.status().await.active_leases, 0);
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_run_goes_on_after_its_start_jitter() {
+    // An hour of jitter on the paused clock; the store is not SQLite, whose pool timeouts
+    // would fire as the clock jumps.
+    let bus = messagebus::MemoryBus::default();
+    messagebus::Bus::create_queue(&bus, PENDING).await.unwrap();
+    let store = Arc::new(CuratedOnlyStore::default());
+    let report = done(start(
+        CancellationToken::new(),
+        messagebus::Bus::sender(&bus, PENDING).await.unwrap(),
+        store,
+        PendingResearchConfig {
+            start_jitter: Duration::from_secs(3600),
+            ..config(Some(2))
+        },
+    ))
+    .await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!(report.leases_created, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_runs_never_lease_a_pair_twice() {
     let env = Env::new().await;
