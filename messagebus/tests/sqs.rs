@@ -320,6 +320,10 @@ async fn create_queue_sets_redrive_and_visibility_and_is_harmless_twice() {
         .unwrap();
     let attrs = attrs.attributes().unwrap();
     assert_eq!(attrs[&QueueAttributeName::VisibilityTimeout], "45");
+    assert_eq!(
+        attrs[&QueueAttributeName::ReceiveMessageWaitTimeSeconds],
+        "20"
+    );
     let redrive = &attrs[&QueueAttributeName::RedrivePolicy];
     assert!(redrive.contains("7"), "{redrive}");
     assert!(

@@ -120,7 +120,7 @@ fn print_table(rows: &[Row]) {
 async fn cost_per_message() {
     let mut rows = Vec::new();
 
-    // Ingestion: a curator publishes 100 episodes with `send_batch`; the archivist drains
+    // Ingestion: a curator publishes 60 episodes with `send_batch`; the archivist drains
     // them ten per receive, acknowledging each received batch together.
     {
         let curator = bus().await;
@@ -130,7 +130,7 @@ async fn cost_per_message() {
         let tx = curator.sender(&queue).await.unwrap();
         let rx = archivist.receiver(&queue).await.unwrap();
         let (c0, a0) = (curator.request_counts(), archivist.request_counts());
-        let n = 100;
+        let n = 60;
         tx.send_batch((0..n).map(|i| body(i, 700)).collect())
             .await
             .unwrap();
@@ -184,57 +184,58 @@ async fn cost_per_message() {
         });
     }
 
-    // The research round trip, per work item of 25 clips: the pending-research archivist
-    // publishes one item per lease (a `send` each); a researcher takes one item per receive and
-    // acknowledges it; it sends its 25 results with `send_batch`; the completed-research
-    // archivist drains them ten per receive.
-    {
-        let items = 2;
-        let clips = 25;
-        let pending_bus = bus().await;
-        let researcher_bus = bus().await;
-        let completed_bus = bus().await;
-        let pending_q = unique_queue_name("cost_pending");
-        let completed_q = unique_queue_name("cost_completed");
-        pending_bus.create_queue(&pending_q).await.unwrap();
-        pending_bus.create_queue(&completed_q).await.unwrap();
-        let pending_tx = pending_bus.sender(&pending_q).await.unwrap();
-        let researcher_rx = researcher_bus.receiver(&pending_q).await.unwrap();
-        let researcher_tx = researcher_bus.sender(&completed_q).await.unwrap();
-        let completed_rx = completed_bus.receiver(&completed_q).await.unwrap();
-        let starts = [
-            pending_bus.request_counts(),
-            researcher_bus.request_counts(),
-            completed_bus.request_counts(),
-        ];
-        for i in 0..items {
-            // A work item carries its episode and clips: about 25 KiB.
-            pending_tx.send(body(i, 25 * 1024)).await.unwrap();
-        }
-        for _ in 0..items {
-            let item = consume(researcher_rx.as_ref(), 1, 1).await;
-            assert_eq!(item.len(), 1);
-            researcher_tx
-                .send_batch((0..clips).map(|c| body(c, 1500)).collect())
-                .await
-                .unwrap();
-        }
-        consume(completed_rx.as_ref(), items * clips, 10).await;
-        let total = merge(
-            &merge(
-                &pending_bus.request_counts().since(&starts[0]),
-                &researcher_bus.request_counts().since(&starts[1]),
-            ),
-            &completed_bus.request_counts().since(&starts[2]),
-        );
-        rows.push(Row {
-            scenario: "research round trip (2 items x 25 clips)",
-            messages: items + items * clips,
-            counts: total,
-        });
-    }
+    // The research round trip: the pending-research archivist publishes one item per lease (a
+    // `send` each); a researcher takes one item per receive and acknowledges it, then sends
+    // its results (one per clip) with `send_batch`; the completed-research archivist drains
+    // them ten per receive. 50 clips is ARCHIVIST_MAX_CLIPS's default.
+    rows.push(round_trip(1, 50, "research round trip (1 item x 50 clips)").await);
+    rows.push(round_trip(2, 25, "research round trip (2 items x 25 clips)").await);
 
     print_table(&rows);
+}
+
+async fn round_trip(items: usize, clips: usize, scenario: &'static str) -> Row {
+    let pending_bus = bus().await;
+    let researcher_bus = bus().await;
+    let completed_bus = bus().await;
+    let pending_q = unique_queue_name("cost_pending");
+    let completed_q = unique_queue_name("cost_completed");
+    pending_bus.create_queue(&pending_q).await.unwrap();
+    pending_bus.create_queue(&completed_q).await.unwrap();
+    let pending_tx = pending_bus.sender(&pending_q).await.unwrap();
+    let researcher_rx = researcher_bus.receiver(&pending_q).await.unwrap();
+    let researcher_tx = researcher_bus.sender(&completed_q).await.unwrap();
+    let completed_rx = completed_bus.receiver(&completed_q).await.unwrap();
+    let starts = [
+        pending_bus.request_counts(),
+        researcher_bus.request_counts(),
+        completed_bus.request_counts(),
+    ];
+    for i in 0..items {
+        // A work item carries its episode and its clips: about 500 bytes a clip.
+        pending_tx.send(body(i, 500 * (clips + 1))).await.unwrap();
+    }
+    for _ in 0..items {
+        let item = consume(researcher_rx.as_ref(), 1, 1).await;
+        assert_eq!(item.len(), 1);
+        researcher_tx
+            .send_batch((0..clips).map(|c| body(c, 1500)).collect())
+            .await
+            .unwrap();
+    }
+    consume(completed_rx.as_ref(), items * clips, 10).await;
+    let total = merge(
+        &merge(
+            &pending_bus.request_counts().since(&starts[0]),
+            &researcher_bus.request_counts().since(&starts[1]),
+        ),
+        &completed_bus.request_counts().since(&starts[2]),
+    );
+    Row {
+        scenario,
+        messages: items + items * clips,
+        counts: total,
+    }
 }
 
 fn merge(a: &RequestCounts, b: &RequestCounts) -> RequestCounts {

@@ -164,8 +164,8 @@ impl Bus for SqsBus {
     }
 
     /// Creates the dead-letter queue (retention 14 days), then the queue with the configured
-    /// visibility timeout, retention and a redrive policy (`maxReceiveCount` =
-    /// `max_receives`) to it. An existing queue is left as it is, except that one without a
+    /// visibility timeout, retention, long-poll wait (`ReceiveMessageWaitTimeSeconds`) and a
+    /// redrive policy (`maxReceiveCount` = `max_receives`) to it. An existing queue is left as it is, except that one without a
     /// redrive policy gets this one: without it a poison message would cycle forever.
     async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
         let inner = &self.inner;
@@ -211,6 +211,11 @@ impl Bus for SqsBus {
                         retention(inner.config.message_retention),
                     ),
                     (QueueAttributeName::RedrivePolicy, redrive.clone()),
+                    // Other clients of the queue (researchers) long-poll by default too.
+                    (
+                        QueueAttributeName::ReceiveMessageWaitTimeSeconds,
+                        config::secs_ceil(inner.config.wait_time).to_string(),
+                    ),
                 ]),
             )
             .await?;
