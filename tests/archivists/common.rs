@@ -17,7 +17,6 @@ use messagebus::{
     dead_letter_queue_name, Bus, BusError, Delivery, MemoryBus, MemoryBusConfig, QueueStats,
     Receiver, Sender,
 };
-use tempfile::TempDir;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -32,7 +31,17 @@ pub(crate) const COMPLETED: &str = "completed_research";
 pub(crate) struct Env {
     pub(crate) bus: MemoryBus,
     pub(crate) store: Arc<dyn DataStore>,
-    _dir: TempDir,
+    /// Keeps the store's backing alive: a temporary directory or a test database.
+    _guard: Box<dyn std::any::Any + Send>,
+}
+
+/// Which datastore an [`Env`] runs on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Backend {
+    /// A file in a temporary directory.
+    Sqlite,
+    /// A fresh database on the test server (`ARCHIVIST_TEST_PG_URL`), dropped afterwards.
+    Postgres,
 }
 
 impl Env {
@@ -41,18 +50,31 @@ impl Env {
     }
 
     pub(crate) async fn with_bus(config: MemoryBusConfig) -> Env {
+        Env::on(Backend::Sqlite, config).await
+    }
+
+    pub(crate) async fn on(backend: Backend, config: MemoryBusConfig) -> Env {
         let bus = MemoryBus::with_seed(config, 7);
         for q in [EPISODES, CLIPS, PENDING, COMPLETED] {
             bus.create_queue(q).await.unwrap();
         }
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("archive.sqlite").display());
-        let store = SqliteDataStore::connect(&url).await.unwrap();
-        store.migrate().await.unwrap();
+        let (store, guard): (Arc<dyn DataStore>, Box<dyn std::any::Any + Send>) = match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                let url = format!("sqlite://{}", dir.path().join("archive.sqlite").display());
+                let store = SqliteDataStore::connect(&url).await.unwrap();
+                store.migrate().await.unwrap();
+                (Arc::new(store), Box::new(dir))
+            }
+            Backend::Postgres => {
+                let (store, db) = datastore::testing_pg::fresh_pg_store().await;
+                (Arc::new(store), Box::new(db))
+            }
+        };
         Env {
             bus,
-            store: Arc::new(store),
-            _dir: dir,
+            store,
+            _guard: guard,
         }
     }
 

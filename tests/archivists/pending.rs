@@ -314,7 +314,16 @@ async fn the_run_goes_on_after_its_start_jitter() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_runs_never_lease_a_pair_twice() {
-    let env = Env::new().await;
+    concurrent_runs(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_runs_never_lease_a_pair_twice_on_postgres() {
+    concurrent_runs(Backend::Postgres).await;
+}
+
+async fn concurrent_runs(backend: Backend) {
+    let env = Env::on(backend, messagebus::MemoryBusConfig::default()).await;
     seed(&*env.store, 12, 7).await;
     let sender = env.sender(PENDING).await;
     let handles: Vec<_> = (0..8)

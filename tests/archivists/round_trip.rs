@@ -33,10 +33,10 @@ async fn research(rx: &dyn Receiver, tx: &dyn Sender) -> u64 {
     }
 }
 
-async fn round_trip(bus: MemoryBusConfig) {
+async fn round_trip(backend: Backend, bus: MemoryBusConfig) {
     const EPISODES_N: u32 = 9;
     const CLIPS_N: u32 = 7;
-    let env = Env::with_bus(bus).await;
+    let env = Env::on(backend, bus).await;
 
     // Curators.
     env.send(EPISODES, episodes(0..EPISODES_N)).await;
@@ -124,16 +124,24 @@ async fn round_trip(bus: MemoryBusConfig) {
     }
 }
 
+fn misbehaving() -> MemoryBusConfig {
+    MemoryBusConfig {
+        misbehave: 0.3,
+        ..MemoryBusConfig::default()
+    }
+}
+
 #[tokio::test]
 async fn every_pair_is_researched_exactly_once() {
-    round_trip(MemoryBusConfig::default()).await;
+    round_trip(Backend::Sqlite, MemoryBusConfig::default()).await;
 }
 
 #[tokio::test]
 async fn every_pair_is_researched_exactly_once_on_a_misbehaving_bus() {
-    round_trip(MemoryBusConfig {
-        misbehave: 0.3,
-        ..MemoryBusConfig::default()
-    })
-    .await;
+    round_trip(Backend::Sqlite, misbehaving()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_pair_is_researched_exactly_once_on_postgres() {
+    round_trip(Backend::Postgres, misbehaving()).await;
 }
