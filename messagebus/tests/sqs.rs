@@ -498,3 +498,14 @@ async fn from_env_reads_aws_endpoint_url() {
     tx.send(b"from env".to_vec()).await.unwrap();
     assert_eq!(tx.inspect().await.unwrap().waiting, 1);
 }
+
+/// The default long poll (20 s) on an empty queue, with the default timeouts, ends empty:
+/// neither the SDK's attempt/read timeouts nor its stalled-stream protection cut it short.
+#[tokio::test]
+async fn default_long_poll_ends_empty() {
+    let (bus, queue) = setup(SqsConfig::default(), "default_poll").await;
+    let rx = bus.sqs_receiver(&queue).await.unwrap();
+    let got = rx.receive(10, Duration::from_secs(60)).await.unwrap();
+    assert!(got.is_empty());
+    assert_eq!(bus.request_counts().requests("ReceiveMessage"), 1);
+}
