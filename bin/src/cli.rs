@@ -46,7 +46,7 @@ pub(crate) struct GlobalArgs {
     #[arg(long, env = "ARCHIVIST_RESEARCHERS", global = true)]
     pub(crate) researchers: Option<String>,
 
-    /// How long a lease lasts without renewal, as 90s, 15m, 2h [default: 2h; for `demo`, 3s]
+    /// How long a lease lasts without renewal, as 90s, 15m, 2h [default: 2h; for `demo`, 5s]
     #[arg(long, env = "ARCHIVIST_LEASE_DURATION", global = true)]
     pub(crate) lease_duration: Option<String>,
 
@@ -157,7 +157,7 @@ with a summary, and checks that every research pair was researched exactly once 
 then).\n\n\
 The datastore is DATABASE_URL when it is set (it must be empty: a new SQLite file or a new \
 Postgres database), otherwise a temporary SQLite file that is removed afterwards. The lease \
-is ARCHIVIST_LEASE_DURATION when set, otherwise 3s, so that the crashed researcher's work comes \
+is ARCHIVIST_LEASE_DURATION when set, otherwise 5s, so that the crashed researcher's work comes \
 back quickly.";
 
 /// Options of the ingestion archivists.

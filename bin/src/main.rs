@@ -33,8 +33,11 @@ const EXIT_USAGE: u8 = 2;
 /// A fatal error: the datastore or bus unreachable after retries, a failed run.
 const EXIT_FATAL: u8 = 1;
 
+/// The log filter when RUST_LOG is not set. sqlx logs Postgres notices ("relation already
+/// exists, skipping" on every migration check) at info.
+const LOG_FILTER: &str = "info,sqlx=warn";
 /// The demo's log filter when RUST_LOG is not set.
-const DEMO_LOG_FILTER: &str = "info,archivist::runner=warn,archivist::ingest=warn,\
+const DEMO_LOG_FILTER: &str = "info,sqlx=warn,archivist::runner=warn,archivist::ingest=warn,\
 archivist::pending_research=warn,archivist::completed_research=warn";
 
 fn main() -> ExitCode {
@@ -80,7 +83,7 @@ fn fail(error: &anyhow::Error) -> ExitCode {
 /// the commands' output. The demo's archivists run many short runs a second, so without
 /// RUST_LOG it shows only their warnings; its own progress lines stay at `info`.
 fn init_logging(demo: bool) {
-    let default = if demo { DEMO_LOG_FILTER } else { "info" };
+    let default = if demo { DEMO_LOG_FILTER } else { LOG_FILTER };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -292,6 +292,9 @@ pub(crate) async fn spawn_all(
         totals.pending.clone(),
     )
     .await?;
+    // One recorder: two side by side can apply a researcher's last result (which ends the
+    // lease and frees its unrecorded pairs) before another one of its results is recorded,
+    // and the freed pair is then leased and researched again.
     spawn_completed(
         set,
         token,

@@ -85,6 +85,9 @@ const CLIPS: &[ClipSpec] = &[
     spec("Tax Software Ad", ClipKind::Ad, 9, 3),
 ];
 
+/// The pause between two batches of ten episodes.
+const EPISODE_PACE: std::time::Duration = std::time::Duration::from_millis(30);
+
 /// How many of [`CLIPS`], at the end, are curated after the episodes.
 const LATE_CLIPS: usize = 4;
 
@@ -330,8 +333,9 @@ pub(crate) async fn curate(
                 .context("curators: sending episodes")?;
             sent.poison += data.poison_episodes.len() as u64;
         }
-        // Curators find episodes over time, not all at once.
-        tokio::task::yield_now().await;
+        // Curators find episodes over time, not all at once: research starts on the first
+        // while the rest arrive, and the late clips then add pairs to researched episodes.
+        tokio::time::sleep(EPISODE_PACE).await;
     }
     clips
         .send_batch(bodies(&data.clips[early..]))

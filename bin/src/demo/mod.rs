@@ -28,6 +28,7 @@ use datastore::{redact_url, DataStore, Status};
 use messagebus::{Bus, MemoryBusConfig};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use crate::cli::DemoArgs;
 use crate::commands::archivists::{spawn_all, AllTotals, Pipeline};
@@ -40,7 +41,7 @@ use self::progress::{Progress, Summary};
 use self::researchers::{Ledger, Researcher};
 
 /// The demo's lease when ARCHIVIST_LEASE_DURATION is not set.
-const DEMO_LEASE: Duration = Duration::from_secs(3);
+const DEMO_LEASE: Duration = Duration::from_secs(5);
 /// How often the pending-research and completed-research archivists run.
 const DEMO_EVERY: Duration = Duration::from_millis(50);
 /// How often progress is read from the datastore.
@@ -119,7 +120,7 @@ pub(crate) async fn run(
         },
         completed: CompletedResearchConfig {
             lease_duration: to_chrono(lease),
-            batch_size: 25,
+            batch_size: 100,
             receive_wait: Duration::from_millis(50),
             retry: RetryPolicy::default(),
         },
@@ -300,15 +301,28 @@ async fn summarize(i: SummaryInput<'_>) -> Summary {
                 .map(move |c| (e.title.clone(), e.date_aired, c.title.clone()))
         })
         .collect();
-    let once = executions.values().filter(|&&n| n == 1).count() as u64;
-    let more = executions.values().filter(|&&n| n > 1).count() as u64;
+    let once = executions.values().filter(|l| l.len() == 1).count() as u64;
+    let more = executions.values().filter(|l| l.len() > 1).count() as u64;
     let not_researched = expected
         .iter()
         .filter(|p| !executions.contains_key(*p))
         .count() as u64;
     let unexpected = executions.keys().filter(|p| !expected.contains(*p)).count();
     if more > 0 {
-        problems.push(format!("{more} pairs were researched more than once"));
+        let mut twice: Vec<_> = executions.iter().filter(|(_, l)| l.len() > 1).collect();
+        twice.sort();
+        let examples: Vec<String> = twice
+            .iter()
+            .take(3)
+            .map(|((episode, _, clip), leases)| {
+                let leases: Vec<String> = leases.iter().map(Uuid::to_string).collect();
+                format!("{episode:?} x {clip:?} under leases {}", leases.join(", "))
+            })
+            .collect();
+        problems.push(format!(
+            "{more} pairs were researched more than once, as {}",
+            examples.join("; ")
+        ));
     }
     if not_researched > 0 {
         problems.push(format!("{not_researched} pairs were never researched"));
@@ -357,7 +371,7 @@ async fn summarize(i: SummaryInput<'_>) -> Summary {
         clips: i.status.clips,
         research_pairs: i.status.research_pairs,
         researched_pairs: i.status.researched_pairs,
-        research_executions: executions.values().map(|&n| u64::from(n)).sum(),
+        research_executions: executions.values().map(|l| l.len() as u64).sum(),
         pairs_researched_once: once,
         pairs_researched_more_than_once: more,
         pairs_not_researched: not_researched,

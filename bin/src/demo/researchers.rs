@@ -42,7 +42,8 @@ pub(crate) struct Crash {
 /// What all researchers did.
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
-    executions: Mutex<HashMap<Pair, u32>>,
+    /// The leases each pair was researched under.
+    executions: Mutex<HashMap<Pair, Vec<Uuid>>>,
     pub(crate) items: AtomicU64,
     pub(crate) results: AtomicU64,
     pub(crate) matches: AtomicU64,
@@ -50,13 +51,13 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    fn executed(&self, pair: Pair) {
+    fn executed(&self, pair: Pair, lease: Uuid) {
         let mut map = self.executions.lock().unwrap_or_else(|p| p.into_inner());
-        *map.entry(pair).or_insert(0) += 1;
+        map.entry(pair).or_default().push(lease);
     }
 
-    /// Research executions per pair.
-    pub(crate) fn executions(&self) -> HashMap<Pair, u32> {
+    /// The leases each pair was researched under: one entry per research execution.
+    pub(crate) fn executions(&self) -> HashMap<Pair, Vec<Uuid>> {
         self.executions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -138,11 +139,14 @@ pub(crate) async fn run(
                 }
                 pause(0..2).await;
                 let finding = analysis::research(&item.episode, clip);
-                ledger.executed((
-                    item.episode.title.clone(),
-                    item.episode.date_aired,
-                    clip.title.clone(),
-                ));
+                ledger.executed(
+                    (
+                        item.episode.title.clone(),
+                        item.episode.date_aired,
+                        clip.title.clone(),
+                    ),
+                    item.lease_id,
+                );
                 if !finding.clip_offsets_ns.is_empty() {
                     ledger.matches.fetch_add(1, Ordering::Relaxed);
                 }
