@@ -509,3 +509,40 @@ async fn default_long_poll_ends_empty() {
     assert!(got.is_empty());
     assert_eq!(bus.request_counts().requests("ReceiveMessage"), 1);
 }
+
+/// A credentials chain that finds nothing.
+#[derive(Debug)]
+struct NoCredentials;
+
+impl aws_credential_types::provider::ProvideCredentials for NoCredentials {
+    fn provide_credentials<'a>(
+        &'a self,
+    ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        aws_credential_types::provider::future::ProvideCredentials::ready(Err(
+            aws_credential_types::provider::error::CredentialsError::not_loaded(
+                "no credentials in this test",
+            ),
+        ))
+    }
+}
+
+/// Without credentials the error says so and is not retried.
+#[tokio::test]
+async fn missing_credentials_are_a_lasting_error() {
+    let sdk = aws_config::defaults(BehaviorVersion::latest())
+        .endpoint_url(endpoint())
+        .credentials_provider(NoCredentials)
+        .load()
+        .await;
+    let bus = SqsBus::from_sdk_config(&sdk, SqsConfig::default()).unwrap();
+    let err = bus.sender("anything").await.err().unwrap();
+    assert!(matches!(err, BusError::Rejected { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("no usable AWS credentials"),
+        "{err}"
+    );
+    assert_eq!(bus.request_counts().total_requests(), 0);
+}

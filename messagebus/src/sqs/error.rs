@@ -9,6 +9,7 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
+use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::result::CreateUnhandledError;
 use aws_smithy_runtime_api::http::Response as HttpResponse;
@@ -41,6 +42,12 @@ const TRANSIENT_CODES: &[&str] = &[
     "KmsThrottled",
     "KMS.ThrottlingException",
     "AWS.SimpleQueueService.ServiceUnavailable",
+    // Too many messages in flight (120,000 on a standard queue): passes as they are settled.
+    "OverLimit",
+    "AWS.SimpleQueueService.OverLimit",
+    // A queue of that name was deleted under 60 s ago.
+    "QueueDeletedRecently",
+    "AWS.SimpleQueueService.QueueDeletedRecently",
 ];
 
 /// Codes meaning the queue is not there.
@@ -72,6 +79,14 @@ where
         SdkError::DispatchFailure(ref failure) if failure.is_timeout() => {
             BusError::Timeout(timeout)
         }
+        SdkError::DispatchFailure(_) if credentials_missing(&err) => BusError::Rejected {
+            message: format!(
+                "{context}: no usable AWS credentials (set AWS_ACCESS_KEY_ID and \
+                 AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or run with a role): {}",
+                DisplayErrorContext(&err)
+            ),
+            source: Some(Box::new(err)),
+        },
         SdkError::ConstructionFailure(_) => BusError::Rejected {
             message: format!(
                 "{context}: could not build the request: {}",
@@ -100,6 +115,23 @@ where
             source: Some(Box::new(err)),
         },
     }
+}
+
+/// Whether the credentials chain found nothing or is misconfigured: lasting, unlike a
+/// credentials provider timing out or failing for a passing reason, which stays retryable.
+fn credentials_missing(err: &(dyn StdError + 'static)) -> bool {
+    let mut current: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(c) = e.downcast_ref::<CredentialsError>() {
+            return matches!(
+                c,
+                CredentialsError::CredentialsNotLoaded(_)
+                    | CredentialsError::InvalidConfiguration(_)
+            );
+        }
+        current = e.source();
+    }
+    false
 }
 
 /// Sorts a service error (or a failed batch entry) by its code and HTTP status.
