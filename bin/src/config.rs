@@ -309,7 +309,7 @@ mod tests {
         assert!(e.0.contains("DATABASE_URL") && !e.0.contains("pw"), "{e}");
         let e = config(&["--clips-queue", "curated_episodes"]).unwrap_err();
         assert!(e.0.contains("two different queues"), "{e}");
-        let e = config(&["--researchers", "-1"]).unwrap_err();
+        let e = config(&["--researchers=-1"]).unwrap_err();
         assert!(e.0.contains("ARCHIVIST_RESEARCHERS"), "{e}");
     }
 }

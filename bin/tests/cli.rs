@@ -1,0 +1,163 @@
+//! End-to-end tests of the `archivist` binary's command line: help, exit codes, messages,
+//! `migrate`. Each test runs the built binary in a temporary working directory of its own.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::archivist;
+
+const SUBCOMMANDS: &[&str] = &[
+    "migrate",
+    "episodes",
+    "clips",
+    "pending-research",
+    "completed-research",
+    "run",
+    "demo",
+    "send",
+    "receive",
+    "status",
+    "matches",
+    "queues",
+];
+
+#[test]
+fn help_on_every_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let top = archivist(dir.path(), &["--help"], &[]).expect_code(0);
+    for sub in SUBCOMMANDS {
+        assert!(top.stdout.contains(sub), "top-level help lists {sub}");
+        let run = archivist(dir.path(), &[sub, "--help"], &[]).expect_code(0);
+        assert!(
+            run.stdout.contains("Usage: archivist"),
+            "{sub} --help: {}",
+            run.stdout
+        );
+        // Every subcommand shows the configuration variables.
+        assert!(run.stdout.contains("DATABASE_URL"), "{sub} --help");
+        assert!(
+            run.stdout.contains("ARCHIVIST_LEASE_DURATION"),
+            "{sub} --help"
+        );
+    }
+    // Help does not touch the datastore.
+    assert!(!dir.path().join("archivist.sqlite").exists());
+}
+
+#[test]
+fn clap_usage_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    archivist(dir.path(), &["no-such-subcommand"], &[]).expect_code(2);
+    archivist(dir.path(), &["receive"], &[]).expect_code(2);
+    let run = archivist(dir.path(), &["receive", "q", "--wait", "soon"], &[]).expect_code(2);
+    assert!(run.stderr.contains("--wait"), "{}", run.stderr);
+}
+
+#[test]
+fn migrate_creates_the_default_sqlite_file_and_runs_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    archivist(dir.path(), &["migrate"], &[]).expect_code(0);
+    assert!(dir.path().join("archivist.sqlite").exists());
+    archivist(dir.path(), &["migrate"], &[]).expect_code(0);
+    // And an empty datastore has a status of zeros.
+    let run = archivist(dir.path(), &["status", "--json"], &[]).expect_code(0);
+    let status: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(status["episodes"], 0);
+    assert_eq!(status["research_pairs"], 0);
+}
+
+#[test]
+fn bad_configuration_exits_2_naming_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &str)] = &[
+        ("ARCHIVIST_MAX_CLIPS", "0"),
+        ("ARCHIVIST_MAX_CLIPS", "many"),
+        ("ARCHIVIST_LEASE_DURATION", "0s"),
+        ("ARCHIVIST_LEASE_DURATION", "soon"),
+        ("ARCHIVIST_MAX_RECEIVES", "0"),
+        ("ARCHIVIST_RESEARCHERS", "-3"),
+        ("ARCHIVIST_BUS", "kafka"),
+        ("ARCHIVIST_CLIPS_QUEUE", "bad name!"),
+        ("DATABASE_URL", "mysql://someone:hunter2@db/archive"),
+    ];
+    for (var, value) in cases {
+        let run = archivist(dir.path(), &["migrate"], &[(var, value)]).expect_code(2);
+        assert!(
+            run.stderr.contains(var),
+            "{var}={value}: the message names the variable: {}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("hunter2"), "password printed");
+    }
+    // Nothing was created on the way.
+    assert!(!dir.path().join("archivist.sqlite").exists());
+}
+
+#[test]
+fn separate_process_subcommands_on_the_memory_bus_exit_2_and_say_what_to_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[&[&str]] = &[
+        &["episodes"],
+        &["clips", "--once"],
+        &["pending-research"],
+        &["completed-research", "--every", "1m"],
+        &["send", "curated_episodes"],
+        &["receive", "curated_clips"],
+        &["queues"],
+    ];
+    for args in cases {
+        let run = archivist(dir.path(), args, &[]).expect_code(2);
+        assert!(
+            run.stderr.contains("in-memory bus")
+                && run.stderr.contains("archivist run")
+                && run.stderr.contains("ARCHIVIST_BUS=sqs"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn postgres_bus_is_not_built_yet() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["run"][..], &["episodes", "--once"][..]] {
+        let run = archivist(dir.path(), args, &[("ARCHIVIST_BUS", "postgres")]).expect_code(2);
+        assert!(
+            run.stderr.contains("ARCHIVIST_BUS=postgres") && run.stderr.contains("not built"),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn sqs_work_assignment_needs_the_researcher_count() {
+    let dir = tempfile::tempdir().unwrap();
+    for sub in ["pending-research", "run"] {
+        let run = archivist(dir.path(), &[sub], &[("ARCHIVIST_BUS", "sqs")]).expect_code(2);
+        assert!(
+            run.stderr.contains("ARCHIVIST_RESEARCHERS"),
+            "{sub}: {}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn unreachable_datastore_exits_1_without_printing_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("DATABASE_URL", "postgres://archivist:hunter2@127.0.0.1:1/x"),
+        ("ARCHIVIST_CONNECT_TIMEOUT", "1s"),
+    ];
+    for sub in ["migrate", "status"] {
+        let run = archivist(dir.path(), &[sub], &env).expect_code(1);
+        assert!(run.stderr.contains("unreachable"), "{}", run.stderr);
+        assert!(run.stderr.contains("127.0.0.1:1"), "{}", run.stderr);
+        assert!(
+            !run.stderr.contains("hunter2"),
+            "password printed: {}",
+            run.stderr
+        );
+    }
+}

@@ -1,0 +1,187 @@
+//! Helpers of the end-to-end tests: running the built `archivist` binary in a test's own
+//! temporary working directory with a clean environment, and fresh Postgres databases.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// Variables the binary reads; removed so that the caller's environment cannot leak in.
+const OUR_VARS: &[&str] = &[
+    "DATABASE_URL",
+    "ARCHIVIST_BUS",
+    "ARCHIVIST_BUS_URL",
+    "ARCHIVIST_RESEARCHERS",
+    "ARCHIVIST_LEASE_DURATION",
+    "ARCHIVIST_MAX_CLIPS",
+    "ARCHIVIST_MAX_RECEIVES",
+    "ARCHIVIST_EPISODES_QUEUE",
+    "ARCHIVIST_CLIPS_QUEUE",
+    "ARCHIVIST_PENDING_RESEARCH_QUEUE",
+    "ARCHIVIST_COMPLETED_RESEARCH_QUEUE",
+    "ARCHIVIST_CONNECT_TIMEOUT",
+    "ARCHIVIST_SHUTDOWN_TIMEOUT",
+    "ARCHIVIST_EVERY",
+    "RUST_LOG",
+];
+
+/// What a run of the binary gave.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(out: Output) -> Self {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Panics with both outputs unless the exit code is `code`.
+    pub fn expect_code(self, code: i32) -> Self {
+        assert_eq!(
+            self.code, code,
+            "expected exit code {code}, got {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// The standard output's lines parsed as JSON.
+    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+}
+
+/// The binary, in `dir`, with `env` on top of a clean environment.
+pub fn command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_archivist"));
+    cmd.current_dir(dir).args(args);
+    for v in OUR_VARS {
+        cmd.env_remove(v);
+    }
+    // No colours in the logs the tests read.
+    cmd.env("NO_COLOR", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// Runs the binary with no standard input.
+pub fn archivist(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let out = command(dir, args, env)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Run::from(out)
+}
+
+/// Runs the binary with `input` on standard input.
+pub fn archivist_with_input(dir: &Path, args: &[&str], env: &[(&str, &str)], input: &str) -> Run {
+    use std::io::Write;
+    let mut child = command(dir, args, env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    Run::from(child.wait_with_output().unwrap())
+}
+
+/// The administrative Postgres URL tests create their databases through.
+pub fn pg_admin_url() -> String {
+    std::env::var("ARCHIVIST_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+}
+
+/// A fresh Postgres database, dropped when this is dropped.
+pub struct PgDatabase {
+    admin: String,
+    pub name: String,
+    pub url: String,
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `url` with its database (the path) replaced by `db`.
+fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let host_end = base[scheme_end..]
+        .find('/')
+        .map(|i| scheme_end + i)
+        .unwrap_or(base.len());
+    let mut out = format!("{}/{db}", &base[..host_end]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+impl PgDatabase {
+    /// Creates `archivist_t_<uuid>` through the admin URL. Fails (never skips) when Postgres
+    /// cannot be reached.
+    pub fn create() -> Self {
+        let admin = pg_admin_url();
+        let name = format!("archivist_t_{}", uuid::Uuid::new_v4().simple());
+        runtime().block_on(async {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&admin)
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "cannot reach Postgres at ARCHIVIST_TEST_PG_URL ({admin}): {e}; \
+                     run scripts/test.sh, which starts it"
+                    )
+                });
+            // A database name cannot be a bind parameter; this one is our own uuid.
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        });
+        let url = with_database(&admin, &name);
+        PgDatabase { admin, name, url }
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        // In a thread of its own: the drop may run inside another runtime or while panicking.
+        let _ = std::thread::spawn(move || {
+            runtime().block_on(async {
+                use sqlx::Connection;
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await;
+                }
+            })
+        })
+        .join();
+    }
+}
