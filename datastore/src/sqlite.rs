@@ -494,41 +494,45 @@ impl DataStore for SqliteDataStore {
         }
 
         // Count the new results per episode and free their pairs from whatever lease holds them.
-        let mut per_episode: HashMap<i64, (i64, i64, Vec<i64>)> = HashMap::new();
+        let mut per_episode: HashMap<i64, (i64, i64)> = HashMap::new();
+        let mut recorded_pairs = Vec::new();
         for c in &candidates {
             if inserted.contains(&(c.episode_id, c.clip_id)) {
                 outcomes[c.index] = RecordOutcome::Recorded;
                 let entry = per_episode.entry(c.episode_id).or_default();
                 entry.0 += 1;
                 entry.1 += i64::from(!c.result.clip_offsets_ns.is_empty());
-                entry.2.push(c.clip_id);
+                recorded_pairs.push([c.episode_id, c.clip_id]);
             } else {
                 outcomes[c.index] = RecordOutcome::Duplicate;
             }
         }
-        let mut owners = Vec::new();
-        for (episode_id, (researched, matched, clip_ids)) in &per_episode {
-            sqlx::query(
-                "UPDATE episodes SET researched_count = researched_count + ?2, \
-                                     matched_count = matched_count + ?3 \
-                 WHERE id = ?1",
-            )
-            .bind(episode_id)
-            .bind(researched)
-            .bind(matched)
-            .execute(&mut *tx)
-            .await?;
-            let freed: Vec<Uuid> = sqlx::query_scalar(
-                "DELETE FROM leased_pairs \
-                 WHERE episode_id = ?1 AND clip_id IN (SELECT value FROM json_each(?2)) \
-                 RETURNING lease_id",
-            )
-            .bind(episode_id)
-            .bind(json_ids(clip_ids))
-            .fetch_all(&mut *tx)
-            .await?;
-            owners.extend(freed);
+        if recorded_pairs.is_empty() {
+            tx.commit().await?;
+            return Ok(outcomes);
         }
+        let counts: Vec<[i64; 3]> = per_episode
+            .iter()
+            .map(|(id, (researched, matched))| [*id, *researched, *matched])
+            .collect();
+        sqlx::query(
+            "UPDATE episodes \
+             SET researched_count = researched_count + (j.value ->> 1), \
+                 matched_count = matched_count + (j.value ->> 2) \
+             FROM json_each(?1) j WHERE episodes.id = j.value ->> 0",
+        )
+        .bind(json_string(&counts)?)
+        .execute(&mut *tx)
+        .await?;
+        let owners: Vec<Uuid> = sqlx::query_scalar(
+            "DELETE FROM leased_pairs \
+             WHERE (episode_id, clip_id) IN \
+                   (SELECT value ->> 0, value ->> 1 FROM json_each(?1)) \
+             RETURNING lease_id",
+        )
+        .bind(json_string(&recorded_pairs)?)
+        .fetch_all(&mut *tx)
+        .await?;
         release_pairs(&mut tx, &owners, None).await?;
         tx.commit().await?;
         Ok(outcomes)
