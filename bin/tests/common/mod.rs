@@ -26,10 +26,10 @@ const OUR_VARS: &[&str] = &[
 
 /// What a run of the binary gave.
 #[derive(Debug)]
-pub struct Run {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl Run {
@@ -42,7 +42,7 @@ impl Run {
     }
 
     /// Panics with both outputs unless the exit code is `code`.
-    pub fn expect_code(self, code: i32) -> Self {
+    pub(crate) fn expect_code(self, code: i32) -> Self {
         assert_eq!(
             self.code, code,
             "expected exit code {code}, got {}\n--- stdout\n{}\n--- stderr\n{}",
@@ -52,7 +52,7 @@ impl Run {
     }
 
     /// The standard output's lines parsed as JSON.
-    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+    pub(crate) fn json_lines(&self) -> Vec<serde_json::Value> {
         self.stdout
             .lines()
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
@@ -61,7 +61,7 @@ impl Run {
 }
 
 /// The binary, in `dir`, with `env` on top of a clean environment.
-pub fn command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+pub(crate) fn command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_archivist"));
     cmd.current_dir(dir).args(args);
     for v in OUR_VARS {
@@ -76,7 +76,7 @@ pub fn command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
 }
 
 /// Runs the binary with no standard input.
-pub fn archivist(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+pub(crate) fn archivist(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let out = command(dir, args, env)
         .stdin(Stdio::null())
         .output()
@@ -85,7 +85,12 @@ pub fn archivist(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
 }
 
 /// Runs the binary with `input` on standard input.
-pub fn archivist_with_input(dir: &Path, args: &[&str], env: &[(&str, &str)], input: &str) -> Run {
+pub(crate) fn archivist_with_input(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    input: &str,
+) -> Run {
     use std::io::Write;
     let mut child = command(dir, args, env)
         .stdin(Stdio::piped())
@@ -103,16 +108,16 @@ pub fn archivist_with_input(dir: &Path, args: &[&str], env: &[(&str, &str)], inp
 }
 
 /// The administrative Postgres URL tests create their databases through.
-pub fn pg_admin_url() -> String {
+pub(crate) fn pg_admin_url() -> String {
     std::env::var("ARCHIVIST_TEST_PG_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
 }
 
 /// A fresh Postgres database, dropped when this is dropped.
-pub struct PgDatabase {
+pub(crate) struct PgDatabase {
     admin: String,
-    pub name: String,
-    pub url: String,
+    pub(crate) name: String,
+    pub(crate) url: String,
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -144,7 +149,7 @@ fn with_database(url: &str, db: &str) -> String {
 impl PgDatabase {
     /// Creates `archivist_t_<uuid>` through the admin URL. Fails (never skips) when Postgres
     /// cannot be reached.
-    pub fn create() -> Self {
+    pub(crate) fn create() -> Self {
         let admin = pg_admin_url();
         let name = format!("archivist_t_{}", uuid::Uuid::new_v4().simple());
         runtime().block_on(async {
