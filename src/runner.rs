@@ -163,23 +163,41 @@ impl Run {
 
     /// Receives up to `max` messages, retrying passing bus failures. Cancellation abandons
     /// the receive at once (nothing is lost: a message is in flight only once handed out).
+    ///
+    /// A bus may hand out fewer messages per call than asked (SQS: ten), so a non-empty batch
+    /// is topped up with receives that do not wait, until it holds `max` or the queue has no
+    /// more: one datastore transaction then covers the whole batch.
     pub(crate) async fn receive(
         &self,
         receiver: &dyn Receiver,
         max: usize,
         wait: Duration,
     ) -> Result<Vec<Delivery>, Stop> {
-        tokio::select! {
+        let mut batch = tokio::select! {
             biased;
-            _ = self.token.cancelled() => Err(Ended::Cancelled),
+            _ = self.token.cancelled() => return Err(Ended::Cancelled),
             out = self.retrying("receive", BusError::is_retryable, || receiver.receive(max, wait)) => {
                 match out {
-                    Ok(deliveries) => Ok(deliveries),
-                    Err(RetryError::Cancelled(_)) => Err(Ended::Cancelled),
-                    Err(RetryError::Failed(e)) => Err(Ended::Failed(ArchivistError::Bus(e))),
+                    Ok(deliveries) => deliveries,
+                    Err(RetryError::Cancelled(_)) => return Err(Ended::Cancelled),
+                    Err(RetryError::Failed(e)) => return Err(Ended::Failed(ArchivistError::Bus(e))),
+                }
+            }
+        };
+        // Once messages are in hand they are handled, so a cancellation only stops the top-up.
+        while !batch.is_empty() && batch.len() < max && !self.token.is_cancelled() {
+            match receiver.receive(max - batch.len(), Duration::ZERO).await {
+                Ok(more) if more.is_empty() => break,
+                Ok(more) => batch.extend(more),
+                Err(e) => {
+                    // What is in hand gets handled; the next receive retries the bus.
+                    tracing::debug!(archivist = self.name, error = %e, "topping up the batch failed");
+                    self.errors.report(ArchivistError::Bus(e));
+                    break;
                 }
             }
         }
+        Ok(batch)
     }
 
     /// Decodes each delivery; poison goes to the dead-letter queue at once.

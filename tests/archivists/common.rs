@@ -366,7 +366,8 @@ impl Sender for FailingSender {
     }
 }
 
-/// A receiver that says (on `entered`) each time a receive starts, with its 1-based number.
+/// A receiver that says (on `entered`) each time a waiting receive starts, with its 1-based
+/// number.
 pub(crate) struct WatchedReceiver {
     inner: Arc<dyn Receiver>,
     calls: AtomicU64,
@@ -392,8 +393,11 @@ impl WatchedReceiver {
 #[async_trait]
 impl Receiver for WatchedReceiver {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, BusError> {
-        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        let _ = self.entered.send(n);
+        // Only receives that wait: the top-ups that fill a batch do not.
+        if !wait.is_zero() {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+            let _ = self.entered.send(n);
+        }
         self.inner.receive(max, wait).await
     }
     fn queue(&self) -> &str {
@@ -453,5 +457,21 @@ impl DataStore for CuratedOnlyStore {
     }
     async fn matches(&self, _: &MatchFilter) -> datastore::Result<Vec<Match>> {
         Ok(Vec::new())
+    }
+}
+
+/// A receiver that hands out at most `cap` messages per receive, as SQS hands out ten.
+pub(crate) struct CappedReceiver {
+    pub(crate) inner: Arc<dyn Receiver>,
+    pub(crate) cap: usize,
+}
+
+#[async_trait]
+impl Receiver for CappedReceiver {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, BusError> {
+        self.inner.receive(max.min(self.cap), wait).await
+    }
+    fn queue(&self) -> &str {
+        self.inner.queue()
     }
 }

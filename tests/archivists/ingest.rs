@@ -398,3 +398,32 @@ async fn the_default_retry_policy_rides_out_an_outage() {
     assert_eq!(store.failed.load(Ordering::SeqCst), 7);
     assert_eq!(inner.status(chrono::Utc::now()).await.unwrap().episodes, 3);
 }
+
+#[tokio::test]
+async fn batches_are_topped_up_from_a_bus_that_hands_out_few_messages_per_receive() {
+    let env = Env::new().await;
+    env.send(EPISODES, episodes(0..25)).await;
+    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = calls.clone();
+    let counting = HookedStore::new(
+        env.store.clone(),
+        Arc::new(move |_, _| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            None
+        }),
+    );
+    let report = done(start_episodes(
+        CancellationToken::new(),
+        Arc::new(CappedReceiver {
+            inner: env.receiver(EPISODES).await,
+            cap: 3,
+        }),
+        counting,
+        once(),
+    ))
+    .await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!(report.stored, 25);
+    // 10 + 10 + 5: three datastore calls, not nine.
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
