@@ -5,9 +5,9 @@
 //! are stored as INTEGER unix microseconds.
 //!
 //! Every write that reads before it writes runs in a `BEGIN IMMEDIATE` transaction: it takes
-//! the file's write lock up front, so concurrent writers (tasks of one process, or several
-//! processes on one file) queue on the busy timeout instead of failing to upgrade a read
-//! snapshot, and `lease_next` can never hand out a pair twice. Sets of ids travel into SQL as
+//! the file's write lock up front, so concurrent writers wait for it (in this process on a
+//! mutex, across processes on the busy timeout) instead of failing to upgrade a read snapshot,
+//! and `lease_next` can never hand out a pair twice. Sets of ids travel into SQL as
 //! one JSON array bound to `json_each(?)`, so statements stay few and their text fixed.
 
 use std::collections::{HashMap, HashSet};
@@ -127,7 +127,7 @@ impl DataStore for SqliteDataStore {
     }
 
     async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> Result<()> {
-        let batch = dedupe_later_wins(episodes, |e| (e.title.as_str(), e.date_aired));
+        let batch = dedupe_later_wins(episodes, |e| (e.title.as_str(), micros(e.date_aired)));
         if batch.is_empty() {
             return Ok(());
         }
@@ -373,6 +373,13 @@ impl DataStore for SqliteDataStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
+        tracing::debug!(
+            %lease_id,
+            episode = %episode.title,
+            clips = clips.len(),
+            reclaimed_pairs,
+            "leased"
+        );
 
         Ok(Some(Lease {
             id: lease_id,
@@ -554,6 +561,12 @@ impl DataStore for SqliteDataStore {
         .await?;
         release_pairs(&mut tx, &owners, None).await?;
         tx.commit().await?;
+        tracing::debug!(
+            results = results.len(),
+            recorded = recorded_pairs.len(),
+            freed_from_leases = owners.len(),
+            "recorded results"
+        );
         Ok(outcomes)
     }
 
