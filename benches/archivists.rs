@@ -2,17 +2,18 @@
 //! datastore benchmark cannot see (decoding, bus round trips, acknowledgements, lease updates).
 //!
 //! ```text
-//! cargo bench -p archivist --bench archivists -- [small|reference]... [--no-postgres]
+//! cargo bench -p archivist --bench archivists -- [small|reference]... [--no-postgres] [--batch N]
 //! ```
 //!
 //! For each size and backend (SQLite in a temporary file; Postgres in a fresh database through
 //! `ARCHIVIST_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/test`):
 //! - load: every episode and clip sent to the bus, then both ingestion archivists (`once`,
-//!   default batch size 10) run at once until the queues are drained. Target: under 2 s at the
-//!   reference size.
+//!   default batch size unless `--batch`) run at once until the queues are drained. Target:
+//!   under 2 s at the reference size.
 //! - assign: one pending-research run publishing 200 work items of 50 clips.
 //! - record: the researchers' answers for those items (10,000 results, the last of each item
-//!   revoking its lease) drained by the completed-research archivist, batches of 10.
+//!   revoking its lease) drained by the completed-research archivist (default batch size
+//!   unless `--batch`).
 //!
 //! Prints one Markdown table.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -75,7 +76,7 @@ fn ok(report: &Report) {
     assert_eq!(report.dead_lettered, 0, "{report:?}");
 }
 
-async fn bench(size: &Size, backend: &str) -> [String; 3] {
+async fn bench(size: &Size, backend: &str, batch: Option<usize>) -> [String; 3] {
     let (store, _guard) = store(backend).await;
     let bus = MemoryBus::new(MemoryBusConfig::default());
     for q in [
@@ -102,10 +103,12 @@ async fn bench(size: &Size, backend: &str) -> [String; 3] {
         .send_batch(clips)
         .await
         .unwrap();
+    let defaults = IngestConfig::default();
     let config = IngestConfig {
+        batch_size: batch.unwrap_or(defaults.batch_size),
         receive_wait: Duration::ZERO,
         once: true,
-        ..IngestConfig::default()
+        ..defaults
     };
     let started = Instant::now();
     let e = start_episodes(
@@ -189,6 +192,7 @@ async fn bench(size: &Size, backend: &str) -> [String; 3] {
         bus.receiver("completed_research").await.unwrap(),
         store.clone(),
         CompletedResearchConfig {
+            batch_size: batch.unwrap_or(CompletedResearchConfig::default().batch_size),
             receive_wait: Duration::ZERO,
             ..CompletedResearchConfig::default()
         },
@@ -227,6 +231,11 @@ fn main() {
     } else {
         wanted
     };
+    let batch = args
+        .iter()
+        .position(|a| a == "--batch")
+        .and_then(|i| args.get(i + 1))
+        .map(|n| n.parse::<usize>().expect("--batch takes a number"));
     let mut backends = vec!["sqlite"];
     if !args.iter().any(|a| a == "--no-postgres") {
         backends.push("postgres");
@@ -235,11 +244,15 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    println!("| size | backend | load (target < 2 s at reference) | assign 200 items × 50 clips | record, batches of 10 |");
+    let batches = batch.map_or_else(
+        || "default batches".to_string(),
+        |n| format!("batches of {n}"),
+    );
+    println!("| size | backend | load, {batches} (target < 2 s at reference) | assign 200 items × 50 clips | record, {batches} |");
     println!("| --- | --- | --- | --- | --- |");
     for size in sizes {
         for backend in &backends {
-            let [load, assign, record] = rt.block_on(bench(size, backend));
+            let [load, assign, record] = rt.block_on(bench(size, backend, batch));
             println!(
                 "| {} ({} × {}) | {backend} | {load} | {assign} | {record} |",
                 size.name, size.episodes, size.clips

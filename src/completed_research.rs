@@ -27,7 +27,10 @@ use crate::{ArchivistError, ArchivistHandle, Ended, RetryError, RetryPolicy};
 pub struct CompletedResearchConfig {
     /// How long a renewed lease lasts from the time of renewal.
     pub lease_duration: chrono::Duration,
-    /// Messages received and recorded together.
+    /// Messages received and recorded together, in one datastore transaction. Default 100:
+    /// per-transaction commit cost dominates, so on Postgres batches of 100 move about eight
+    /// times as many messages per second as batches of 10 (`benches/archivists.rs`). A bus
+    /// that hands out fewer per receive (SQS: ten) is asked again until the batch is full.
     pub batch_size: usize,
     /// How long one receive waits; an empty receive ends the run.
     pub receive_wait: Duration,
@@ -39,7 +42,7 @@ impl Default for CompletedResearchConfig {
     fn default() -> Self {
         CompletedResearchConfig {
             lease_duration: chrono::Duration::hours(2),
-            batch_size: 10,
+            batch_size: 100,
             receive_wait: Duration::from_secs(1),
             retry: RetryPolicy::default(),
         }

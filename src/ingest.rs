@@ -22,7 +22,10 @@ use crate::{ArchivistHandle, Ended, RetryPolicy};
 /// Settings of an ingestion archivist.
 #[derive(Debug, Clone)]
 pub struct IngestConfig {
-    /// Messages received and upserted together.
+    /// Messages received and upserted together, in one datastore transaction. Default 100:
+    /// per-transaction commit cost dominates, so on Postgres batches of 100 move about eight
+    /// times as many messages per second as batches of 10 (`benches/archivists.rs`). A bus
+    /// that hands out fewer per receive (SQS: ten) is asked again until the batch is full.
     pub batch_size: usize,
     /// How long one receive waits for messages.
     pub receive_wait: Duration,
@@ -35,7 +38,7 @@ pub struct IngestConfig {
 impl Default for IngestConfig {
     fn default() -> Self {
         IngestConfig {
-            batch_size: 10,
+            batch_size: 100,
             receive_wait: Duration::from_secs(20),
             once: false,
             retry: RetryPolicy::default(),
