@@ -155,6 +155,8 @@ async fn assign(
             Err(RetryError::Failed(e)) => (e, false),
             Err(RetryError::Cancelled(e)) => (e, true),
         };
+        // A send that timed out may still have arrived; the researcher's results are then
+        // recorded all the same (a revoked lease is fine), so revoking is always safe.
         revoke_unpublished(run, store, lease_id, &error).await;
         if matches!(error, BusError::BodyTooLarge { .. }) && clips > 1 && !cancelled {
             // Long descriptions can make a full item exceed the bus limit; one clip always

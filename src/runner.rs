@@ -17,6 +17,7 @@ use futures::future::join_all;
 use messagebus::{BusError, Delivery, Receiver};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::handle::ERROR_CHANNEL_CAPACITY;
 use crate::messages::{self, Message};
@@ -73,11 +74,16 @@ where
         report: Report::new(Ended::Finished),
     };
     let task = body(run);
-    tokio::spawn(async move {
-        let (run, ended) = task.await;
-        // The host may have stopped waiting for the report; the run is over either way.
-        let _ = done_tx.send(run.finish(ended));
-    });
+    // Every event of the run carries the archivist's name through this span.
+    let span = tracing::info_span!("archivist", name);
+    tokio::spawn(
+        async move {
+            let (run, ended) = task.await;
+            // The host may have stopped waiting for the report; the run is over either way.
+            let _ = done_tx.send(run.finish(ended));
+        }
+        .instrument(span),
+    );
     ArchivistHandle { errors, done }
 }
 
