@@ -236,7 +236,10 @@ async fn cancelling_while_a_receive_waits_stops_at_once() {
 #[tokio::test]
 async fn cancelling_mid_batch_finishes_the_batch_then_stops() {
     let env = Env::new().await;
-    env.send(EPISODES, episodes(0..10)).await;
+    let mut bodies = episodes(0..4);
+    bodies.insert(1, b"junk".to_vec());
+    bodies.extend(episodes(4..9));
+    env.send(EPISODES, bodies).await;
     let token = CancellationToken::new();
     let cancel = token.clone();
     // The token fires while the datastore is storing the second batch.
@@ -261,11 +264,12 @@ async fn cancelling_mid_batch_finishes_the_batch_then_stops() {
     ))
     .await;
     assert!(cancelled(&report), "{report:?}");
-    assert_eq!((report.received, report.stored, report.released), (6, 6, 0));
+    assert_eq!((report.received, report.stored, report.released), (6, 5, 0));
+    assert_eq!(report.dead_lettered, 1);
     let q = env.stats(EPISODES).await;
-    assert_eq!((q.waiting, q.in_flight), (4, 0));
-    // Nothing lost: what is stored plus what waits is everything sent.
-    assert_eq!(env.status().await.episodes + q.waiting, 10);
+    assert_eq!((q.waiting, q.in_flight, q.dead_letters), (4, 0, 1));
+    // Nothing lost: stored, waiting and dead-lettered make up everything sent.
+    assert_eq!(env.status().await.episodes + q.waiting + q.dead_letters, 10);
 }
 
 #[tokio::test]
