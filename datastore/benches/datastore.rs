@@ -920,7 +920,10 @@ struct BenchDb {
 impl BenchDb {
     async fn create(prefix: &str, keep: bool) -> (Self, PgConnectOptions) {
         let admin = admin_url();
-        let name = format!("archivist_bench_{prefix}_{}", Uuid::new_v4().simple());
+        let name = format!(
+            "archivist_bench_{prefix}_{}",
+            &Uuid::new_v4().simple().to_string()[..12]
+        );
         let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
             panic!(
                 "cannot reach Postgres at {} ({e}); set ARCHIVIST_BENCH_PG_URL",
@@ -954,7 +957,7 @@ impl BenchDb {
 }
 
 fn pool_options() -> PgPoolOptions {
-    PgPoolOptions::new()
+    PgDataStore::pool_options()
         .max_connections(8)
         .acquire_timeout(StdDuration::from_secs(120))
 }

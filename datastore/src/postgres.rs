@@ -41,6 +41,8 @@ use crate::{
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// Serialises lease selection across every process using the database ("archivis" in ASCII).
+/// Spelled out in `BEGIN_LEASE`; a test checks the two agree.
+#[cfg_attr(not(test), allow(dead_code))]
 const LEASE_LOCK_KEY: i64 = 0x6172_6368_6976_6973;
 
 /// Explicit, so that a server whose default isolation is stricter does not change the
@@ -52,8 +54,8 @@ const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 const MAX_ATTEMPTS: u32 = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(25);
 
-/// How often `lease_next` re-selects when the chosen episode filled up while it waited for the
-/// episode's lock. Each retry sees newer data; more than a couple is very unlikely.
+/// How often `lease_next` chooses again when the chosen episode filled up while it waited for
+/// the episode's lock. Each try sees newer data; more than a couple is very unlikely.
 const MAX_RESELECTS: usize = 16;
 
 /// The Postgres adapter. Cheap to clone: clones share one connection pool.
@@ -77,10 +79,7 @@ impl PgDataStore {
                 strip_secret(&e.to_string(), url)
             ))
         })?;
-        let pool = PgPoolOptions::new()
-            .max_connections(10)
-            .acquire_timeout(Duration::from_secs(10));
-        Self::connect_with(options.application_name("archivist"), pool)
+        Self::connect_with(options.application_name("archivist"), Self::pool_options())
             .await
             .map_err(|e| match e {
                 DataStoreError::Config(msg) => {
@@ -89,6 +88,17 @@ impl PgDataStore {
                 other => other,
             })
             .inspect(|_| tracing::debug!(url = %redact_url(url), "connected to Postgres"))
+    }
+
+    /// The pool settings [`connect`](Self::connect) uses: up to 10 connections, a 10 s acquire
+    /// timeout, and no ping before each use (a round trip per operation): a connection that
+    /// died while idle fails its first statement, before anything was written, and the
+    /// operation is retried on another.
+    pub fn pool_options() -> PgPoolOptions {
+        PgPoolOptions::new()
+            .max_connections(10)
+            .acquire_timeout(Duration::from_secs(10))
+            .test_before_acquire(false)
     }
 
     /// Connects with explicit options (pool size, timeouts). Does not migrate. Errors as
@@ -294,6 +304,12 @@ impl From<ClipRow> for ClipInfo {
     }
 }
 
+/// `t` as a TIMESTAMPTZ keeps it: whole microseconds (sqlx drops the rest when encoding).
+fn trunc_micros(t: DateTime<Utc>) -> DateTime<Utc> {
+    let extra = t.timestamp_subsec_nanos() % 1_000;
+    t - chrono::Duration::nanoseconds(i64::from(extra))
+}
+
 fn count(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
@@ -392,19 +408,25 @@ WHERE NOT EXISTS (SELECT 1 FROM clips c WHERE c.title = u.t)
 LIMIT 1";
 
 async fn upsert_episodes_once(pool: &PgPool, batch: &[EpisodeInfo]) -> Result<(), Failure> {
-    let mut tx = pool.begin_with(BEGIN).await?;
     // A rule only new episodes must keep; which are new is known only inside the transaction.
     let suspects: Vec<&EpisodeInfo> = batch
         .iter()
         .filter(|e| e.last_date_curated < e.initial_date_curated)
         .collect();
-    if !suspects.is_empty() {
+    // Without suspects the upsert is one statement, atomic on its own: no BEGIN/COMMIT
+    // round trips. With them, the check and the upsert share a transaction.
+    let mut tx = if suspects.is_empty() {
+        None
+    } else {
+        Some(pool.begin_with(BEGIN).await?)
+    };
+    if let Some(tx) = tx.as_mut() {
         let titles: Vec<&str> = suspects.iter().map(|e| e.title.as_str()).collect();
         let dates: Vec<DateTime<Utc>> = suspects.iter().map(|e| e.date_aired).collect();
         let new: Option<String> = sqlx::query_scalar(NEW_EPISODES_AMONG)
             .bind(&titles)
             .bind(&dates)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut **tx)
             .await?;
         if let Some(title) = new {
             return Err(Failure::Before(DataStoreError::Invalid(format!(
@@ -444,9 +466,11 @@ async fn upsert_episodes_once(pool: &PgPool, batch: &[EpisodeInfo]) -> Result<()
         .bind(&cols.5)
         .bind(&cols.6)
         .bind(&cols.7)
-        .bind(&cols.8)
-        .execute(&mut *tx)
-        .await;
+        .bind(&cols.8);
+    let done = match tx.as_mut() {
+        Some(tx) => done.execute(&mut **tx).await,
+        None => done.execute(pool).await,
+    };
     if let Err(e) = done {
         if is_media_uri_violation(&e) {
             let uri = conflicting_uri(&e).unwrap_or_else(|| "of the batch".into());
@@ -456,20 +480,29 @@ async fn upsert_episodes_once(pool: &PgPool, batch: &[EpisodeInfo]) -> Result<()
         }
         return Err(e.into());
     }
-    commit(tx).await
+    match tx {
+        Some(tx) => commit(tx).await,
+        None => Ok(()),
+    }
 }
 
 async fn upsert_clips_once(pool: &PgPool, batch: &[ClipInfo]) -> Result<(), Failure> {
-    let mut tx = pool.begin_with(BEGIN).await?;
     let suspects: Vec<&str> = batch
         .iter()
         .filter(|c| c.last_date_curated < c.initial_date_curated)
         .map(|c| c.title.as_str())
         .collect();
-    if !suspects.is_empty() {
+    // Without suspects the upsert is one statement, atomic on its own: no BEGIN/COMMIT
+    // round trips. With them, the check and the upsert share a transaction.
+    let mut tx = if suspects.is_empty() {
+        None
+    } else {
+        Some(pool.begin_with(BEGIN).await?)
+    };
+    if let Some(tx) = tx.as_mut() {
         let new: Option<String> = sqlx::query_scalar(NEW_CLIPS_AMONG)
             .bind(&suspects)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut **tx)
             .await?;
         if let Some(title) = new {
             return Err(Failure::Before(DataStoreError::Invalid(format!(
@@ -505,9 +538,11 @@ async fn upsert_clips_once(pool: &PgPool, batch: &[ClipInfo]) -> Result<(), Fail
         .bind(&cols.4)
         .bind(&cols.5)
         .bind(&cols.6)
-        .bind(&cols.7)
-        .execute(&mut *tx)
-        .await;
+        .bind(&cols.7);
+    let done = match tx.as_mut() {
+        Some(tx) => done.execute(&mut **tx).await,
+        None => done.execute(pool).await,
+    };
     if let Err(e) = done {
         if is_media_uri_violation(&e) {
             let uri = conflicting_uri(&e).unwrap_or_else(|| "of the batch".into());
@@ -517,39 +552,47 @@ async fn upsert_clips_once(pool: &PgPool, batch: &[ClipInfo]) -> Result<(), Fail
         }
         return Err(e.into());
     }
-    commit(tx).await
+    match tx {
+        Some(tx) => commit(tx).await,
+        None => Ok(()),
+    }
 }
 
 // ------------------------------------------------------------------------------------ leases
 
-/// The clip count, and the most urgent episode with a free pair: fewer researched pairs plus
-/// pairs under unexpired leases than there are clips. The cheap test first, so that fully
+/// Opens a lease selection: READ COMMITTED, then the advisory lock that serialises lease
+/// selection across every process, so that while one selection runs, the free pairs it reads
+/// cannot be leased by another. Released at COMMIT/ROLLBACK. Sent with BEGIN in one round trip
+/// (a constant, not a value: `lock_key_is_the_constant` checks it matches [`LEASE_LOCK_KEY`]).
+const BEGIN_LEASE: &str =
+    "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(7021784069121141107)";
+
+/// The most urgent episode with a free pair (fewer researched pairs plus pairs under unexpired
+/// leases than there are clips), locked against concurrent recording of its pairs
+/// (record_results takes the same row lock first). The cheap test comes first, so that fully
 /// researched episodes cost one heap fetch each while the index is walked in urgency order.
+/// An episode locked by a recording batch is waited for and tested again on its new version.
 const CHOOSE_EPISODE: &str = "
-SELECT cc.n, e.id
-FROM (SELECT count(*) AS n FROM clips) AS cc
-LEFT JOIN LATERAL (
-    SELECT e.id FROM episodes e
-    WHERE e.researched_count < cc.n
-      AND e.researched_count + COALESCE((SELECT sum(l.held_pairs) FROM leases l
-                                         WHERE l.episode_id = e.id AND l.expires_at > $1), 0)
-          < cc.n
-    ORDER BY e.priority DESC, e.date_aired DESC, e.initial_date_curated DESC, e.id DESC
-    LIMIT 1
-) AS e ON true";
+SELECT e.id, e.title, e.date_aired, e.initial_date_curated, e.last_date_curated,
+       e.curator_information, e.description, e.media_uri, e.media_type, e.priority
+FROM episodes e
+WHERE e.researched_count < (SELECT count(*) FROM clips)
+  AND e.researched_count + COALESCE((SELECT sum(l.held_pairs) FROM leases l
+                                     WHERE l.episode_id = e.id AND l.expires_at > $1), 0)
+      < (SELECT count(*) FROM clips)
+ORDER BY e.priority DESC, e.date_aired DESC, e.initial_date_curated DESC, e.id DESC
+LIMIT 1
+FOR NO KEY UPDATE OF e";
 
-/// Locks the chosen episode against concurrent recording of its pairs (record_results takes
-/// the same lock first), and reads it.
-const LOCK_EPISODE: &str = "
-SELECT title, date_aired, initial_date_curated, last_date_curated, curator_information,
-       description, media_uri, media_type, priority
-FROM episodes WHERE id = $1 FOR NO KEY UPDATE";
-
-/// The episode's most urgent free clips. The excluded set (this episode's researched pairs and
-/// pairs under unexpired leases) is hashed once; the urgency index is then walked until enough
-/// clips pass, reading only the index.
+/// The episode's most urgent free clips, and whether an expired lease still holds each. The
+/// excluded set (this episode's researched pairs and pairs under unexpired leases) is hashed
+/// once; the urgency index is then walked until enough clips pass. A new statement, so a new
+/// snapshot: it sees every result recorded before we got the episode's lock, and none can be
+/// recorded for this episode until we commit.
 const FREE_CLIPS: &str = "
-SELECT c.id FROM clips c
+SELECT c.id,
+       EXISTS (SELECT 1 FROM leased_pairs lp WHERE lp.episode_id = $1 AND lp.clip_id = c.id)
+FROM clips c
 WHERE c.id NOT IN (
     SELECT r.clip_id FROM research_results r WHERE r.episode_id = $1
     UNION ALL
@@ -591,57 +634,70 @@ WITH p AS (
     SELECT $1, $2, $3, $4, count(*) FROM p
     RETURNING expires_at
 )
-SELECT l.expires_at AS lease_expires_at, c.id, c.title, c.initial_date_curated, c.last_date_curated, c.curator_information,
-       c.description, c.media_uri, c.media_type, c.priority
+SELECT l.expires_at AS lease_expires_at, c.id, c.title, c.initial_date_curated,
+       c.last_date_curated, c.curator_information, c.description, c.media_uri, c.media_type,
+       c.priority
 FROM clips c JOIN p ON p.clip_id = c.id CROSS JOIN l";
 
-async fn lease_next_once(pool: &PgPool, request: LeaseRequest) -> Result<Option<Lease>, Failure> {
+#[derive(sqlx::FromRow)]
+struct ChosenRow {
+    id: i64,
+    #[sqlx(flatten)]
+    episode: EpisodeRow,
+}
+
+/// What one lease selection came to.
+enum Selection {
+    Leased(Box<Lease>),
+    NoWork,
+    /// The chosen episode had no free pair left once locked (results recorded meanwhile), or
+    /// every chosen pair's expired lease was renewed meanwhile. Rolled back; choose again.
+    Again,
+}
+
+async fn lease_next_once(pool: &PgPool, request: LeaseRequest) -> Result<Selection, Failure> {
     let now = request.now;
     let expires_at = now.checked_add_signed(request.duration).ok_or_else(|| {
         DataStoreError::Invalid(format!("lease duration {} is too long", request.duration))
     })?;
     let max_clips = i64::from(request.max_clips.max(1));
 
-    let mut tx = pool.begin_with(BEGIN).await?;
-    // Serialises lease selection across every process: while one selection runs, the free
-    // pairs it reads cannot be leased by another. Released at COMMIT/ROLLBACK.
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(LEASE_LOCK_KEY)
-        .execute(&mut *tx)
+    let mut tx = pool.begin_with(BEGIN_LEASE).await?;
+    let chosen: Option<ChosenRow> = sqlx::query_as(CHOOSE_EPISODE)
+        .bind(now)
+        .fetch_optional(&mut *tx)
         .await?;
+    let Some(ChosenRow {
+        id: episode_id,
+        episode,
+    }) = chosen
+    else {
+        commit(tx).await?;
+        return Ok(Selection::NoWork);
+    };
+    let free: Vec<(i64, bool)> = sqlx::query_as(FREE_CLIPS)
+        .bind(episode_id)
+        .bind(now)
+        .bind(max_clips)
+        .fetch_all(&mut *tx)
+        .await?;
+    if free.is_empty() {
+        // Ending the transaction releases the episode's lock before another is taken, so a
+        // recording batch waiting for this episode never waits on us in a cycle.
+        tx.rollback().await?;
+        return Ok(Selection::Again);
+    }
+    let clip_ids: Vec<i64> = free.iter().map(|(id, _)| *id).collect();
 
-    for _ in 0..MAX_RESELECTS {
-        let (_clip_count, episode_id): (i64, Option<i64>) = sqlx::query_as(CHOOSE_EPISODE)
-            .bind(now)
-            .fetch_one(&mut *tx)
-            .await?;
-        let Some(episode_id) = episode_id else {
-            commit(tx).await?;
-            return Ok(None);
-        };
-        let episode: EpisodeRow = sqlx::query_as(LOCK_EPISODE)
-            .bind(episode_id)
-            .fetch_one(&mut *tx)
-            .await?;
-        // A new statement, so a new snapshot: it sees every result recorded before we got the
-        // episode's lock, and none can be recorded for this episode until we commit.
-        let clip_ids: Vec<i64> = sqlx::query_scalar(FREE_CLIPS)
-            .bind(episode_id)
-            .bind(now)
-            .bind(max_clips)
-            .fetch_all(&mut *tx)
-            .await?;
-        if clip_ids.is_empty() {
-            // Filled up by results recorded while we waited for the lock: choose again.
-            continue;
-        }
-
+    let mut reclaimed = 0;
+    if free.iter().any(|(_, held)| *held) {
         let taken: Vec<Uuid> = sqlx::query_scalar(TAKE_OVER)
             .bind(episode_id)
             .bind(&clip_ids)
             .bind(now)
             .fetch_all(&mut *tx)
             .await?;
+        reclaimed = u32::try_from(taken.len()).unwrap_or(u32::MAX);
         if !taken.is_empty() {
             let mut per_lease: HashMap<Uuid, i32> = HashMap::new();
             for id in &taken {
@@ -662,47 +718,36 @@ async fn lease_next_once(pool: &PgPool, request: LeaseRequest) -> Result<Option<
                 .execute(&mut *tx)
                 .await?;
         }
-
-        let lease_id = Uuid::new_v4();
-        let rows: Vec<LeasedClipRow> = sqlx::query_as(INSERT_LEASE)
-            .bind(lease_id)
-            .bind(episode_id)
-            .bind(now)
-            .bind(expires_at)
-            .bind(&clip_ids)
-            .fetch_all(&mut *tx)
-            .await?;
-        // The stored value: truncated to the microsecond, as every later read sees it.
-        let Some(expires_at) = rows.first().map(|r| r.lease_expires_at) else {
-            // Every chosen pair's expired lease was renewed meanwhile; drop the empty lease.
-            sqlx::query("DELETE FROM leases WHERE id = $1")
-                .bind(lease_id)
-                .execute(&mut *tx)
-                .await?;
-            continue;
-        };
-        let reclaimed = u32::try_from(taken.len()).unwrap_or(u32::MAX);
-        let mut by_id: HashMap<i64, ClipRow> =
-            rows.into_iter().map(|r| (r.clip.id, r.clip)).collect();
-        let clips: Vec<ClipInfo> = clip_ids
-            .iter()
-            .filter_map(|id| by_id.remove(id))
-            .map(ClipInfo::from)
-            .collect();
-        commit(tx).await?;
-        return Ok(Some(Lease {
-            id: lease_id,
-            expires_at,
-            episode: episode.into(),
-            clips,
-            reclaimed_pairs: reclaimed,
-        }));
     }
-    tracing::warn!(
-        "lease_next re-selected {MAX_RESELECTS} times without finding free pairs; giving up"
-    );
+
+    let lease_id = Uuid::new_v4();
+    let rows: Vec<LeasedClipRow> = sqlx::query_as(INSERT_LEASE)
+        .bind(lease_id)
+        .bind(episode_id)
+        .bind(now)
+        .bind(expires_at)
+        .bind(&clip_ids)
+        .fetch_all(&mut *tx)
+        .await?;
+    // The stored value: truncated to the microsecond, as every later read sees it.
+    let Some(expires_at) = rows.first().map(|r| r.lease_expires_at) else {
+        tx.rollback().await?;
+        return Ok(Selection::Again);
+    };
+    let mut by_id: HashMap<i64, ClipRow> = rows.into_iter().map(|r| (r.clip.id, r.clip)).collect();
+    let clips: Vec<ClipInfo> = clip_ids
+        .iter()
+        .filter_map(|id| by_id.remove(id))
+        .map(ClipInfo::from)
+        .collect();
     commit(tx).await?;
-    Ok(None)
+    Ok(Selection::Leased(Box::new(Lease {
+        id: lease_id,
+        expires_at,
+        episode: episode.into(),
+        clips,
+        reclaimed_pairs: reclaimed,
+    })))
 }
 
 async fn update_lease_once(
@@ -710,26 +755,29 @@ async fn update_lease_once(
     lease_id: Uuid,
     update: LeaseUpdate,
 ) -> Result<bool, Failure> {
-    let mut tx = pool.begin_with(BEGIN).await?;
-    let changed = match update {
+    match update {
         LeaseUpdate::Renew { now, duration } => {
             let expires_at = now.checked_add_signed(duration).ok_or_else(|| {
                 DataStoreError::Invalid(format!("lease duration {duration} is too long"))
             })?;
-            // Conditional: an expired lease stays expired (its pairs may already be another
-            // lease's). The row lock makes this atomic with a concurrent takeover's decrement.
-            sqlx::query("UPDATE leases SET expires_at = $2 WHERE id = $1 AND expires_at > $3")
-                .bind(lease_id)
-                .bind(expires_at)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected()
-                > 0
+            // One statement, so its own transaction. Conditional: an expired lease stays
+            // expired (its pairs may already be another lease's). The row lock makes it atomic
+            // with a concurrent takeover's decrement of held_pairs.
+            let renewed =
+                sqlx::query("UPDATE leases SET expires_at = $2 WHERE id = $1 AND expires_at > $3")
+                    .bind(lease_id)
+                    .bind(expires_at)
+                    .bind(now)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+                    > 0;
+            Ok(renewed)
         }
         LeaseUpdate::Revoke => {
-            // Pairs first, in key order, then the lease: the same order as recording and
-            // takeover lock them, so revoking does not deadlock with them.
+            let mut tx = pool.begin_with(BEGIN).await?;
+            // Pairs first, in key order, then the lease: the order recording and takeover
+            // lock them in, so revoking does not deadlock with them.
             sqlx::query(
                 "DELETE FROM leased_pairs WHERE (episode_id, clip_id) IN (
                      SELECT episode_id, clip_id FROM leased_pairs WHERE lease_id = $1
@@ -738,28 +786,35 @@ async fn update_lease_once(
             .bind(lease_id)
             .execute(&mut *tx)
             .await?;
-            sqlx::query("DELETE FROM leases WHERE id = $1")
+            let revoked = sqlx::query("DELETE FROM leases WHERE id = $1")
                 .bind(lease_id)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected()
-                > 0
+                > 0;
+            commit(tx).await?;
+            Ok(revoked)
         }
-    };
-    commit(tx).await?;
-    Ok(changed)
+    }
 }
 
 // ------------------------------------------------------------------------------------ results
 
 /// Locks the batch's episodes, in id order (so concurrent batches do not deadlock), before
 /// anything of theirs is read: lease_next holds the same lock while it chooses and leases an
-/// episode's pairs, so a pair is never leased and recorded at once.
-const LOCK_RESULT_EPISODES: &str = "
-SELECT e.id, e.title, e.date_aired FROM episodes e
-JOIN unnest($1::text[], $2::timestamptz[]) AS u(t, d) ON e.title = u.t AND e.date_aired = u.d
-ORDER BY e.id
-FOR NO KEY UPDATE OF e";
+/// episode's pairs, so a pair is never leased and recorded at once. Also resolves the clips.
+/// Rows: (is_episode, id, title, date_aired).
+const LOCK_AND_RESOLVE: &str = "
+WITH locked AS (
+    SELECT e.id, e.title, e.date_aired FROM episodes e
+    JOIN unnest($1::text[], $2::timestamptz[]) AS u(t, d)
+      ON e.title = u.t AND e.date_aired = u.d
+    ORDER BY e.id
+    FOR NO KEY UPDATE OF e
+)
+SELECT true, id, title, date_aired FROM locked
+UNION ALL
+SELECT false, id, title, NULL::timestamptz FROM clips WHERE title = ANY($3)";
 
 /// Records the batch in one statement. `ON CONFLICT DO NOTHING` makes a pair recorded once
 /// (the primary key decides, also against concurrent batches); only the rows it inserted free
@@ -838,16 +893,6 @@ async fn record_results_once(
     keys.dedup();
     let titles: Vec<&str> = keys.iter().map(|k| k.title.as_str()).collect();
     let dates: Vec<DateTime<Utc>> = keys.iter().map(|k| k.date_aired).collect();
-    let episodes: Vec<(i64, String, DateTime<Utc>)> = sqlx::query_as(LOCK_RESULT_EPISODES)
-        .bind(&titles)
-        .bind(&dates)
-        .fetch_all(&mut *tx)
-        .await?;
-    let episode_ids: HashMap<(String, DateTime<Utc>), i64> = episodes
-        .into_iter()
-        .map(|(id, t, d)| ((t, d), id))
-        .collect();
-
     let mut clip_titles: Vec<&str> = batch
         .firsts
         .iter()
@@ -855,12 +900,24 @@ async fn record_results_once(
         .collect();
     clip_titles.sort_unstable();
     clip_titles.dedup();
-    let clips: Vec<(i64, String)> =
-        sqlx::query_as("SELECT id, title FROM clips WHERE title = ANY($1)")
-            .bind(&clip_titles)
-            .fetch_all(&mut *tx)
-            .await?;
-    let clip_ids: HashMap<String, i64> = clips.into_iter().map(|(id, t)| (t, id)).collect();
+    let found: Vec<(bool, i64, String, Option<DateTime<Utc>>)> = sqlx::query_as(LOCK_AND_RESOLVE)
+        .bind(&titles)
+        .bind(&dates)
+        .bind(&clip_titles)
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut episode_ids: HashMap<(String, DateTime<Utc>), i64> = HashMap::new();
+    let mut clip_ids: HashMap<String, i64> = HashMap::new();
+    for (is_episode, id, title, aired) in found {
+        match (is_episode, aired) {
+            (true, Some(aired)) => {
+                episode_ids.insert((title, aired), id);
+            }
+            _ => {
+                clip_ids.insert(title, id);
+            }
+        }
+    }
 
     // Per first result: its pair's ids, if both are known.
     let pair_of: Vec<Option<(i64, i64)>> = batch
@@ -868,7 +925,9 @@ async fn record_results_once(
         .iter()
         .map(|&i| {
             let r = &results[i];
-            let e = episode_ids.get(&(r.episode.title.clone(), r.episode.date_aired))?;
+            // Postgres keeps microseconds: compare as it stored the key.
+            let aired = trunc_micros(r.episode.date_aired);
+            let e = episode_ids.get(&(r.episode.title.clone(), aired))?;
             let c = clip_ids.get(&r.clip_title)?;
             Some((*e, *c))
         })
@@ -1038,10 +1097,21 @@ impl DataStore for PgDataStore {
     }
 
     async fn lease_next(&self, request: LeaseRequest) -> Result<Option<Lease>> {
-        retrying("lease_next", Replay::Unsafe, || {
-            lease_next_once(&self.pool, request)
-        })
-        .await
+        for _ in 0..MAX_RESELECTS {
+            match retrying("lease_next", Replay::Unsafe, || {
+                lease_next_once(&self.pool, request)
+            })
+            .await?
+            {
+                Selection::Leased(lease) => return Ok(Some(*lease)),
+                Selection::NoWork => return Ok(None),
+                Selection::Again => continue,
+            }
+        }
+        tracing::warn!(
+            "lease_next chose {MAX_RESELECTS} times without finding free pairs; giving up"
+        );
+        Ok(None)
     }
 
     async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> Result<bool> {
@@ -1121,6 +1191,11 @@ impl DataStore for PgDataStore {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+
+    #[test]
+    fn lock_key_is_the_constant() {
+        assert!(BEGIN_LEASE.ends_with(&format!("pg_advisory_xact_lock({LEASE_LOCK_KEY})")));
+    }
 
     #[test]
     fn strips_passwords_from_parser_messages() {

@@ -10,7 +10,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 
 use crate::testing::Fresh;
@@ -82,7 +82,7 @@ impl PgTestDb {
         let options = PgConnectOptions::from_str(&self.url).unwrap();
         PgDataStore::connect_with(
             options,
-            PgPoolOptions::new()
+            PgDataStore::pool_options()
                 .max_connections(max_connections)
                 .acquire_timeout(Duration::from_secs(60)),
         )

@@ -28,3 +28,165 @@ async fn two_concurrent_migrations_on_a_fresh_database_both_succeed() {
     .unwrap();
     assert_eq!(tables, 5);
 }
+
+#[tokio::test]
+async fn unreachable_server_is_unavailable_and_retryable_without_leaking_the_password() {
+    // Port 1: nothing listens there. (A short acquire timeout: the pool keeps trying to
+    // connect until it runs out.)
+    let options: sqlx::postgres::PgConnectOptions =
+        "postgres://postgres:hunter2@127.0.0.1:1/x".parse().unwrap();
+    let err = PgDataStore::connect_with(
+        options,
+        PgDataStore::pool_options().acquire_timeout(std::time::Duration::from_millis(500)),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, DataStoreError::Unavailable(_)), "{err:?}");
+    assert!(err.is_retryable());
+    assert!(!format!("{err} {err:?}").contains("hunter2"));
+}
+
+#[tokio::test]
+async fn missing_database_and_bad_urls_are_configuration_errors() {
+    let db = PgTestDb::create().await;
+    let missing = datastore::testing_pg::with_database(db.url(), "archivist_no_such_db");
+    let err = PgDataStore::connect(&missing).await.unwrap_err();
+    assert!(matches!(err, DataStoreError::Config(_)), "{err:?}");
+    assert!(!err.is_retryable());
+
+    let err = PgDataStore::connect("postgres://u:hunter2@127.0.0.1:notaport/x")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, DataStoreError::Config(_)), "{err:?}");
+    assert!(!format!("{err} {err:?}").contains("hunter2"));
+
+    // Through the URL dispatcher too.
+    let err = datastore::connect(&missing).await.err().unwrap();
+    assert!(matches!(err, DataStoreError::Config(_)), "{err:?}");
+}
+
+/// Serialization failures, deadlocks and killed connections, produced for real, classify as
+/// retryable.
+#[tokio::test]
+async fn transient_postgres_errors_are_retryable() {
+    let (store, _db) = fresh_pg_store().await;
+    let pool = store.pool();
+    sqlx::query("CREATE TABLE t (k int PRIMARY KEY, v int)")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO t VALUES (1, 0), (2, 0)")
+        .execute(pool)
+        .await
+        .unwrap();
+
+    // Serialization failure: two SERIALIZABLE transactions each read what the other writes.
+    let mut a = pool.begin().await.unwrap();
+    let mut b = pool.begin().await.unwrap();
+    for tx in [&mut a, &mut b] {
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+            .execute(&mut **tx)
+            .await
+            .unwrap();
+        sqlx::query("SELECT sum(v) FROM t")
+            .execute(&mut **tx)
+            .await
+            .unwrap();
+    }
+    sqlx::query("UPDATE t SET v = 1 WHERE k = 1")
+        .execute(&mut *a)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE t SET v = 1 WHERE k = 2")
+        .execute(&mut *b)
+        .await
+        .unwrap();
+    a.commit().await.unwrap();
+    let err = DataStoreError::from(b.commit().await.unwrap_err());
+    assert!(err.is_retryable(), "serialization failure: {err:?}");
+
+    // Deadlock: each transaction holds the row the other wants.
+    let mut a = pool.begin().await.unwrap();
+    let mut b = pool.begin().await.unwrap();
+    sqlx::query("UPDATE t SET v = 2 WHERE k = 1")
+        .execute(&mut *a)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE t SET v = 2 WHERE k = 2")
+        .execute(&mut *b)
+        .await
+        .unwrap();
+    let (ra, rb) = tokio::join!(
+        sqlx::query("UPDATE t SET v = 3 WHERE k = 2").execute(&mut *a),
+        sqlx::query("UPDATE t SET v = 3 WHERE k = 1").execute(&mut *b),
+    );
+    let err = DataStoreError::from(ra.err().or(rb.err()).expect("one side deadlocks"));
+    assert!(err.is_retryable(), "deadlock: {err:?}");
+    drop((a, b));
+
+    // A connection killed under the pool (as a restarting server does).
+    let mut conn = pool.acquire().await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let killer = PgDataStore::connect(&datastore::testing_pg::admin_url())
+        .await
+        .unwrap();
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(killer.pool())
+        .await
+        .unwrap();
+    assert!(killed);
+    let err = DataStoreError::from(
+        sqlx::query("SELECT 1")
+            .execute(&mut *conn)
+            .await
+            .unwrap_err(),
+    );
+    assert!(err.is_retryable(), "killed connection: {err:?}");
+}
+
+/// Every connection of the store's pool is killed; the next operations still succeed (the
+/// pool replaces dead connections, and the adapter retries what fails on one).
+#[tokio::test]
+async fn operations_survive_all_connections_being_killed() {
+    use datastore::testing::{clip, episode, t0};
+    let (store, db) = fresh_pg_store().await;
+    store.upsert_episode(&episode(1)).await.unwrap();
+    store.upsert_clip(&clip(1)).await.unwrap();
+    // Hold a few connections open so that several are in the pool when they are killed.
+    let held: Vec<_> = hold_connections(&store).await;
+    drop(held);
+    let killer = PgDataStore::connect(&datastore::testing_pg::admin_url())
+        .await
+        .unwrap();
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+    )
+    .bind(db.name())
+    .fetch_all(killer.pool())
+    .await
+    .unwrap();
+    assert!(!killed.is_empty());
+    let status = store.status(t0()).await.unwrap();
+    assert_eq!((status.episodes, status.clips), (1, 1));
+    let lease = store
+        .lease_next(datastore::LeaseRequest {
+            max_clips: 5,
+            duration: chrono::Duration::hours(1),
+            now: t0(),
+        })
+        .await
+        .unwrap();
+    assert!(lease.is_some());
+}
+
+async fn hold_connections(store: &PgDataStore) -> Vec<sqlx::pool::PoolConnection<sqlx::Postgres>> {
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        conns.push(store.pool().acquire().await.unwrap());
+    }
+    conns
+}
