@@ -71,6 +71,14 @@ fn main() -> ExitCode {
 
 /// Prints the error on standard error and picks the exit code.
 fn fail(error: &anyhow::Error) -> ExitCode {
+    // `archivist matches | head`: the reader has all it wanted.
+    let broken_pipe = error.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    });
+    if broken_pipe {
+        return ExitCode::SUCCESS;
+    }
     if error.downcast_ref::<UsageError>().is_some() {
         eprintln!("archivist: {error:#}");
         ExitCode::from(EXIT_USAGE)

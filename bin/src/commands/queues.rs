@@ -25,6 +25,7 @@ pub(crate) async fn run(config: &Config, json: bool) -> anyhow::Result<()> {
             writeln!(out)?;
         }
     } else {
+        let depths: Vec<&QueueDepth> = depths.iter().collect();
         write_queue_table(&mut out, &depths)?;
     }
     out.flush()?;

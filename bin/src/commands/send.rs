@@ -39,7 +39,7 @@ pub(crate) async fn run(
         if !args.raw {
             if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(trimmed) {
                 flush(&*sender, &mut batch, &mut sent, &queue).await?;
-                eprintln!("sent {sent} messages to {queue}");
+                report(sent, &queue);
                 return Err(usage(format!(
                     "standard input line {line_no} is not JSON ({e}); nothing from it on was \
                      sent (use --raw to send lines unchecked)"
@@ -52,7 +52,7 @@ pub(crate) async fn run(
         }
     }
     flush(&*sender, &mut batch, &mut sent, &queue).await?;
-    eprintln!("sent {sent} messages to {queue}");
+    report(sent, &queue);
     Ok(())
 }
 
@@ -72,4 +72,10 @@ async fn flush(
         .with_context(|| format!("sending to {queue} failed after {sent} messages were sent"))?;
     *sent += n;
     Ok(())
+}
+
+/// The count, on standard error: standard output stays empty for scripts.
+fn report(sent: u64, queue: &str) {
+    let s = if sent == 1 { "" } else { "s" };
+    eprintln!("sent {sent} message{s} to {queue}");
 }

@@ -1,6 +1,7 @@
 //! `archivist status`: the datastore's counts and, when the bus is shared (SQS), the queues'
 //! depths; a table, or one JSON object with `--json`.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::Context;
@@ -43,9 +44,9 @@ struct StatusOutput {
     status: Status,
     /// Research pairs neither researched nor leased.
     unresearched_pairs: u64,
-    /// Present when the bus can tell (a shared bus).
+    /// Present when the bus can tell (a shared bus): queue name → depths.
     #[serde(skip_serializing_if = "Option::is_none")]
-    queues: Option<Vec<QueueDepth>>,
+    queues: Option<BTreeMap<String, QueueDepth>>,
 }
 
 /// Prints the status.
@@ -59,7 +60,9 @@ pub(crate) async fn run(
         .status(chrono::Utc::now())
         .await
         .context("cannot read the status")?;
-    let queues = queue_depths(config).await;
+    let queues = queue_depths(config)
+        .await
+        .map(|qs| qs.into_iter().map(|q| (q.queue.clone(), q)).collect());
     let output = StatusOutput {
         status,
         unresearched_pairs: status
@@ -131,7 +134,8 @@ fn write_table(out: &mut impl Write, o: &StatusOutput) -> std::io::Result<()> {
     writeln!(out, "expired leases      {:>12}", s.expired_leases)?;
     if let Some(queues) = &o.queues {
         writeln!(out)?;
-        write_queue_table(out, queues)?;
+        let queues: Vec<&QueueDepth> = queues.values().collect();
+        write_queue_table(out, &queues)?;
     }
     Ok(())
 }
@@ -139,7 +143,7 @@ fn write_table(out: &mut impl Write, o: &StatusOutput) -> std::io::Result<()> {
 /// The queue table shared with `archivist queues`.
 pub(crate) fn write_queue_table(
     out: &mut impl Write,
-    queues: &[QueueDepth],
+    queues: &[&QueueDepth],
 ) -> std::io::Result<()> {
     writeln!(
         out,
