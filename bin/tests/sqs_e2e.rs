@@ -482,13 +482,16 @@ fn pipeline(s: &Scenario) {
     assert_eq!(status["matched_pairs"], FOUND.len() as u64, "{status}");
     assert_eq!(status["active_leases"], 0, "{status}");
     assert_eq!(status["expired_leases"], 0, "{status}");
-    // On SQS, status shows each queue's depth, by queue name.
-    let queues: HashMap<String, Value> = status["queues"]
-        .as_object()
-        .unwrap_or_else(|| panic!("status on SQS shows the queues by name: {status}"))
-        .iter()
-        .map(|(name, q)| (name.clone(), q.clone()))
-        .collect();
+    // On SQS, status shows each queue's depth (the contract does not fix the form: an object
+    // by queue name, or a list of objects with a `queue` field).
+    let queues: HashMap<String, Value> = match &status["queues"] {
+        Value::Object(by_name) => by_name.clone().into_iter().collect(),
+        Value::Array(list) => list
+            .iter()
+            .map(|q| (q["queue"].as_str().unwrap().to_string(), q.clone()))
+            .collect(),
+        _ => panic!("status on SQS shows the queues: {status}"),
+    };
     assert_depth(&queues, &s.episodes_queue, 0, 0);
     assert_depth(&queues, &s.completed_queue, 0, 0);
     assert_depth(&queues, &s.pending_queue, 0, 0);
