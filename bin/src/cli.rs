@@ -172,7 +172,7 @@ pub(crate) struct IngestArgs {
 #[derive(Debug, Args)]
 pub(crate) struct RepeatArgs {
     /// Repeat the run at this interval (as 30s, 5m) until SIGINT/SIGTERM, instead of running once
-    #[arg(long, env = "ARCHIVIST_EVERY", value_parser = parse_duration)]
+    #[arg(long, env = "ARCHIVIST_EVERY", value_parser = parse_interval)]
     pub(crate) every: Option<Duration>,
 }
 
@@ -180,7 +180,7 @@ pub(crate) struct RepeatArgs {
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// Interval of the pending-research and completed-research runs
-    #[arg(long, env = "ARCHIVIST_EVERY", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "ARCHIVIST_EVERY", default_value = "10s", value_parser = parse_interval)]
     pub(crate) every: Duration,
 }
 
@@ -257,6 +257,15 @@ pub(crate) struct QueuesArgs {
 /// Parses `90s`, `15m`, `2h`, `1h 30m` (humantime).
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (expected e.g. 90s, 15m, 2h)"))
+}
+
+/// Parses an interval: a duration longer than zero.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err("must be longer than zero".to_string());
+    }
+    Ok(d)
 }
 
 #[cfg(test)]

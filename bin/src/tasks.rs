@@ -189,3 +189,133 @@ fn flatten(joined: Result<anyhow::Result<()>, tokio::task::JoinError>) -> Option
         Err(e) => Some(anyhow!("a task ended abnormally: {e}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::config::UsageError;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use tokio::sync::{mpsc, oneshot};
+
+    fn handle(ended: Ended) -> ArchivistHandle {
+        let (_tx, errors) = mpsc::channel(1);
+        let (done_tx, done) = oneshot::channel();
+        let mut report = Report::new(ended);
+        report.stored = 2;
+        done_tx.send(report).unwrap();
+        ArchivistHandle { errors, done }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn repeat_runs_at_the_interval_until_cancelled_and_adds_up() {
+        let token = CancellationToken::new();
+        let runs = AtomicU32::new(0);
+        let totals = SharedTotals::default();
+        let t = token.clone();
+        repeat(
+            "test",
+            token.clone(),
+            Some(Duration::from_secs(60)),
+            totals.clone(),
+            || {
+                if runs.fetch_add(1, Ordering::SeqCst) == 2 {
+                    t.cancel();
+                }
+                handle(Ended::Finished)
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        let t = read(&totals);
+        assert_eq!((t.runs, t.stored), (3, 6));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn repeat_without_interval_runs_once() {
+        let runs = AtomicU32::new(0);
+        repeat(
+            "test",
+            CancellationToken::new(),
+            None,
+            Default::default(),
+            || {
+                runs.fetch_add(1, Ordering::SeqCst);
+                handle(Ended::Finished)
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_configuration_failure_is_a_usage_error_and_others_are_fatal() {
+        let e = repeat(
+            "test",
+            CancellationToken::new(),
+            None,
+            Default::default(),
+            || handle(Ended::Failed(ArchivistError::Config("no count".into()))),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.downcast_ref::<UsageError>().is_some(), "{e:#}");
+        let e = repeat(
+            "test",
+            CancellationToken::new(),
+            None,
+            Default::default(),
+            || handle(Ended::Failed(ArchivistError::Transient("down".into()))),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.downcast_ref::<UsageError>().is_none(), "{e:#}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn supervise_stops_the_others_when_one_fails() {
+        let token = CancellationToken::new();
+        let mut set = JoinSet::new();
+        let t = token.clone();
+        set.spawn(async move {
+            t.cancelled().await;
+            Ok(())
+        });
+        set.spawn(async { Err(anyhow!("boom")) });
+        let e = supervise(&token, set, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "boom");
+        assert!(token.is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn supervise_gives_up_after_the_shutdown_timeout() {
+        let token = CancellationToken::new();
+        let mut set = JoinSet::new();
+        set.spawn(async {
+            // Ignores the token.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(())
+        });
+        token.cancel();
+        let e = supervise(&token, set, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("did not stop within 5s"), "{e}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn supervise_returns_when_all_finish() {
+        let token = CancellationToken::new();
+        let mut set = JoinSet::new();
+        set.spawn(async { Ok(()) });
+        set.spawn(async { Ok(()) });
+        supervise(&token, set, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(!token.is_cancelled());
+    }
+}

@@ -347,15 +347,15 @@ async fn summarize(i: SummaryInput<'_>) -> Summary {
         ));
     }
 
-    let mut dead_letters_by_queue = Vec::new();
+    let mut dead_letters_by_queue = std::collections::BTreeMap::new();
     for q in i.config.queues.all() {
         let n = match i.bus.sender(q).await {
             Ok(s) => s.inspect().await.map(|s| s.dead_letters).unwrap_or(0),
             Err(_) => 0,
         };
-        dead_letters_by_queue.push((q.to_string(), n));
+        dead_letters_by_queue.insert(q.to_string(), n);
     }
-    let dead: u64 = dead_letters_by_queue.iter().map(|(_, n)| n).sum();
+    let dead: u64 = dead_letters_by_queue.values().sum();
     if dead != i.data.poison() {
         problems.push(format!(
             "{dead} messages were dead-lettered, {} poison messages were sent",

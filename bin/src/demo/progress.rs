@@ -1,6 +1,7 @@
 //! The demo's progress display (an indicatif bar on a terminal, a log line a second
 //! otherwise) and its closing summary (text, or one JSON object with `--json`).
 
+use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,7 @@ impl Progress {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
             let style = ProgressStyle::with_template(
-                "{spinner} {elapsed:>4} [{wide_bar}] {pos}/{len} pairs researched  {msg}",
+                "{spinner} {elapsed:>4} [{bar:30}] {pos}/{len} pairs researched, {msg}",
             )
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> ");
@@ -42,8 +43,8 @@ impl Progress {
     /// Shows the latest counts.
     pub(crate) fn update(&mut self, s: &Status) {
         let msg = format!(
-            "{} matches, {} active leases, {} episodes, {} clips",
-            s.matched_pairs, s.active_leases, s.episodes, s.clips
+            "{} matches, {} active leases",
+            s.matched_pairs, s.active_leases
         );
         match &self.bar {
             Some(bar) => {
@@ -53,9 +54,11 @@ impl Progress {
             None if self.last_log.elapsed() >= LOG_EVERY => {
                 self.last_log = Instant::now();
                 tracing::info!(
-                    "researched {}/{} pairs: {msg}",
+                    "researched {}/{} pairs, {msg} ({} episodes, {} clips stored)",
                     s.researched_pairs,
-                    self.total
+                    self.total,
+                    s.episodes,
+                    s.clips
                 );
             }
             None => {}
@@ -93,7 +96,7 @@ pub(crate) struct Summary {
     pub(crate) crash: Option<String>,
     pub(crate) messages_dead_lettered: u64,
     pub(crate) poison_messages_sent: u64,
-    pub(crate) dead_letters_by_queue: Vec<(String, u64)>,
+    pub(crate) dead_letters_by_queue: BTreeMap<String, u64>,
     pub(crate) lease_duration_ms: u64,
     pub(crate) elapsed_ms: u64,
     pub(crate) all_researched_once: bool,
@@ -122,7 +125,7 @@ impl Summary {
         let dead: Vec<String> = self
             .dead_letters_by_queue
             .iter()
-            .filter(|(_, n)| *n > 0)
+            .filter(|(_, n)| **n > 0)
             .map(|(q, n)| format!("{q}: {n}"))
             .collect();
         writeln!(out, "archivist demo: summary")?;
