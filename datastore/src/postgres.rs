@@ -572,14 +572,16 @@ const BEGIN_LEASE: &str =
 /// (record_results takes the same row lock first). The cheap test comes first, so that fully
 /// researched episodes cost one heap fetch each while the index is walked in urgency order.
 /// An episode locked by a recording batch is waited for and tested again on its new version.
+/// The clips are counted once (one aggregate, joined to the urgency-ordered index scan).
 const CHOOSE_EPISODE: &str = "
+WITH cc AS (SELECT count(*) AS n FROM clips)
 SELECT e.id, e.title, e.date_aired, e.initial_date_curated, e.last_date_curated,
        e.curator_information, e.description, e.media_uri, e.media_type, e.priority
-FROM episodes e
-WHERE e.researched_count < (SELECT count(*) FROM clips)
+FROM episodes e, cc
+WHERE e.researched_count < cc.n
   AND e.researched_count + COALESCE((SELECT sum(l.held_pairs) FROM leases l
                                      WHERE l.episode_id = e.id AND l.expires_at > $1), 0)
-      < (SELECT count(*) FROM clips)
+      < cc.n
 ORDER BY e.priority DESC, e.date_aired DESC, e.initial_date_curated DESC, e.id DESC
 LIMIT 1
 FOR NO KEY UPDATE OF e";
