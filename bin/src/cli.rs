@@ -27,6 +27,7 @@ pub(crate) struct Cli {
 
 /// Options every subcommand takes, each with its environment variable.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Configuration (every option also from its environment variable)")]
 pub(crate) struct GlobalArgs {
     /// The datastore: sqlite://PATH (created if missing) or postgres://USER@HOST/DB
     /// [default: sqlite://archivist.sqlite; for `demo`, a temporary SQLite file]
