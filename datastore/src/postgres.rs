@@ -568,22 +568,26 @@ const BEGIN_LEASE: &str =
     "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(7021784069121141107)";
 
 /// The most urgent episode with a free pair (fewer researched pairs plus pairs under unexpired
-/// leases than there are clips), locked against concurrent recording of its pairs
-/// (record_results takes the same row lock first). The cheap test comes first, so that fully
-/// researched episodes cost one heap fetch each while the index is walked in urgency order.
-/// An episode locked by a recording batch is waited for and tested again on its new version.
-/// The clips are counted once (one aggregate, joined to the urgency-ordered index scan).
+/// leases than there are clips, `$2`), locked against concurrent recording of its pairs
+/// (record_results takes the same row lock first). The candidate is found by an index-only scan
+/// of the urgency index, which carries researched_count: fully researched episodes, a prefix
+/// of that order once research is under way, are skipped without visiting the table; the
+/// cheap test comes first so the leases are summed only for episodes with work left.
+/// If a recording batch holds the episode, this waits for it; FREE_CLIPS then tells whether
+/// any pair is still free.
 const CHOOSE_EPISODE: &str = "
-WITH cc AS (SELECT count(*) AS n FROM clips)
+WITH candidate AS (
+    SELECT e.id FROM episodes e
+    WHERE e.researched_count < $2
+      AND e.researched_count + COALESCE((SELECT sum(l.held_pairs) FROM leases l
+                                         WHERE l.episode_id = e.id AND l.expires_at > $1), 0)
+          < $2
+    ORDER BY e.priority DESC, e.date_aired DESC, e.initial_date_curated DESC, e.id DESC
+    LIMIT 1
+)
 SELECT e.id, e.title, e.date_aired, e.initial_date_curated, e.last_date_curated,
        e.curator_information, e.description, e.media_uri, e.media_type, e.priority
-FROM episodes e, cc
-WHERE e.researched_count < cc.n
-  AND e.researched_count + COALESCE((SELECT sum(l.held_pairs) FROM leases l
-                                     WHERE l.episode_id = e.id AND l.expires_at > $1), 0)
-      < cc.n
-ORDER BY e.priority DESC, e.date_aired DESC, e.initial_date_curated DESC, e.id DESC
-LIMIT 1
+FROM episodes e JOIN candidate ON e.id = candidate.id
 FOR NO KEY UPDATE OF e";
 
 /// The episode's most urgent free clips, and whether an expired lease still holds each. The
@@ -665,8 +669,14 @@ async fn lease_next_once(pool: &PgPool, request: LeaseRequest) -> Result<Selecti
     let max_clips = i64::from(request.max_clips.max(1));
 
     let mut tx = pool.begin_with(BEGIN_LEASE).await?;
+    // Counted apart and bound as a value: compared with a constant, the index-only scan in
+    // CHOOSE_EPISODE skips ten thousand researched episodes in about a millisecond.
+    let clip_count: i64 = sqlx::query_scalar("SELECT count(*) FROM clips")
+        .fetch_one(&mut *tx)
+        .await?;
     let chosen: Option<ChosenRow> = sqlx::query_as(CHOOSE_EPISODE)
         .bind(now)
+        .bind(clip_count)
         .fetch_optional(&mut *tx)
         .await?;
     let Some(ChosenRow {
