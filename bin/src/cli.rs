@@ -117,6 +117,16 @@ pub(crate) struct GlobalArgs {
         default_value = "30s"
     )]
     pub(crate) shutdown_timeout: String,
+
+    /// The longest random wait before a work-assignment run starts, so that cron runs on
+    /// several hosts do not hit the datastore at the same second (`0s`: none)
+    #[arg(
+        long,
+        env = "ARCHIVIST_START_JITTER",
+        global = true,
+        default_value = "5s"
+    )]
+    pub(crate) start_jitter: String,
 }
 
 /// The subcommands.

@@ -14,6 +14,8 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(2 * 60 * 60);
 const MAX_LEASE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 /// The longest queue name: SQS allows 80 characters and we append `_dead_letter` (12).
 const MAX_QUEUE_NAME: usize = 68;
+/// The longest start jitter: a cron run should start within its minute.
+const MAX_START_JITTER: Duration = Duration::from_secs(60);
 /// SQS's limit on `maxReceiveCount`.
 const MAX_MAX_RECEIVES: u32 = 1000;
 
@@ -83,6 +85,8 @@ pub(crate) struct Config {
     pub(crate) queues: Queues,
     pub(crate) connect_timeout: Duration,
     pub(crate) shutdown_timeout: Duration,
+    /// The longest random wait before a pending-research run.
+    pub(crate) start_jitter: Duration,
 }
 
 impl Config {
@@ -172,6 +176,20 @@ impl Config {
             &args.shutdown_timeout,
             MAX_LEASE,
         )?;
+        // Zero is allowed here: no jitter.
+        let start_jitter = parse_duration(&args.start_jitter).map_err(|e| {
+            UsageError(format!(
+                "invalid ARCHIVIST_START_JITTER (--start-jitter) {:?}: {e}",
+                args.start_jitter
+            ))
+        })?;
+        if start_jitter > MAX_START_JITTER {
+            return Err(UsageError(format!(
+                "invalid ARCHIVIST_START_JITTER (--start-jitter) {:?}: at most {} allowed",
+                args.start_jitter,
+                humantime::format_duration(MAX_START_JITTER)
+            )));
+        }
         Ok(Config {
             database_url,
             bus,
@@ -183,6 +201,7 @@ impl Config {
             queues,
             connect_timeout,
             shutdown_timeout,
+            start_jitter,
         })
     }
 

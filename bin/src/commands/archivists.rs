@@ -122,6 +122,7 @@ pub(crate) async fn pending_research(
         lease_duration: config.lease(),
         max_clips: config.max_clips,
         researchers: config.researchers,
+        start_jitter: config.start_jitter,
         ..PendingResearchConfig::default()
     };
     spawn_pending(
@@ -324,6 +325,7 @@ pub(crate) async fn run(
             lease_duration: config.lease(),
             max_clips: config.max_clips,
             researchers: config.researchers,
+            start_jitter: config.start_jitter,
             ..PendingResearchConfig::default()
         },
         completed: CompletedResearchConfig {
