@@ -1,5 +1,6 @@
 //! Opening the adapters: the datastore (connect and migrate, retried until the connect
-//! timeout) and the bus (in-memory, SQS, or an explanation of why not).
+//! timeout) and the bus (SQS shared between processes, in-memory for the demo, or an
+//! explanation of why not).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,18 +79,6 @@ pub(crate) async fn datastore(
     }
 }
 
-/// An in-memory bus with the configured redrive count and its four queues created.
-pub(crate) async fn memory_bus(config: &Config) -> anyhow::Result<Arc<dyn Bus>> {
-    memory_bus_with(
-        config,
-        MemoryBusConfig {
-            max_receives: config.max_receives,
-            ..MemoryBusConfig::default()
-        },
-    )
-    .await
-}
-
 /// An in-memory bus with the given settings and the four queues created.
 pub(crate) async fn memory_bus_with(
     config: &Config,
@@ -102,42 +91,26 @@ pub(crate) async fn memory_bus_with(
     Ok(bus)
 }
 
-/// The bus for a subcommand that other processes must share queues with: SQS, or a usage
-/// error explaining why the chosen bus cannot do it.
+/// The bus for a subcommand that other processes must share queues with (every subcommand
+/// but `demo`): SQS, or a usage error explaining why the chosen bus cannot do it.
 pub(crate) async fn shared_bus(config: &Config, subcommand: &str) -> anyhow::Result<Arc<dyn Bus>> {
     match config.bus {
+        // Even `run` is refused: no curator or researcher could reach its queues, and its
+        // work assignment would lease work nobody can read, stranding the pairs for a lease.
         BusKind::Memory => Err(usage(format!(
-            "`archivist {subcommand}` cannot work on the in-memory bus (ARCHIVIST_BUS=memory): \
-             its queues live inside one process, so no other process could send to or receive \
-             from them. Use `archivist run` (all four archivists in one process) or \
-             `archivist demo`, or a shared bus: ARCHIVIST_BUS=sqs"
+            "`archivist {subcommand}` cannot work on the in-memory bus (ARCHIVIST_BUS=memory, \
+             the default): its queues would live inside this one process, so no curator, \
+             researcher or other archivist outside it could send to or receive from them. \
+             Use a shared bus, ARCHIVIST_BUS=sqs, or `archivist demo` to see the whole \
+             pipeline in one process"
         ))),
-        BusKind::Postgres => Err(postgres_bus_unavailable()),
+        BusKind::Postgres => Err(usage(
+            "ARCHIVIST_BUS=postgres: the Postgres bus is not built yet. Use ARCHIVIST_BUS=sqs \
+             for queues shared between processes, or `archivist demo` to see the whole \
+             pipeline in one process",
+        )),
         BusKind::Sqs => sqs_bus(config).await,
     }
-}
-
-/// The bus `run` uses: in-memory (queues in this process) or shared.
-pub(crate) async fn run_bus(config: &Config) -> anyhow::Result<Arc<dyn Bus>> {
-    match config.bus {
-        BusKind::Memory => {
-            tracing::warn!(
-                "ARCHIVIST_BUS=memory: the queues live in this process only, so no curator or \
-                 researcher outside it can reach them; use ARCHIVIST_BUS=sqs in production"
-            );
-            memory_bus(config).await
-        }
-        BusKind::Postgres => Err(postgres_bus_unavailable()),
-        BusKind::Sqs => sqs_bus(config).await,
-    }
-}
-
-fn postgres_bus_unavailable() -> anyhow::Error {
-    usage(
-        "ARCHIVIST_BUS=postgres: the Postgres bus is not built yet. Use ARCHIVIST_BUS=sqs for \
-         queues shared between processes, or ARCHIVIST_BUS=memory with `archivist run` or \
-         `archivist demo`",
-    )
 }
 
 /// The SQS bus, configured as the AWS SDK reads its environment (AWS_REGION, credentials,

@@ -58,7 +58,13 @@ fn migrate_creates_the_default_sqlite_file_and_runs_twice() {
     let dir = tempfile::tempdir().unwrap();
     archivist(dir.path(), &["migrate"], &[]).expect_code(0);
     assert!(dir.path().join("archivist.sqlite").exists());
-    archivist(dir.path(), &["migrate"], &[]).expect_code(0);
+    // No start jitter is a valid setting.
+    archivist(
+        dir.path(),
+        &["migrate"],
+        &[("ARCHIVIST_START_JITTER", "0s")],
+    )
+    .expect_code(0);
     // And an empty datastore has a status of zeros.
     let run = archivist(dir.path(), &["status", "--json"], &[]).expect_code(0);
     let status: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
@@ -76,6 +82,9 @@ fn bad_configuration_exits_2_naming_the_variable() {
         ("ARCHIVIST_LEASE_DURATION", "soon"),
         ("ARCHIVIST_MAX_RECEIVES", "0"),
         ("ARCHIVIST_RESEARCHERS", "-3"),
+        ("ARCHIVIST_START_JITTER", "soon"),
+        ("ARCHIVIST_START_JITTER", "-1s"),
+        ("ARCHIVIST_START_JITTER", "2h"),
         ("ARCHIVIST_BUS", "kafka"),
         ("ARCHIVIST_CLIPS_QUEUE", "bad name!"),
         ("DATABASE_URL", "mysql://someone:hunter2@db/archive"),
@@ -97,6 +106,8 @@ fn bad_configuration_exits_2_naming_the_variable() {
 fn separate_process_subcommands_on_the_memory_bus_exit_2_and_say_what_to_use() {
     let dir = tempfile::tempdir().unwrap();
     let cases: &[&[&str]] = &[
+        // Even all four archivists in one process: nothing outside could reach them.
+        &["run"],
         &["episodes"],
         &["clips", "--once"],
         &["pending-research"],
@@ -109,12 +120,15 @@ fn separate_process_subcommands_on_the_memory_bus_exit_2_and_say_what_to_use() {
         let run = archivist(dir.path(), args, &[]).expect_code(2);
         assert!(
             run.stderr.contains("in-memory bus")
-                && run.stderr.contains("archivist run")
-                && run.stderr.contains("ARCHIVIST_BUS=sqs"),
+                && run.stderr.contains("ARCHIVIST_BUS=memory")
+                && run.stderr.contains("ARCHIVIST_BUS=sqs")
+                && run.stderr.contains("archivist demo"),
             "{args:?}: {}",
             run.stderr
         );
     }
+    // Refused before the datastore is touched.
+    assert!(!dir.path().join("archivist.sqlite").exists());
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! End-to-end test of SIGTERM and SIGINT: `archivist run` stops cleanly and exits 0.
+//! End-to-end test of SIGTERM and SIGINT: `archivist run` on SQS (the emulator that
+//! `scripts/test.sh` starts; the tests fail without it) stops cleanly and exits 0.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -6,11 +7,15 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use common::command;
+use common::{archivist, command, SqsEnv};
 
 fn stops_on(signal: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = command(dir.path(), &["run"], &[])
+    let mut sqs = SqsEnv::new();
+    sqs.set("DATABASE_URL", "sqlite://signals.sqlite");
+    sqs.set("ARCHIVIST_RESEARCHERS", "1");
+    archivist(dir.path(), &["queues"], &sqs.with(&[])).expect_code(0);
+    let mut child = command(dir.path(), &["run"], &sqs.with(&[]))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

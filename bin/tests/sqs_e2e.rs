@@ -1,12 +1,13 @@
 //! End-to-end tests of the `archivist` binary across processes on the SQS bus (moto_server):
-//! queue creation, curated messages sent with `send` and ingested with `episodes --once` /
+//! queue creation (and what a subcommand says before it), curated messages sent with `send` and ingested with `episodes --once` /
 //! `clips --once` (a poison message set aside with its reason), work assigned by several
 //! `pending-research` processes at once, a researcher written here that receives the work and
 //! sends results back, `completed-research`, and what `status` and `matches` then answer.
 //! Once on an SQLite file and once on a fresh Postgres database.
 //!
 //! Every test uses queue names of its own, so tests can share one moto_server. The SQS
-//! endpoint comes from `ARCHIVIST_TEST_SQS_ENDPOINT`, which `scripts/test.sh` sets.
+//! endpoint comes from `ARCHIVIST_TEST_SQS_ENDPOINT`, which `scripts/test.sh` sets; without
+//! it the tests fail (see `common::SqsEnv`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -15,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::process::Stdio;
 
-use common::{archivist, archivist_with_input, PgDatabase, Run};
+use common::{archivist, archivist_with_input, PgDatabase, Run, SqsEnv};
 use serde_json::{json, Value};
 
 /// Clips per work item: with four clips, each episode takes two items.
@@ -90,97 +91,38 @@ fn clip_priority(title: &str) -> i64 {
     CLIPS.iter().find(|(t, _)| *t == title).unwrap().1
 }
 
-/// The SQS settings of the binary. Fails (never skips) without the emulator's endpoint.
-fn sqs_env() -> Vec<(String, String)> {
-    let endpoint = std::env::var("ARCHIVIST_TEST_SQS_ENDPOINT").unwrap_or_else(|_| {
-        panic!(
-            "ARCHIVIST_TEST_SQS_ENDPOINT is not set: run scripts/test.sh, which starts \
-             moto_server and exports it (with AWS_REGION and the AWS credentials)"
-        )
-    });
-    let var = |name: &str, default: &str| {
-        (
-            name.to_string(),
-            std::env::var(name).unwrap_or_else(|_| default.to_string()),
-        )
-    };
-    vec![
-        ("ARCHIVIST_BUS".to_string(), "sqs".to_string()),
-        ("AWS_ENDPOINT_URL".to_string(), endpoint),
-        var("AWS_REGION", "us-east-1"),
-        var("AWS_ACCESS_KEY_ID", "testing"),
-        var("AWS_SECRET_ACCESS_KEY", "testing"),
-    ]
-}
-
-/// One test's world: a working directory, its datastore, and queue names no other test uses.
+/// One test's world: a working directory, its datastore, and the SQS settings with queue
+/// names of its own.
 struct Scenario {
     dir: tempfile::TempDir,
-    env: Vec<(String, String)>,
-    episodes_queue: String,
-    clips_queue: String,
-    pending_queue: String,
-    completed_queue: String,
+    sqs: SqsEnv,
 }
 
 impl Scenario {
     /// `database_url` None: an SQLite file in the working directory.
     fn new(database_url: Option<&str>) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        // Short enough for SQS's 80 characters with `_dead_letter` appended.
-        let tag = format!("e2e_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let episodes_queue = format!("{tag}_curated_episodes");
-        let clips_queue = format!("{tag}_curated_clips");
-        let pending_queue = format!("{tag}_pending_research");
-        let completed_queue = format!("{tag}_completed_research");
         let database_url = match database_url {
             Some(u) => u.to_string(),
             None => format!("sqlite://{}", dir.path().join("archive.sqlite").display()),
         };
-        let mut env = sqs_env();
-        env.extend(
-            [
-                ("DATABASE_URL", database_url.as_str()),
-                ("ARCHIVIST_EPISODES_QUEUE", &episodes_queue),
-                ("ARCHIVIST_CLIPS_QUEUE", &clips_queue),
-                ("ARCHIVIST_PENDING_RESEARCH_QUEUE", &pending_queue),
-                ("ARCHIVIST_COMPLETED_RESEARCH_QUEUE", &completed_queue),
-                ("ARCHIVIST_MAX_CLIPS", &MAX_CLIPS.to_string()),
-                ("RUST_LOG", "info"),
-            ]
-            .map(|(k, v)| (k.to_string(), v.to_string())),
-        );
-        Scenario {
-            dir,
-            env,
-            episodes_queue,
-            clips_queue,
-            pending_queue,
-            completed_queue,
-        }
+        let mut sqs = SqsEnv::new();
+        sqs.set("DATABASE_URL", &database_url);
+        sqs.set("ARCHIVIST_MAX_CLIPS", &MAX_CLIPS.to_string());
+        sqs.set("RUST_LOG", "info");
+        Scenario { dir, sqs }
     }
 
     fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    /// The environment with `extra` on top.
-    fn env_with<'a>(&'a self, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
-        let mut env: Vec<(&str, &str)> = self
-            .env
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        env.extend_from_slice(extra);
-        env
-    }
-
     fn run(&self, args: &[&str], extra: &[(&str, &str)]) -> Run {
-        archivist(self.path(), args, &self.env_with(extra))
+        archivist(self.path(), args, &self.sqs.with(extra))
     }
 
     fn run_with_input(&self, args: &[&str], input: &str) -> Run {
-        archivist_with_input(self.path(), args, &self.env_with(&[]), input)
+        archivist_with_input(self.path(), args, &self.sqs.with(&[]), input)
     }
 
     /// `archivist queues --json`, by queue name.
@@ -201,7 +143,11 @@ impl Scenario {
     /// Runs `pending-research` in `processes` processes started together, each believing in
     /// `researchers` researchers; every one must exit 0.
     fn pending_research_at_once(&self, processes: usize, researchers: &str) {
-        let env = self.env_with(&[("ARCHIVIST_RESEARCHERS", researchers)]);
+        // No start jitter: processes started together really race for the leases.
+        let env = self.sqs.with(&[
+            ("ARCHIVIST_RESEARCHERS", researchers),
+            ("ARCHIVIST_START_JITTER", "0s"),
+        ]);
         let children: Vec<_> = (0..processes)
             .map(|_| {
                 common::command(self.path(), &["pending-research"], &env)
@@ -213,20 +159,21 @@ impl Scenario {
             })
             .collect();
         for child in children {
-            let out = child.wait_with_output().unwrap();
-            Run {
-                code: out.status.code().unwrap_or(-1),
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            }
-            .expect_code(0);
+            Run::from_output(child.wait_with_output().unwrap()).expect_code(0);
         }
     }
 
     /// The researcher's receive: work items off `pending_research`, parsed.
     fn receive_work(&self, max: &str, wait: &str) -> Vec<Value> {
         self.run(
-            &["receive", &self.pending_queue, "--max", max, "--wait", wait],
+            &[
+                "receive",
+                &self.sqs.pending_queue,
+                "--max",
+                max,
+                "--wait",
+                wait,
+            ],
             &[],
         )
         .expect_code(0)
@@ -320,26 +267,23 @@ fn expected_matches(clip: Option<&str>) -> BTreeSet<(String, String, String, Vec
 /// The whole pipeline, one process per step, on the scenario's datastore and queues.
 fn pipeline(s: &Scenario) {
     let pairs = (EPISODES.len() * CLIPS.len()) as u64;
-    let all_queues = [
-        &s.episodes_queue,
-        &s.clips_queue,
-        &s.pending_queue,
-        &s.completed_queue,
-    ];
 
-    // 1. The queues and their dead-letter queues, empty.
+    // 1. Before `archivist queues` the queues do not exist: a configuration problem.
+    let run = s.run(&["episodes", "--once"], &[]).expect_code(2);
+    assert!(run.stderr.contains("archivist queues"), "{}", run.stderr);
+
+    // The queues and their dead-letter queues, empty; a second `queues` (the --json one)
+    // finds them made and changes nothing.
     let table = s.run(&["queues"], &[]).expect_code(0);
     assert!(table.stdout.contains("dead letters"), "{}", table.stdout);
-    for q in all_queues {
-        assert!(table.stdout.contains(q.as_str()), "{q}: {}", table.stdout);
+    for q in s.sqs.queues() {
+        assert!(table.stdout.contains(q), "{q}: {}", table.stdout);
     }
     let depths = s.queue_depths();
-    for q in all_queues {
+    assert_eq!(depths.len(), 4, "{depths:?}");
+    for q in s.sqs.queues() {
         assert_depth(&depths, q, 0, 0);
-        assert_eq!(
-            depths[q.as_str()]["dead_letter_queue"],
-            format!("{q}_dead_letter")
-        );
+        assert_eq!(depths[q]["dead_letter_queue"], format!("{q}_dead_letter"));
     }
 
     // Work assignment on SQS needs the researcher count.
@@ -357,8 +301,13 @@ fn pipeline(s: &Scenario) {
         .map(|(n, (t, a, p))| episode_json(t, a, *p, n).to_string())
         .collect();
     episodes.insert(1, POISON.to_string());
+    // A blank line is no message.
+    episodes.insert(2, String::new());
     let sent = s
-        .run_with_input(&["send", &s.episodes_queue], &(episodes.join("\n") + "\n"))
+        .run_with_input(
+            &["send", &s.sqs.episodes_queue],
+            &(episodes.join("\n") + "\n"),
+        )
         .expect_code(0);
     assert!(
         sent.stderr
@@ -366,29 +315,35 @@ fn pipeline(s: &Scenario) {
         "{}",
         sent.stderr
     );
+    assert_eq!(sent.stdout, "");
+    // A line that is not JSON is refused before anything is sent.
+    let refused = s
+        .run_with_input(&["send", &s.sqs.episodes_queue], "not json\n")
+        .expect_code(2);
+    assert!(refused.stderr.contains("line 1"), "{}", refused.stderr);
     let clips: Vec<String> = CLIPS
         .iter()
         .enumerate()
         .map(|(n, (t, p))| clip_json(t, *p, n).to_string())
         .collect();
-    s.run_with_input(&["send", &s.clips_queue], &(clips.join("\n") + "\n"))
+    s.run_with_input(&["send", &s.sqs.clips_queue], &(clips.join("\n") + "\n"))
         .expect_code(0);
     let depths = s.queue_depths();
-    assert_depth(&depths, &s.episodes_queue, EPISODES.len() as u64 + 1, 0);
-    assert_depth(&depths, &s.clips_queue, CLIPS.len() as u64, 0);
+    assert_depth(&depths, &s.sqs.episodes_queue, EPISODES.len() as u64 + 1, 0);
+    assert_depth(&depths, &s.sqs.clips_queue, CLIPS.len() as u64, 0);
 
     s.run(&["migrate"], &[]).expect_code(0);
     s.run(&["episodes", "--once"], &[]).expect_code(0);
     s.run(&["clips", "--once"], &[]).expect_code(0);
     let depths = s.queue_depths();
-    assert_depth(&depths, &s.episodes_queue, 0, 1);
-    assert_depth(&depths, &s.clips_queue, 0, 0);
+    assert_depth(&depths, &s.sqs.episodes_queue, 0, 1);
+    assert_depth(&depths, &s.sqs.clips_queue, 0, 0);
 
     let dead = s
         .run(
             &[
                 "receive",
-                &s.episodes_queue,
+                &s.sqs.episodes_queue,
                 "--dead-letters",
                 "--max",
                 "1",
@@ -410,17 +365,23 @@ fn pipeline(s: &Scenario) {
     assert_eq!(status["research_pairs"], pairs, "{status}");
     assert_eq!(status["researched_pairs"], 0, "{status}");
 
-    // 3. Work assignment. One item first, alone: the most urgent episode with its most
-    // urgent clips.
+    // 3. Work assignment: capacity is the researchers less the items waiting. One
+    // researcher and nothing waiting: one item, the most urgent episode with its most urgent
+    // clips.
     s.pending_research_at_once(1, "1");
-    let first = s.receive_work("1", "5s");
+    assert_depth(&s.queue_depths(), &s.sqs.pending_queue, 1, 0);
+    // While it waits, one researcher leaves no capacity.
+    s.pending_research_at_once(1, "1");
+    assert_depth(&s.queue_depths(), &s.sqs.pending_queue, 1, 0);
+    let first = s.receive_work("10", "1s");
     assert_eq!(first.len(), 1, "{first:?}");
     let (episode, clips) = item_pairs(&first[0]);
     assert_eq!(episode, "Episode 2: High");
     assert_eq!(clips, ["Clip B", "Clip D"]);
 
-    // Then several processes at once, whose capacity together covers the rest of the work:
-    // each believes in as many researchers as there are items left, and nothing waits.
+    // Then several processes at once, racing for the leases, whose capacity together covers
+    // the rest of the work: each believes in as many researchers as there are items in all,
+    // and nothing waits.
     let items_per_episode = CLIPS.len().div_ceil(MAX_CLIPS);
     let items = EPISODES.len() * items_per_episode;
     s.pending_research_at_once(3, &items.to_string());
@@ -460,7 +421,7 @@ fn pipeline(s: &Scenario) {
 
     // Nothing is left to lease, however many researchers there are.
     s.pending_research_at_once(1, "50");
-    assert_depth(&s.queue_depths(), &s.pending_queue, 0, 0);
+    assert_depth(&s.queue_depths(), &s.sqs.pending_queue, 0, 0);
 
     // The researcher's results, and their recording.
     let results: Vec<String> = work
@@ -469,8 +430,11 @@ fn pipeline(s: &Scenario) {
         .map(|r| r.to_string())
         .collect();
     assert_eq!(results.len() as u64, pairs);
-    s.run_with_input(&["send", &s.completed_queue], &(results.join("\n") + "\n"))
-        .expect_code(0);
+    s.run_with_input(
+        &["send", &s.sqs.completed_queue],
+        &(results.join("\n") + "\n"),
+    )
+    .expect_code(0);
     s.run(&["completed-research"], &[]).expect_code(0);
 
     // 4. What the datastore answers.
@@ -492,9 +456,9 @@ fn pipeline(s: &Scenario) {
             .collect(),
         _ => panic!("status on SQS shows the queues: {status}"),
     };
-    assert_depth(&queues, &s.episodes_queue, 0, 0);
-    assert_depth(&queues, &s.completed_queue, 0, 0);
-    assert_depth(&queues, &s.pending_queue, 0, 0);
+    assert_depth(&queues, &s.sqs.episodes_queue, 0, 0);
+    assert_depth(&queues, &s.sqs.completed_queue, 0, 0);
+    assert_depth(&queues, &s.sqs.pending_queue, 0, 0);
 
     let all: BTreeSet<_> = s
         .run(&["matches"], &[])

@@ -1,5 +1,5 @@
 //! The archivist subcommands: `episodes`, `clips`, `pending-research`, `completed-research`
-//! (each in its own process, on a shared bus) and `run` (all four in one process).
+//! (each in its own process) and `run` (all four in one process), all on a shared bus.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -316,7 +316,7 @@ pub(crate) async fn run(
     every: Duration,
 ) -> anyhow::Result<()> {
     require_researcher_count(config)?;
-    let bus = connect::run_bus(config).await?;
+    let bus = connect::shared_bus(config, "run").await?;
     let store = connect::datastore(config, &config.database_url(), &token).await?;
     let mut set = JoinSet::new();
     let pipeline = Pipeline {

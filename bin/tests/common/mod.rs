@@ -1,5 +1,6 @@
 //! Helpers of the end-to-end tests: running the built `archivist` binary in a test's own
-//! temporary working directory with a clean environment, and fresh Postgres databases.
+//! temporary working directory with a clean environment, the SQS emulator's settings with
+//! queue names of a test's own, and fresh Postgres databases.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 
 use std::path::Path;
@@ -20,6 +21,7 @@ const OUR_VARS: &[&str] = &[
     "ARCHIVIST_COMPLETED_RESEARCH_QUEUE",
     "ARCHIVIST_CONNECT_TIMEOUT",
     "ARCHIVIST_SHUTDOWN_TIMEOUT",
+    "ARCHIVIST_START_JITTER",
     "ARCHIVIST_EVERY",
     "RUST_LOG",
 ];
@@ -33,7 +35,8 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    fn from(out: Output) -> Self {
+    /// What a finished child gave.
+    pub(crate) fn from_output(out: Output) -> Self {
         Run {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -81,7 +84,7 @@ pub(crate) fn archivist(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run 
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    Run::from(out)
+    Run::from_output(out)
 }
 
 /// Runs the binary with `input` on standard input.
@@ -104,7 +107,94 @@ pub(crate) fn archivist_with_input(
         .unwrap()
         .write_all(input.as_bytes())
         .unwrap();
-    Run::from(child.wait_with_output().unwrap())
+    Run::from_output(child.wait_with_output().unwrap())
+}
+
+/// The binary's settings for the SQS emulator, with queue names no other test uses, so that
+/// tests can share one moto_server.
+pub(crate) struct SqsEnv {
+    vars: Vec<(String, String)>,
+    pub(crate) episodes_queue: String,
+    pub(crate) clips_queue: String,
+    pub(crate) pending_queue: String,
+    pub(crate) completed_queue: String,
+}
+
+impl SqsEnv {
+    /// The emulator's endpoint from ARCHIVIST_TEST_SQS_ENDPOINT; fails (never skips) without
+    /// it. The AWS region and credentials come from the environment, else moto's defaults.
+    pub(crate) fn new() -> Self {
+        let endpoint = std::env::var("ARCHIVIST_TEST_SQS_ENDPOINT").unwrap_or_else(|_| {
+            panic!(
+                "ARCHIVIST_TEST_SQS_ENDPOINT is not set: run scripts/test.sh, which starts \
+                 moto_server and exports it (with AWS_REGION and the AWS credentials)"
+            )
+        });
+        let from_env = |name: &str, default: &str| {
+            (
+                name.to_string(),
+                std::env::var(name).unwrap_or_else(|_| default.to_string()),
+            )
+        };
+        // Short enough for SQS's 80 characters with `_dead_letter` appended.
+        let tag = format!("t_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let queue = |name: &str| format!("{tag}_{name}");
+        let mut env = SqsEnv {
+            vars: vec![
+                ("ARCHIVIST_BUS".to_string(), "sqs".to_string()),
+                ("AWS_ENDPOINT_URL".to_string(), endpoint),
+                from_env("AWS_REGION", "us-east-1"),
+                from_env("AWS_ACCESS_KEY_ID", "testing"),
+                from_env("AWS_SECRET_ACCESS_KEY", "testing"),
+            ],
+            episodes_queue: queue("curated_episodes"),
+            clips_queue: queue("curated_clips"),
+            pending_queue: queue("pending_research"),
+            completed_queue: queue("completed_research"),
+        };
+        for (var, name) in [
+            ("ARCHIVIST_EPISODES_QUEUE", env.episodes_queue.clone()),
+            ("ARCHIVIST_CLIPS_QUEUE", env.clips_queue.clone()),
+            (
+                "ARCHIVIST_PENDING_RESEARCH_QUEUE",
+                env.pending_queue.clone(),
+            ),
+            (
+                "ARCHIVIST_COMPLETED_RESEARCH_QUEUE",
+                env.completed_queue.clone(),
+            ),
+        ] {
+            env.set(var, &name);
+        }
+        env
+    }
+
+    /// Sets `name` for every run with this environment.
+    pub(crate) fn set(&mut self, name: &str, value: &str) {
+        self.vars.retain(|(k, _)| k != name);
+        self.vars.push((name.to_string(), value.to_string()));
+    }
+
+    /// The four queues: episodes, clips, pending research, completed research.
+    pub(crate) fn queues(&self) -> [&str; 4] {
+        [
+            &self.episodes_queue,
+            &self.clips_queue,
+            &self.pending_queue,
+            &self.completed_queue,
+        ]
+    }
+
+    /// The variables with `extra` on top, as [`command`] and [`archivist`] take them.
+    pub(crate) fn with<'a>(&'a self, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut env: Vec<(&str, &str)> = self
+            .vars
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        env.extend_from_slice(extra);
+        env
+    }
 }
 
 /// The administrative Postgres URL tests create their databases through.
