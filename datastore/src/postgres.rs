@@ -628,7 +628,7 @@ DELETE FROM leases WHERE id = ANY($1) AND held_pairs = 0 AND expires_at <= $2";
 /// The lease and its pairs in one statement. `ON CONFLICT DO NOTHING` skips a pair whose
 /// expired lease was renewed since FREE_CLIPS ran; `held_pairs` counts what was inserted.
 /// (The foreign key from leased_pairs is checked at the end of the statement, when the lease
-/// row exists.)
+/// row exists.) `c.id = ANY($5)` lets the clips be read by primary key rather than scanned.
 const INSERT_LEASE: &str = "
 WITH p AS (
     INSERT INTO leased_pairs (episode_id, clip_id, lease_id)
@@ -643,7 +643,8 @@ WITH p AS (
 SELECT l.expires_at AS lease_expires_at, c.id, c.title, c.initial_date_curated,
        c.last_date_curated, c.curator_information, c.description, c.media_uri, c.media_type,
        c.priority
-FROM clips c JOIN p ON p.clip_id = c.id CROSS JOIN l";
+FROM clips c JOIN p ON p.clip_id = c.id CROSS JOIN l
+WHERE c.id = ANY($5)";
 
 #[derive(sqlx::FromRow)]
 struct ChosenRow {
@@ -1067,7 +1068,13 @@ impl DataStore for PgDataStore {
         retrying("migrate", Replay::Harmless, || async {
             MIGRATOR.run(&self.pool).await.map_err(|e| match e {
                 // A broken connection or a busy server is a passing failure, not a bad schema.
-                MigrateError::Execute(inner) => Failure::Before(DataStoreError::from(inner)),
+                MigrateError::Execute(inner) => match DataStoreError::from(inner) {
+                    passing if passing.is_retryable() => Failure::Before(passing),
+                    DataStoreError::Database(e) | DataStoreError::Unavailable(e) => {
+                        Failure::Before(DataStoreError::Migration(MigrateError::Execute(e)))
+                    }
+                    other => Failure::Before(other),
+                },
                 other => Failure::Before(DataStoreError::Migration(other)),
             })
         })
