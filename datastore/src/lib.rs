@@ -15,6 +15,7 @@
 //! - `postgres.rs` and `migrations/postgres/`: the Postgres adapter and its schema.
 //! - `connect.rs`: [`connect`], which picks the adapter from a `DATABASE_URL`.
 //! - `testing.rs` (feature `test-utils`): the conformance suite every adapter runs.
+//! - `testing_pg.rs` (features `test-utils` and `postgres`): a fresh Postgres database per test.
 
 mod connect;
 mod error;
