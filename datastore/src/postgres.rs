@@ -54,6 +54,25 @@ const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 const MAX_ATTEMPTS: u32 = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(25);
 
+/// Immediate retries after a connection turned out dead: at least a full pool of them.
+const DEAD_CONNECTION_RETRIES: u32 = 32;
+
+/// A pooled connection that the server ended (restart, administrator) or that broke.
+fn is_dead_connection(e: &DataStoreError) -> bool {
+    match e {
+        DataStoreError::Unavailable(sqlx::Error::Io(_)) => true,
+        DataStoreError::Database(sqlx::Error::Database(db))
+        | DataStoreError::Unavailable(sqlx::Error::Database(db)) => {
+            // admin_shutdown, crash_shutdown, connection_failure, connection_does_not_exist.
+            matches!(
+                db.code().as_deref(),
+                Some("57P01" | "57P02" | "08006" | "08003")
+            )
+        }
+        _ => false,
+    }
+}
+
 /// How often `lease_next` chooses again when the chosen episode filled up while it waited for
 /// the episode's lock. Each try sees newer data; more than a couple is very unlikely.
 const MAX_RESELECTS: usize = 16;
@@ -210,6 +229,7 @@ where
     Fut: Future<Output = Result<T, Failure>>,
 {
     let mut tries = 0;
+    let mut dead_connections = 0;
     loop {
         tries += 1;
         let (error, may_retry) = match attempt().await {
@@ -227,6 +247,16 @@ where
                 (e, r)
             }
         };
+        // After a server restart every idle connection in the pool is dead, and each fails
+        // its first statement at once (the pool does not ping before handing one out). Such a
+        // failure says nothing about the server now: try again at once, on another
+        // connection, without spending an attempt.
+        if may_retry && is_dead_connection(&error) && dead_connections < DEAD_CONNECTION_RETRIES {
+            dead_connections += 1;
+            tries -= 1;
+            tracing::debug!(op, error = %error, "retrying on another connection");
+            continue;
+        }
         if !may_retry || tries >= MAX_ATTEMPTS {
             return Err(error);
         }

@@ -156,7 +156,8 @@ async fn operations_survive_all_connections_being_killed() {
     let (store, db) = fresh_pg_store().await;
     store.upsert_episode(&episode(1)).await.unwrap();
     store.upsert_clip(&clip(1)).await.unwrap();
-    // Hold a few connections open so that several are in the pool when they are killed.
+    // Fill the pool (8), so that every connection it has is dead when the next operation runs:
+    // more dead connections than the adapter has attempts.
     let held: Vec<_> = hold_connections(&store).await;
     drop(held);
     let killer = PgDataStore::connect(&datastore::testing_pg::admin_url())
@@ -185,7 +186,7 @@ async fn operations_survive_all_connections_being_killed() {
 
 async fn hold_connections(store: &PgDataStore) -> Vec<sqlx::pool::PoolConnection<sqlx::Postgres>> {
     let mut conns = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..8 {
         conns.push(store.pool().acquire().await.unwrap());
     }
     conns
