@@ -859,6 +859,11 @@ SELECT true, id, title, date_aired FROM locked
 UNION ALL
 SELECT false, id, title, NULL::timestamptz FROM clips WHERE title = ANY($3)";
 
+/// Recording's statements look rows up by key from arrays: their plans do not depend on the
+/// values, and planning each call anew would cost a fifth of a small batch.
+const BEGIN_RECORD: &str =
+    "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_generic_plan";
+
 /// Records the batch in one statement. `ON CONFLICT DO NOTHING` makes a pair recorded once
 /// (the primary key decides, also against concurrent batches); only the rows it inserted free
 /// their leased pair and count in the episode's counters. Offsets come flattened: a result's
@@ -929,7 +934,7 @@ async fn record_results_once(
     batch: &PreparedBatch<'_>,
 ) -> Result<Vec<RecordOutcome>, Failure> {
     let results = batch.results;
-    let mut tx = pool.begin_with(BEGIN).await?;
+    let mut tx = pool.begin_with(BEGIN_RECORD).await?;
 
     let mut keys: Vec<&EpisodeKey> = batch.firsts.iter().map(|&i| &results[i].episode).collect();
     keys.sort_by(|a, b| (&a.title, a.date_aired).cmp(&(&b.title, b.date_aired)));
