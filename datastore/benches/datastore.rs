@@ -18,7 +18,11 @@
 //! Postgres: `ARCHIVIST_BENCH_PG_URL`, else `ARCHIVIST_TEST_PG_URL`, else
 //! `postgres://postgres@127.0.0.1:5432/test` (an admin URL: databases are created through it
 //! and dropped afterwards, unless `--keep`). The baseline at the large size is 100 million
-//! backlog rows; it runs only with `--baseline-large`.
+//! backlog rows; it runs only with `--baseline-large`. With `ARCHIVIST_BENCH_LOG_STATEMENTS`
+//! set, the server logs every statement of ours with its duration (to see where time goes).
+//!
+//! After loading, each Postgres database gets `VACUUM ANALYZE`, as autovacuum would soon do:
+//! planner statistics, and the visibility map that index-only scans need.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::VecDeque;
