@@ -85,6 +85,8 @@ fn spawn_leasers(
                 while let Some(l) = store.lease_next(request(max_clips, now, 60)).await.unwrap() {
                     assert!(!l.clips.is_empty() && l.clips.len() <= max_clips as usize);
                     got.push(l);
+                    // A broken selection could lease forever: fail instead of hanging.
+                    assert!(got.len() < 5_000, "lease_next never ran out of work");
                 }
                 got
             })
@@ -490,4 +492,82 @@ async fn renew_and_revoke_races_answer_consistently() {
     // Every pair is free again, exactly once.
     let (_, again) = collect_disjoint(spawn_leasers(&stores, 2, 5, t0())).await;
     assert_eq!(again.len(), 40);
+}
+
+/// Leases expire while the run goes on: each task leases with its own advancing `now` and
+/// three-minute leases, so pairs keep expiring and being taken over, while some results are
+/// recorded. Whatever the interleaving, two leases that held the same pair never overlap in
+/// time, a researched pair is not leased again, and at the end every free pair can be leased.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leases_expiring_mid_run_are_taken_over_without_overlap() {
+    let db = PgTestDb::create().await;
+    let stores = stores(&db, 2, 4).await;
+    stores[0].migrate().await.unwrap();
+    let (es, cs) = seed(&*stores[0], 6, 20).await;
+
+    let tasks: Vec<_> = (0..8usize)
+        .map(|t| {
+            let store = stores[t % 2].clone();
+            tokio::spawn(async move {
+                let mut got: Vec<(DateTime<Utc>, Lease)> = Vec::new();
+                let mut recorded = Vec::new();
+                for k in 0..30i64 {
+                    let now = t0() + Duration::minutes(k) + Duration::seconds(t as i64);
+                    let Some(l) = store.lease_next(request(5, now, 3)).await.unwrap() else {
+                        continue;
+                    };
+                    if k % 3 == 0 {
+                        let c = &l.clips[0];
+                        let r = result(l.id, &l.episode, c, &[]);
+                        if store.record_result(&r).await.unwrap() == RecordOutcome::Recorded {
+                            recorded.push((l.episode.title.clone(), c.title.clone()));
+                        }
+                    }
+                    got.push((now, l));
+                }
+                (got, recorded)
+            })
+        })
+        .collect();
+    let mut holders: HashMap<Pair, Vec<(DateTime<Utc>, DateTime<Utc>)>> = HashMap::new();
+    let mut recorded = HashSet::new();
+    let mut reclaimed = 0;
+    for t in tasks {
+        let (got, rec) = t.await.unwrap();
+        for (now, l) in got {
+            reclaimed += l.reclaimed_pairs;
+            for p in pairs(&l) {
+                holders.entry(p).or_default().push((now, l.expires_at));
+            }
+        }
+        for p in rec {
+            assert!(recorded.insert(p.clone()), "pair {p:?} recorded twice");
+        }
+    }
+    assert!(
+        reclaimed > 0,
+        "no lease was taken over: the test did not exercise expiry"
+    );
+    for (pair, mut spans) in holders {
+        spans.sort();
+        for w in spans.windows(2) {
+            assert!(
+                w[1].0 >= w[0].1,
+                "pair {pair:?} held by two leases at once: {:?} and {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+    assert_invariants(&stores[0]).await;
+
+    // Long after: every lease has expired; exactly the unresearched pairs are free.
+    let end = t0() + Duration::hours(2);
+    let (_, leased) = collect_disjoint(spawn_leasers(&stores, 2, 5, end)).await;
+    let done = researched(&stores[0]).await;
+    assert!(recorded.is_subset(&done));
+    let mut expected = all_pairs(&es, &cs);
+    expected.retain(|p| !done.contains(p));
+    assert_eq!(leased, expected);
+    assert_invariants(&stores[1]).await;
 }
