@@ -23,6 +23,8 @@ use datastore::{
 use uuid::Uuid;
 
 type Pair = (String, String);
+/// When a lease was taken and when it expires.
+type Span = (DateTime<Utc>, DateTime<Utc>);
 
 fn request(max_clips: u32, now: DateTime<Utc>, minutes: i64) -> LeaseRequest {
     LeaseRequest {
@@ -529,7 +531,7 @@ async fn leases_expiring_mid_run_are_taken_over_without_overlap() {
             })
         })
         .collect();
-    let mut holders: HashMap<Pair, Vec<(DateTime<Utc>, DateTime<Utc>)>> = HashMap::new();
+    let mut holders: HashMap<Pair, Vec<Span>> = HashMap::new();
     let mut recorded = HashSet::new();
     let mut reclaimed = 0;
     for t in tasks {
