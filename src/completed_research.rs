@@ -6,6 +6,13 @@
 //! datastore does not know, then update each lease the batch speaks of once: revoke it if any
 //! of its items says so, else renew it. Acknowledge last, so a failure anywhere before means
 //! the whole batch comes back and is redone.
+//!
+//! The bus does not keep order and several of these archivists may run at once, so a lease's
+//! revoking item can be recorded before some of its other results. Revoking
+//! ([`LeaseUpdate::Revoke`]) therefore does not free the lease's remaining pairs: they stay
+//! held until their results are recorded (the last one ends the lease) or the lease expires
+//! (work the researcher skipped), so no pair is handed out again while its result is on its
+//! way.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -147,7 +154,7 @@ async fn drain(
 }
 
 /// Renews or revokes each lease once. An unknown, expired or revoked lease is fine: the
-/// results are recorded and nothing else changes.
+/// results are recorded and nothing else changes (a renewal does not extend a revoked lease).
 async fn update_leases(
     run: &mut Run,
     store: &dyn DataStore,

@@ -84,7 +84,8 @@ pub struct Report {
     pub pairs_reclaimed: u64,
     /// Leases renewed (completed research).
     pub leases_renewed: u64,
-    /// Leases ended: by a researcher's last result, or because publishing failed.
+    /// Leases ended: revoked by a researcher's last result (the lease then ends once all its
+    /// results are in), or cancelled because publishing failed.
     pub leases_revoked: u64,
     /// Non-fatal errors dropped because the errors channel was full.
     pub errors_dropped: u64,

@@ -3,7 +3,8 @@
 //! capacity = researchers − items waiting on `pending_research` (researchers from the config,
 //! else the bus's consumer count). While capacity is positive, or once when there are neither
 //! researchers nor waiting items, lease the next work item and publish it. A lease that could
-//! not be published is revoked at once so that its pairs are free again.
+//! not be published is cancelled at once ([`LeaseUpdate::Cancel`]) so that its pairs are free
+//! again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -156,8 +157,8 @@ async fn assign(
             Err(RetryError::Cancelled(e)) => (e, true),
         };
         // A send that timed out may still have arrived; the researcher's results are then
-        // recorded all the same (a revoked lease is fine), so revoking is always safe.
-        revoke_unpublished(run, store, lease_id, &error).await;
+        // recorded all the same (an ended lease is fine), so cancelling is always safe.
+        cancel_unpublished(run, store, lease_id, &error).await;
         if matches!(error, BusError::BodyTooLarge { .. }) && clips > 1 && !cancelled {
             // Long descriptions can make a full item exceed the bus limit; one clip always
             // fits (see `messages`' length limits), so halving ends.
@@ -183,20 +184,21 @@ fn item(lease: Lease) -> PendingResearchItem {
     }
 }
 
-/// Ends a lease whose work item could not be published, so it does not hold its pairs until
-/// it expires. If even that fails, the lease expires on its own.
-async fn revoke_unpublished(run: &mut Run, store: &dyn DataStore, lease_id: Uuid, why: &BusError) {
-    tracing::warn!(%lease_id, error = %why, "could not publish the work item, revoking its lease");
+/// Ends a lease whose work item could not be published, freeing all its pairs at once (no
+/// researcher has it, so no result is on its way), rather than holding them until it expires.
+/// If even that fails, the lease expires on its own. Counted in `leases_revoked`.
+async fn cancel_unpublished(run: &mut Run, store: &dyn DataStore, lease_id: Uuid, why: &BusError) {
+    tracing::warn!(%lease_id, error = %why, "could not publish the work item, cancelling its lease");
     match run
-        .retrying("revoke", DataStoreError::is_retryable, || {
-            store.update_lease(lease_id, LeaseUpdate::Revoke)
+        .retrying("cancel lease", DataStoreError::is_retryable, || {
+            store.update_lease(lease_id, LeaseUpdate::Cancel)
         })
         .await
     {
         Ok(true) => run.report.leases_revoked += 1,
         Ok(false) => tracing::debug!(%lease_id, "lease already ended"),
         Err(RetryError::Failed(e) | RetryError::Cancelled(e)) => {
-            tracing::warn!(%lease_id, error = %e, "could not revoke the lease; it ends when it expires");
+            tracing::warn!(%lease_id, error = %e, "could not cancel the lease; it ends when it expires");
             run.errors.report(ArchivistError::DataStore(e));
         }
     }

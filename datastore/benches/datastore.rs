@@ -494,7 +494,7 @@ async fn measure_ours(
                 .expect("free work");
             s.push(ms(start.elapsed()));
             store
-                .update_lease(lease.id, LeaseUpdate::Revoke)
+                .update_lease(lease.id, LeaseUpdate::Cancel)
                 .await
                 .unwrap();
         }

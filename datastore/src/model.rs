@@ -103,8 +103,17 @@ pub enum LeaseUpdate {
         /// The new remaining duration.
         duration: chrono::Duration,
     },
-    /// End the lease now; its unresearched pairs are free again.
+    /// The researcher sent its last result for the lease: the lease ends once all its
+    /// results are in. The bus does not keep order, so results sent before the last one may
+    /// still be on their way: a lease that still holds pairs is only marked revoked and keeps
+    /// holding them (no renewal extends it any more). It goes away when its last held pair is
+    /// recorded, or its pairs come back when it expires, as any lease's do (work the researcher
+    /// skipped). A lease that holds no pairs any more is deleted at once. `true` if the lease
+    /// existed and was not revoked yet.
     Revoke,
+    /// The work item never reached a researcher (it could not be published): end the lease
+    /// now and free all its pairs at once. `true` if the lease existed.
+    Cancel,
 }
 
 /// One researched pair, as the researcher reports it.
@@ -154,9 +163,10 @@ pub struct Status {
     pub researched_pairs: u64,
     /// Pairs whose result has at least one offset.
     pub matched_pairs: u64,
-    /// Leases that are neither expired nor revoked and still hold unresearched pairs.
+    /// Leases not yet expired that still hold unresearched pairs (a revoked lease whose
+    /// results are still on their way included).
     pub active_leases: u64,
-    /// Leases past their expiry that were neither revoked nor fully taken over yet.
+    /// Leases past their expiry that were neither emptied nor fully taken over yet.
     pub expired_leases: u64,
     /// Pairs under an active lease.
     pub leased_pairs: u64,

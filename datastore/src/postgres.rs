@@ -15,6 +15,10 @@
 //!   two leases; the primary key of `research_results` makes recording idempotent.
 //! - Row locks are taken in one order everywhere: episodes, then leased_pairs, then leases.
 //!   A deadlock that slips through anyway is retried like any passing failure.
+//! - A revoked lease (`leases.revoked`: its researcher's last result arrived, others may still
+//!   be on their way) keeps its pairs. Revoking and recording meet on the lease's row lock:
+//!   whichever comes second sees the other's write, so the one that leaves the lease revoked
+//!   and empty deletes it.
 //!
 //! Passing failures (a restarted Postgres, a pool timeout, a deadlock) are retried here, a few
 //! times with backoff, when the transaction surely did not commit or when running it twice
@@ -804,23 +808,50 @@ async fn update_lease_once(
                 DataStoreError::Invalid(format!("lease duration {duration} is too long"))
             })?;
             // One statement, so its own transaction. Conditional: an expired lease stays
-            // expired (its pairs may already be another lease's). The row lock makes it atomic
-            // with a concurrent takeover's decrement of held_pairs.
-            let renewed =
-                sqlx::query("UPDATE leases SET expires_at = $2 WHERE id = $1 AND expires_at > $3")
-                    .bind(lease_id)
-                    .bind(expires_at)
-                    .bind(now)
-                    .execute(pool)
-                    .await?
-                    .rows_affected()
-                    > 0;
+            // expired (its pairs may already be another lease's), and a revoked one is not
+            // extended (what it still holds comes back when it expires). The row lock makes it
+            // atomic with a concurrent takeover's decrement of held_pairs and with a revoke.
+            let renewed = sqlx::query(
+                "UPDATE leases SET expires_at = $2
+                 WHERE id = $1 AND expires_at > $3 AND NOT revoked",
+            )
+            .bind(lease_id)
+            .bind(expires_at)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+                > 0;
             Ok(renewed)
         }
         LeaseUpdate::Revoke => {
             let mut tx = pool.begin_with(BEGIN).await?;
+            // Only the lease row is locked (no pairs are touched while it holds any), so the
+            // lock order holds. If recording is removing this lease's pairs meanwhile, it holds
+            // the row lock until it commits; READ COMMITTED then re-reads the row and RETURNING
+            // gives the held_pairs it left. Recording that comes after sees `revoked` (it waits
+            // for this row lock) and deletes the lease with its last pair itself.
+            let held: Option<i32> = sqlx::query_scalar(
+                "UPDATE leases SET revoked = true WHERE id = $1 AND NOT revoked
+                 RETURNING held_pairs",
+            )
+            .bind(lease_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if held == Some(0) {
+                // Every result is in. With no pairs left the cascade has nothing to lock.
+                sqlx::query("DELETE FROM leases WHERE id = $1")
+                    .bind(lease_id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            commit(tx).await?;
+            Ok(held.is_some())
+        }
+        LeaseUpdate::Cancel => {
+            let mut tx = pool.begin_with(BEGIN).await?;
             // Pairs first, in key order, then the lease: the order recording and takeover
-            // lock them in, so revoking does not deadlock with them.
+            // lock them in, so cancelling does not deadlock with them.
             sqlx::query(
                 "DELETE FROM leased_pairs WHERE (episode_id, clip_id) IN (
                      SELECT episode_id, clip_id FROM leased_pairs WHERE lease_id = $1
@@ -829,14 +860,14 @@ async fn update_lease_once(
             .bind(lease_id)
             .execute(&mut *tx)
             .await?;
-            let revoked = sqlx::query("DELETE FROM leases WHERE id = $1")
+            let cancelled = sqlx::query("DELETE FROM leases WHERE id = $1")
                 .bind(lease_id)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected()
                 > 0;
             commit(tx).await?;
-            Ok(revoked)
+            Ok(cancelled)
         }
     }
 }
@@ -891,6 +922,7 @@ WITH input AS (
     UPDATE leases l SET held_pairs = l.held_pairs - f.n
     FROM (SELECT lease_id, count(*)::int4 AS n FROM freed GROUP BY lease_id) AS f
     WHERE l.id = f.lease_id
+    RETURNING l.id, l.held_pairs, l.revoked
 ), episodes_done AS (
     UPDATE episodes e
     SET researched_count = e.researched_count + s.n, matched_count = e.matched_count + s.m
@@ -898,7 +930,17 @@ WITH input AS (
           FROM ins GROUP BY episode_id) AS s
     WHERE e.id = s.episode_id
 )
-SELECT episode_id, clip_id FROM ins";
+SELECT episode_id, clip_id, NULL::uuid FROM ins
+UNION ALL
+SELECT NULL, NULL, id FROM leases_done WHERE revoked AND held_pairs = 0";
+
+/// Revoked leases whose last held pair the batch recorded: all their results are in, so they
+/// end. RECORD's UPDATE still holds their row locks (and RETURNING gave the row as it left
+/// it: a revoke that committed first is seen, a revoke that comes after waits for this
+/// transaction and then deletes the emptied lease itself), so nothing changed them since; a
+/// statement of its own because one statement cannot update and delete the same row. They
+/// hold no pairs, so the cascade has nothing to lock.
+const DROP_ENDED: &str = "DELETE FROM leases WHERE id = ANY($1) AND revoked AND held_pairs = 0";
 
 /// What record_results needs of a batch, prepared once (outside any retry).
 struct PreparedBatch<'a> {
@@ -1024,7 +1066,7 @@ async fn record_results_once(
             c.9.push(len);
             c.10.extend_from_slice(&r.clip_offsets_ns);
         }
-        let recorded: Vec<(i64, i64)> = sqlx::query_as(RECORD)
+        let recorded: Vec<(Option<i64>, Option<i64>, Option<Uuid>)> = sqlx::query_as(RECORD)
             .bind(&c.0)
             .bind(&c.1)
             .bind(&c.2)
@@ -1038,7 +1080,22 @@ async fn record_results_once(
             .bind(&c.10)
             .fetch_all(&mut *tx)
             .await?;
-        inserted.extend(recorded);
+        let mut ended = Vec::new();
+        for row in recorded {
+            match row {
+                (Some(e), Some(c), _) => {
+                    inserted.insert((e, c));
+                }
+                (_, _, Some(lease)) => ended.push(lease),
+                _ => {}
+            }
+        }
+        if !ended.is_empty() {
+            sqlx::query(DROP_ENDED)
+                .bind(&ended)
+                .execute(&mut *tx)
+                .await?;
+        }
     }
     commit(tx).await?;
 
@@ -1171,8 +1228,8 @@ impl DataStore for PgDataStore {
     async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> Result<bool> {
         let replay = match update {
             LeaseUpdate::Renew { .. } => Replay::Harmless,
-            // A replayed revoke would answer false for a lease this call did end.
-            LeaseUpdate::Revoke => Replay::Unsafe,
+            // A replayed revoke or cancel would answer false for a lease this call did end.
+            LeaseUpdate::Revoke | LeaseUpdate::Cancel => Replay::Unsafe,
         };
         retrying("update_lease", replay, || {
             update_lease_once(&self.pool, lease_id, update)

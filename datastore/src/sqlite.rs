@@ -391,31 +391,60 @@ impl DataStore for SqliteDataStore {
     }
 
     async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> Result<bool> {
-        // Single statements: each is its own transaction and reads nothing first.
-        let _turn = self.writer.lock().await;
-        let changed = match update {
+        match update {
             LeaseUpdate::Renew { now, duration } => {
                 let expires_at = now.checked_add_signed(duration).ok_or_else(|| {
                     DataStoreError::Invalid(format!(
                         "lease duration {duration} from {now} is out of range"
                     ))
                 })?;
-                sqlx::query("UPDATE leases SET expires_at = ?2 WHERE id = ?1 AND expires_at > ?3")
-                    .bind(lease_id)
-                    .bind(micros(expires_at))
-                    .bind(micros(now))
-                    .execute(&self.pool)
-                    .await?
-                    .rows_affected()
-            }
-            // Its leased_pairs rows go with it (ON DELETE CASCADE).
-            LeaseUpdate::Revoke => sqlx::query("DELETE FROM leases WHERE id = ?1")
+                // One statement: its own transaction, and it reads nothing first. A revoked
+                // lease is not extended: its remaining pairs come back when it expires.
+                let _turn = self.writer.lock().await;
+                let renewed = sqlx::query(
+                    "UPDATE leases SET expires_at = ?2 \
+                     WHERE id = ?1 AND expires_at > ?3 AND revoked = 0",
+                )
                 .bind(lease_id)
+                .bind(micros(expires_at))
+                .bind(micros(now))
                 .execute(&self.pool)
                 .await?
-                .rows_affected(),
-        };
-        Ok(changed > 0)
+                .rows_affected();
+                Ok(renewed > 0)
+            }
+            LeaseUpdate::Revoke => {
+                // Reads what the mark left (held_pairs) before deciding to delete: one write
+                // transaction, so no recording can come between.
+                let (mut tx, _turn) = self.begin_immediate().await?;
+                let held: Option<i64> = sqlx::query_scalar(
+                    "UPDATE leases SET revoked = 1 WHERE id = ?1 AND revoked = 0 \
+                     RETURNING held_pairs",
+                )
+                .bind(lease_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if held == Some(0) {
+                    // Every result is in: nothing is left to wait for.
+                    sqlx::query("DELETE FROM leases WHERE id = ?1")
+                        .bind(lease_id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(held.is_some())
+            }
+            LeaseUpdate::Cancel => {
+                // One statement; its leased_pairs rows go with it (ON DELETE CASCADE).
+                let _turn = self.writer.lock().await;
+                let cancelled = sqlx::query("DELETE FROM leases WHERE id = ?1")
+                    .bind(lease_id)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected();
+                Ok(cancelled > 0)
+            }
+        }
     }
 
     async fn record_results(&self, results: &[ResearchResult]) -> Result<Vec<RecordOutcome>> {
@@ -559,6 +588,7 @@ impl DataStore for SqliteDataStore {
         .bind(json_string(&recorded_pairs)?)
         .fetch_all(&mut *tx)
         .await?;
+        // A revoked lease that lost its last pair here has all its results in: it ends.
         release_pairs(&mut tx, &owners, None).await?;
         tx.commit().await?;
         tracing::debug!(
@@ -638,9 +668,10 @@ impl DataStore for SqliteDataStore {
     }
 }
 
-/// Removes `owners` (one entry per pair a lease lost) from their leases' `held_pairs`. With
-/// `expired_at`, deletes those leases that expired by then and now hold nothing: they were
-/// taken over entirely.
+/// Removes `owners` (one entry per pair a lease lost) from their leases' `held_pairs`, then
+/// deletes those of them left holding nothing that are revoked (all their results are in) or,
+/// with `expired_at`, that expired by then (they were taken over entirely). An unrevoked lease
+/// emptied by recording stays until it expires: its researcher may still renew or revoke it.
 async fn release_pairs(
     tx: &mut Transaction<'static, Sqlite>,
     owners: &[Uuid],
@@ -656,13 +687,15 @@ async fn release_pairs(
             .bind(n)
             .execute(&mut **tx)
             .await?;
-        if let Some(now) = expired_at {
-            sqlx::query("DELETE FROM leases WHERE id = ?1 AND held_pairs = 0 AND expires_at <= ?2")
-                .bind(lease_id)
-                .bind(now)
-                .execute(&mut **tx)
-                .await?;
-        }
+        sqlx::query(
+            "DELETE FROM leases \
+             WHERE id = ?1 AND held_pairs = 0 AND (revoked = 1 OR expires_at <= ?2)",
+        )
+        .bind(lease_id)
+        // Without a time, no lease counts as expired here.
+        .bind(expired_at.unwrap_or(i64::MIN))
+        .execute(&mut **tx)
+        .await?;
     }
     Ok(())
 }

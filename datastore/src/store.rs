@@ -36,13 +36,22 @@ pub trait DataStore: Send + Sync {
     /// is no free pair. Any number of concurrent callers never lease the same pair twice.
     async fn lease_next(&self, request: LeaseRequest) -> Result<Option<Lease>>;
 
-    /// Renews or revokes a lease. Returns `false`, changing nothing, when the lease is
-    /// unknown, expired at the time given, or already revoked.
+    /// Renews, revokes or cancels a lease (see [`LeaseUpdate`]). Returns `false`, changing
+    /// nothing, when the lease is unknown or ended, when a renewal finds it expired at the
+    /// time given or revoked, or when a revocation finds it revoked already.
+    ///
+    /// - [`LeaseUpdate::Renew`]: extends an unexpired, unrevoked lease.
+    /// - [`LeaseUpdate::Revoke`]: deletes the lease if it holds no pairs any more; else marks
+    ///   it revoked and it keeps its pairs: [`record_results`](Self::record_results) deletes it
+    ///   with its last held pair, or its pairs come back when it expires.
+    /// - [`LeaseUpdate::Cancel`]: deletes the lease and frees all its pairs at once, revoked
+    ///   or not.
     async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> Result<bool>;
 
     /// Records results, idempotently: one outcome per result, in order. A pair already
     /// recorded is a [`RecordOutcome::Duplicate`] and changes nothing. A recorded pair is no
-    /// longer held by any lease.
+    /// longer held by any lease; a revoked lease that so loses its last pair is deleted in the
+    /// same transaction.
     async fn record_results(&self, results: &[ResearchResult]) -> Result<Vec<RecordOutcome>>;
 
     /// The counts behind `archivist status`, with leases judged at `now`.

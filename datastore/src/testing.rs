@@ -64,7 +64,11 @@ macro_rules! datastore_conformance_tests {
             leases_never_overlap,
             expired_lease_frees_pairs,
             renew_lease,
-            revoke_frees_unresearched_pairs,
+            revoke_before_the_other_results_keeps_their_pairs_held,
+            revoked_lease_is_not_renewed_or_revoked_again,
+            revoke_with_every_result_in_ends_the_lease_at_once,
+            skipped_pairs_of_a_revoked_lease_come_back_after_expiry,
+            cancel_frees_every_pair_at_once,
             record_results_is_idempotent,
             record_results_unknown_pairs,
             recorded_pairs_leave_their_lease,
@@ -605,7 +609,7 @@ pub mod cases {
         );
     }
 
-    /// Renewing extends an active lease; an expired, unknown or revoked lease is not renewed.
+    /// Renewing extends an active lease; an expired, unknown or cancelled lease is not renewed.
     pub async fn renew_lease(store: Arc<dyn DataStore>) {
         seed(&*store, 1, 2).await;
         let l = lease(&*store, 5, t0()).await.unwrap();
@@ -631,21 +635,20 @@ pub mod cases {
             .update_lease(Uuid::new_v4(), renew(t0(), 1))
             .await
             .unwrap());
-        assert!(!store
-            .update_lease(Uuid::new_v4(), LeaseUpdate::Revoke)
-            .await
-            .unwrap());
+        for update in [LeaseUpdate::Revoke, LeaseUpdate::Cancel] {
+            assert!(!store.update_lease(Uuid::new_v4(), update).await.unwrap());
+        }
 
-        // Revoked: not renewed, not revoked twice.
+        // Cancelled: gone, so not renewed and not cancelled twice.
         let other = lease(&*store, 5, late).await.unwrap();
         assert_eq!(other.reclaimed_pairs, 2);
         assert!(store
-            .update_lease(other.id, LeaseUpdate::Revoke)
+            .update_lease(other.id, LeaseUpdate::Cancel)
             .await
             .unwrap());
         assert!(!store.update_lease(other.id, renew(late, 1)).await.unwrap());
         assert!(!store
-            .update_lease(other.id, LeaseUpdate::Revoke)
+            .update_lease(other.id, LeaseUpdate::Cancel)
             .await
             .unwrap());
         let status = store.status(late).await.unwrap();
@@ -659,9 +662,138 @@ pub mod cases {
         );
     }
 
-    /// Revoking a lease frees its unresearched pairs at once.
-    pub async fn revoke_frees_unresearched_pairs(store: Arc<dyn DataStore>) {
-        let (es, cs) = seed(&*store, 1, 3).await;
+    /// The revoking result can be recorded before the lease's other results (the bus does not
+    /// keep order): the lease then keeps the pairs whose results are still on their way, so
+    /// they are not leased again; each late result is recorded, and the last one ends the
+    /// lease (whichever lease id it names).
+    pub async fn revoke_before_the_other_results_keeps_their_pairs_held(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 1, 4).await;
+        let l = lease(&*store, 3, t0()).await.unwrap();
+        assert_eq!(l.clips.len(), 3);
+        // The researcher's last result arrives first, with the revoke.
+        let outcome = store
+            .record_result(&result(l.id, &es[0], &l.clips[2], &[]))
+            .await
+            .unwrap();
+        assert_eq!(outcome, RecordOutcome::Recorded);
+        assert!(store.update_lease(l.id, LeaseUpdate::Revoke).await.unwrap());
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!((status.active_leases, status.leased_pairs), (1, 2));
+
+        // Work assignment meanwhile gets only the pair no lease holds.
+        let rest = lease(&*store, 10, t0()).await.unwrap();
+        assert_eq!(rest.reclaimed_pairs, 0);
+        assert_eq!(titles(&rest), vec![cs[0].title.clone()]);
+        assert!(lease(&*store, 10, t0() + Duration::minutes(30))
+            .await
+            .is_none());
+
+        // The late results: the first leaves the lease holding one pair.
+        let outcome = store
+            .record_result(&result(l.id, &es[0], &l.clips[0], &[5]))
+            .await
+            .unwrap();
+        assert_eq!(outcome, RecordOutcome::Recorded);
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!((status.active_leases, status.leased_pairs), (2, 2));
+        assert!(lease(&*store, 10, t0()).await.is_none());
+        // The last (under another lease id) leaves it empty: it ends.
+        let outcome = store
+            .record_result(&result(Uuid::new_v4(), &es[0], &l.clips[1], &[]))
+            .await
+            .unwrap();
+        assert_eq!(outcome, RecordOutcome::Recorded);
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!(
+            (
+                status.researched_pairs,
+                status.active_leases,
+                status.leased_pairs
+            ),
+            (3, 1, 1)
+        );
+        // Gone, not left behind to expire: after expiry only `rest` is counted.
+        let later = t0() + Duration::hours(2);
+        assert_eq!(store.status(later).await.unwrap().expired_leases, 1);
+        for update in [LeaseUpdate::Revoke, LeaseUpdate::Cancel] {
+            assert!(!store.update_lease(l.id, update).await.unwrap());
+        }
+        // After expiry only `rest`'s pair comes back.
+        let again = lease(&*store, 10, later).await.unwrap();
+        assert_eq!(again.reclaimed_pairs, 1);
+        assert_eq!(titles(&again), titles(&rest));
+        assert!(lease(&*store, 10, later).await.is_none());
+    }
+
+    /// A revoked lease is not extended by a renewal (which answers false) and not revoked a
+    /// second time; it expires when it was due.
+    pub async fn revoked_lease_is_not_renewed_or_revoked_again(store: Arc<dyn DataStore>) {
+        seed(&*store, 1, 2).await;
+        let l = lease(&*store, 5, t0()).await.unwrap();
+        assert!(store.update_lease(l.id, LeaseUpdate::Revoke).await.unwrap());
+        let renew = LeaseUpdate::Renew {
+            now: t0() + Duration::minutes(30),
+            duration: Duration::hours(5),
+        };
+        assert!(!store.update_lease(l.id, renew).await.unwrap());
+        assert!(!store.update_lease(l.id, LeaseUpdate::Revoke).await.unwrap());
+
+        // Still due at t0+1h: held just before, expired at it.
+        let status = store.status(t0() + Duration::minutes(59)).await.unwrap();
+        assert_eq!((status.active_leases, status.leased_pairs), (1, 2));
+        let status = store.status(l.expires_at).await.unwrap();
+        assert_eq!(
+            (
+                status.active_leases,
+                status.expired_leases,
+                status.leased_pairs
+            ),
+            (0, 1, 0)
+        );
+        let again = lease(&*store, 5, l.expires_at).await.unwrap();
+        assert_eq!(again.reclaimed_pairs, 2);
+        assert_eq!(titles(&again), titles(&l));
+    }
+
+    /// Revoking a lease whose results are all recorded deletes it at once.
+    pub async fn revoke_with_every_result_in_ends_the_lease_at_once(store: Arc<dyn DataStore>) {
+        let (es, _) = seed(&*store, 1, 3).await;
+        let l = lease(&*store, 5, t0()).await.unwrap();
+        let results: Vec<_> = l
+            .clips
+            .iter()
+            .map(|c| result(l.id, &es[0], c, &[]))
+            .collect();
+        let outcomes = store.record_results(&results).await.unwrap();
+        assert_eq!(outcomes, vec![RecordOutcome::Recorded; 3]);
+        assert!(store.update_lease(l.id, LeaseUpdate::Revoke).await.unwrap());
+        // Gone: not even an expired lease later, and nothing answers for it.
+        let status = store.status(t0() + Duration::days(1)).await.unwrap();
+        assert_eq!(
+            (
+                status.researched_pairs,
+                status.active_leases,
+                status.expired_leases,
+                status.leased_pairs
+            ),
+            (3, 0, 0, 0)
+        );
+        let renew = LeaseUpdate::Renew {
+            now: t0(),
+            duration: Duration::hours(1),
+        };
+        for update in [LeaseUpdate::Revoke, renew, LeaseUpdate::Cancel] {
+            assert!(!store.update_lease(l.id, update).await.unwrap());
+        }
+        assert!(lease(&*store, 5, t0() + Duration::days(1)).await.is_none());
+    }
+
+    /// Pairs of a revoked lease whose results never come (the researcher skipped them) come
+    /// back when the lease expires, as any expired lease's do, and the lease is then gone.
+    pub async fn skipped_pairs_of_a_revoked_lease_come_back_after_expiry(
+        store: Arc<dyn DataStore>,
+    ) {
+        let (es, _) = seed(&*store, 1, 3).await;
         let l = lease(&*store, 5, t0()).await.unwrap();
         let outcome = store
             .record_result(&result(l.id, &es[0], &l.clips[0], &[]))
@@ -669,6 +801,40 @@ pub mod cases {
             .unwrap();
         assert_eq!(outcome, RecordOutcome::Recorded);
         assert!(store.update_lease(l.id, LeaseUpdate::Revoke).await.unwrap());
+        assert!(lease(&*store, 5, t0() + Duration::minutes(30))
+            .await
+            .is_none());
+
+        let expiry = l.expires_at;
+        let again = lease(&*store, 5, expiry).await.unwrap();
+        assert_eq!(again.reclaimed_pairs, 2);
+        assert_eq!(titles(&again), titles(&l)[1..].to_vec());
+        // Taken over entirely: the revoked lease is gone.
+        let status = store.status(expiry).await.unwrap();
+        assert_eq!(
+            (
+                status.active_leases,
+                status.expired_leases,
+                status.leased_pairs
+            ),
+            (1, 0, 2)
+        );
+        assert!(!store.update_lease(l.id, LeaseUpdate::Cancel).await.unwrap());
+    }
+
+    /// Cancelling a lease (its work item never reached a researcher) frees every pair it holds
+    /// at once, revoked or not.
+    pub async fn cancel_frees_every_pair_at_once(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 1, 5).await;
+        let l = lease(&*store, 3, t0()).await.unwrap();
+        let outcome = store
+            .record_result(&result(l.id, &es[0], &l.clips[0], &[]))
+            .await
+            .unwrap();
+        assert_eq!(outcome, RecordOutcome::Recorded);
+        assert!(store.update_lease(l.id, LeaseUpdate::Cancel).await.unwrap());
+        assert!(!store.update_lease(l.id, LeaseUpdate::Cancel).await.unwrap());
+        assert!(!store.update_lease(l.id, LeaseUpdate::Revoke).await.unwrap());
         let status = store.status(t0()).await.unwrap();
         assert_eq!(
             (
@@ -680,8 +846,22 @@ pub mod cases {
         );
         let again = lease(&*store, 5, t0()).await.unwrap();
         assert_eq!(again.reclaimed_pairs, 0);
-        assert_eq!(titles(&again), titles(&l)[1..].to_vec());
         assert_eq!(again.clips.len(), cs.len() - 1);
+        assert_eq!(titles(&again)[..2], titles(&l)[1..]);
+
+        // A revoked lease still holding pairs is cancelled just the same.
+        assert!(store
+            .update_lease(again.id, LeaseUpdate::Revoke)
+            .await
+            .unwrap());
+        assert!(store
+            .update_lease(again.id, LeaseUpdate::Cancel)
+            .await
+            .unwrap());
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!((status.active_leases, status.leased_pairs), (0, 0));
+        let last = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(titles(&last), titles(&again));
     }
 
     /// Recording is idempotent: a pair already recorded (before or earlier in the same batch)

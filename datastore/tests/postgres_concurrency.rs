@@ -4,8 +4,11 @@
 //! directly in the tables:
 //! - no pair is ever leased twice while unexpired, and no free pair is skipped;
 //! - a pair recorded many times at once is recorded exactly once, counters exact;
-//! - expired leases are taken over; renewals and revocations racing with takeover keep the
-//!   schema's invariant (a researched pair is never leased, `held_pairs` is exact).
+//! - expired leases are taken over; renewals, revocations and cancellations racing with
+//!   takeover keep the schema's invariant (a researched pair is never leased, `held_pairs` is
+//!   exact);
+//! - a revoked lease keeps the pairs whose results are still on their way, and goes away
+//!   exactly when its last held pair is recorded, however revoking and recording interleave.
 //!
 //! Time is passed in (`now`), so expiry is decided by the test, not by a clock.
 #![cfg(all(feature = "postgres", feature = "test-utils"))]
@@ -130,6 +133,15 @@ async fn assert_invariants(store: &PgDataStore) {
     assert_eq!(
         wrong_counts, 0,
         "episode counters disagree with research_results"
+    );
+    let ended_but_kept: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM leases WHERE revoked AND held_pairs = 0")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        ended_but_kept, 0,
+        "a revoked lease with every result in was kept"
     );
 }
 
@@ -343,9 +355,10 @@ async fn duplicates_recorded_concurrently_are_recorded_exactly_once() {
 /// Phase 1 leases everything at t0 for 10 minutes. Phase 2 runs at once: leasers at t0+11m
 /// (every phase-1 lease has expired for them, so they take pairs over), recorders finishing
 /// some phase-1 pairs, renewers extending some phase-1 leases with an earlier `now` (t0+5m,
-/// when those leases were still active: they then last until t0+15m), and revokers ending
-/// others. Whatever order these land in, the final state must be: every pair either researched
-/// or held by exactly one lease unexpired at t0+11m, nothing held twice, counters exact.
+/// when those leases were still active: they then last until t0+15m), and revokers and
+/// cancellers ending others. Whatever order these land in, the final state must be: every pair
+/// either researched or held by exactly one lease unexpired at t0+11m, nothing held twice,
+/// counters exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn takeover_of_expired_leases_races_with_renew_revoke_and_recording() {
     let db = PgTestDb::create().await;
@@ -380,17 +393,17 @@ async fn takeover_of_expired_leases_races_with_renew_revoke_and_recording() {
             Vec::new()
         }));
     }
-    // Renewers (with the earlier now) and revokers.
+    // Renewers (with the earlier now), revokers and cancellers.
     for (i, l) in phase1.iter().enumerate().filter(|(i, _)| i % 3 != 0) {
         let store = stores[(i + 1) % stores.len()].clone();
         let id = l.id;
-        let update = if i % 3 == 1 {
-            LeaseUpdate::Renew {
+        let update = match i % 6 {
+            1 | 4 => LeaseUpdate::Renew {
                 now: t0() + Duration::minutes(5),
                 duration: Duration::minutes(10),
-            }
-        } else {
-            LeaseUpdate::Revoke
+            },
+            2 => LeaseUpdate::Revoke,
+            _ => LeaseUpdate::Cancel,
         };
         handles.push(tokio::spawn(async move {
             store.update_lease(id, update).await.unwrap();
@@ -398,7 +411,7 @@ async fn takeover_of_expired_leases_races_with_renew_revoke_and_recording() {
         }));
     }
     let (_, _) = collect_disjoint(handles).await;
-    // Leasers may have finished before some revocations freed pairs: finish the run.
+    // Leasers may have finished before some cancellations freed pairs: finish the run.
     let (_, _) = collect_disjoint(spawn_leasers(&stores, 1, 6, later)).await;
 
     assert_invariants(&stores[0]).await;
@@ -430,9 +443,11 @@ async fn takeover_of_expired_leases_races_with_renew_revoke_and_recording() {
 }
 
 /// Renewals and revocations of the same leases from many tasks at once: each revoke answers
-/// true exactly once per lease; a renewal after a revocation answers false; the counters hold.
+/// true exactly once per lease; a renewal after a revocation answers false. Revoked leases
+/// whose results never come keep their pairs until they expire. Then cancellations racing
+/// with revocations: each cancel answers true exactly once, and every pair is free at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn renew_and_revoke_races_answer_consistently() {
+async fn renew_revoke_and_cancel_races_answer_consistently() {
     let db = PgTestDb::create().await;
     let stores = stores(&db, 2, 4).await;
     stores[0].migrate().await.unwrap();
@@ -440,37 +455,38 @@ async fn renew_and_revoke_races_answer_consistently() {
     let (leases, _) = collect_disjoint(spawn_leasers(&stores, 1, 5, t0())).await;
     let ids: Vec<Uuid> = leases.iter().map(|l| l.id).collect();
 
-    let tasks: Vec<_> = (0..8usize)
-        .map(|t| {
-            let store = stores[t % 2].clone();
-            let ids = ids.clone();
-            tokio::spawn(async move {
-                let mut revoked = Vec::new();
-                for id in ids {
-                    if t % 2 == 0 {
-                        if store.update_lease(id, LeaseUpdate::Revoke).await.unwrap() {
-                            revoked.push(id);
+    // Each task goes through every lease; even tasks revoke, odd ones renew, and `ending`
+    // picks what an ending task does. Returns the leases it ended (answered true for).
+    let race = |ending: fn(usize) -> LeaseUpdate| {
+        (0..8usize)
+            .map(|t| {
+                let store = stores[t % 2].clone();
+                let ids = ids.clone();
+                tokio::spawn(async move {
+                    let mut ended = Vec::new();
+                    for id in ids {
+                        let update = if t % 2 == 0 {
+                            ending(t)
+                        } else {
+                            LeaseUpdate::Renew {
+                                now: t0() + Duration::minutes(1),
+                                duration: Duration::minutes(30),
+                            }
+                        };
+                        let answered = store.update_lease(id, update).await.unwrap();
+                        if answered && t % 2 == 0 {
+                            ended.push((id, update));
                         }
-                    } else {
-                        store
-                            .update_lease(
-                                id,
-                                LeaseUpdate::Renew {
-                                    now: t0() + Duration::minutes(1),
-                                    duration: Duration::minutes(30),
-                                },
-                            )
-                            .await
-                            .unwrap();
                     }
-                }
-                revoked
+                    ended
+                })
             })
-        })
-        .collect();
+            .collect::<Vec<_>>()
+    };
+
     let mut revoked = HashSet::new();
-    for t in tasks {
-        for id in t.await.unwrap() {
+    for t in race(|_| LeaseUpdate::Revoke) {
+        for (id, _) in t.await.unwrap() {
             assert!(revoked.insert(id), "lease {id} revoked twice");
         }
     }
@@ -488,12 +504,145 @@ async fn renew_and_revoke_races_answer_consistently() {
             .unwrap();
         assert!(!renewed, "a revoked lease was renewed");
     }
+    // No result came: the revoked leases still hold every pair.
+    let status = stores[1].status(t0()).await.unwrap();
+    assert_eq!(
+        (status.active_leases, status.leased_pairs),
+        (ids.len() as u64, 40)
+    );
+    assert!(stores[0]
+        .lease_next(request(5, t0(), 60))
+        .await
+        .unwrap()
+        .is_none());
+    assert_invariants(&stores[0]).await;
+
+    // Cancellers (tasks 0 and 4) race with revokers (tasks 2 and 6) and renewers.
+    let mut cancelled = HashSet::new();
+    let ending = |t: usize| {
+        if t % 4 == 0 {
+            LeaseUpdate::Cancel
+        } else {
+            LeaseUpdate::Revoke
+        }
+    };
+    for t in race(ending) {
+        for (id, update) in t.await.unwrap() {
+            assert_eq!(update, LeaseUpdate::Cancel, "lease {id} revoked twice");
+            assert!(cancelled.insert(id), "lease {id} cancelled twice");
+        }
+    }
+    assert_eq!(cancelled.len(), ids.len());
     let status = stores[1].status(t0()).await.unwrap();
     assert_eq!((status.active_leases, status.leased_pairs), (0, 0));
     assert_invariants(&stores[0]).await;
     // Every pair is free again, exactly once.
     let (_, again) = collect_disjoint(spawn_leasers(&stores, 2, 5, t0())).await;
     assert_eq!(again.len(), 40);
+}
+
+/// A researcher's results arrive out of order across many recorders, its revoke among them.
+/// Per lease (by index mod 4): 0, 1: the revoke and each result race in tasks of their own,
+/// on several pools (1: the researcher skipped the last clip); 2: the revoke comes after every
+/// result; 3: before them. Leases whose every result came are gone at the end, however
+/// revoking and recording interleaved; leases with a skipped result keep exactly that pair
+/// (not leased again until they expire, then free). Nothing is recorded twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn revoke_racing_with_late_results_ends_each_lease_with_its_last_pair() {
+    enum Job {
+        Record(datastore::ResearchResult),
+        Revoke(Uuid),
+    }
+    let db = PgTestDb::create().await;
+    let stores = stores(&db, 3, 4).await;
+    stores[0].migrate().await.unwrap();
+    let (es, cs) = seed(&*stores[0], 8, 10).await;
+    let (leases, leased) = collect_disjoint(spawn_leasers(&stores, 1, 5, t0())).await;
+    assert_eq!(leased, all_pairs(&es, &cs));
+
+    let mut skipped = HashSet::new();
+    let mut complete = Vec::new();
+    // Each task runs its jobs in order and returns the pairs it recorded.
+    let mut tasks: Vec<Vec<Job>> = Vec::new();
+    for (i, l) in leases.iter().enumerate() {
+        let mut keep = l.clips.len();
+        if i % 4 == 1 {
+            keep -= 1;
+            skipped.insert((l.episode.title.clone(), l.clips[keep].title.clone()));
+        } else {
+            complete.push(l.id);
+        }
+        let records = l.clips[..keep]
+            .iter()
+            .map(|c| Job::Record(result(l.id, &l.episode, c, &[])));
+        match i % 4 {
+            0 | 1 => {
+                tasks.extend(records.map(|j| vec![j]));
+                // Spawned among the results.
+                let at = tasks.len() - i % (keep + 1);
+                tasks.insert(at, vec![Job::Revoke(l.id)]);
+            }
+            2 => tasks.push(records.chain([Job::Revoke(l.id)]).collect()),
+            _ => tasks.push([Job::Revoke(l.id)].into_iter().chain(records).collect()),
+        }
+    }
+    let handles: Vec<_> = tasks
+        .into_iter()
+        .enumerate()
+        .map(|(k, jobs)| {
+            let store = stores[k % stores.len()].clone();
+            tokio::spawn(async move {
+                let mut recorded = Vec::new();
+                for job in jobs {
+                    match job {
+                        Job::Revoke(id) => assert!(
+                            store.update_lease(id, LeaseUpdate::Revoke).await.unwrap(),
+                            "lease {id} was gone before its revoke"
+                        ),
+                        Job::Record(r) => {
+                            let outcome = store.record_result(&r).await.unwrap();
+                            assert_eq!(outcome, RecordOutcome::Recorded);
+                            recorded.push((r.episode.title.clone(), r.clip_title.clone()));
+                        }
+                    }
+                }
+                recorded
+            })
+        })
+        .collect();
+    let mut recorded = HashSet::new();
+    for h in handles {
+        for p in h.await.unwrap() {
+            assert!(recorded.insert(p.clone()), "pair {p:?} recorded twice");
+        }
+    }
+    assert_invariants(&stores[0]).await;
+
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM leases WHERE id = ANY($1)")
+        .bind(&complete)
+        .fetch_one(stores[0].pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "a lease with every result in was kept");
+    let held: HashSet<Pair> = held_at(&stores[0], t0()).await.into_iter().collect();
+    assert_eq!(held, skipped);
+    let revoked_holding: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM leases WHERE revoked AND held_pairs = 1")
+            .fetch_one(stores[0].pool())
+            .await
+            .unwrap();
+    assert_eq!(revoked_holding as usize, skipped.len());
+
+    // The skipped pairs are not handed out while their leases last...
+    for s in &stores {
+        assert!(s.lease_next(request(5, t0(), 60)).await.unwrap().is_none());
+    }
+    // ...and are once they expired: exactly those, each once.
+    let later = t0() + Duration::hours(2);
+    let (_, again) = collect_disjoint(spawn_leasers(&stores, 2, 5, later)).await;
+    assert_eq!(again, skipped);
+    assert!(recorded.is_disjoint(&again));
+    assert_invariants(&stores[1]).await;
 }
 
 /// Leases expire while the run goes on: each task leases with its own advancing `now` and

@@ -50,7 +50,11 @@ CREATE TABLE leases (
     created_at  timestamptz NOT NULL,
     expires_at  timestamptz NOT NULL,
     -- Rows this lease has in leased_pairs, kept exact in the transactions that add or remove them.
-    held_pairs  integer     NOT NULL CHECK (held_pairs >= 0)
+    held_pairs  integer     NOT NULL CHECK (held_pairs >= 0),
+    -- The researcher sent its last result, but others may still be on their way (the bus does
+    -- not keep order): the lease keeps its remaining pairs, is no longer renewed, and is
+    -- deleted when its last held pair is recorded (or its pairs are taken over after expiry).
+    revoked     boolean     NOT NULL DEFAULT false
 );
 CREATE INDEX leases_episode_expiry ON leases (episode_id, expires_at);
 

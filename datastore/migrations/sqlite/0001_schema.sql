@@ -44,7 +44,11 @@ CREATE TABLE leases (
     created_at  INTEGER NOT NULL,
     expires_at  INTEGER NOT NULL,
     -- Rows this lease has in leased_pairs, kept exact in the transactions that change them.
-    held_pairs  INTEGER NOT NULL
+    held_pairs  INTEGER NOT NULL,
+    -- 1 once the researcher sent its last result while others may still be on their way (the
+    -- bus does not keep order): the lease keeps its remaining pairs, is no longer renewed, and
+    -- is deleted when its last held pair is recorded (or its pairs are taken over after expiry).
+    revoked     INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX leases_episode ON leases (episode_id, expires_at);
 
