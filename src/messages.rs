@@ -41,7 +41,8 @@ pub struct PendingResearchItem {
 pub struct CompletedResearchItem {
     /// The lease the work was done under.
     pub lease_id: Uuid,
-    /// True on the researcher's last item for the lease: the lease ends.
+    /// True on the researcher's last item for the lease: the lease ends once all its results
+    /// are recorded (items may arrive in any order; see [`datastore::LeaseUpdate::Revoke`]).
     #[serde(default)]
     pub revoke_lease: bool,
     /// When the research was done.

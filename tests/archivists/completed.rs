@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use archivist::completed_research::{start, CompletedResearchConfig};
-use archivist::messages::{encode, CompletedResearchItem, PendingResearchItem};
+use archivist::messages::{decode, encode, CompletedResearchItem, PendingResearchItem};
+use archivist::pending_research::PendingResearchConfig;
 use archivist::{Ended, Report};
 use chrono::Utc;
 use datastore::{DataStore, MatchFilter};
@@ -88,6 +89,83 @@ async fn results_are_recorded_and_renew_then_revoke_the_lease() {
     assert_eq!(matches.len(), 2);
     let q = env.stats(COMPLETED).await;
     assert_eq!((q.waiting, q.in_flight, q.dead_letters), (0, 0, 0));
+}
+
+/// The bus does not keep order: the researcher's last item (the revoke) can be recorded before
+/// its other results. The lease then keeps their pairs, so a work-assignment run in between
+/// leases none of them; the late results are recorded and end the lease.
+#[tokio::test]
+async fn a_revoke_that_arrives_first_keeps_the_other_pairs_held_until_their_results_come() {
+    let env = Env::new().await;
+    seed(&*env.store, 1, 4).await;
+    let item = item_for(
+        &lease(&*env.store, 3, chrono::Duration::hours(1), Utc::now())
+            .await
+            .unwrap(),
+    );
+    let all = answers(&item);
+    assert!(all[2].revoke_lease);
+
+    send(&env, &all[2..]).await;
+    let report = run(&env, env.store.clone()).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!((report.stored, report.leases_revoked), (1, 1));
+    let status = env.status().await;
+    assert_eq!(
+        (
+            status.researched_pairs,
+            status.active_leases,
+            status.leased_pairs
+        ),
+        (1, 1, 2)
+    );
+
+    // A work-assignment run meanwhile gets only the clip no lease holds.
+    let pending = done(archivist::pending_research::start(
+        CancellationToken::new(),
+        env.sender(PENDING).await,
+        env.store.clone(),
+        PendingResearchConfig {
+            lease_duration: chrono::Duration::hours(1),
+            max_clips: 50,
+            researchers: Some(5),
+            start_jitter: Duration::ZERO,
+            retry: fast_retry(5),
+        },
+    ))
+    .await;
+    assert!(finished(&pending), "{pending:?}");
+    assert_eq!(pending.published, 1);
+    let published: Vec<PendingResearchItem> = env
+        .drain(PENDING)
+        .await
+        .iter()
+        .map(|b| decode(b).unwrap())
+        .collect();
+    assert_eq!(published[0].clips, vec![clip(0)]);
+    assert!(item.clips.iter().all(|c| *c != clip(0)));
+
+    // The late results: recorded; the revoked lease is not renewed, and ends.
+    send(&env, &all[..2]).await;
+    let report = run(&env, env.store.clone()).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!((report.stored, report.duplicates), (2, 0));
+    assert_eq!((report.leases_renewed, report.leases_revoked), (0, 0));
+    let status = env.status().await;
+    assert_eq!(
+        (
+            status.researched_pairs,
+            status.active_leases,
+            status.leased_pairs
+        ),
+        (3, 1, 1)
+    );
+    // Nothing of the revoked lease is left: after expiry only the other lease's clip is free.
+    let later = Utc::now() + chrono::Duration::hours(2);
+    let free = lease(&*env.store, 50, chrono::Duration::hours(1), later)
+        .await
+        .unwrap();
+    assert_eq!((free.clips, free.reclaimed_pairs), (vec![clip(0)], 1));
 }
 
 #[tokio::test]

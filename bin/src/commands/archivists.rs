@@ -249,6 +249,8 @@ pub(crate) struct Pipeline {
     pub(crate) every: Duration,
     pub(crate) pending: PendingResearchConfig,
     pub(crate) completed: CompletedResearchConfig,
+    /// How many completed-research archivists record side by side (at least one).
+    pub(crate) recorders: usize,
     pub(crate) ingest_wait: Duration,
 }
 
@@ -293,20 +295,23 @@ pub(crate) async fn spawn_all(
         totals.pending.clone(),
     )
     .await?;
-    // One recorder: two side by side can apply a researcher's last result (which ends the
-    // lease and frees its unrecorded pairs) before another one of its results is recorded,
-    // and the freed pair is then leased and researched again.
-    spawn_completed(
-        set,
-        token,
-        bus,
-        store,
-        config,
-        pipeline.completed,
-        Some(pipeline.every),
-        totals.completed.clone(),
-    )
-    .await
+    // Recorders side by side may record a researcher's last result (which revokes the lease)
+    // before another of its results: safe, because a revoked lease keeps holding the pairs
+    // whose results are still on their way until they are recorded or the lease expires.
+    for _ in 0..pipeline.recorders.max(1) {
+        spawn_completed(
+            set,
+            token,
+            bus,
+            store.clone(),
+            config,
+            pipeline.completed.clone(),
+            Some(pipeline.every),
+            totals.completed.clone(),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// `archivist run`: the four archivists in one process until SIGINT/SIGTERM.
@@ -333,6 +338,8 @@ pub(crate) async fn run(
             receive_wait: DRAIN_WAIT,
             ..CompletedResearchConfig::default()
         },
+        // More recorders are more processes (`completed-research`), each its own pool.
+        recorders: 1,
         ingest_wait: INGEST_WAIT,
     };
     spawn_all(

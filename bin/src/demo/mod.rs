@@ -44,6 +44,8 @@ use self::researchers::{Ledger, Researcher};
 const DEMO_LEASE: Duration = Duration::from_secs(5);
 /// How often the pending-research and completed-research archivists run.
 const DEMO_EVERY: Duration = Duration::from_millis(50);
+/// Completed-research archivists recording side by side.
+const DEMO_RECORDERS: usize = 2;
 /// How often progress is read from the datastore.
 const POLL: Duration = Duration::from_millis(200);
 /// The researcher that crashes (1-based), and on which of its work items.
@@ -124,6 +126,9 @@ pub(crate) async fn run(
             receive_wait: Duration::from_millis(50),
             retry: RetryPolicy::default(),
         },
+        // Two, so that results are recorded out of order (a lease's revoking result before
+        // its others) as they are in production, and the exactly-once check covers that.
+        recorders: DEMO_RECORDERS,
         ingest_wait: Duration::from_millis(250),
     };
     spawn_all(
