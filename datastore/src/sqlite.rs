@@ -682,20 +682,22 @@ async fn release_pairs(
         *lost.entry(*id).or_default() += 1;
     }
     for (lease_id, n) in lost {
-        sqlx::query("UPDATE leases SET held_pairs = held_pairs - ?2 WHERE id = ?1")
-            .bind(lease_id)
-            .bind(n)
-            .execute(&mut **tx)
-            .await?;
-        sqlx::query(
-            "DELETE FROM leases \
-             WHERE id = ?1 AND held_pairs = 0 AND (revoked = 1 OR expires_at <= ?2)",
+        let left: Option<(i64, bool, i64)> = sqlx::query_as(
+            "UPDATE leases SET held_pairs = held_pairs - ?2 WHERE id = ?1 \
+             RETURNING held_pairs, revoked, expires_at",
         )
         .bind(lease_id)
-        // Without a time, no lease counts as expired here.
-        .bind(expired_at.unwrap_or(i64::MIN))
-        .execute(&mut **tx)
+        .bind(n)
+        .fetch_optional(&mut **tx)
         .await?;
+        let ended = matches!(left, Some((0, revoked, expires_at))
+            if revoked || expired_at.is_some_and(|now| expires_at <= now));
+        if ended {
+            sqlx::query("DELETE FROM leases WHERE id = ?1")
+                .bind(lease_id)
+                .execute(&mut **tx)
+                .await?;
+        }
     }
     Ok(())
 }
