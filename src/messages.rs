@@ -148,6 +148,30 @@ struct Check {
 }
 
 impl Check {
+    fn new(kind: &'static str, prefix: &'static str) -> Self {
+        Check { kind, prefix }
+    }
+
+    fn episode(&self, e: &EpisodeInfo) -> Result<(), InvalidMessage> {
+        self.curated(
+            &e.curator_information,
+            &e.title,
+            &e.description,
+            &e.media_uri,
+            &e.media_type,
+        )
+    }
+
+    fn clip(&self, c: &ClipInfo) -> Result<(), InvalidMessage> {
+        self.curated(
+            &c.curator_information,
+            &c.title,
+            &c.description,
+            &c.media_uri,
+            &c.media_type,
+        )
+    }
+
     fn fail(&self, field: &str, problem: impl Into<String>) -> InvalidMessage {
         InvalidMessage::Field {
             kind: self.kind,
@@ -192,103 +216,42 @@ impl Check {
     }
 }
 
-fn check_episode(check: &Check, e: &EpisodeInfo) -> Result<(), InvalidMessage> {
-    check.curated(
-        &e.curator_information,
-        &e.title,
-        &e.description,
-        &e.media_uri,
-        &e.media_type,
-    )
-}
-
-fn check_clip(check: &Check, c: &ClipInfo) -> Result<(), InvalidMessage> {
-    check.curated(
-        &c.curator_information,
-        &c.title,
-        &c.description,
-        &c.media_uri,
-        &c.media_type,
-    )
-}
-
 impl Message for EpisodeInfo {
     const KIND: &'static str = "EpisodeInfo";
     fn validate(&self) -> Result<(), InvalidMessage> {
-        check_episode(
-            &Check {
-                kind: Self::KIND,
-                prefix: "",
-            },
-            self,
-        )
+        Check::new(Self::KIND, "").episode(self)
     }
 }
 
 impl Message for ClipInfo {
     const KIND: &'static str = "ClipInfo";
     fn validate(&self) -> Result<(), InvalidMessage> {
-        check_clip(
-            &Check {
-                kind: Self::KIND,
-                prefix: "",
-            },
-            self,
-        )
+        Check::new(Self::KIND, "").clip(self)
     }
 }
 
 impl Message for PendingResearchItem {
     const KIND: &'static str = "PendingResearchItem";
     fn validate(&self) -> Result<(), InvalidMessage> {
-        check_episode(
-            &Check {
-                kind: Self::KIND,
-                prefix: "episode.",
-            },
-            &self.episode,
-        )?;
-        let check = Check {
-            kind: Self::KIND,
-            prefix: "",
-        };
+        Check::new(Self::KIND, "episode.").episode(&self.episode)?;
+        let check = Check::new(Self::KIND, "");
         if self.clips.is_empty() {
             return Err(check.fail("clips", "must not be empty"));
         }
         if self.clips.len() > MAX_CLIPS_PER_ITEM {
             return Err(check.fail("clips", format!("at most {MAX_CLIPS_PER_ITEM} allowed")));
         }
-        let clip_check = Check {
-            kind: Self::KIND,
-            prefix: "clips[].",
-        };
-        self.clips
-            .iter()
-            .try_for_each(|c| check_clip(&clip_check, c))
+        let clip_check = Check::new(Self::KIND, "clips[].");
+        self.clips.iter().try_for_each(|c| clip_check.clip(c))
     }
 }
 
 impl Message for CompletedResearchItem {
     const KIND: &'static str = "CompletedResearchItem";
     fn validate(&self) -> Result<(), InvalidMessage> {
-        check_episode(
-            &Check {
-                kind: Self::KIND,
-                prefix: "episode.",
-            },
-            &self.episode,
-        )?;
-        check_clip(
-            &Check {
-                kind: Self::KIND,
-                prefix: "clip.",
-            },
-            &self.clip,
-        )?;
-        let check = Check {
-            kind: Self::KIND,
-            prefix: "",
-        };
+        Check::new(Self::KIND, "episode.").episode(&self.episode)?;
+        Check::new(Self::KIND, "clip.").clip(&self.clip)?;
+        let check = Check::new(Self::KIND, "");
         check.text("episode_hash", &self.episode_hash, MAX_SHORT_TEXT, false)?;
         check.text("clip_hash", &self.clip_hash, MAX_SHORT_TEXT, false)?;
         if self.episode_duration_ns < 0 {
