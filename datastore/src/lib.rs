@@ -1,10 +1,15 @@
 //! The archivist datastore: episodes, clips, the research backlog, leases and completed research.
 //!
 //! [`DataStore`] is the one trait archivists use. Its adapters are built on sqlx:
-//! [`SqliteDataStore`] (feature `sqlite`, the embedded default) and [`PgDataStore`]
-//! (feature `postgres`, for production). Both keep no row per research pair: pairs are implied
-//! by `episodes × clips`, and only leased and researched pairs are stored, so a new clip or
-//! episode costs one row however large the archive is (see `../shared/SCALE.md`).
+//! `SqliteDataStore` (feature `sqlite`, the embedded default) and `PgDataStore` (feature
+//! `postgres`, for production; see [Features](#features)). Both keep no row per research pair:
+//! pairs are implied by `episodes × clips`, and only leased and researched pairs are stored, so
+//! a new clip or episode costs one row however large the archive is (the project's
+//! `shared/SCALE.md`).
+//!
+//! A lease holds the pairs of its work item until they are recorded, it expires, or it is
+//! cancelled; a revoked lease (its researcher sent its last result) keeps the pairs whose
+//! results are still on their way.
 //!
 //! # Layout
 //!
@@ -16,6 +21,21 @@
 //! - `connect.rs`: [`connect`], which picks the adapter from a `DATABASE_URL`.
 //! - `testing.rs` (feature `test-utils`): the conformance suite every adapter runs.
 //! - `testing_pg.rs` (features `test-utils` and `postgres`): a fresh Postgres database per test.
+//!
+//! The adapters' tests are `tests/` (the conformance suite on each, and what is particular to
+//! each); `benches/datastore.rs` measures both at the project's scale.
+//!
+//! # Features
+//!
+// Each adapter is linked only where its feature is on: rustdoc warns of a link it cannot resolve.
+#![cfg_attr(feature = "sqlite", doc = "- `sqlite` (default): [`SqliteDataStore`].")]
+#![cfg_attr(
+    not(feature = "sqlite"),
+    doc = "- `sqlite` (default): `SqliteDataStore`."
+)]
+#![cfg_attr(feature = "postgres", doc = "- `postgres`: [`PgDataStore`].")]
+#![cfg_attr(not(feature = "postgres"), doc = "- `postgres`: `PgDataStore`.")]
+//! - `test-utils`: the `testing` (and with `postgres`, `testing_pg`) modules.
 
 mod connect;
 mod error;

@@ -1,8 +1,8 @@
 //! The Postgres adapter, [`PgDataStore`]: the production datastore, safe under any number of
 //! archivists sharing one database.
 //!
-//! Schema: `migrations/postgres/` (briefing SCHEMA.md). No row per research pair: pairs are
-//! implied by `episodes × clips`; only leased and researched pairs are stored.
+//! Schema: `migrations/postgres/`. No row per research pair: pairs are implied by
+//! `episodes × clips`; only leased and researched pairs are stored.
 //!
 //! Concurrency, in short (each statement says why its own locking is enough):
 //! - Every transaction is READ COMMITTED, so each statement sees what committed before it began.
@@ -19,6 +19,8 @@
 //!   be on their way) keeps its pairs. Revoking and recording meet on the lease's row lock:
 //!   whichever comes second sees the other's write, so the one that leaves the lease revoked
 //!   and empty deletes it.
+//! - Cancelling deletes the lease's pairs, then the lease, in the lock order above; a renewal
+//!   is one conditional UPDATE of the lease row.
 //!
 //! Passing failures (a restarted Postgres, a pool timeout, a deadlock) are retried here, a few
 //! times with backoff, when the transaction surely did not commit or when running it twice
@@ -1134,7 +1136,7 @@ SELECT
 FROM (SELECT COALESCE(sum(researched_count), 0)::int8 AS researched,
              COALESCE(sum(matched_count), 0)::int8 AS matched FROM episodes) AS e,
      (SELECT count(*) FILTER (WHERE expires_at > $1 AND held_pairs > 0) AS active,
-             count(*) FILTER (WHERE expires_at <= $1) AS expired,
+             count(*) FILTER (WHERE expires_at <= $1 AND held_pairs > 0) AS expired,
              COALESCE(sum(held_pairs) FILTER (WHERE expires_at > $1), 0)::int8 AS held
       FROM leases) AS l";
 

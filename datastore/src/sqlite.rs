@@ -7,7 +7,9 @@
 //! Every write that reads before it writes runs in a `BEGIN IMMEDIATE` transaction: it takes
 //! the file's write lock up front, so concurrent writers wait for it (in this process on a
 //! mutex, across processes on the busy timeout) instead of failing to upgrade a read snapshot,
-//! and `lease_next` can never hand out a pair twice. Sets of ids travel into SQL as
+//! and `lease_next` can never hand out a pair twice. Writes of one statement (renewing or
+//! cancelling a lease; the cascade deletes a cancelled lease's pairs) only wait for this
+//! process's turn: a statement is a transaction of its own. Sets of ids travel into SQL as
 //! one JSON array bound to `json_each(?)`, so statements stay few and their text fixed.
 
 use std::collections::{HashMap, HashSet};
@@ -608,7 +610,7 @@ impl DataStore for SqliteDataStore {
                     (SELECT COALESCE(SUM(researched_count), 0) FROM episodes), \
                     (SELECT COALESCE(SUM(matched_count), 0) FROM episodes), \
                     (SELECT COUNT(*) FROM leases WHERE expires_at > ?1 AND held_pairs > 0), \
-                    (SELECT COUNT(*) FROM leases WHERE expires_at <= ?1), \
+                    (SELECT COUNT(*) FROM leases WHERE expires_at <= ?1 AND held_pairs > 0), \
                     (SELECT COALESCE(SUM(held_pairs), 0) FROM leases WHERE expires_at > ?1)",
         )
         .bind(micros(now))

@@ -67,6 +67,7 @@ macro_rules! datastore_conformance_tests {
             revoke_before_the_other_results_keeps_their_pairs_held,
             revoked_lease_is_not_renewed_or_revoked_again,
             revoke_with_every_result_in_ends_the_lease_at_once,
+            emptied_lease_is_not_counted_once_expired,
             skipped_pairs_of_a_revoked_lease_come_back_after_expiry,
             cancel_frees_every_pair_at_once,
             record_results_is_idempotent,
@@ -786,6 +787,37 @@ pub mod cases {
             assert!(!store.update_lease(l.id, update).await.unwrap());
         }
         assert!(lease(&*store, 5, t0() + Duration::days(1)).await.is_none());
+    }
+
+    /// A lease whose every pair was recorded without a revoke (the revoking item never came)
+    /// holds nothing: once past its expiry it is not counted as expired, as it was not as
+    /// active; a late revoke still ends it.
+    pub async fn emptied_lease_is_not_counted_once_expired(store: Arc<dyn DataStore>) {
+        let (es, _) = seed(&*store, 1, 2).await;
+        let l = lease(&*store, 5, t0()).await.unwrap();
+        let results: Vec<_> = l
+            .clips
+            .iter()
+            .map(|c| result(l.id, &es[0], c, &[]))
+            .collect();
+        let outcomes = store.record_results(&results).await.unwrap();
+        assert_eq!(outcomes, vec![RecordOutcome::Recorded; 2]);
+        for now in [t0(), l.expires_at, t0() + Duration::days(1)] {
+            let status = store.status(now).await.unwrap();
+            assert_eq!(
+                (
+                    status.researched_pairs,
+                    status.active_leases,
+                    status.expired_leases,
+                    status.leased_pairs
+                ),
+                (2, 0, 0, 0),
+                "at {now}"
+            );
+        }
+        assert!(lease(&*store, 5, t0() + Duration::days(1)).await.is_none());
+        assert!(store.update_lease(l.id, LeaseUpdate::Revoke).await.unwrap());
+        assert!(!store.update_lease(l.id, LeaseUpdate::Cancel).await.unwrap());
     }
 
     /// Pairs of a revoked lease whose results never come (the researcher skipped them) come

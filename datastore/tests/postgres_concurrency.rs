@@ -520,7 +520,7 @@ async fn renew_revoke_and_cancel_races_answer_consistently() {
     // Cancellers (tasks 0 and 4) race with revokers (tasks 2 and 6) and renewers.
     let mut cancelled = HashSet::new();
     let ending = |t: usize| {
-        if t % 4 == 0 {
+        if t.is_multiple_of(4) {
             LeaseUpdate::Cancel
         } else {
             LeaseUpdate::Revoke
