@@ -8,6 +8,19 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+// Defaults of the options with a default, also used in `config.rs` for a variable that is set
+// but empty (`ARCHIVIST_MAX_CLIPS=` in a compose file means "the default", as for the others).
+pub(crate) const DEFAULT_BUS: &str = "memory";
+pub(crate) const DEFAULT_MAX_CLIPS: &str = "50";
+pub(crate) const DEFAULT_MAX_RECEIVES: &str = "5";
+pub(crate) const DEFAULT_EPISODES_QUEUE: &str = "curated_episodes";
+pub(crate) const DEFAULT_CLIPS_QUEUE: &str = "curated_clips";
+pub(crate) const DEFAULT_PENDING_RESEARCH_QUEUE: &str = "pending_research";
+pub(crate) const DEFAULT_COMPLETED_RESEARCH_QUEUE: &str = "completed_research";
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: &str = "30s";
+pub(crate) const DEFAULT_SHUTDOWN_TIMEOUT: &str = "30s";
+pub(crate) const DEFAULT_START_JITTER: &str = "5s";
+
 /// The archivist: stores curated episodes and clips, hands research work to researchers a
 /// lease at a time, and records what they find.
 #[derive(Debug, Parser)]
@@ -35,7 +48,7 @@ pub(crate) struct GlobalArgs {
     pub(crate) database_url: Option<String>,
 
     /// The message bus: memory, sqs or postgres (postgres is not built yet)
-    #[arg(long, env = "ARCHIVIST_BUS", global = true, default_value = "memory")]
+    #[arg(long, env = "ARCHIVIST_BUS", global = true, default_value = DEFAULT_BUS)]
     pub(crate) bus: String,
 
     /// The Postgres bus's database [default: DATABASE_URL]
@@ -52,7 +65,7 @@ pub(crate) struct GlobalArgs {
     pub(crate) lease_duration: Option<String>,
 
     /// The most clips in one work item
-    #[arg(long, env = "ARCHIVIST_MAX_CLIPS", global = true, default_value = "50")]
+    #[arg(long, env = "ARCHIVIST_MAX_CLIPS", global = true, default_value = DEFAULT_MAX_CLIPS)]
     pub(crate) max_clips: String,
 
     /// Receives before a message that keeps failing goes to the dead-letter queue
@@ -60,7 +73,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_MAX_RECEIVES",
         global = true,
-        default_value = "5"
+        default_value = DEFAULT_MAX_RECEIVES
     )]
     pub(crate) max_receives: String,
 
@@ -69,7 +82,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_EPISODES_QUEUE",
         global = true,
-        default_value = "curated_episodes"
+        default_value = DEFAULT_EPISODES_QUEUE
     )]
     pub(crate) episodes_queue: String,
 
@@ -78,7 +91,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_CLIPS_QUEUE",
         global = true,
-        default_value = "curated_clips"
+        default_value = DEFAULT_CLIPS_QUEUE
     )]
     pub(crate) clips_queue: String,
 
@@ -87,7 +100,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_PENDING_RESEARCH_QUEUE",
         global = true,
-        default_value = "pending_research"
+        default_value = DEFAULT_PENDING_RESEARCH_QUEUE
     )]
     pub(crate) pending_research_queue: String,
 
@@ -96,7 +109,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_COMPLETED_RESEARCH_QUEUE",
         global = true,
-        default_value = "completed_research"
+        default_value = DEFAULT_COMPLETED_RESEARCH_QUEUE
     )]
     pub(crate) completed_research_queue: String,
 
@@ -105,7 +118,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_CONNECT_TIMEOUT",
         global = true,
-        default_value = "30s"
+        default_value = DEFAULT_CONNECT_TIMEOUT
     )]
     pub(crate) connect_timeout: String,
 
@@ -114,7 +127,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_SHUTDOWN_TIMEOUT",
         global = true,
-        default_value = "30s"
+        default_value = DEFAULT_SHUTDOWN_TIMEOUT
     )]
     pub(crate) shutdown_timeout: String,
 
@@ -124,7 +137,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_START_JITTER",
         global = true,
-        default_value = "5s"
+        default_value = DEFAULT_START_JITTER
     )]
     pub(crate) start_jitter: String,
 }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::cli::{parse_duration, GlobalArgs};
+use crate::cli::{self, parse_duration, GlobalArgs};
 
 /// The default datastore, relative to the working directory.
 pub(crate) const DEFAULT_DATABASE_URL: &str = "sqlite://archivist.sqlite";
@@ -101,7 +101,10 @@ impl Config {
         if let Some(url) = &database_url {
             check_database_url(url)?;
         }
-        let bus = match args.bus.trim().to_ascii_lowercase().as_str() {
+        let bus = match or_default(&args.bus, cli::DEFAULT_BUS)
+            .to_ascii_lowercase()
+            .as_str()
+        {
             "memory" => BusKind::Memory,
             "sqs" => BusKind::Sqs,
             "postgres" => BusKind::Postgres,
@@ -130,29 +133,38 @@ impl Config {
         };
         let max_clips = number(
             "ARCHIVIST_MAX_CLIPS (--max-clips)",
-            &args.max_clips,
+            or_default(&args.max_clips, cli::DEFAULT_MAX_CLIPS),
             1,
             archivist::messages::MAX_CLIPS_PER_ITEM as u32,
         )?;
         let max_receives = number(
             "ARCHIVIST_MAX_RECEIVES (--max-receives)",
-            &args.max_receives,
+            or_default(&args.max_receives, cli::DEFAULT_MAX_RECEIVES),
             1,
             MAX_MAX_RECEIVES,
         )?;
         let queues = Queues {
             episodes: queue_name(
                 "ARCHIVIST_EPISODES_QUEUE (--episodes-queue)",
-                &args.episodes_queue,
+                or_default(&args.episodes_queue, cli::DEFAULT_EPISODES_QUEUE),
             )?,
-            clips: queue_name("ARCHIVIST_CLIPS_QUEUE (--clips-queue)", &args.clips_queue)?,
+            clips: queue_name(
+                "ARCHIVIST_CLIPS_QUEUE (--clips-queue)",
+                or_default(&args.clips_queue, cli::DEFAULT_CLIPS_QUEUE),
+            )?,
             pending_research: queue_name(
                 "ARCHIVIST_PENDING_RESEARCH_QUEUE (--pending-research-queue)",
-                &args.pending_research_queue,
+                or_default(
+                    &args.pending_research_queue,
+                    cli::DEFAULT_PENDING_RESEARCH_QUEUE,
+                ),
             )?,
             completed_research: queue_name(
                 "ARCHIVIST_COMPLETED_RESEARCH_QUEUE (--completed-research-queue)",
-                &args.completed_research_queue,
+                or_default(
+                    &args.completed_research_queue,
+                    cli::DEFAULT_COMPLETED_RESEARCH_QUEUE,
+                ),
             )?,
         };
         let names = queues.all();
@@ -168,16 +180,17 @@ impl Config {
         }
         let connect_timeout = duration(
             "ARCHIVIST_CONNECT_TIMEOUT (--connect-timeout)",
-            &args.connect_timeout,
+            or_default(&args.connect_timeout, cli::DEFAULT_CONNECT_TIMEOUT),
             MAX_LEASE,
         )?;
         let shutdown_timeout = duration(
             "ARCHIVIST_SHUTDOWN_TIMEOUT (--shutdown-timeout)",
-            &args.shutdown_timeout,
+            or_default(&args.shutdown_timeout, cli::DEFAULT_SHUTDOWN_TIMEOUT),
             MAX_LEASE,
         )?;
         // Zero is allowed here: no jitter.
-        let start_jitter = parse_duration(&args.start_jitter).map_err(|e| {
+        let jitter = or_default(&args.start_jitter, cli::DEFAULT_START_JITTER);
+        let start_jitter = parse_duration(jitter).map_err(|e| {
             UsageError(format!(
                 "invalid ARCHIVIST_START_JITTER (--start-jitter) {:?}: {e}",
                 args.start_jitter
@@ -222,6 +235,16 @@ impl Config {
 /// the conversion cannot overflow; the fallback is only there to avoid a panic path.
 pub(crate) fn to_chrono(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+/// `value`, or `default` when it is empty: a variable set to nothing means its default.
+fn or_default<'a>(value: &'a str, default: &'a str) -> &'a str {
+    let v = value.trim();
+    if v.is_empty() {
+        default
+    } else {
+        v
+    }
 }
 
 fn duration(name: &str, value: &str, max: Duration) -> Result<Duration, UsageError> {

@@ -175,3 +175,53 @@ fn unreachable_datastore_exits_1_without_printing_the_password() {
         );
     }
 }
+
+#[test]
+fn unreachable_sqs_exits_1_and_status_still_prints_the_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens on port 1: the bus is unreachable, the SQLite datastore is fine.
+    let env = [
+        ("ARCHIVIST_BUS", "sqs"),
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+    ];
+    let run = archivist(dir.path(), &["status", "--json"], &env).expect_code(1);
+    assert!(run.stderr.contains("127.0.0.1:1"), "{}", run.stderr);
+    // The datastore's counts are still printed, as one object and nothing else.
+    let lines = run.json_lines();
+    assert_eq!(lines.len(), 1, "{}", run.stdout);
+    assert_eq!(lines[0]["episodes"], 0, "{}", run.stdout);
+    for args in [
+        &["queues"][..],
+        &["receive", "curated_clips", "--wait", "0s"],
+        &["episodes", "--once"],
+    ] {
+        archivist(dir.path(), args, &env).expect_code(1);
+    }
+}
+
+#[test]
+fn a_variable_set_to_nothing_means_its_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("ARCHIVIST_BUS", ""),
+        ("ARCHIVIST_MAX_CLIPS", ""),
+        ("ARCHIVIST_MAX_RECEIVES", " "),
+        ("ARCHIVIST_EPISODES_QUEUE", ""),
+        ("ARCHIVIST_CLIPS_QUEUE", ""),
+        ("ARCHIVIST_PENDING_RESEARCH_QUEUE", ""),
+        ("ARCHIVIST_COMPLETED_RESEARCH_QUEUE", ""),
+        ("ARCHIVIST_CONNECT_TIMEOUT", ""),
+        ("ARCHIVIST_SHUTDOWN_TIMEOUT", ""),
+        ("ARCHIVIST_START_JITTER", ""),
+        ("ARCHIVIST_LEASE_DURATION", ""),
+        ("ARCHIVIST_RESEARCHERS", ""),
+        ("DATABASE_URL", ""),
+    ];
+    let run = archivist(dir.path(), &["status", "--json"], &env).expect_code(0);
+    assert_eq!(run.json_lines()[0]["clips"], 0, "{}", run.stdout);
+    // The default datastore, in the working directory.
+    assert!(dir.path().join("archivist.sqlite").exists());
+}

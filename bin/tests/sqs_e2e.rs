@@ -495,3 +495,33 @@ fn pipeline_across_processes_on_sqs_and_postgres() {
     let s = Scenario::new(Some(&db.url));
     pipeline(&s);
 }
+
+#[test]
+fn send_stops_at_a_line_that_is_not_utf8_with_exit_2() {
+    use std::io::Write;
+    let s = Scenario::new(None);
+    s.run(&["queues"], &[]).expect_code(0);
+    let mut child = common::command(s.path(), &["send", &s.sqs.clips_queue], &s.sqs.with(&[]))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{\"n\":1}\n\xff\xfe\n{\"n\":3}\n")
+        .unwrap();
+    let run = Run::from_output(child.wait_with_output().unwrap()).expect_code(2);
+    assert!(run.stderr.contains("line 2"), "{}", run.stderr);
+    assert!(run.stderr.contains("UTF-8"), "{}", run.stderr);
+    // The line before it was sent, nothing after it.
+    let got = s
+        .run(
+            &["receive", &s.sqs.clips_queue, "--max", "10", "--wait", "1s"],
+            &[],
+        )
+        .expect_code(0);
+    assert_eq!(got.stdout, "{\"n\":1}\n");
+}

@@ -21,17 +21,27 @@ pub(crate) async fn run(
     let queue = check_queue_arg(&args.queue)?;
     let bus = connect::shared_bus(config, "send").await?;
     let sender = connect::sender(bus.as_ref(), &queue).await?;
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    // Split on bytes, not `lines()`: a line that is not UTF-8 is bad input (exit 2, naming the
+    // line), not a failure to read standard input.
+    let mut lines = BufReader::new(tokio::io::stdin()).split(b'\n');
     let mut batch: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
     let mut sent = 0u64;
     let mut line_no = 0u64;
     loop {
         let line = tokio::select! {
             _ = token.cancelled() => break,
-            line = lines.next_line() => line.context("cannot read standard input")?,
+            line = lines.next_segment() => line.context("cannot read standard input")?,
         };
         let Some(line) = line else { break };
         line_no += 1;
+        let Ok(line) = String::from_utf8(line) else {
+            flush(&*sender, &mut batch, &mut sent, &queue).await?;
+            report(sent, &queue);
+            return Err(usage(format!(
+                "standard input line {line_no} is not UTF-8 (a message body must be UTF-8 \
+                 text); nothing from it on was sent"
+            )));
+        };
         let trimmed = line.trim();
         if trimmed.is_empty() {
             continue;

@@ -10,7 +10,7 @@ use messagebus::{dead_letter_queue_name, QueueStats};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{BusKind, Config};
+use crate::config::{BusKind, Config, UsageError};
 use crate::connect;
 
 /// One queue's depth, as `status --json` and `queues --json` print it.
@@ -60,9 +60,11 @@ pub(crate) async fn run(
         .status(chrono::Utc::now())
         .await
         .context("cannot read the status")?;
-    let queues = queue_depths(config)
-        .await
-        .map(|qs| qs.into_iter().map(|q| (q.queue.clone(), q)).collect());
+    let (queues, unreachable) = match queue_depths(config).await {
+        Ok(qs) => (qs, None),
+        Err(e) => (None, Some(e)),
+    };
+    let queues = queues.map(|qs| qs.into_iter().map(|q| (q.queue.clone(), q)).collect());
     let output = StatusOutput {
         status,
         unresearched_pairs: status
@@ -79,37 +81,50 @@ pub(crate) async fn run(
         write_table(&mut out, &output)?;
     }
     out.flush()?;
-    Ok(())
+    drop(out);
+    // The counts are printed for whoever reads them, but an unreachable bus is still fatal:
+    // a script or monitor checking the exit code must see the outage.
+    match unreachable {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
-/// The queues' depths when the bus is shared and answers; `None` (with a note in the log)
-/// otherwise: the counts from the datastore are still worth printing.
-async fn queue_depths(config: &Config) -> Option<Vec<QueueDepth>> {
+/// The queues' depths when the bus is shared: `Ok(None)` when the bus cannot be inspected
+/// from another process; a queue that is missing or refused is left out with a note in the
+/// log. An unreachable bus is an error (exit 1), after the counts are printed.
+async fn queue_depths(config: &Config) -> anyhow::Result<Option<Vec<QueueDepth>>> {
     if config.bus != BusKind::Sqs {
         tracing::debug!("the bus cannot be inspected from another process: no queue depths");
-        return None;
+        return Ok(None);
     }
     let bus = match connect::shared_bus(config, "status").await {
         Ok(bus) => bus,
-        Err(e) => {
+        Err(e) if e.downcast_ref::<UsageError>().is_some() => {
             tracing::warn!("no queue depths: {e:#}");
-            return None;
+            return Ok(None);
         }
+        Err(e) => return Err(e),
     };
     let mut depths = Vec::new();
     for q in config.queues.all() {
         let stats = match connect::sender(bus.as_ref(), q).await {
-            Ok(s) => s.inspect().await.map_err(anyhow::Error::new),
+            Ok(s) => s
+                .inspect()
+                .await
+                .map_err(|e| anyhow::Error::new(e).context(format!("queue {q:?}"))),
             Err(e) => Err(e),
         };
         match stats {
             Ok(s) => depths.push(QueueDepth::new(q, s)),
-            Err(e) => {
+            // A missing queue (`archivist queues` not run yet) is a note, not an outage.
+            Err(e) if e.downcast_ref::<UsageError>().is_some() => {
                 tracing::warn!(queue = q, "no queue depth: {e:#}");
             }
+            Err(e) => return Err(e.context("cannot read the queue depths")),
         }
     }
-    Some(depths)
+    Ok(Some(depths))
 }
 
 fn write_table(out: &mut impl Write, o: &StatusOutput) -> std::io::Result<()> {
