@@ -19,6 +19,9 @@ use std::time::Duration as StdDuration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::query::Query;
+use sqlx::query_builder::Separated;
+use sqlx::sqlite::SqliteArguments;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
@@ -129,123 +132,11 @@ impl DataStore for SqliteDataStore {
     }
 
     async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> Result<()> {
-        let batch = dedupe_later_wins(episodes, |e| (e.title.as_str(), micros(e.date_aired)));
-        if batch.is_empty() {
-            return Ok(());
-        }
-        check_unique_media_uris(&batch, |e| &e.media_uri, "episodes")?;
-        let (mut tx, _turn) = self.begin_immediate().await?;
-        // Only a new item must not be last curated before it was first curated, and such
-        // items are rare: look up just those.
-        for e in batch
-            .iter()
-            .filter(|e| e.last_date_curated < e.initial_date_curated)
-        {
-            let known: Option<i64> =
-                sqlx::query_scalar("SELECT id FROM episodes WHERE title = ?1 AND date_aired = ?2")
-                    .bind(&e.title)
-                    .bind(micros(e.date_aired))
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            if known.is_none() {
-                return Err(DataStoreError::Invalid(format!(
-                    "new episode {:?} aired {} was last curated ({}) before it was first curated ({})",
-                    e.title, e.date_aired, e.last_date_curated, e.initial_date_curated
-                )));
-            }
-        }
-        for chunk in batch.chunks(MAX_BINDS / 9) {
-            let mut query = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO episodes (title, date_aired, initial_date_curated, \
-                 last_date_curated, curator_information, description, media_uri, media_type, \
-                 priority) ",
-            );
-            query.push_values(chunk, |mut row, e| {
-                row.push_bind(&e.title)
-                    .push_bind(micros(e.date_aired))
-                    .push_bind(micros(e.initial_date_curated))
-                    .push_bind(micros(e.last_date_curated))
-                    .push_bind(&e.curator_information)
-                    .push_bind(&e.description)
-                    .push_bind(&e.media_uri)
-                    .push_bind(&e.media_type)
-                    .push_bind(e.priority);
-            });
-            query.push(
-                " ON CONFLICT (title, date_aired) DO UPDATE SET \
-                 last_date_curated = excluded.last_date_curated, \
-                 curator_information = excluded.curator_information, \
-                 description = excluded.description, \
-                 media_uri = excluded.media_uri, \
-                 media_type = excluded.media_type, \
-                 priority = excluded.priority",
-            );
-            if let Err(e) = query.build().execute(&mut *tx).await {
-                if !is_unique_violation(&e) {
-                    return Err(e.into());
-                }
-                return Err(episode_conflict(&mut tx, chunk, &e).await);
-            }
-        }
-        tx.commit().await?;
-        Ok(())
+        self.upsert(episodes).await
     }
 
     async fn upsert_clips(&self, clips: &[ClipInfo]) -> Result<()> {
-        let batch = dedupe_later_wins(clips, |c| c.title.as_str());
-        if batch.is_empty() {
-            return Ok(());
-        }
-        check_unique_media_uris(&batch, |c| &c.media_uri, "clips")?;
-        let (mut tx, _turn) = self.begin_immediate().await?;
-        for c in batch
-            .iter()
-            .filter(|c| c.last_date_curated < c.initial_date_curated)
-        {
-            let known: Option<i64> = sqlx::query_scalar("SELECT id FROM clips WHERE title = ?1")
-                .bind(&c.title)
-                .fetch_optional(&mut *tx)
-                .await?;
-            if known.is_none() {
-                return Err(DataStoreError::Invalid(format!(
-                    "new clip {:?} was last curated ({}) before it was first curated ({})",
-                    c.title, c.last_date_curated, c.initial_date_curated
-                )));
-            }
-        }
-        for chunk in batch.chunks(MAX_BINDS / 8) {
-            let mut query = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO clips (title, initial_date_curated, last_date_curated, \
-                 curator_information, description, media_uri, media_type, priority) ",
-            );
-            query.push_values(chunk, |mut row, c| {
-                row.push_bind(&c.title)
-                    .push_bind(micros(c.initial_date_curated))
-                    .push_bind(micros(c.last_date_curated))
-                    .push_bind(&c.curator_information)
-                    .push_bind(&c.description)
-                    .push_bind(&c.media_uri)
-                    .push_bind(&c.media_type)
-                    .push_bind(c.priority);
-            });
-            query.push(
-                " ON CONFLICT (title) DO UPDATE SET \
-                 last_date_curated = excluded.last_date_curated, \
-                 curator_information = excluded.curator_information, \
-                 description = excluded.description, \
-                 media_uri = excluded.media_uri, \
-                 media_type = excluded.media_type, \
-                 priority = excluded.priority",
-            );
-            if let Err(e) = query.build().execute(&mut *tx).await {
-                if !is_unique_violation(&e) {
-                    return Err(e.into());
-                }
-                return Err(clip_conflict(&mut tx, chunk, &e).await);
-            }
-        }
-        tx.commit().await?;
-        Ok(())
+        self.upsert(clips).await
     }
 
     async fn lease_next(&self, request: LeaseRequest) -> Result<Option<Lease>> {
@@ -724,33 +615,199 @@ async fn resolve(
     Ok(ids)
 }
 
+/// What upserting episodes and clips differ in: their table, identity and columns. Every
+/// statement is a constant; every value is bound.
+trait Curated: Sync {
+    /// The item's kind in messages, as `episode`.
+    const KIND: &'static str;
+    /// The table, also the kind in the plural.
+    const TABLE: &'static str;
+    /// `INSERT INTO table (columns) `, before one `VALUES` row per item.
+    const INSERT: &'static str;
+    /// The values [`push_row`](Self::push_row) binds per item.
+    const COLUMNS: usize;
+    /// ` ON CONFLICT (identity)`, before [`UPDATE_ON_CONFLICT`].
+    const ON_CONFLICT: &'static str;
+    /// A row of the stored item whose identity is bound from `?1` on.
+    const FIND: &'static str;
+    /// The title of a stored item other than the one whose identity is bound from `?2` on
+    /// that has the `media_uri` bound as `?1`.
+    const URI_OWNER: &'static str;
+
+    fn identity(&self) -> Identity<'_>;
+    /// The item in messages, as `episode "Title" aired 2026-01-01 00:00:00 UTC`.
+    fn describe(&self) -> String;
+    fn media_uri(&self) -> &str;
+    fn initial_date_curated(&self) -> DateTime<Utc>;
+    fn last_date_curated(&self) -> DateTime<Utc>;
+    /// Binds the item's [`COLUMNS`](Self::COLUMNS) values, in [`INSERT`](Self::INSERT)'s order.
+    fn push_row<'args>(&'args self, row: Separated<'_, 'args, Sqlite, &'static str>);
+}
+
+/// An item's identity as stored: its title, and for an episode when it aired (microseconds).
+type Identity<'a> = (&'a str, Option<i64>);
+
+/// What a known item has updated: every field but its identity and `initial_date_curated`.
+const UPDATE_ON_CONFLICT: &str = " DO UPDATE SET \
+     last_date_curated = excluded.last_date_curated, \
+     curator_information = excluded.curator_information, \
+     description = excluded.description, \
+     media_uri = excluded.media_uri, \
+     media_type = excluded.media_type, \
+     priority = excluded.priority";
+
+impl Curated for EpisodeInfo {
+    const KIND: &'static str = "episode";
+    const TABLE: &'static str = "episodes";
+    const INSERT: &'static str = "INSERT INTO episodes (title, date_aired, initial_date_curated, \
+         last_date_curated, curator_information, description, media_uri, media_type, priority) ";
+    const COLUMNS: usize = 9;
+    const ON_CONFLICT: &'static str = " ON CONFLICT (title, date_aired)";
+    const FIND: &'static str = "SELECT id FROM episodes WHERE title = ?1 AND date_aired = ?2";
+    const URI_OWNER: &'static str = "SELECT title FROM episodes \
+         WHERE media_uri = ?1 AND NOT (title = ?2 AND date_aired = ?3)";
+
+    fn identity(&self) -> Identity<'_> {
+        (&self.title, Some(micros(self.date_aired)))
+    }
+    fn describe(&self) -> String {
+        format!("episode {:?} aired {}", self.title, self.date_aired)
+    }
+    fn media_uri(&self) -> &str {
+        &self.media_uri
+    }
+    fn initial_date_curated(&self) -> DateTime<Utc> {
+        self.initial_date_curated
+    }
+    fn last_date_curated(&self) -> DateTime<Utc> {
+        self.last_date_curated
+    }
+    fn push_row<'args>(&'args self, mut row: Separated<'_, 'args, Sqlite, &'static str>) {
+        row.push_bind(&self.title)
+            .push_bind(micros(self.date_aired))
+            .push_bind(micros(self.initial_date_curated))
+            .push_bind(micros(self.last_date_curated))
+            .push_bind(&self.curator_information)
+            .push_bind(&self.description)
+            .push_bind(&self.media_uri)
+            .push_bind(&self.media_type)
+            .push_bind(self.priority);
+    }
+}
+
+impl Curated for ClipInfo {
+    const KIND: &'static str = "clip";
+    const TABLE: &'static str = "clips";
+    const INSERT: &'static str = "INSERT INTO clips (title, initial_date_curated, \
+         last_date_curated, curator_information, description, media_uri, media_type, priority) ";
+    const COLUMNS: usize = 8;
+    const ON_CONFLICT: &'static str = " ON CONFLICT (title)";
+    const FIND: &'static str = "SELECT id FROM clips WHERE title = ?1";
+    const URI_OWNER: &'static str = "SELECT title FROM clips WHERE media_uri = ?1 AND title <> ?2";
+
+    fn identity(&self) -> Identity<'_> {
+        (&self.title, None)
+    }
+    fn describe(&self) -> String {
+        format!("clip {:?}", self.title)
+    }
+    fn media_uri(&self) -> &str {
+        &self.media_uri
+    }
+    fn initial_date_curated(&self) -> DateTime<Utc> {
+        self.initial_date_curated
+    }
+    fn last_date_curated(&self) -> DateTime<Utc> {
+        self.last_date_curated
+    }
+    fn push_row<'args>(&'args self, mut row: Separated<'_, 'args, Sqlite, &'static str>) {
+        row.push_bind(&self.title)
+            .push_bind(micros(self.initial_date_curated))
+            .push_bind(micros(self.last_date_curated))
+            .push_bind(&self.curator_information)
+            .push_bind(&self.description)
+            .push_bind(&self.media_uri)
+            .push_bind(&self.media_type)
+            .push_bind(self.priority);
+    }
+}
+
+/// `query` with `identity` bound next: the title, then an episode's air time.
+fn bind_identity<'q>(
+    query: Query<'q, Sqlite, SqliteArguments<'q>>,
+    (title, aired): Identity<'q>,
+) -> Query<'q, Sqlite, SqliteArguments<'q>> {
+    let query = query.bind(title);
+    match aired {
+        Some(aired) => query.bind(aired),
+        None => query,
+    }
+}
+
+impl SqliteDataStore {
+    /// Inserts or updates `items` as [`DataStore::upsert_episodes`] describes, all or nothing.
+    async fn upsert<T: Curated>(&self, items: &[T]) -> Result<()> {
+        let batch = dedupe_later_wins(items);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        check_unique_media_uris(&batch)?;
+        let (mut tx, _turn) = self.begin_immediate().await?;
+        // Only a new item must not be last curated before it was first curated, and such
+        // items are rare: look up just those.
+        for item in batch
+            .iter()
+            .filter(|i| i.last_date_curated() < i.initial_date_curated())
+        {
+            let known = bind_identity(sqlx::query(T::FIND), item.identity())
+                .fetch_optional(&mut *tx)
+                .await?;
+            if known.is_none() {
+                return Err(DataStoreError::Invalid(format!(
+                    "new {} was last curated ({}) before it was first curated ({})",
+                    item.describe(),
+                    item.last_date_curated(),
+                    item.initial_date_curated()
+                )));
+            }
+        }
+        for chunk in batch.chunks(MAX_BINDS / T::COLUMNS) {
+            let mut query = QueryBuilder::<Sqlite>::new(T::INSERT);
+            query.push_values(chunk, |row, item| item.push_row(row));
+            query.push(T::ON_CONFLICT).push(UPDATE_ON_CONFLICT);
+            if let Err(e) = query.build().execute(&mut *tx).await {
+                if !is_unique_violation(&e) {
+                    return Err(e.into());
+                }
+                return Err(uri_conflict(&mut tx, chunk, &e).await);
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
 /// The items of `batch` with distinct identities; of several with one identity the last wins.
-fn dedupe_later_wins<'a, T, K: Eq + std::hash::Hash>(
-    batch: &'a [T],
-    identity: impl Fn(&'a T) -> K,
-) -> Vec<&'a T> {
+fn dedupe_later_wins<T: Curated>(batch: &[T]) -> Vec<&T> {
     let mut seen = HashSet::new();
     let mut kept: Vec<&T> = batch
         .iter()
         .rev()
-        .filter(|item| seen.insert(identity(item)))
+        .filter(|item| seen.insert(item.identity()))
         .collect();
     kept.reverse();
     kept
 }
 
 /// Two distinct items of one batch with the same `media_uri` are a conflict.
-fn check_unique_media_uris<T>(
-    batch: &[&T],
-    media_uri: impl Fn(&T) -> &String,
-    kind: &str,
-) -> Result<()> {
+fn check_unique_media_uris<T: Curated>(batch: &[&T]) -> Result<()> {
     let mut seen = HashSet::new();
     for item in batch {
-        let uri = media_uri(item);
+        let uri = item.media_uri();
         if !seen.insert(uri) {
             return Err(DataStoreError::Conflict(format!(
-                "media_uri {uri:?} is given to two {kind} in one batch"
+                "media_uri {uri:?} is given to two {} in one batch",
+                T::TABLE
             )));
         }
     }
@@ -761,54 +818,31 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
 }
 
-/// Names the episode of `chunk` whose `media_uri` belongs to another stored episode.
-async fn episode_conflict(
+/// Names the item of `chunk` whose `media_uri` belongs to another stored item.
+async fn uri_conflict<T: Curated>(
     tx: &mut Transaction<'static, Sqlite>,
-    chunk: &[&EpisodeInfo],
+    chunk: &[&T],
     cause: &sqlx::Error,
 ) -> DataStoreError {
-    for e in chunk {
-        let owner = sqlx::query("SELECT title, date_aired FROM episodes WHERE media_uri = ?1")
-            .bind(&e.media_uri)
-            .fetch_optional(&mut **tx)
-            .await;
-        let Ok(Some(owner)) = owner else { continue };
-        let (Ok(title), Ok(aired)) = (owner.try_get::<String, _>(0), owner.try_get::<i64, _>(1))
-        else {
-            continue;
-        };
-        if title != e.title || aired != micros(e.date_aired) {
-            return DataStoreError::Conflict(format!(
-                "media_uri {:?} of episode {:?} aired {} belongs to episode {:?}",
-                e.media_uri, e.title, e.date_aired, title
-            ));
-        }
-    }
-    DataStoreError::Conflict(format!("episodes: {cause}"))
-}
-
-/// Names the clip of `chunk` whose `media_uri` belongs to another stored clip.
-async fn clip_conflict(
-    tx: &mut Transaction<'static, Sqlite>,
-    chunk: &[&ClipInfo],
-    cause: &sqlx::Error,
-) -> DataStoreError {
-    for c in chunk {
-        let owner: std::result::Result<Option<String>, _> =
-            sqlx::query_scalar("SELECT title FROM clips WHERE media_uri = ?1")
-                .bind(&c.media_uri)
-                .fetch_optional(&mut **tx)
-                .await;
-        if let Ok(Some(title)) = owner {
-            if title != c.title {
+    for item in chunk {
+        let owner = bind_identity(
+            sqlx::query(T::URI_OWNER).bind(item.media_uri()),
+            item.identity(),
+        )
+        .fetch_optional(&mut **tx)
+        .await;
+        if let Ok(Some(owner)) = owner {
+            if let Ok(title) = owner.try_get::<String, _>(0) {
                 return DataStoreError::Conflict(format!(
-                    "media_uri {:?} of clip {:?} belongs to clip {:?}",
-                    c.media_uri, c.title, title
+                    "media_uri {:?} of {} belongs to {} {title:?}",
+                    item.media_uri(),
+                    item.describe(),
+                    T::KIND
                 ));
             }
         }
     }
-    DataStoreError::Conflict(format!("clips: {cause}"))
+    DataStoreError::Conflict(format!("{}: {cause}", T::TABLE))
 }
 
 fn episode_from_row(row: &SqliteRow) -> Result<EpisodeInfo> {
