@@ -2,6 +2,7 @@
 //! timeout) and the bus (SQS shared between processes, in-memory for the demo, or an
 //! explanation of why not).
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +30,13 @@ pub(crate) async fn datastore(
     token: &CancellationToken,
 ) -> anyhow::Result<Arc<dyn DataStore>> {
     let shown = redact_url(url);
+    if let Some(dir) = missing_sqlite_dir(url) {
+        return Err(usage(format!(
+            "DATABASE_URL {shown}: the directory {} does not exist (a missing SQLite file is \
+             created, its directory is not)",
+            dir.display()
+        )));
+    }
     let deadline = Instant::now() + config.connect_timeout;
     let mut backoff = FIRST_BACKOFF;
     let mut attempt = 0u32;
@@ -77,6 +85,20 @@ pub(crate) async fn datastore(
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// The directory of an SQLite file that is missing: a configuration error, which SQLite would
+/// report only as "unable to open database file".
+fn missing_sqlite_dir(url: &str) -> Option<&Path> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or_default();
+    if path.is_empty() || path == ":memory:" {
+        return None;
+    }
+    let dir = Path::new(path).parent()?;
+    (!dir.as_os_str().is_empty() && !dir.is_dir()).then_some(dir)
 }
 
 /// An in-memory bus with the given settings and the four queues created.

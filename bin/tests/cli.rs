@@ -225,3 +225,25 @@ fn a_variable_set_to_nothing_means_its_default() {
     // The default datastore, in the working directory.
     assert!(dir.path().join("archivist.sqlite").exists());
 }
+
+#[test]
+fn an_sqlite_file_in_a_missing_directory_is_a_configuration_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite://{}",
+        dir.path().join("no-such-dir").join("a.sqlite").display()
+    );
+    for sub in ["migrate", "status"] {
+        let run = archivist(dir.path(), &[sub], &[("DATABASE_URL", &url)]).expect_code(2);
+        assert!(run.stderr.contains("DATABASE_URL"), "{}", run.stderr);
+        assert!(run.stderr.contains("no-such-dir"), "{}", run.stderr);
+    }
+    // A relative file in the working directory is still created.
+    archivist(
+        dir.path(),
+        &["migrate"],
+        &[("DATABASE_URL", "sqlite:rel.sqlite")],
+    )
+    .expect_code(0);
+    assert!(dir.path().join("rel.sqlite").exists());
+}

@@ -525,3 +525,27 @@ fn send_stops_at_a_line_that_is_not_utf8_with_exit_2() {
         .expect_code(0);
     assert_eq!(got.stdout, "{\"n\":1}\n");
 }
+
+#[test]
+fn send_raw_sends_each_line_as_it_is() {
+    let s = Scenario::new(None);
+    s.run(&["queues"], &[]).expect_code(0);
+    let input = "  not json, blanks kept  \r\n\n\t{\"n\": 2}\n";
+    archivist_with_input(
+        s.path(),
+        &["send", "--raw", &s.sqs.clips_queue],
+        &s.sqs.with(&[]),
+        input,
+    )
+    .expect_code(0);
+    let got = s
+        .run(
+            &["receive", &s.sqs.clips_queue, "--max", "10", "--wait", "1s"],
+            &[],
+        )
+        .expect_code(0);
+    // A standard queue keeps no order.
+    let mut lines: Vec<&str> = got.stdout.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["\t{\"n\": 2}", "  not json, blanks kept  "]);
+}

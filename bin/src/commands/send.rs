@@ -56,7 +56,14 @@ pub(crate) async fn run(
                 )));
             }
         }
-        batch.push(trimmed.as_bytes().to_vec());
+        // `--raw` sends the line as it is (only its line ending taken off); JSON lines go
+        // without the blanks around them.
+        let body = if args.raw {
+            line.strip_suffix('\r').unwrap_or(&line)
+        } else {
+            trimmed
+        };
+        batch.push(body.as_bytes().to_vec());
         if batch.len() == BATCH {
             flush(&*sender, &mut batch, &mut sent, &queue).await?;
         }
