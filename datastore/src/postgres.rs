@@ -35,7 +35,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::migrate::{MigrateError, Migrator};
-use sqlx::postgres::{PgConnectOptions, PgDatabaseError, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgDatabaseError, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
@@ -407,7 +407,41 @@ fn batch_uri_conflict<'a, T, K: Eq + std::hash::Hash>(
     None
 }
 
-const UPSERT_EPISODES: &str = "
+/// What upserting episodes and clips differ in: their statements and columns. Every statement
+/// is a constant; every value is bound.
+trait Curated: Clone + Sync {
+    /// The item's kind in messages, as `episode`.
+    const KIND: &'static str;
+    /// The table, also the kind in the plural.
+    const TABLE: &'static str;
+    /// The operation's name in logs.
+    const OP: &'static str;
+    /// Inserts or updates the batch, bound as one array per column by
+    /// [`bind_columns`](Self::bind_columns). A known item has every field updated but its
+    /// identity and `initial_date_curated`.
+    const UPSERT: &'static str;
+    /// The title of one item not stored yet among those bound by
+    /// [`bind_identities`](Self::bind_identities).
+    const NEW_AMONG: &'static str;
+
+    /// The identity, ordered: batches lock rows in this order.
+    type Key: Ord + Clone + std::hash::Hash;
+    fn key(&self) -> Self::Key;
+    fn media_uri(&self) -> &str;
+    /// Last curated before first curated: only an item already stored may be so.
+    fn is_suspect(&self) -> bool;
+    fn bind_identities<'q>(items: &[&'q Self], query: NewAmong<'q>) -> NewAmong<'q>;
+    fn bind_columns<'q>(items: &'q [Self], query: PgQuery<'q>) -> PgQuery<'q>;
+}
+
+type PgQuery<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
+type NewAmong<'q> = sqlx::query::QueryScalar<'q, Postgres, String, PgArguments>;
+
+impl Curated for EpisodeInfo {
+    const KIND: &'static str = "episode";
+    const TABLE: &'static str = "episodes";
+    const OP: &'static str = "upsert_episodes";
+    const UPSERT: &'static str = "
 INSERT INTO episodes (title, date_aired, initial_date_curated, last_date_curated,
                       curator_information, description, media_uri, media_type, priority)
 SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[],
@@ -419,13 +453,47 @@ ON CONFLICT (title, date_aired) DO UPDATE SET
     media_uri = EXCLUDED.media_uri,
     media_type = EXCLUDED.media_type,
     priority = EXCLUDED.priority";
-
-const NEW_EPISODES_AMONG: &str = "
+    const NEW_AMONG: &'static str = "
 SELECT u.t FROM unnest($1::text[], $2::timestamptz[]) AS u(t, d)
 WHERE NOT EXISTS (SELECT 1 FROM episodes e WHERE e.title = u.t AND e.date_aired = u.d)
 LIMIT 1";
 
-const UPSERT_CLIPS: &str = "
+    type Key = (String, DateTime<Utc>);
+    fn key(&self) -> Self::Key {
+        (self.title.clone(), self.date_aired)
+    }
+    fn media_uri(&self) -> &str {
+        &self.media_uri
+    }
+    fn is_suspect(&self) -> bool {
+        self.last_date_curated < self.initial_date_curated
+    }
+    fn bind_identities<'q>(items: &[&'q Self], query: NewAmong<'q>) -> NewAmong<'q> {
+        let titles: Vec<&str> = items.iter().map(|e| e.title.as_str()).collect();
+        let dates: Vec<DateTime<Utc>> = items.iter().map(|e| e.date_aired).collect();
+        query.bind(titles).bind(dates)
+    }
+    fn bind_columns<'q>(items: &'q [Self], query: PgQuery<'q>) -> PgQuery<'q> {
+        let column = |f: fn(&'q Self) -> &'q str| items.iter().map(f).collect::<Vec<_>>();
+        let time = |f: fn(&Self) -> DateTime<Utc>| items.iter().map(f).collect::<Vec<_>>();
+        query
+            .bind(column(|e| &e.title))
+            .bind(time(|e| e.date_aired))
+            .bind(time(|e| e.initial_date_curated))
+            .bind(time(|e| e.last_date_curated))
+            .bind(column(|e| &e.curator_information))
+            .bind(column(|e| &e.description))
+            .bind(column(|e| &e.media_uri))
+            .bind(column(|e| &e.media_type))
+            .bind(items.iter().map(|e| e.priority).collect::<Vec<_>>())
+    }
+}
+
+impl Curated for ClipInfo {
+    const KIND: &'static str = "clip";
+    const TABLE: &'static str = "clips";
+    const OP: &'static str = "upsert_clips";
+    const UPSERT: &'static str = "
 INSERT INTO clips (title, initial_date_curated, last_date_curated, curator_information,
                    description, media_uri, media_type, priority)
 SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::text[],
@@ -437,97 +505,57 @@ ON CONFLICT (title) DO UPDATE SET
     media_uri = EXCLUDED.media_uri,
     media_type = EXCLUDED.media_type,
     priority = EXCLUDED.priority";
-
-const NEW_CLIPS_AMONG: &str = "
+    const NEW_AMONG: &'static str = "
 SELECT u.t FROM unnest($1::text[]) AS u(t)
 WHERE NOT EXISTS (SELECT 1 FROM clips c WHERE c.title = u.t)
 LIMIT 1";
 
-async fn upsert_episodes_once(pool: &PgPool, batch: &[EpisodeInfo]) -> Result<(), Failure> {
-    // A rule only new episodes must keep; which are new is known only inside the transaction.
-    let suspects: Vec<&EpisodeInfo> = batch
-        .iter()
-        .filter(|e| e.last_date_curated < e.initial_date_curated)
-        .collect();
-    // Without suspects the upsert is one statement, atomic on its own: no BEGIN/COMMIT
-    // round trips. With them, the check and the upsert share a transaction.
-    let mut tx = if suspects.is_empty() {
-        None
-    } else {
-        Some(pool.begin_with(BEGIN).await?)
-    };
-    if let Some(tx) = tx.as_mut() {
-        let titles: Vec<&str> = suspects.iter().map(|e| e.title.as_str()).collect();
-        let dates: Vec<DateTime<Utc>> = suspects.iter().map(|e| e.date_aired).collect();
-        let new: Option<String> = sqlx::query_scalar(NEW_EPISODES_AMONG)
-            .bind(&titles)
-            .bind(&dates)
-            .fetch_optional(&mut **tx)
-            .await?;
-        if let Some(title) = new {
-            return Err(Failure::Before(DataStoreError::Invalid(format!(
-                "new episode {title:?} was last curated before it was first curated"
-            ))));
-        }
+    type Key = String;
+    fn key(&self) -> Self::Key {
+        self.title.clone()
     }
-    let mut cols = (
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-    );
-    for e in batch {
-        cols.0.push(e.title.as_str());
-        cols.1.push(e.date_aired);
-        cols.2.push(e.initial_date_curated);
-        cols.3.push(e.last_date_curated);
-        cols.4.push(e.curator_information.as_str());
-        cols.5.push(e.description.as_str());
-        cols.6.push(e.media_uri.as_str());
-        cols.7.push(e.media_type.as_str());
-        cols.8.push(e.priority);
+    fn media_uri(&self) -> &str {
+        &self.media_uri
     }
-    // One statement for the whole batch; the media_uri constraint is checked at its end.
-    let done = sqlx::query(UPSERT_EPISODES)
-        .bind(&cols.0)
-        .bind(&cols.1)
-        .bind(&cols.2)
-        .bind(&cols.3)
-        .bind(&cols.4)
-        .bind(&cols.5)
-        .bind(&cols.6)
-        .bind(&cols.7)
-        .bind(&cols.8);
-    let done = match tx.as_mut() {
-        Some(tx) => done.execute(&mut **tx).await,
-        None => done.execute(pool).await,
-    };
-    if let Err(e) = done {
-        if is_media_uri_violation(&e) {
-            let uri = conflicting_uri(&e).unwrap_or_else(|| "of the batch".into());
-            return Err(Failure::Before(DataStoreError::Conflict(format!(
-                "media_uri {uri} already belongs to another episode"
-            ))));
-        }
-        return Err(e.into());
+    fn is_suspect(&self) -> bool {
+        self.last_date_curated < self.initial_date_curated
     }
-    match tx {
-        Some(tx) => commit(tx).await,
-        None => Ok(()),
+    fn bind_identities<'q>(items: &[&'q Self], query: NewAmong<'q>) -> NewAmong<'q> {
+        query.bind(items.iter().map(|c| c.title.as_str()).collect::<Vec<_>>())
+    }
+    fn bind_columns<'q>(items: &'q [Self], query: PgQuery<'q>) -> PgQuery<'q> {
+        let column = |f: fn(&'q Self) -> &'q str| items.iter().map(f).collect::<Vec<_>>();
+        let time = |f: fn(&Self) -> DateTime<Utc>| items.iter().map(f).collect::<Vec<_>>();
+        query
+            .bind(column(|c| &c.title))
+            .bind(time(|c| c.initial_date_curated))
+            .bind(time(|c| c.last_date_curated))
+            .bind(column(|c| &c.curator_information))
+            .bind(column(|c| &c.description))
+            .bind(column(|c| &c.media_uri))
+            .bind(column(|c| &c.media_type))
+            .bind(items.iter().map(|c| c.priority).collect::<Vec<_>>())
     }
 }
 
-async fn upsert_clips_once(pool: &PgPool, batch: &[ClipInfo]) -> Result<(), Failure> {
-    let suspects: Vec<&str> = batch
-        .iter()
-        .filter(|c| c.last_date_curated < c.initial_date_curated)
-        .map(|c| c.title.as_str())
-        .collect();
+/// Inserts or updates `items` as [`DataStore::upsert_episodes`] describes, all or nothing.
+async fn upsert<T: Curated>(pool: &PgPool, items: &[T]) -> Result<()> {
+    if items.is_empty() {
+        return Ok(());
+    }
+    let batch = dedupe_later_wins(items, T::key);
+    if let Some(uri) = batch_uri_conflict(&batch, T::key, T::media_uri) {
+        return Err(DataStoreError::Conflict(format!(
+            "media_uri {uri} is given to two {} in one batch",
+            T::TABLE
+        )));
+    }
+    retrying(T::OP, Replay::Harmless, || upsert_once(pool, &batch)).await
+}
+
+async fn upsert_once<T: Curated>(pool: &PgPool, batch: &[T]) -> Result<(), Failure> {
+    // A rule only new items must keep; which are new is known only inside the transaction.
+    let suspects: Vec<&T> = batch.iter().filter(|i| i.is_suspect()).collect();
     // Without suspects the upsert is one statement, atomic on its own: no BEGIN/COMMIT
     // round trips. With them, the check and the upsert share a transaction.
     let mut tx = if suspects.is_empty() {
@@ -536,54 +564,28 @@ async fn upsert_clips_once(pool: &PgPool, batch: &[ClipInfo]) -> Result<(), Fail
         Some(pool.begin_with(BEGIN).await?)
     };
     if let Some(tx) = tx.as_mut() {
-        let new: Option<String> = sqlx::query_scalar(NEW_CLIPS_AMONG)
-            .bind(&suspects)
+        let new: Option<String> = T::bind_identities(&suspects, sqlx::query_scalar(T::NEW_AMONG))
             .fetch_optional(&mut **tx)
             .await?;
         if let Some(title) = new {
             return Err(Failure::Before(DataStoreError::Invalid(format!(
-                "new clip {title:?} was last curated before it was first curated"
+                "new {} {title:?} was last curated before it was first curated",
+                T::KIND
             ))));
         }
     }
-    let mut cols = (
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-        Vec::with_capacity(batch.len()),
-    );
-    for c in batch {
-        cols.0.push(c.title.as_str());
-        cols.1.push(c.initial_date_curated);
-        cols.2.push(c.last_date_curated);
-        cols.3.push(c.curator_information.as_str());
-        cols.4.push(c.description.as_str());
-        cols.5.push(c.media_uri.as_str());
-        cols.6.push(c.media_type.as_str());
-        cols.7.push(c.priority);
-    }
-    let done = sqlx::query(UPSERT_CLIPS)
-        .bind(&cols.0)
-        .bind(&cols.1)
-        .bind(&cols.2)
-        .bind(&cols.3)
-        .bind(&cols.4)
-        .bind(&cols.5)
-        .bind(&cols.6)
-        .bind(&cols.7);
+    // One statement for the whole batch; the media_uri constraint is checked at its end.
+    let upsert = T::bind_columns(batch, sqlx::query(T::UPSERT));
     let done = match tx.as_mut() {
-        Some(tx) => done.execute(&mut **tx).await,
-        None => done.execute(pool).await,
+        Some(tx) => upsert.execute(&mut **tx).await,
+        None => upsert.execute(pool).await,
     };
     if let Err(e) = done {
         if is_media_uri_violation(&e) {
             let uri = conflicting_uri(&e).unwrap_or_else(|| "of the batch".into());
             return Err(Failure::Before(DataStoreError::Conflict(format!(
-                "media_uri {uri} already belongs to another clip"
+                "media_uri {uri} already belongs to another {}",
+                T::KIND
             ))));
         }
         return Err(e.into());
@@ -1176,37 +1178,11 @@ impl DataStore for PgDataStore {
     }
 
     async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> Result<()> {
-        if episodes.is_empty() {
-            return Ok(());
-        }
-        let batch = dedupe_later_wins(episodes, |e| (e.title.clone(), e.date_aired));
-        if let Some(uri) =
-            batch_uri_conflict(&batch, |e| (&e.title, e.date_aired), |e| &e.media_uri)
-        {
-            return Err(DataStoreError::Conflict(format!(
-                "media_uri {uri} is given to two episodes in one batch"
-            )));
-        }
-        retrying("upsert_episodes", Replay::Harmless, || {
-            upsert_episodes_once(&self.pool, &batch)
-        })
-        .await
+        upsert(&self.pool, episodes).await
     }
 
     async fn upsert_clips(&self, clips: &[ClipInfo]) -> Result<()> {
-        if clips.is_empty() {
-            return Ok(());
-        }
-        let batch = dedupe_later_wins(clips, |c| c.title.clone());
-        if let Some(uri) = batch_uri_conflict(&batch, |c| &c.title, |c| &c.media_uri) {
-            return Err(DataStoreError::Conflict(format!(
-                "media_uri {uri} is given to two clips in one batch"
-            )));
-        }
-        retrying("upsert_clips", Replay::Harmless, || {
-            upsert_clips_once(&self.pool, &batch)
-        })
-        .await
+        upsert(&self.pool, clips).await
     }
 
     async fn lease_next(&self, request: LeaseRequest) -> Result<Option<Lease>> {
