@@ -7,10 +7,14 @@
 //! Every write that reads before it writes runs in a `BEGIN IMMEDIATE` transaction: it takes
 //! the file's write lock up front, so concurrent writers wait for it (in this process on a
 //! mutex, across processes on the busy timeout) instead of failing to upgrade a read snapshot,
-//! and `lease_next` can never hand out a pair twice. Writes of one statement (renewing or
-//! cancelling a lease; the cascade deletes a cancelled lease's pairs) only wait for this
-//! process's turn: a statement is a transaction of its own. Sets of ids travel into SQL as
-//! one JSON array bound to `json_each(?)`, so statements stay few and their text fixed.
+//! and `lease_next` can never hand out a pair twice. A write of one statement (renewing or
+//! cancelling a lease; the cascade deletes a cancelled lease's pairs) is a transaction of its
+//! own: it takes this process's turn, and no explicit transaction. Sets of ids travel into SQL
+//! as one JSON array bound to `json_each(?)`, so statements stay few and their text fixed.
+//!
+//! A revoked lease keeps the pairs whose results are still on their way: `leases.held_pairs`
+//! counts them, and whichever transaction leaves a revoked lease (or an expired one being taken
+//! over) holding nothing deletes it: the revoke itself, or `release_pairs`.
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
