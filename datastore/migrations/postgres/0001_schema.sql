@@ -1,4 +1,4 @@
--- The archivist schema (see briefing SCHEMA.md): no row per research pair. Pairs are implied by
+-- The archivist schema (design: datastore/src/lib.rs and README.md): no row per research pair. Pairs are implied by
 -- episodes x clips; only leased pairs and researched pairs are stored.
 
 CREATE TABLE episodes (

@@ -1,4 +1,4 @@
--- The archivist schema for SQLite (see briefing SCHEMA.md; the Postgres schema has the same shape).
+-- The archivist schema for SQLite (design: datastore/src/lib.rs; the Postgres schema has the same shape).
 -- Research pairs are implied by episodes x clips: only leased and researched pairs have rows.
 -- Times are INTEGER unix microseconds (UTC): they sort and compare cheaply.
 
