@@ -113,7 +113,8 @@ pub(crate) struct GlobalArgs {
     )]
     pub(crate) completed_research_queue: String,
 
-    /// How long to keep trying to reach the datastore at start before giving up (exit 1)
+    /// How long to keep trying to reach the datastore and the bus at start before giving up
+    /// (exit 1)
     #[arg(
         long,
         env = "ARCHIVIST_CONNECT_TIMEOUT",

@@ -115,7 +115,11 @@ pub(crate) async fn memory_bus_with(
 
 /// The bus for a subcommand that other processes must share queues with (every subcommand
 /// but `demo`): SQS, or a usage error explaining why the chosen bus cannot do it.
-pub(crate) async fn shared_bus(config: &Config, subcommand: &str) -> anyhow::Result<Arc<dyn Bus>> {
+pub(crate) async fn shared_bus(
+    config: &Config,
+    subcommand: &str,
+    token: &CancellationToken,
+) -> anyhow::Result<Arc<dyn Bus>> {
     match config.bus {
         // Even `run` is refused: no curator or researcher could reach its queues, and its
         // work assignment would lease work nobody can read, stranding the pairs for a lease.
@@ -131,7 +135,60 @@ pub(crate) async fn shared_bus(config: &Config, subcommand: &str) -> anyhow::Res
              for queues shared between processes, or `archivist demo` to see the whole \
              pipeline in one process",
         )),
-        BusKind::Sqs => sqs_bus(config).await,
+        BusKind::Sqs => {
+            let bus = sqs_bus(config).await?;
+            wait_for_bus(config, bus.as_ref(), token).await?;
+            Ok(bus)
+        }
+    }
+}
+
+/// Waits until the bus answers, as [`datastore`] waits for the datastore: passing failures are
+/// retried until `config.connect_timeout`, then the error is fatal (exit 1). The probe resolves
+/// the episodes queue (the bus keeps its URL); any answer, a missing queue included, means the
+/// bus is reachable, and what the answer means is left to the subcommand.
+async fn wait_for_bus(
+    config: &Config,
+    bus: &dyn Bus,
+    token: &CancellationToken,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + config.connect_timeout;
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 0u32;
+    let give_up = |attempt: u32, error: Option<BusError>| {
+        let message = format!(
+            "the bus (ARCHIVIST_BUS=sqs) is unreachable after {attempt} attempts over {} \
+             (ARCHIVIST_CONNECT_TIMEOUT)",
+            humantime::format_duration(config.connect_timeout)
+        );
+        match error {
+            Some(e) => anyhow::Error::new(e).context(message),
+            None => anyhow!(message),
+        }
+    };
+    let mut last = None;
+    loop {
+        attempt += 1;
+        let outcome = tokio::select! {
+            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the bus")),
+            r = tokio::time::timeout_at(deadline, bus.sender(&config.queues.episodes)) => r,
+        };
+        let error = match outcome {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(e)) if !e.is_retryable() => return Ok(()),
+            Ok(Err(e)) => e,
+            Err(_) => return Err(give_up(attempt, last)),
+        };
+        if Instant::now() + backoff >= deadline {
+            return Err(give_up(attempt, Some(error)));
+        }
+        tracing::warn!(attempt, error = %error, retry_in = ?backoff, "bus not reachable yet");
+        last = Some(error);
+        tokio::select! {
+            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the bus")),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

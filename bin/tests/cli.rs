@@ -186,9 +186,16 @@ fn unreachable_sqs_exits_1_and_status_still_prints_the_counts() {
         ("AWS_REGION", "us-east-1"),
         ("AWS_ACCESS_KEY_ID", "testing"),
         ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("ARCHIVIST_CONNECT_TIMEOUT", "2s"),
     ];
     let run = archivist(dir.path(), &["status", "--json"], &env).expect_code(1);
     assert!(run.stderr.contains("127.0.0.1:1"), "{}", run.stderr);
+    // Retried as the datastore is, for ARCHIVIST_CONNECT_TIMEOUT.
+    assert!(
+        run.stderr.contains("ARCHIVIST_CONNECT_TIMEOUT"),
+        "{}",
+        run.stderr
+    );
     // The datastore's counts are still printed, as one object and nothing else.
     let lines = run.json_lines();
     assert_eq!(lines.len(), 1, "{}", run.stdout);
@@ -198,7 +205,12 @@ fn unreachable_sqs_exits_1_and_status_still_prints_the_counts() {
         &["receive", "curated_clips", "--wait", "0s"],
         &["episodes", "--once"],
     ] {
-        archivist(dir.path(), args, &env).expect_code(1);
+        let run = archivist(dir.path(), args, &env).expect_code(1);
+        assert!(
+            run.stderr.contains("unreachable after"),
+            "{args:?}: {}",
+            run.stderr
+        );
     }
 }
 

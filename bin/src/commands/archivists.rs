@@ -55,7 +55,7 @@ async fn ingest(
         Kind::Episodes => "episodes",
         Kind::Clips => "clips",
     };
-    let bus = connect::shared_bus(config, name).await?;
+    let bus = connect::shared_bus(config, name, &token).await?;
     let store = connect::datastore(config, &config.database_url(), &token).await?;
     let mut set = JoinSet::new();
     let ingest = IngestConfig {
@@ -115,7 +115,7 @@ pub(crate) async fn pending_research(
     every: Option<Duration>,
 ) -> anyhow::Result<()> {
     require_researcher_count(config)?;
-    let bus = connect::shared_bus(config, "pending-research").await?;
+    let bus = connect::shared_bus(config, "pending-research", &token).await?;
     let store = connect::datastore(config, &config.database_url(), &token).await?;
     let mut set = JoinSet::new();
     let pending = PendingResearchConfig {
@@ -185,7 +185,7 @@ pub(crate) async fn completed_research(
     token: CancellationToken,
     every: Option<Duration>,
 ) -> anyhow::Result<()> {
-    let bus = connect::shared_bus(config, "completed-research").await?;
+    let bus = connect::shared_bus(config, "completed-research", &token).await?;
     let store = connect::datastore(config, &config.database_url(), &token).await?;
     let mut set = JoinSet::new();
     let completed = CompletedResearchConfig {
@@ -321,7 +321,7 @@ pub(crate) async fn run(
     every: Duration,
 ) -> anyhow::Result<()> {
     require_researcher_count(config)?;
-    let bus = connect::shared_bus(config, "run").await?;
+    let bus = connect::shared_bus(config, "run", &token).await?;
     let store = connect::datastore(config, &config.database_url(), &token).await?;
     let mut set = JoinSet::new();
     let pipeline = Pipeline {

@@ -3,13 +3,19 @@
 
 use std::io::Write;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::commands::status::{write_queue_table, QueueDepth};
 use crate::config::Config;
 use crate::connect;
 
 /// Creates and shows the queues.
-pub(crate) async fn run(config: &Config, json: bool) -> anyhow::Result<()> {
-    let bus = connect::shared_bus(config, "queues").await?;
+pub(crate) async fn run(
+    config: &Config,
+    token: &CancellationToken,
+    json: bool,
+) -> anyhow::Result<()> {
+    let bus = connect::shared_bus(config, "queues", token).await?;
     let mut depths = Vec::new();
     for q in config.queues.all() {
         bus.create_queue(q)

@@ -36,7 +36,7 @@ pub(crate) async fn run(
     } else {
         queue.clone()
     };
-    let bus = connect::shared_bus(config, "receive").await?;
+    let bus = connect::shared_bus(config, "receive", token).await?;
     let receiver = connect::receiver(bus.as_ref(), &source).await?;
     let deadline = Instant::now() + args.wait;
     let mut taken = 0u32;

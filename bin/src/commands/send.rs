@@ -19,7 +19,7 @@ pub(crate) async fn run(
     args: &SendArgs,
 ) -> anyhow::Result<()> {
     let queue = check_queue_arg(&args.queue)?;
-    let bus = connect::shared_bus(config, "send").await?;
+    let bus = connect::shared_bus(config, "send", token).await?;
     let sender = connect::sender(bus.as_ref(), &queue).await?;
     // Split on bytes, not `lines()`: a line that is not UTF-8 is bad input (exit 2, naming the
     // line), not a failure to read standard input.

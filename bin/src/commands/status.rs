@@ -60,7 +60,7 @@ pub(crate) async fn run(
         .status(chrono::Utc::now())
         .await
         .context("cannot read the status")?;
-    let (queues, unreachable) = match queue_depths(config).await {
+    let (queues, unreachable) = match queue_depths(config, token).await {
         Ok(qs) => (qs, None),
         Err(e) => (None, Some(e)),
     };
@@ -93,12 +93,15 @@ pub(crate) async fn run(
 /// The queues' depths when the bus is shared: `Ok(None)` when the bus cannot be inspected
 /// from another process; a queue that is missing or refused is left out with a note in the
 /// log. An unreachable bus is an error (exit 1), after the counts are printed.
-async fn queue_depths(config: &Config) -> anyhow::Result<Option<Vec<QueueDepth>>> {
+async fn queue_depths(
+    config: &Config,
+    token: &CancellationToken,
+) -> anyhow::Result<Option<Vec<QueueDepth>>> {
     if config.bus != BusKind::Sqs {
         tracing::debug!("the bus cannot be inspected from another process: no queue depths");
         return Ok(None);
     }
-    let bus = match connect::shared_bus(config, "status").await {
+    let bus = match connect::shared_bus(config, "status", token).await {
         Ok(bus) => bus,
         Err(e) if e.downcast_ref::<UsageError>().is_some() => {
             tracing::warn!("no queue depths: {e:#}");
