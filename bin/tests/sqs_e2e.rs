@@ -549,3 +549,27 @@ fn send_raw_sends_each_line_as_it_is() {
     lines.sort_unstable();
     assert_eq!(lines, ["\t{\"n\": 2}", "  not json, blanks kept  "]);
 }
+
+#[test]
+fn send_stops_at_a_line_too_large_for_the_bus_with_exit_2() {
+    let s = Scenario::new(None);
+    s.run(&["queues"], &[]).expect_code(0);
+    // Larger than SQS's largest body (1 MiB), in the same batch as a good line before it.
+    let huge = format!("{{\"x\":\"{}\"}}", "x".repeat(1_100_000));
+    let input = format!("{{\"n\":1}}\n{huge}\n{{\"n\":3}}\n");
+    let run = archivist_with_input(
+        s.path(),
+        &["send", &s.sqs.clips_queue],
+        &s.sqs.with(&[]),
+        &input,
+    )
+    .expect_code(2);
+    assert!(run.stderr.contains("line 2"), "{}", run.stderr);
+    let got = s
+        .run(
+            &["receive", &s.sqs.clips_queue, "--max", "10", "--wait", "1s"],
+            &[],
+        )
+        .expect_code(0);
+    assert_eq!(got.stdout, "{\"n\":1}\n");
+}

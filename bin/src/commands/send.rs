@@ -1,6 +1,7 @@
 //! `archivist send QUEUE`: each line of standard input (JSON) as one message.
 
 use anyhow::Context;
+use messagebus::BusError;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
@@ -24,7 +25,7 @@ pub(crate) async fn run(
     // Split on bytes, not `lines()`: a line that is not UTF-8 is bad input (exit 2, naming the
     // line), not a failure to read standard input.
     let mut lines = BufReader::new(tokio::io::stdin()).split(b'\n');
-    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
+    let mut batch: Vec<(u64, Vec<u8>)> = Vec::with_capacity(BATCH);
     let mut sent = 0u64;
     let mut line_no = 0u64;
     loop {
@@ -63,7 +64,7 @@ pub(crate) async fn run(
         } else {
             trimmed
         };
-        batch.push(body.as_bytes().to_vec());
+        batch.push((line_no, body.as_bytes().to_vec()));
         if batch.len() == BATCH {
             flush(&*sender, &mut batch, &mut sent, &queue).await?;
         }
@@ -73,21 +74,50 @@ pub(crate) async fn run(
     Ok(())
 }
 
+/// Sends the batch (each body with its line number). A body the bus cannot carry (too large)
+/// is bad input: the batch is then sent line by line, so that the lines before it go and the
+/// error (exit 2) names its line.
 async fn flush(
     sender: &dyn messagebus::Sender,
-    batch: &mut Vec<Vec<u8>>,
+    batch: &mut Vec<(u64, Vec<u8>)>,
     sent: &mut u64,
     queue: &str,
 ) -> anyhow::Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
-    let n = batch.len() as u64;
-    sender
-        .send_batch(std::mem::take(batch))
-        .await
-        .with_context(|| format!("sending to {queue} failed after {sent} messages were sent"))?;
-    *sent += n;
+    let lines = std::mem::take(batch);
+    let bodies: Vec<Vec<u8>> = lines.iter().map(|(_, b)| b.clone()).collect();
+    match sender.send_batch(bodies).await {
+        Ok(()) => {
+            *sent += lines.len() as u64;
+            return Ok(());
+        }
+        // The bus refuses such a batch before sending any of it.
+        Err(BusError::BodyTooLarge { .. } | BusError::InvalidBody(_)) => {}
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "sending to {queue} failed after {sent} messages were sent"
+            )))
+        }
+    }
+    for (line_no, body) in lines {
+        match sender.send(body).await {
+            Ok(()) => *sent += 1,
+            Err(e @ (BusError::BodyTooLarge { .. } | BusError::InvalidBody(_))) => {
+                report(*sent, queue);
+                return Err(usage(format!(
+                    "standard input line {line_no} cannot be sent ({e}); nothing from it on \
+                     was sent"
+                )));
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "sending to {queue} failed after {sent} messages were sent"
+                )))
+            }
+        }
+    }
     Ok(())
 }
 
