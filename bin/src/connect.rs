@@ -1,6 +1,6 @@
 //! Opening the adapters: the datastore (connect and migrate, retried until the connect
-//! timeout) and the bus (SQS shared between processes, in-memory for the demo, or an
-//! explanation of why not).
+//! timeout) and the bus (SQS shared between processes, waited for until the same timeout;
+//! in-memory for the demo; or an explanation of why not).
 
 use std::path::Path;
 use std::sync::Arc;
