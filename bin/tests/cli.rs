@@ -189,8 +189,9 @@ fn unreachable_sqs_exits_1_and_status_still_prints_the_counts() {
         ("ARCHIVIST_CONNECT_TIMEOUT", "2s"),
     ];
     let run = archivist(dir.path(), &["status", "--json"], &env).expect_code(1);
-    assert!(run.stderr.contains("127.0.0.1:1"), "{}", run.stderr);
-    // Retried as the datastore is, for ARCHIVIST_CONNECT_TIMEOUT.
+    // Retried as the datastore is, for ARCHIVIST_CONNECT_TIMEOUT. (The SDK's error, with the
+    // endpoint, is only there when an attempt failed before the deadline: not under load.)
+    assert!(run.stderr.contains("unreachable after"), "{}", run.stderr);
     assert!(
         run.stderr.contains("ARCHIVIST_CONNECT_TIMEOUT"),
         "{}",
