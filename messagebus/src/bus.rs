@@ -44,6 +44,12 @@ pub trait Sender: Send + Sync {
 
     /// The queue's name.
     fn queue(&self) -> &str;
+
+    /// For the database bus: the bus instance's id (see [`SqlReceipt`](crate::SqlReceipt)),
+    /// so that a datastore on the same database can enqueue inside its own transaction.
+    fn sql_bus_id(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Takes messages off one queue.

@@ -1,8 +1,24 @@
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use crate::BusError;
+
+/// Where a delivery of the database bus lives, so that a datastore on the same database can
+/// acknowledge it inside its own transaction (see the `sql` module). The pair
+/// (`message_id`, `receipt`) names one delivery: a later delivery of the same message has
+/// another receipt, so a stale one settles nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlReceipt {
+    /// The bus instance: a random id the bus's schema keeps in its database. A datastore
+    /// settles only receipts whose bus lives in its own database.
+    pub bus_id: Arc<str>,
+    /// The message's row id.
+    pub message_id: i64,
+    /// The delivery's receipt, new at every receive.
+    pub receipt: i64,
+}
 
 /// How an adapter settles one delivery. Implemented by each adapter; archivists only see
 /// [`Delivery`]'s methods.
@@ -14,6 +30,14 @@ pub trait Acknowledger: Send + Sync {
     async fn release(self: Box<Self>) -> Result<(), BusError>;
     /// The message can never be handled: move it to the queue's dead-letter queue with `reason`.
     async fn dead_letter(self: Box<Self>, reason: &str) -> Result<(), BusError>;
+
+    /// The delivery's place in a database bus, where it has one.
+    fn sql_receipt(&self) -> Option<SqlReceipt> {
+        None
+    }
+
+    /// The delivery was settled by another transaction (see [`SqlReceipt`]): stop holding it.
+    fn settled_elsewhere(self: Box<Self>) {}
 }
 
 /// One received message. It carries its own acknowledgement: call exactly one of
@@ -78,6 +102,18 @@ impl Delivery {
     /// Set the message aside in the queue's dead-letter queue with `reason`.
     pub async fn dead_letter(self, reason: &str) -> Result<(), BusError> {
         self.acker.dead_letter(reason).await
+    }
+
+    /// The delivery's place in a database bus, for acknowledging it inside a datastore
+    /// transaction on the same database. `None` on other buses.
+    pub fn sql_receipt(&self) -> Option<SqlReceipt> {
+        self.acker.sql_receipt()
+    }
+
+    /// The delivery was acknowledged inside another transaction through its
+    /// [`sql_receipt`](Self::sql_receipt): let go of it without settling it again.
+    pub fn settled_elsewhere(self) {
+        self.acker.settled_elsewhere()
     }
 }
 

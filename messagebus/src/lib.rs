@@ -12,6 +12,8 @@
 //! - `error.rs`: [`BusError`] and its [`BusError::is_retryable`] classification.
 //! - `memory.rs`: [`MemoryBus`], an in-process bus that behaves like a real queue
 //!   (visibility timeout, receive counts, redrive to the dead-letter queue, consumer count).
+//! - `sql/` (features `postgres`, `sqlite`): the database bus, queues as rows in the
+//!   datastore's own database (`sql::PgBus`, `sql::SqliteBus`).
 //! - `sqs/` (feature `sqs`): the Amazon SQS adapter on `aws-sdk-sqs`.
 //! - `testing.rs` (feature `test-utils`): the conformance suite every adapter runs.
 
@@ -19,12 +21,14 @@ mod bus;
 mod delivery;
 mod error;
 pub mod memory;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub mod sql;
 #[cfg(feature = "sqs")]
 pub mod sqs;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 
 pub use bus::{dead_letter_queue_name, Bus, QueueStats, Receiver, Sender, MAX_BODY_BYTES};
-pub use delivery::{Acknowledger, Delivery};
+pub use delivery::{Acknowledger, Delivery, SqlReceipt};
 pub use error::BusError;
 pub use memory::{MemoryBus, MemoryBusConfig};

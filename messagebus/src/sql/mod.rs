@@ -1,0 +1,705 @@
+//! The database bus: queues as rows of a table in a Postgres or SQLite database, usually the
+//! datastore's own, so that the whole pipeline runs on one database with no other server.
+//!
+//! One design, two dialects (`postgres.rs`, `sqlite.rs`, each with its schema under
+//! `migrations/`); the behaviour they share lives here in [`SqlBus`]:
+//!
+//! - A message is a row of `bus_messages` (`queue`, `body`, `visible_at`, `receive_count`,
+//!   `receipt`, `dead_letter_reason`). It is *waiting* while `visible_at` is past, *in flight*
+//!   while it is in the future. A receive claims the oldest visible rows (Postgres:
+//!   `FOR UPDATE SKIP LOCKED`; SQLite: one writer at a time), pushes their `visible_at` out by
+//!   the queue's visibility timeout, counts the receive and draws a new `receipt`. Every
+//!   settlement names (`id`, `receipt`), so a stale delivery cannot settle a newer one.
+//! - A row received `max_receives` times and still there is moved to the dead-letter queue
+//!   (`<queue>_dead_letter`, the same table) with its reason on the next receive, in the
+//!   same statement. Dead letters are kept until a person takes them off.
+//! - Queues and their settings (visibility timeout, receive limit) are rows of `bus_queues`,
+//!   made by [`Bus::create_queue`]; the schema is migrated by the same call.
+//! - Consumers: each live [`Receiver`] has a row in `bus_consumers`, refreshed by a keeper
+//!   task and deleted when it is dropped; `inspect` counts those seen within the consumer
+//!   TTL, so a crashed researcher stops counting by itself.
+//! - The keeper task also extends the visibility of deliveries a consumer still holds (the
+//!   heartbeat), so long work is not handed to a second consumer.
+//! - Waiting: Postgres receivers wake on `LISTEN/NOTIFY` (every send notifies), with a poll as
+//!   the safety net; SQLite receivers poll with a short back-off. Receivers in the same
+//!   process are woken at once on either.
+//! - Settling (receive, ack, release, extend, dead-letter) may be lost in a crash without harm
+//!   (the message comes back), so on Postgres it commits without waiting for the disk; sends
+//!   always wait.
+//!
+//! A datastore on the same database settles deliveries and enqueues inside its own
+//! transactions through [`SqlReceipt`] and the dialects' `*_in` functions.
+//!
+//! The SQL a program in another language runs to use these queues is in the README
+//! ("The database bus from other languages").
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::{
+    dead_letter_queue_name, Acknowledger, Bus, BusError, Delivery, QueueStats, Receiver, Sender,
+    SqlReceipt, MAX_BODY_BYTES,
+};
+
+mod fail_point;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+pub use fail_point::fail_point;
+#[cfg(feature = "postgres")]
+pub use postgres::PgBus;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteBus;
+
+/// Settings of a database bus.
+#[derive(Debug, Clone)]
+pub struct SqlBusConfig {
+    /// The visibility timeout of queues this bus creates.
+    pub visibility_timeout: Duration,
+    /// Receives after which a message goes to the dead-letter queue, for queues this bus
+    /// creates. Zero: no limit.
+    pub max_receives: u32,
+    /// How recently a receiver must have shown it is alive to count as a consumer.
+    pub consumer_ttl: Duration,
+    /// How often a waiting receiver looks again without being woken (Postgres: the safety net
+    /// under `LISTEN/NOTIFY`; SQLite: the longest back-off).
+    pub poll_interval: Duration,
+}
+
+impl Default for SqlBusConfig {
+    fn default() -> Self {
+        SqlBusConfig {
+            visibility_timeout: Duration::from_secs(30),
+            max_receives: 5,
+            consumer_ttl: Duration::from_secs(30),
+            poll_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// A queue's row in `bus_queues`.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueRow {
+    pub(crate) name: String,
+    /// `None` for a dead-letter queue.
+    pub(crate) dead_letter_queue: Option<String>,
+    pub(crate) visibility_timeout: Duration,
+    pub(crate) max_receives: u32,
+}
+
+/// One claimed row.
+#[derive(Debug)]
+pub(crate) struct ClaimedRow {
+    pub(crate) id: i64,
+    pub(crate) receipt: i64,
+    pub(crate) body: String,
+    pub(crate) receive_count: u32,
+    pub(crate) dead_letter_reason: Option<String>,
+}
+
+/// What one claim did.
+#[derive(Debug, Default)]
+pub(crate) struct Claimed {
+    pub(crate) rows: Vec<ClaimedRow>,
+    /// Rows found over their receive limit and moved to the dead-letter queue instead.
+    pub(crate) dead_lettered: usize,
+}
+
+/// The statements a dialect provides; [`SqlBus`] does the rest.
+#[async_trait]
+pub(crate) trait Dialect: Send + Sync + 'static {
+    /// Whether sends in other processes wake this process's receivers (Postgres: NOTIFY).
+    /// Without, a waiting receiver polls with a back-off; with, at the poll interval.
+    const NOTIFIES: bool;
+    /// Creates or upgrades the bus tables. Harmless when current.
+    async fn migrate(&self) -> Result<(), BusError>;
+    /// The bus instance id kept in the database.
+    async fn bus_id(&self) -> Result<String, BusError>;
+    /// Inserts the queue's row unless it exists.
+    async fn create_queue(&self, queue: &QueueRow) -> Result<(), BusError>;
+    /// The queue's row, or `None`.
+    async fn queue(&self, name: &str) -> Result<Option<QueueRow>, BusError>;
+    /// Inserts one row per body, durably, and wakes the queue's listeners.
+    async fn send(&self, queue: &str, bodies: &[String]) -> Result<(), BusError>;
+    /// Claims up to `max` visible rows of `queue`.
+    async fn claim(&self, queue: &QueueRow, max: usize) -> Result<Claimed, BusError>;
+    /// Deletes the delivery's row; `false` if the receipt is stale.
+    async fn ack(&self, id: i64, receipt: i64) -> Result<bool, BusError>;
+    /// Makes the row visible now.
+    async fn release(&self, id: i64, receipt: i64) -> Result<bool, BusError>;
+    /// Moves the row to `dead_letter_queue` with `reason`.
+    async fn dead_letter(
+        &self,
+        id: i64,
+        receipt: i64,
+        dead_letter_queue: &str,
+        reason: &str,
+    ) -> Result<bool, BusError>;
+    /// Pushes each row's visibility out to `visibility` from now.
+    async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError>;
+    /// Waiting, in-flight and dead-letter counts, and consumers seen within `consumer_ttl`.
+    async fn inspect(
+        &self,
+        queue: &QueueRow,
+        consumer_ttl: Duration,
+    ) -> Result<QueueStats, BusError>;
+    /// Marks `alive` consumers seen now and deletes `gone` ones.
+    async fn consumers(&self, alive: &[(Uuid, String)], gone: &[Uuid]) -> Result<(), BusError>;
+}
+
+/// A database bus on dialect `D`: `PgBus` or `SqliteBus`. Cheap to clone.
+// The dialect trait is sealed (crate-private): only this crate's dialects exist.
+#[allow(private_bounds)]
+pub struct SqlBus<D: Dialect> {
+    shared: Arc<Shared<D>>,
+}
+
+impl<D: Dialect> Clone for SqlBus<D> {
+    fn clone(&self) -> Self {
+        SqlBus {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<D: Dialect> std::fmt::Debug for SqlBus<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlBus")
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every handle of one bus shares.
+pub(crate) struct Shared<D> {
+    pub(crate) dialect: D,
+    pub(crate) config: SqlBusConfig,
+    /// The bus instance id, read once the schema exists.
+    bus_id: tokio::sync::OnceCell<Arc<str>>,
+    state: Mutex<State>,
+    /// Stops the keeper (and the Postgres listener) when the last handle goes.
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl<D> Drop for Shared<D> {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Per queue: wakes this process's receivers when a message may be there.
+    wakers: HashMap<String, Arc<Notify>>,
+    /// Live receivers: consumer id → queue.
+    consumers: HashMap<Uuid, String>,
+    /// Dropped receivers whose rows are still to be deleted.
+    gone: Vec<Uuid>,
+    /// Deliveries held by this process's consumers, for the heartbeat.
+    held: HashMap<(i64, i64), Held>,
+}
+
+struct Held {
+    visibility: Duration,
+    visible_until: Instant,
+}
+
+impl<D: Dialect> Shared<D> {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // No critical section panics part-way, so a poisoned lock still guards consistent state.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn waker(&self, queue: &str) -> Arc<Notify> {
+        Arc::clone(
+            self.lock()
+                .wakers
+                .entry(queue.to_owned())
+                .or_insert_with(|| Arc::new(Notify::new())),
+        )
+    }
+
+    /// Wakes this process's receivers of `queue` (a send, or a notification from the database).
+    pub(crate) fn wake(&self, queue: &str) {
+        if let Some(n) = self.lock().wakers.get(queue) {
+            n.notify_waiters();
+        }
+    }
+
+    async fn bus_id(&self) -> Result<Arc<str>, BusError> {
+        self.bus_id
+            .get_or_try_init(|| async {
+                self.dialect.migrate().await?;
+                Ok::<_, BusError>(Arc::from(self.dialect.bus_id().await?))
+            })
+            .await
+            .cloned()
+    }
+
+    async fn existing_queue(&self, name: &str) -> Result<QueueRow, BusError> {
+        // The schema may not exist yet: then no queue does.
+        self.bus_id().await?;
+        self.dialect
+            .queue(name)
+            .await?
+            .ok_or_else(|| BusError::QueueNotFound(name.to_owned()))
+    }
+
+    /// Deletes the rows of dropped receivers and refreshes live ones.
+    async fn refresh_consumers(&self, all_alive: bool) -> Result<(), BusError> {
+        let (alive, gone) = {
+            let mut state = self.lock();
+            let gone = std::mem::take(&mut state.gone);
+            let alive: Vec<(Uuid, String)> = if all_alive {
+                state
+                    .consumers
+                    .iter()
+                    .map(|(id, q)| (*id, q.clone()))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            (alive, gone)
+        };
+        if alive.is_empty() && gone.is_empty() {
+            return Ok(());
+        }
+        let out = self.dialect.consumers(&alive, &gone).await;
+        if out.is_err() {
+            // Try again at the next refresh.
+            self.lock().gone.extend(gone);
+        }
+        out
+    }
+
+    /// Extends the visibility of held deliveries that would otherwise come back soon.
+    async fn heartbeat(&self, margin: Duration) -> Result<(), BusError> {
+        let now = Instant::now();
+        let due: Vec<(i64, i64, Duration)> = self
+            .lock()
+            .held
+            .iter()
+            .filter(|(_, h)| h.visible_until <= now + margin.max(h.visibility / 2))
+            .map(|(&(id, receipt), h)| (id, receipt, h.visibility))
+            .collect();
+        if due.is_empty() {
+            return Ok(());
+        }
+        self.dialect.extend(&due).await?;
+        let mut state = self.lock();
+        for (id, receipt, visibility) in due {
+            if let Some(h) = state.held.get_mut(&(id, receipt)) {
+                h.visible_until = now + visibility;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[allow(private_bounds)]
+impl<D: Dialect> SqlBus<D> {
+    pub(crate) fn from_dialect(dialect: D, config: SqlBusConfig) -> Self {
+        let shared = Arc::new(Shared {
+            dialect,
+            config,
+            bus_id: tokio::sync::OnceCell::new(),
+            state: Mutex::new(State::default()),
+            stop: tokio_util::sync::CancellationToken::new(),
+        });
+        tokio::spawn(keeper(Arc::downgrade(&shared), shared.stop.clone()));
+        SqlBus { shared }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared<D>> {
+        &self.shared
+    }
+
+    /// Creates or upgrades the bus's tables (harmless when current) and returns the bus
+    /// instance id. [`Bus::create_queue`] does this too.
+    pub async fn migrate(&self) -> Result<Arc<str>, BusError> {
+        self.shared.bus_id().await
+    }
+
+    /// The bus's settings.
+    pub fn config(&self) -> &SqlBusConfig {
+        &self.shared.config
+    }
+}
+
+/// The keeper: refreshes this process's consumers and extends held deliveries, once a tick,
+/// until the bus is dropped.
+async fn keeper<D: Dialect>(shared: Weak<Shared<D>>, stop: tokio_util::sync::CancellationToken) {
+    let tick = Duration::from_millis(250);
+    let mut last_refresh = Instant::now();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(tick) => {}
+        }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let refresh_all = last_refresh.elapsed() >= shared.config.consumer_ttl / 3;
+        match shared.refresh_consumers(refresh_all).await {
+            Ok(()) if refresh_all => last_refresh = Instant::now(),
+            Ok(()) => {}
+            Err(e) => tracing::debug!(error = %e, "could not refresh consumers"),
+        }
+        if let Err(e) = shared.heartbeat(tick * 4).await {
+            tracing::debug!(error = %e, "could not extend held messages");
+        }
+    }
+}
+
+/// Checks a body the bus can carry: at most [`MAX_BODY_BYTES`], UTF-8, no NUL (Postgres text
+/// cannot hold it; refused on both dialects so that they agree).
+pub(crate) fn check_body(body: Vec<u8>) -> Result<String, BusError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(BusError::BodyTooLarge {
+            size: body.len(),
+            limit: MAX_BODY_BYTES,
+        });
+    }
+    let text = String::from_utf8(body).map_err(|e| {
+        BusError::InvalidBody(format!(
+            "not valid UTF-8 (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
+    if let Some(at) = text.find('\0') {
+        return Err(BusError::InvalidBody(format!(
+            "contains a NUL character at offset {at}"
+        )));
+    }
+    Ok(text)
+}
+
+#[async_trait]
+impl<D: Dialect> Bus for SqlBus<D> {
+    async fn sender(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
+        let row = self.shared.existing_queue(queue).await?;
+        let bus_id = self.shared.bus_id().await?;
+        Ok(Arc::new(SqlSender {
+            shared: Arc::clone(&self.shared),
+            queue: row,
+            bus_id,
+        }))
+    }
+
+    async fn receiver(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError> {
+        let row = self.shared.existing_queue(queue).await?;
+        let bus_id = self.shared.bus_id().await?;
+        let consumer = Uuid::new_v4();
+        // A receiver of a dead-letter queue is not a consumer of anything that is counted.
+        if row.dead_letter_queue.is_some() {
+            self.shared
+                .dialect
+                .consumers(&[(consumer, row.name.clone())], &[])
+                .await?;
+            self.shared.lock().consumers.insert(consumer, row.name.clone());
+        }
+        let waker = self.shared.waker(&row.name);
+        Ok(Arc::new(SqlReceiver {
+            shared: Arc::clone(&self.shared),
+            queue: row,
+            bus_id,
+            consumer,
+            waker,
+        }))
+    }
+
+    async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
+        self.shared.bus_id().await?;
+        let config = &self.shared.config;
+        let dead_letter = dead_letter_queue_name(queue);
+        self.shared
+            .dialect
+            .create_queue(&QueueRow {
+                name: dead_letter.clone(),
+                dead_letter_queue: None,
+                visibility_timeout: config.visibility_timeout,
+                max_receives: 0,
+            })
+            .await?;
+        self.shared
+            .dialect
+            .create_queue(&QueueRow {
+                name: queue.to_owned(),
+                dead_letter_queue: Some(dead_letter),
+                visibility_timeout: config.visibility_timeout,
+                max_receives: config.max_receives,
+            })
+            .await
+    }
+}
+
+struct SqlSender<D: Dialect> {
+    shared: Arc<Shared<D>>,
+    queue: QueueRow,
+    bus_id: Arc<str>,
+}
+
+#[async_trait]
+impl<D: Dialect> Sender for SqlSender<D> {
+    async fn send_batch(&self, bodies: Vec<Vec<u8>>) -> Result<(), BusError> {
+        let bodies = bodies
+            .into_iter()
+            .map(check_body)
+            .collect::<Result<Vec<_>, _>>()?;
+        if bodies.is_empty() {
+            return Ok(());
+        }
+        self.shared.dialect.send(&self.queue.name, &bodies).await?;
+        self.shared.wake(&self.queue.name);
+        Ok(())
+    }
+
+    async fn inspect(&self) -> Result<QueueStats, BusError> {
+        // Receivers dropped in this process stop counting at once.
+        self.shared.refresh_consumers(false).await?;
+        let mut stats = self
+            .shared
+            .dialect
+            .inspect(&self.queue, self.shared.config.consumer_ttl)
+            .await?;
+        if self.queue.dead_letter_queue.is_none() {
+            stats.consumers = Some(0);
+        }
+        Ok(stats)
+    }
+
+    fn queue(&self) -> &str {
+        &self.queue.name
+    }
+
+    fn sql_bus_id(&self) -> Option<&str> {
+        Some(&self.bus_id)
+    }
+}
+
+struct SqlReceiver<D: Dialect> {
+    shared: Arc<Shared<D>>,
+    queue: QueueRow,
+    bus_id: Arc<str>,
+    consumer: Uuid,
+    waker: Arc<Notify>,
+}
+
+impl<D: Dialect> Drop for SqlReceiver<D> {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        if state.consumers.remove(&self.consumer).is_some() {
+            state.gone.push(self.consumer);
+        }
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> Receiver for SqlReceiver<D> {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, BusError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let deadline = Instant::now() + wait;
+        // SQLite has no notifications across processes: look again soon, then less often.
+        let mut backoff = Duration::from_millis(5);
+        loop {
+            // Registered before looking, so a send between the look and the wait still wakes us.
+            let woken = self.waker.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let claimed = self.shared.dialect.claim(&self.queue, max).await?;
+            if !claimed.rows.is_empty() {
+                return Ok(self.deliveries(claimed.rows));
+            }
+            if claimed.dead_lettered > 0 {
+                continue;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let poll = self.shared.config.poll_interval;
+            let nap = if D::NOTIFIES { poll } else { backoff.min(poll) }.min(deadline - now);
+            backoff = backoff.saturating_mul(2);
+            tokio::select! {
+                _ = woken => backoff = Duration::from_millis(5),
+                _ = tokio::time::sleep(nap) => {}
+            }
+        }
+    }
+
+    fn queue(&self) -> &str {
+        &self.queue.name
+    }
+}
+
+impl<D: Dialect> SqlReceiver<D> {
+    fn deliveries(&self, rows: Vec<ClaimedRow>) -> Vec<Delivery> {
+        let visibility = self.queue.visibility_timeout;
+        let visible_until = Instant::now() + visibility;
+        let mut state = self.shared.lock();
+        rows.into_iter()
+            .map(|row| {
+                state.held.insert(
+                    (row.id, row.receipt),
+                    Held {
+                        visibility,
+                        visible_until,
+                    },
+                );
+                let acker = SqlAcker {
+                    shared: Arc::clone(&self.shared),
+                    queue: self.queue.clone(),
+                    receipt: SqlReceipt {
+                        bus_id: Arc::clone(&self.bus_id),
+                        message_id: row.id,
+                        receipt: row.receipt,
+                    },
+                    settled: false,
+                };
+                Delivery::new(
+                    row.body.into_bytes(),
+                    row.id.to_string(),
+                    row.receive_count,
+                    row.dead_letter_reason,
+                    Box::new(acker),
+                )
+            })
+            .collect()
+    }
+}
+
+struct SqlAcker<D: Dialect> {
+    shared: Arc<Shared<D>>,
+    queue: QueueRow,
+    receipt: SqlReceipt,
+    settled: bool,
+}
+
+impl<D: Dialect> SqlAcker<D> {
+    /// Stops the heartbeat for this delivery: it is being settled.
+    fn let_go(&mut self) -> (i64, i64) {
+        self.settled = true;
+        let key = (self.receipt.message_id, self.receipt.receipt);
+        self.shared.lock().held.remove(&key);
+        key
+    }
+}
+
+impl<D: Dialect> Drop for SqlAcker<D> {
+    fn drop(&mut self) {
+        // A delivery dropped unsettled comes back when its visibility runs out.
+        if !self.settled {
+            self.let_go();
+        }
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> Acknowledger for SqlAcker<D> {
+    async fn ack(mut self: Box<Self>) -> Result<(), BusError> {
+        let (id, receipt) = self.let_go();
+        // A stale receipt means the message was handed to someone else: theirs to settle.
+        self.shared.dialect.ack(id, receipt).await.map(drop)
+    }
+
+    async fn release(mut self: Box<Self>) -> Result<(), BusError> {
+        let (id, receipt) = self.let_go();
+        if self.shared.dialect.release(id, receipt).await? {
+            self.shared.wake(&self.queue.name);
+        }
+        Ok(())
+    }
+
+    async fn dead_letter(mut self: Box<Self>, reason: &str) -> Result<(), BusError> {
+        let (id, receipt) = self.let_go();
+        let Some(dlq) = self.queue.dead_letter_queue.clone() else {
+            return Err(BusError::Unsupported(format!(
+                "queue {:?} is a dead-letter queue and has none of its own",
+                self.queue.name
+            )));
+        };
+        if self
+            .shared
+            .dialect
+            .dead_letter(id, receipt, &dlq, reason)
+            .await?
+        {
+            self.shared.wake(&dlq);
+        }
+        Ok(())
+    }
+
+    fn sql_receipt(&self) -> Option<SqlReceipt> {
+        Some(self.receipt.clone())
+    }
+
+    fn settled_elsewhere(mut self: Box<Self>) {
+        self.let_go();
+    }
+}
+
+/// Milliseconds of `d`, for the schema's integer columns.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The reason a message over its receive limit is dead-lettered with.
+pub(crate) fn over_limit_reason(max_receives: u32) -> String {
+    format!(
+        "received {max_receives} times without being handled (the queue's receive limit, \
+         ARCHIVIST_MAX_RECEIVES)"
+    )
+}
+
+/// A database error as a bus error: passing failures (a broken connection, a busy or
+/// restarting server, a locked SQLite file) are [`BusError::Unavailable`], the rest
+/// [`BusError::Rejected`].
+pub(crate) fn db_error(what: &str, e: sqlx::Error) -> BusError {
+    let passing = match &e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code();
+            matches!(
+                code.as_deref(),
+                // Postgres: serialization_failure, deadlock_detected, lock_not_available,
+                // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections.
+                Some("40001" | "40P01" | "55P03" | "57P01" | "57P02" | "57P03" | "53300")
+                    // SQLite: SQLITE_BUSY and SQLITE_LOCKED and their extended codes.
+                    | Some("5" | "6" | "261" | "517" | "262")
+            ) || code.as_deref().is_some_and(|c| c.starts_with("08"))
+        }
+        _ => false,
+    };
+    let message = format!("{what}: {e}");
+    let source = Some(Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
+    if passing {
+        BusError::Unavailable { message, source }
+    } else {
+        BusError::Rejected { message, source }
+    }
+}
+
+/// A migration failure as a bus error.
+pub(crate) fn migrate_error(e: sqlx::migrate::MigrateError) -> BusError {
+    match e {
+        sqlx::migrate::MigrateError::Execute(inner) => db_error("creating the bus tables", inner),
+        other => BusError::Rejected {
+            message: format!("creating the bus tables: {other}"),
+            source: Some(Box::new(other)),
+        },
+    }
+}

@@ -1,0 +1,457 @@
+//! The database bus on Postgres: [`PgBus`], and the statements a datastore runs inside its own
+//! transactions ([`send_in`], [`ack_in`]).
+//!
+//! Claims take `FOR UPDATE SKIP LOCKED`, so concurrent receivers never wait for each other
+//! nor take the same row. Sends commit durably and `NOTIFY archivist_bus` with the queue's
+//! name; receivers `LISTEN` on one connection per bus and poll as the safety net (a
+//! notification can be missed while the listener reconnects, and visibility running out
+//! notifies nobody). Settling commits with `synchronous_commit = off`: a settlement lost in a
+//! server crash only brings the message back, which at-least-once delivery allows.
+
+use std::str::FromStr;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::{PgConnection, PgPool, Row};
+use uuid::Uuid;
+
+use super::{
+    db_error, fail_point, millis, migrate_error, over_limit_reason, check_body, ClaimedRow,
+    Claimed, Dialect, QueueRow, Shared, SqlBus, SqlBusConfig,
+};
+use crate::{BusError, QueueStats, SqlReceipt};
+
+/// The bus's migrations; versions from 1000001 so that they never meet the datastore's.
+static MIGRATOR: Migrator = Migrator {
+    ignore_missing: true,
+    ..sqlx::migrate!("./migrations/postgres")
+};
+
+/// The channel every send notifies, with the queue's name as payload.
+const CHANNEL: &str = "archivist_bus";
+
+/// Rows per `INSERT`, and bytes: a batch of any size is sent in statements of this size, in
+/// one transaction.
+const SEND_CHUNK_ROWS: usize = 5_000;
+const SEND_CHUNK_BYTES: usize = 8 * 1024 * 1024;
+
+/// The database bus on Postgres.
+pub type PgBus = SqlBus<Pg>;
+
+/// The Postgres dialect of the database bus.
+#[derive(Debug, Clone)]
+pub struct Pg {
+    pool: PgPool,
+}
+
+impl SqlBus<Pg> {
+    /// Connects to the Postgres database at `url` (pool of up to 10 connections, one of them
+    /// listening for notifications). Creates nothing until a queue is created or the bus is
+    /// migrated.
+    pub async fn connect(url: &str, config: SqlBusConfig) -> Result<Self, BusError> {
+        let options = PgConnectOptions::from_str(url).map_err(|e| BusError::Rejected {
+            message: format!("invalid Postgres URL: {e}"),
+            source: None,
+        })?;
+        // Settling may be lost in a crash without harm; sends turn this back on.
+        let options = options.options([("synchronous_commit", "off")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(10)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await
+            .map_err(|e| db_error("connecting to the bus database", e))?;
+        Ok(Self::from_pool(pool, config))
+    }
+
+    /// A bus on an existing pool.
+    pub fn from_pool(pool: PgPool, config: SqlBusConfig) -> Self {
+        let bus = SqlBus::from_dialect(Pg { pool: pool.clone() }, config);
+        tokio::spawn(listen(pool, Arc::downgrade(bus.shared())));
+        bus
+    }
+}
+
+/// Wakes this process's receivers on every notification, until the bus is dropped.
+async fn listen(pool: PgPool, shared: Weak<Shared<Pg>>) {
+    let Some(stop) = shared.upgrade().map(|s| s.stop.clone()) else {
+        return;
+    };
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let connected = async {
+            let mut listener = PgListener::connect_with(&pool).await?;
+            listener.listen(CHANNEL).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        let mut listener = tokio::select! {
+            _ = stop.cancelled() => return,
+            l = connected => match l {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::debug!(error = %e, "bus listener could not connect; polling meanwhile");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            },
+        };
+        backoff = Duration::from_millis(100);
+        loop {
+            let note = tokio::select! {
+                _ = stop.cancelled() => return,
+                n = listener.recv() => n,
+            };
+            match note {
+                Ok(note) => match shared.upgrade() {
+                    Some(shared) => shared.wake(note.payload()),
+                    None => return,
+                },
+                Err(e) => {
+                    tracing::debug!(error = %e, "bus listener lost its connection");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Dialect for Pg {
+    const NOTIFIES: bool = true;
+
+    async fn migrate(&self) -> Result<(), BusError> {
+        // sqlx holds an advisory lock while migrating: concurrent processes wait their turn.
+        MIGRATOR.run(&self.pool).await.map_err(migrate_error)
+    }
+
+    async fn bus_id(&self) -> Result<String, BusError> {
+        sqlx::query_scalar("SELECT id FROM bus_instance LIMIT 1")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| db_error("reading the bus id", e))
+    }
+
+    async fn create_queue(&self, queue: &QueueRow) -> Result<(), BusError> {
+        sqlx::query(
+            "INSERT INTO bus_queues (name, dead_letter_queue, visibility_timeout_ms, max_receives)
+             VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(&queue.name)
+        .bind(&queue.dead_letter_queue)
+        .bind(millis(queue.visibility_timeout))
+        .bind(i32::try_from(queue.max_receives).unwrap_or(i32::MAX))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("creating a queue", e))?;
+        Ok(())
+    }
+
+    async fn queue(&self, name: &str) -> Result<Option<QueueRow>, BusError> {
+        let row = sqlx::query(
+            "SELECT dead_letter_queue, visibility_timeout_ms, max_receives
+             FROM bus_queues WHERE name = $1",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| db_error("reading a queue", e))?;
+        row.map(|r| {
+            Ok(QueueRow {
+                name: name.to_owned(),
+                dead_letter_queue: r.try_get(0)?,
+                visibility_timeout: Duration::from_millis(
+                    u64::try_from(r.try_get::<i64, _>(1)?).unwrap_or(0),
+                ),
+                max_receives: u32::try_from(r.try_get::<i32, _>(2)?).unwrap_or(0),
+            })
+        })
+        .transpose()
+        .map_err(|e| db_error("reading a queue", e))
+    }
+
+    async fn send(&self, queue: &str, bodies: &[String]) -> Result<(), BusError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| db_error("sending", e))?;
+        sqlx::query("SET LOCAL synchronous_commit TO on")
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| db_error("sending", e))?;
+        insert(&mut tx, queue, bodies).await?;
+        tx.commit().await.map_err(|e| db_error("sending", e))
+    }
+
+    async fn claim(&self, queue: &QueueRow, max: usize) -> Result<Claimed, BusError> {
+        let limit = i64::try_from(max).unwrap_or(i64::MAX);
+        let max_receives = i32::try_from(queue.max_receives).unwrap_or(i32::MAX);
+        let rows = sqlx::query(CLAIM)
+            .bind(&queue.name)
+            .bind(limit)
+            .bind(millis(queue.visibility_timeout) as f64)
+            .bind(max_receives)
+            .bind(queue.dead_letter_queue.as_deref().unwrap_or(""))
+            .bind(over_limit_reason(queue.max_receives))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error("receiving", e))?;
+        let mut claimed = Claimed::default();
+        for r in rows {
+            let read = || -> Result<Option<ClaimedRow>, sqlx::Error> {
+                if r.try_get::<bool, _>("dead")? {
+                    return Ok(None);
+                }
+                Ok(Some(ClaimedRow {
+                    id: r.try_get("id")?,
+                    receipt: r.try_get("receipt")?,
+                    body: r.try_get("body")?,
+                    receive_count: u32::try_from(r.try_get::<i32, _>("receive_count")?)
+                        .unwrap_or(0),
+                    dead_letter_reason: r.try_get("dead_letter_reason")?,
+                }))
+            };
+            match read().map_err(|e| db_error("receiving", e))? {
+                Some(row) => claimed.rows.push(row),
+                None => claimed.dead_lettered += 1,
+            }
+        }
+        claimed.rows.sort_by_key(|r| r.id);
+        Ok(claimed)
+    }
+
+    async fn ack(&self, id: i64, receipt: i64) -> Result<bool, BusError> {
+        let done = sqlx::query("DELETE FROM bus_messages WHERE id = $1 AND receipt = $2")
+            .bind(id)
+            .bind(receipt)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| db_error("acknowledging", e))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn release(&self, id: i64, receipt: i64) -> Result<bool, BusError> {
+        let done = sqlx::query(
+            "UPDATE bus_messages SET visible_at = now() WHERE id = $1 AND receipt = $2",
+        )
+        .bind(id)
+        .bind(receipt)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("releasing", e))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn dead_letter(
+        &self,
+        id: i64,
+        receipt: i64,
+        dead_letter_queue: &str,
+        reason: &str,
+    ) -> Result<bool, BusError> {
+        let done = sqlx::query(
+            "UPDATE bus_messages
+             SET queue = $3, dead_letter_reason = $4, visible_at = now(), receive_count = 0
+             WHERE id = $1 AND receipt = $2",
+        )
+        .bind(id)
+        .bind(receipt)
+        .bind(dead_letter_queue)
+        .bind(reason)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("dead-lettering", e))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError> {
+        let ids: Vec<i64> = held.iter().map(|h| h.0).collect();
+        let receipts: Vec<i64> = held.iter().map(|h| h.1).collect();
+        let ms: Vec<f64> = held.iter().map(|h| millis(h.2) as f64).collect();
+        sqlx::query(
+            "UPDATE bus_messages m
+             SET visible_at = now() + h.ms * interval '1 millisecond'
+             FROM unnest($1::int8[], $2::int8[], $3::float8[]) AS h (id, receipt, ms)
+             WHERE m.id = h.id AND m.receipt = h.receipt",
+        )
+        .bind(ids)
+        .bind(receipts)
+        .bind(ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("extending visibility", e))?;
+        Ok(())
+    }
+
+    async fn inspect(
+        &self,
+        queue: &QueueRow,
+        consumer_ttl: Duration,
+    ) -> Result<QueueStats, BusError> {
+        let row = sqlx::query(
+            "SELECT
+               (SELECT count(*) FROM bus_messages WHERE queue = $1 AND visible_at <= now()),
+               (SELECT count(*) FROM bus_messages WHERE queue = $1 AND visible_at > now()),
+               (SELECT count(*) FROM bus_messages WHERE queue = $2),
+               (SELECT count(*) FROM bus_consumers
+                WHERE queue = $1 AND last_seen > now() - $3 * interval '1 millisecond')",
+        )
+        .bind(&queue.name)
+        .bind(queue.dead_letter_queue.as_deref().unwrap_or(""))
+        .bind(millis(consumer_ttl) as f64)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db_error("inspecting a queue", e))?;
+        let count = |i: usize| -> Result<u64, BusError> {
+            row.try_get::<i64, _>(i)
+                .map(|n| u64::try_from(n).unwrap_or(0))
+                .map_err(|e| db_error("inspecting a queue", e))
+        };
+        Ok(QueueStats {
+            waiting: count(0)?,
+            in_flight: count(1)?,
+            dead_letters: count(2)?,
+            consumers: Some(count(3)?),
+        })
+    }
+
+    async fn consumers(&self, alive: &[(Uuid, String)], gone: &[Uuid]) -> Result<(), BusError> {
+        let ids: Vec<Uuid> = alive.iter().map(|a| a.0).collect();
+        let queues: Vec<&str> = alive.iter().map(|a| a.1.as_str()).collect();
+        sqlx::query(
+            "WITH gone AS (
+                 DELETE FROM bus_consumers
+                 WHERE id = ANY($3) OR last_seen < now() - interval '1 day'
+             )
+             INSERT INTO bus_consumers (id, queue, last_seen)
+             SELECT c.id, c.queue, now() FROM unnest($1::uuid[], $2::text[]) AS c (id, queue)
+             ON CONFLICT (id) DO UPDATE SET last_seen = now()",
+        )
+        .bind(ids)
+        .bind(queues)
+        .bind(gone)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("refreshing consumers", e))?;
+        Ok(())
+    }
+}
+
+/// Claims the oldest visible rows: those under the receive limit become in flight with a new
+/// receipt, those at it move to the dead-letter queue (`dead` = true, no body returned).
+/// $1 queue, $2 limit, $3 visibility ms, $4 receive limit (0: none), $5 dead-letter queue,
+/// $6 reason.
+const CLAIM: &str = "
+WITH next AS (
+    SELECT id, receive_count FROM bus_messages
+    WHERE queue = $1 AND visible_at <= now()
+    ORDER BY visible_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), over AS (
+    UPDATE bus_messages m
+    SET queue = $5, dead_letter_reason = $6, visible_at = now(), receive_count = 0
+    FROM next
+    WHERE m.id = next.id AND $4 > 0 AND next.receive_count >= $4
+    RETURNING m.id
+), taken AS (
+    UPDATE bus_messages m
+    SET visible_at = now() + $3 * interval '1 millisecond',
+        receive_count = m.receive_count + 1,
+        receipt = nextval('bus_receipts')
+    FROM next
+    WHERE m.id = next.id AND NOT ($4 > 0 AND next.receive_count >= $4)
+    RETURNING m.id, m.receipt, m.body, m.receive_count, m.dead_letter_reason
+)
+SELECT false AS dead, id, receipt, body, receive_count, dead_letter_reason FROM taken
+UNION ALL
+SELECT true, id, 0, NULL, 0, NULL FROM over";
+
+/// Inserts `bodies` on `queue` and notifies its listeners at commit.
+async fn insert(conn: &mut PgConnection, queue: &str, bodies: &[String]) -> Result<(), BusError> {
+    let mut start = 0;
+    while start < bodies.len() {
+        let mut end = start;
+        let mut bytes = 0;
+        while end < bodies.len() && end - start < SEND_CHUNK_ROWS {
+            bytes += bodies[end].len();
+            if bytes > SEND_CHUNK_BYTES && end > start {
+                break;
+            }
+            end += 1;
+        }
+        sqlx::query("INSERT INTO bus_messages (queue, body) SELECT $1, b FROM unnest($2::text[]) AS b")
+            .bind(queue)
+            .bind(&bodies[start..end])
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| db_error("sending", e))?;
+        start = end;
+    }
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(CHANNEL)
+        .bind(queue)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("sending", e))?;
+    Ok(())
+}
+
+/// Sends `bodies` on `queue` inside the caller's transaction: they exist once it commits.
+/// The queue must exist (take its name from a [`Sender`](crate::Sender) of this bus).
+pub async fn send_in(
+    conn: &mut PgConnection,
+    queue: &str,
+    bodies: Vec<Vec<u8>>,
+) -> Result<(), BusError> {
+    let bodies = bodies
+        .into_iter()
+        .map(check_body)
+        .collect::<Result<Vec<_>, _>>()?;
+    insert(conn, queue, &bodies).await?;
+    fail_point("bus-send-in-transaction").await;
+    Ok(())
+}
+
+/// Acknowledges deliveries inside the caller's transaction: they are gone once it commits.
+/// Returns how many were still held by these receipts (a stale receipt deletes nothing).
+pub async fn ack_in(conn: &mut PgConnection, receipts: &[SqlReceipt]) -> Result<u64, BusError> {
+    if receipts.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<i64> = receipts.iter().map(|r| r.message_id).collect();
+    let tokens: Vec<i64> = receipts.iter().map(|r| r.receipt).collect();
+    let done = sqlx::query(
+        "DELETE FROM bus_messages m USING unnest($1::int8[], $2::int8[]) AS r (id, receipt)
+         WHERE m.id = r.id AND m.receipt = r.receipt",
+    )
+    .bind(ids)
+    .bind(tokens)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| db_error("acknowledging", e))?;
+    fail_point("bus-ack-in-transaction").await;
+    Ok(done.rows_affected())
+}
+
+/// The id of the bus whose tables are in this database, or `None` when there are none.
+pub async fn bus_id_in(conn: &mut PgConnection) -> Result<Option<String>, BusError> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('bus_instance') IS NOT NULL")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| db_error("looking for the bus", e))?;
+    if !exists {
+        return Ok(None);
+    }
+    sqlx::query_scalar("SELECT id FROM bus_instance LIMIT 1")
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| db_error("looking for the bus", e))
+}

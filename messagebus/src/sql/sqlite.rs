@@ -1,0 +1,449 @@
+//! The database bus on SQLite: [`SqliteBus`], and the statements a datastore runs inside its
+//! own transactions ([`send_in`], [`ack_in`]).
+//!
+//! SQLite has one writer at a time, so a claim is a short write transaction
+//! (`BEGIN IMMEDIATE`: pick the oldest visible rows, move those over their receive limit aside,
+//! take the rest). Several processes share the file in WAL mode, waiting for each other on the
+//! busy timeout. There are no notifications across processes: waiting receivers poll with a
+//! back-off from 5 ms up to the poll interval. Times are the host's clock, in microseconds.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqliteConnection, SqlitePool};
+use uuid::Uuid;
+
+use super::{
+    check_body, db_error, fail_point, millis, migrate_error, over_limit_reason, Claimed,
+    ClaimedRow, Dialect, QueueRow, SqlBus, SqlBusConfig,
+};
+use crate::{BusError, QueueStats, SqlReceipt};
+
+/// The bus's migrations; versions from 1000001 so that they never meet the datastore's.
+static MIGRATOR: Migrator = Migrator {
+    ignore_missing: true,
+    ..sqlx::migrate!("./migrations/sqlite")
+};
+
+/// How long a statement waits for another connection's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The database bus on SQLite.
+pub type SqliteBus = SqlBus<Lite>;
+
+/// The SQLite dialect of the database bus.
+#[derive(Debug, Clone)]
+pub struct Lite {
+    pool: SqlitePool,
+}
+
+impl SqlBus<Lite> {
+    /// Opens the SQLite database at `url` (`sqlite://path`), creating the file if missing, in
+    /// WAL mode with a busy timeout. Creates no table until a queue is created or the bus is
+    /// migrated.
+    pub async fn connect(url: &str, config: SqlBusConfig) -> Result<Self, BusError> {
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|e| BusError::Rejected {
+                message: format!("invalid SQLite URL: {e}"),
+                source: None,
+            })?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // In WAL mode NORMAL survives a process crash and costs no fsync per commit.
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(BUSY_TIMEOUT);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .map_err(|e| db_error("opening the bus database", e))?;
+        Ok(Self::from_pool(pool, config))
+    }
+
+    /// A bus on an existing pool (WAL mode and a busy timeout are the caller's to set).
+    pub fn from_pool(pool: SqlitePool, config: SqlBusConfig) -> Self {
+        SqlBus::from_dialect(Lite { pool }, config)
+    }
+}
+
+fn now_micros() -> i64 {
+    Utc::now().timestamp_micros()
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// `ids` as a JSON array, for `json_each` (one bind for any number of ids).
+fn json_ids(ids: impl IntoIterator<Item = i64>) -> String {
+    let list: Vec<String> = ids.into_iter().map(|i| i.to_string()).collect();
+    format!("[{}]", list.join(","))
+}
+
+#[async_trait]
+impl Dialect for Lite {
+    const NOTIFIES: bool = false;
+
+    async fn migrate(&self) -> Result<(), BusError> {
+        // sqlx's SQLite migrator takes no lock: holding the write lock for the whole run makes
+        // concurrent migrations wait, then find nothing to do.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| db_error("creating the bus tables", e))?;
+        MIGRATOR.run_direct(&mut *tx).await.map_err(migrate_error)?;
+        tx.commit()
+            .await
+            .map_err(|e| db_error("creating the bus tables", e))
+    }
+
+    async fn bus_id(&self) -> Result<String, BusError> {
+        sqlx::query_scalar("SELECT id FROM bus_instance LIMIT 1")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| db_error("reading the bus id", e))
+    }
+
+    async fn create_queue(&self, queue: &QueueRow) -> Result<(), BusError> {
+        sqlx::query(
+            "INSERT INTO bus_queues
+                 (name, dead_letter_queue, visibility_timeout_ms, max_receives, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(&queue.name)
+        .bind(&queue.dead_letter_queue)
+        .bind(millis(queue.visibility_timeout))
+        .bind(i64::from(queue.max_receives))
+        .bind(now_micros())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("creating a queue", e))?;
+        Ok(())
+    }
+
+    async fn queue(&self, name: &str) -> Result<Option<QueueRow>, BusError> {
+        let row = sqlx::query(
+            "SELECT dead_letter_queue, visibility_timeout_ms, max_receives
+             FROM bus_queues WHERE name = ?1",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| db_error("reading a queue", e))?;
+        row.map(|r| {
+            Ok(QueueRow {
+                name: name.to_owned(),
+                dead_letter_queue: r.try_get(0)?,
+                visibility_timeout: Duration::from_millis(
+                    u64::try_from(r.try_get::<i64, _>(1)?).unwrap_or(0),
+                ),
+                max_receives: u32::try_from(r.try_get::<i64, _>(2)?).unwrap_or(0),
+            })
+        })
+        .transpose()
+        .map_err(|e| db_error("reading a queue", e))
+    }
+
+    async fn send(&self, queue: &str, bodies: &[String]) -> Result<(), BusError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| db_error("sending", e))?;
+        insert(&mut tx, queue, bodies).await?;
+        tx.commit().await.map_err(|e| db_error("sending", e))
+    }
+
+    async fn claim(&self, queue: &QueueRow, max: usize) -> Result<Claimed, BusError> {
+        let now = now_micros();
+        let limit = i64::try_from(max).unwrap_or(i64::MAX);
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| db_error("receiving", e))?;
+        let next: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT id, receive_count FROM bus_messages
+             WHERE queue = ?1 AND visible_at <= ?2
+             ORDER BY visible_at, id LIMIT ?3",
+        )
+        .bind(&queue.name)
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| db_error("receiving", e))?;
+        if next.is_empty() {
+            return Ok(Claimed::default());
+        }
+        let limit_reached =
+            |count: i64| queue.max_receives > 0 && count >= i64::from(queue.max_receives);
+        let over: Vec<i64> = next
+            .iter()
+            .filter(|(_, count)| limit_reached(*count))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut claimed = Claimed {
+            rows: Vec::new(),
+            dead_lettered: over.len(),
+        };
+        if !over.is_empty() {
+            sqlx::query(
+                "UPDATE bus_messages
+                 SET queue = ?1, dead_letter_reason = ?2, visible_at = ?3, receive_count = 0
+                 WHERE id IN (SELECT value FROM json_each(?4))",
+            )
+            .bind(queue.dead_letter_queue.as_deref().unwrap_or(""))
+            .bind(over_limit_reason(queue.max_receives))
+            .bind(now)
+            .bind(json_ids(over))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| db_error("receiving", e))?;
+        }
+        let take = json_ids(
+            next.iter()
+                .filter(|(_, count)| !limit_reached(*count))
+                .map(|(id, _)| *id),
+        );
+        let rows = sqlx::query(
+            "UPDATE bus_messages
+             SET visible_at = ?1, receive_count = receive_count + 1, receipt = random()
+             WHERE id IN (SELECT value FROM json_each(?2))
+             RETURNING id, receipt, body, receive_count, dead_letter_reason",
+        )
+        .bind(now.saturating_add(micros(queue.visibility_timeout)))
+        .bind(take)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| db_error("receiving", e))?;
+        tx.commit().await.map_err(|e| db_error("receiving", e))?;
+        for r in rows {
+            let row = (|| {
+                Ok::<_, sqlx::Error>(ClaimedRow {
+                    id: r.try_get(0)?,
+                    receipt: r.try_get(1)?,
+                    body: r.try_get(2)?,
+                    receive_count: u32::try_from(r.try_get::<i64, _>(3)?).unwrap_or(0),
+                    dead_letter_reason: r.try_get(4)?,
+                })
+            })()
+            .map_err(|e| db_error("receiving", e))?;
+            claimed.rows.push(row);
+        }
+        claimed.rows.sort_by_key(|r| r.id);
+        Ok(claimed)
+    }
+
+    async fn ack(&self, id: i64, receipt: i64) -> Result<bool, BusError> {
+        let done = sqlx::query("DELETE FROM bus_messages WHERE id = ?1 AND receipt = ?2")
+            .bind(id)
+            .bind(receipt)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| db_error("acknowledging", e))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn release(&self, id: i64, receipt: i64) -> Result<bool, BusError> {
+        let done =
+            sqlx::query("UPDATE bus_messages SET visible_at = ?3 WHERE id = ?1 AND receipt = ?2")
+                .bind(id)
+                .bind(receipt)
+                .bind(now_micros())
+                .execute(&self.pool)
+                .await
+                .map_err(|e| db_error("releasing", e))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn dead_letter(
+        &self,
+        id: i64,
+        receipt: i64,
+        dead_letter_queue: &str,
+        reason: &str,
+    ) -> Result<bool, BusError> {
+        let done = sqlx::query(
+            "UPDATE bus_messages
+             SET queue = ?3, dead_letter_reason = ?4, visible_at = ?5, receive_count = 0
+             WHERE id = ?1 AND receipt = ?2",
+        )
+        .bind(id)
+        .bind(receipt)
+        .bind(dead_letter_queue)
+        .bind(reason)
+        .bind(now_micros())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("dead-lettering", e))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError> {
+        let now = now_micros();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| db_error("extending visibility", e))?;
+        for &(id, receipt, visibility) in held {
+            sqlx::query("UPDATE bus_messages SET visible_at = ?3 WHERE id = ?1 AND receipt = ?2")
+                .bind(id)
+                .bind(receipt)
+                .bind(now.saturating_add(micros(visibility)))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| db_error("extending visibility", e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| db_error("extending visibility", e))
+    }
+
+    async fn inspect(
+        &self,
+        queue: &QueueRow,
+        consumer_ttl: Duration,
+    ) -> Result<QueueStats, BusError> {
+        let now = now_micros();
+        let row = sqlx::query(
+            "SELECT
+               (SELECT count(*) FROM bus_messages WHERE queue = ?1 AND visible_at <= ?3),
+               (SELECT count(*) FROM bus_messages WHERE queue = ?1 AND visible_at > ?3),
+               (SELECT count(*) FROM bus_messages WHERE queue = ?2),
+               (SELECT count(*) FROM bus_consumers WHERE queue = ?1 AND last_seen > ?4)",
+        )
+        .bind(&queue.name)
+        .bind(queue.dead_letter_queue.as_deref().unwrap_or(""))
+        .bind(now)
+        .bind(now.saturating_sub(micros(consumer_ttl)))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db_error("inspecting a queue", e))?;
+        let count = |i: usize| -> Result<u64, BusError> {
+            row.try_get::<i64, _>(i)
+                .map(|n| u64::try_from(n).unwrap_or(0))
+                .map_err(|e| db_error("inspecting a queue", e))
+        };
+        Ok(QueueStats {
+            waiting: count(0)?,
+            in_flight: count(1)?,
+            dead_letters: count(2)?,
+            consumers: Some(count(3)?),
+        })
+    }
+
+    async fn consumers(&self, alive: &[(Uuid, String)], gone: &[Uuid]) -> Result<(), BusError> {
+        let now = now_micros();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| db_error("refreshing consumers", e))?;
+        for id in gone {
+            sqlx::query("DELETE FROM bus_consumers WHERE id = ?1")
+                .bind(id.to_string())
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| db_error("refreshing consumers", e))?;
+        }
+        sqlx::query("DELETE FROM bus_consumers WHERE last_seen < ?1")
+            .bind(now.saturating_sub(micros(Duration::from_secs(86_400))))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| db_error("refreshing consumers", e))?;
+        for (id, queue) in alive {
+            sqlx::query(
+                "INSERT INTO bus_consumers (id, queue, last_seen) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen",
+            )
+            .bind(id.to_string())
+            .bind(queue)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| db_error("refreshing consumers", e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| db_error("refreshing consumers", e))
+    }
+}
+
+/// Inserts `bodies` on `queue`, one statement for the whole batch.
+async fn insert(conn: &mut SqliteConnection, queue: &str, bodies: &[String]) -> Result<(), BusError> {
+    let now = now_micros();
+    let json = serde_json::to_string(bodies).map_err(|e| BusError::InvalidBody(e.to_string()))?;
+    sqlx::query(
+        "INSERT INTO bus_messages (queue, body, sent_at, visible_at)
+         SELECT ?1, value, ?2, ?2 FROM json_each(?3) ORDER BY key",
+    )
+    .bind(queue)
+    .bind(now)
+    .bind(json)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| db_error("sending", e))?;
+    Ok(())
+}
+
+/// Sends `bodies` on `queue` inside the caller's transaction: they exist once it commits.
+/// The queue must exist (take its name from a [`Sender`](crate::Sender) of this bus).
+pub async fn send_in(
+    conn: &mut SqliteConnection,
+    queue: &str,
+    bodies: Vec<Vec<u8>>,
+) -> Result<(), BusError> {
+    let bodies = bodies
+        .into_iter()
+        .map(check_body)
+        .collect::<Result<Vec<_>, _>>()?;
+    insert(conn, queue, &bodies).await?;
+    fail_point("bus-send-in-transaction").await;
+    Ok(())
+}
+
+/// Acknowledges deliveries inside the caller's transaction: they are gone once it commits.
+/// Returns how many were still held by these receipts (a stale receipt deletes nothing).
+pub async fn ack_in(
+    conn: &mut SqliteConnection,
+    receipts: &[SqlReceipt],
+) -> Result<u64, BusError> {
+    let mut deleted = 0;
+    for r in receipts {
+        deleted += sqlx::query("DELETE FROM bus_messages WHERE id = ?1 AND receipt = ?2")
+            .bind(r.message_id)
+            .bind(r.receipt)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| db_error("acknowledging", e))?
+            .rows_affected();
+    }
+    if !receipts.is_empty() {
+        fail_point("bus-ack-in-transaction").await;
+    }
+    Ok(deleted)
+}
+
+/// The id of the bus whose tables are in this database, or `None` when there are none.
+pub async fn bus_id_in(conn: &mut SqliteConnection) -> Result<Option<String>, BusError> {
+    let exists: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'bus_instance'",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(|e| db_error("looking for the bus", e))?;
+    if exists == 0 {
+        return Ok(None);
+    }
+    sqlx::query_scalar("SELECT id FROM bus_instance LIMIT 1")
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| db_error("looking for the bus", e))
+}

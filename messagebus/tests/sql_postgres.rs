@@ -1,0 +1,116 @@
+//! The database bus on Postgres (each test on a fresh database): the bus conformance suite,
+//! then what is particular to it (stale receipts, the heartbeat, NOTIFY between processes,
+//! consumers that stop showing they are alive, body checks, settling inside a transaction).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[macro_use]
+mod sql_common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use datastore::testing_pg::PgTestDb;
+use messagebus::sql::{PgBus, SqlBusConfig};
+use messagebus::testing::QueueSettings;
+use messagebus::{Bus, BusError, Receiver, Sender};
+
+/// A bus that keeps its database alive as long as it lives.
+struct TestBus {
+    bus: PgBus,
+    db: Arc<PgTestDb>,
+}
+
+#[async_trait]
+impl Bus for TestBus {
+    async fn sender(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
+        self.bus.sender(queue).await
+    }
+    async fn receiver(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError> {
+        self.bus.receiver(queue).await
+    }
+    async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
+        self.bus.create_queue(queue).await
+    }
+}
+
+impl TestBus {
+    /// Makes every in-flight message visible now, as if its visibility had run out.
+    async fn expire_visibility(&self) {
+        let pool = sqlx::PgPool::connect(self.db.url()).await.unwrap();
+        sqlx::query("UPDATE bus_messages SET visible_at = now() WHERE visible_at > now()")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    }
+}
+
+async fn bus_on(db: Arc<PgTestDb>, config: SqlBusConfig) -> TestBus {
+    let bus = PgBus::connect(db.url(), config).await.unwrap();
+    TestBus { bus, db }
+}
+
+async fn fresh_with(config: SqlBusConfig) -> TestBus {
+    bus_on(Arc::new(PgTestDb::create().await), config).await
+}
+
+async fn fresh(settings: QueueSettings) -> Arc<dyn Bus> {
+    Arc::new(fresh_with(sql_common::config(settings)).await)
+}
+
+messagebus::bus_conformance_tests!(fresh);
+
+sql_bus_tests!(fresh_with, bus_on);
+
+/// A send on one bus instance wakes a receiver waiting on another at once (NOTIFY), long
+/// before its hour-long poll would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_wakes_another_process() {
+    let config = SqlBusConfig {
+        poll_interval: Duration::from_secs(3600),
+        ..SqlBusConfig::default()
+    };
+    let a = fresh_with(config.clone()).await;
+    let b = bus_on(Arc::clone(&a.db), config).await;
+    a.create_queue("q").await.unwrap();
+    let rx = a.receiver("q").await.unwrap();
+    let waiting = tokio::spawn(async move { rx.receive(1, Duration::from_secs(20)).await });
+    b.sender("q").await.unwrap().send(b"hi".to_vec()).await.unwrap();
+    let got = waiting.await.unwrap().unwrap();
+    assert_eq!(got.len(), 1, "the waiting receiver was not woken");
+}
+
+/// The documented SQL, from `psql`, as a program in another language would run it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documented_sql_from_psql() {
+    let bus = fresh_with(SqlBusConfig::default()).await;
+    bus.create_queue("pending_research").await.unwrap();
+    bus.create_queue("completed_research").await.unwrap();
+    bus.sender("pending_research")
+        .await
+        .unwrap()
+        .send(br#"{"work":1}"#.to_vec())
+        .await
+        .unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/bus-sql/postgres.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .arg(bus.db.url())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(r#"received {"work":1}"#), "{stdout}");
+    // The script's result is on completed_research for us, and its work item is gone.
+    let rx = bus.receiver("completed_research").await.unwrap();
+    let got = messagebus::testing::receive_n(rx.as_ref(), 1).await;
+    assert_eq!(got[0].body(), br#"{"result":1}"#);
+    let stats = bus.sender("pending_research").await.unwrap().inspect().await.unwrap();
+    assert_eq!((stats.waiting, stats.in_flight), (0, 0));
+}

@@ -1,0 +1,159 @@
+//! The database bus on SQLite (each test on a fresh file): the bus conformance suite, then what
+//! is particular to it (stale receipts, the heartbeat, several processes on one file, body
+//! checks, the documented SQL from another language).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[macro_use]
+mod sql_common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use messagebus::sql::{SqlBusConfig, SqliteBus};
+use messagebus::testing::QueueSettings;
+use messagebus::{Bus, BusError, Receiver, Sender};
+use tempfile::TempDir;
+
+/// A bus that keeps its directory alive as long as it lives.
+struct TestBus {
+    bus: SqliteBus,
+    db: Arc<TempDir>,
+}
+
+#[async_trait]
+impl Bus for TestBus {
+    async fn sender(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
+        self.bus.sender(queue).await
+    }
+    async fn receiver(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError> {
+        self.bus.receiver(queue).await
+    }
+    async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
+        self.bus.create_queue(queue).await
+    }
+}
+
+impl TestBus {
+    fn url(&self) -> String {
+        url(&self.db)
+    }
+
+    /// Makes every in-flight message visible now, as if its visibility had run out.
+    async fn expire_visibility(&self) {
+        let pool = sqlx::SqlitePool::connect(&self.url()).await.unwrap();
+        sqlx::query("UPDATE bus_messages SET visible_at = 0")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    }
+}
+
+fn url(dir: &TempDir) -> String {
+    format!("sqlite://{}", dir.path().join("bus.sqlite").display())
+}
+
+async fn bus_on(db: Arc<TempDir>, config: SqlBusConfig) -> TestBus {
+    let bus = SqliteBus::connect(&url(&db), config).await.unwrap();
+    TestBus { bus, db }
+}
+
+async fn fresh_with(config: SqlBusConfig) -> TestBus {
+    bus_on(Arc::new(TempDir::new().unwrap()), config).await
+}
+
+async fn fresh(settings: QueueSettings) -> Arc<dyn Bus> {
+    Arc::new(fresh_with(sql_common::config(settings)).await)
+}
+
+messagebus::bus_conformance_tests!(fresh);
+
+sql_bus_tests!(fresh_with, bus_on);
+
+/// Several buses on one file (as several processes open it) send and receive at once: every
+/// message is received exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_processes_share_the_file() {
+    let first = fresh_with(SqlBusConfig::default()).await;
+    first.create_queue("q").await.unwrap();
+    let mut tasks = Vec::new();
+    for p in 0..4 {
+        let bus = bus_on(Arc::clone(&first.db), SqlBusConfig::default()).await;
+        tasks.push(tokio::spawn(async move {
+            let tx = bus.sender("q").await.unwrap();
+            for i in 0..50 {
+                tx.send(format!("{p}-{i}").into_bytes()).await.unwrap();
+            }
+            let rx = bus.receiver("q").await.unwrap();
+            let mut got = Vec::new();
+            loop {
+                let batch = rx.receive(10, Duration::from_millis(500)).await.unwrap();
+                if batch.is_empty() {
+                    break;
+                }
+                for d in batch {
+                    got.push(String::from_utf8(d.body().to_vec()).unwrap());
+                    d.ack().await.unwrap();
+                }
+            }
+            got
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    // Whatever a receiver missed after its last empty receive is still there.
+    let rx = first.receiver("q").await.unwrap();
+    loop {
+        let batch = rx.receive(10, Duration::ZERO).await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for d in batch {
+            all.push(String::from_utf8(d.body().to_vec()).unwrap());
+            d.ack().await.unwrap();
+        }
+    }
+    all.sort();
+    let mut expected: Vec<String> = (0..4)
+        .flat_map(|p| (0..50).map(move |i| format!("{p}-{i}")))
+        .collect();
+    expected.sort();
+    assert_eq!(all, expected);
+}
+
+/// The documented SQL, from a Python program, as a researcher in another language would run it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documented_sql_from_python() {
+    let bus = fresh_with(SqlBusConfig::default()).await;
+    bus.create_queue("pending_research").await.unwrap();
+    bus.create_queue("completed_research").await.unwrap();
+    bus.sender("pending_research")
+        .await
+        .unwrap()
+        .send(br#"{"work":1}"#.to_vec())
+        .await
+        .unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/bus-sql/sqlite.py");
+    let path = bus.db.path().join("bus.sqlite");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(r#"received {"work":1}"#), "{stdout}");
+    let rx = bus.receiver("completed_research").await.unwrap();
+    let got = messagebus::testing::receive_n(rx.as_ref(), 1).await;
+    assert_eq!(got[0].body(), br#"{"result":1}"#);
+    let stats = bus.sender("pending_research").await.unwrap().inspect().await.unwrap();
+    assert_eq!((stats.waiting, stats.in_flight), (0, 0));
+}
