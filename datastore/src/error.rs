@@ -22,6 +22,10 @@ pub enum DataStoreError {
     /// Any other database error.
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
+    /// The bus work of a transactional write failed (see
+    /// [`TransactionalBus`](crate::TransactionalBus)); the write was rolled back.
+    #[error("bus: {0}")]
+    Bus(#[from] messagebus::BusError),
 }
 
 impl DataStoreError {
@@ -32,6 +36,7 @@ impl DataStoreError {
         match self {
             DataStoreError::Unavailable(_) => true,
             DataStoreError::Database(e) => is_transient(e),
+            DataStoreError::Bus(e) => e.is_retryable(),
             DataStoreError::Invalid(_)
             | DataStoreError::Conflict(_)
             | DataStoreError::Config(_)

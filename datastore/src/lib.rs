@@ -60,7 +60,7 @@ pub use model::{
 pub use postgres::PgDataStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteDataStore;
-pub use store::DataStore;
+pub use store::{DataStore, EncodeWorkItem, TransactionalBus};
 
 /// Shorthand for results of datastore operations.
 pub type Result<T, E = DataStoreError> = std::result::Result<T, E>;

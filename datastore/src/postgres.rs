@@ -34,17 +34,26 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use messagebus::sql::postgres as bus;
+use messagebus::SqlReceipt;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgDatabaseError, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
+use crate::store::EncodeWorkItem;
 use crate::{
     redact_url, ClipInfo, DataStore, DataStoreError, EpisodeInfo, EpisodeKey, Lease, LeaseRequest,
     LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Result, Status,
+    TransactionalBus,
 };
 
-static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
+/// The schema's migrations. The database bus keeps its own (versions from 1000001) in the same
+/// `_sqlx_migrations` table; each migrator ignores the other's.
+static MIGRATOR: Migrator = Migrator {
+    ignore_missing: true,
+    ..sqlx::migrate!("./migrations/postgres")
+};
 
 /// Serialises lease selection across every process using the database ("archivis" in ASCII).
 /// Spelled out in `BEGIN_LEASE`; a test checks the two agree.
@@ -87,7 +96,12 @@ const MAX_RESELECTS: usize = 16;
 #[derive(Debug, Clone)]
 pub struct PgDataStore {
     pool: PgPool,
+    /// The id of the database bus in this database, once seen (see [`TransactionalBus`]).
+    bus_id: std::sync::Arc<tokio::sync::OnceCell<String>>,
 }
+
+/// A work item to publish in the lease's transaction: queue and encoder.
+type Publish<'a> = (&'a str, &'a EncodeWorkItem);
 
 impl PgDataStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/database`)
@@ -133,12 +147,27 @@ impl PgDataStore {
             .connect_with(options)
             .await
             .map_err(classify_connect_error)?;
-        Ok(Self { pool })
+        Ok(Self::from_pool(pool))
     }
 
     /// Wraps an existing pool.
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            bus_id: Default::default(),
+        }
+    }
+
+    /// Fails unless the database bus `bus_id` lives in this database.
+    async fn check_bus(&self, bus_id: &str) -> Result<()> {
+        if self.holds_bus(bus_id).await? {
+            Ok(())
+        } else {
+            Err(DataStoreError::Config(format!(
+                "the database bus {bus_id} keeps its queues in another database than this \
+                 datastore: its messages cannot be settled in the datastore's transactions"
+            )))
+        }
     }
 
     /// The connection pool, for tests and tools that need raw SQL.
@@ -539,7 +568,7 @@ LIMIT 1";
 }
 
 /// Inserts or updates `items` as [`DataStore::upsert_episodes`] describes, all or nothing.
-async fn upsert<T: Curated>(pool: &PgPool, items: &[T]) -> Result<()> {
+async fn upsert<T: Curated>(pool: &PgPool, items: &[T], acks: &[SqlReceipt]) -> Result<()> {
     if items.is_empty() {
         return Ok(());
     }
@@ -550,15 +579,19 @@ async fn upsert<T: Curated>(pool: &PgPool, items: &[T]) -> Result<()> {
             T::TABLE
         )));
     }
-    retrying(T::OP, Replay::Harmless, || upsert_once(pool, &batch)).await
+    retrying(T::OP, Replay::Harmless, || upsert_once(pool, &batch, acks)).await
 }
 
-async fn upsert_once<T: Curated>(pool: &PgPool, batch: &[T]) -> Result<(), Failure> {
+async fn upsert_once<T: Curated>(
+    pool: &PgPool,
+    batch: &[T],
+    acks: &[SqlReceipt],
+) -> Result<(), Failure> {
     // A rule only new items must keep; which are new is known only inside the transaction.
     let suspects: Vec<&T> = batch.iter().filter(|i| i.is_suspect()).collect();
-    // Without suspects the upsert is one statement, atomic on its own: no BEGIN/COMMIT
-    // round trips. With them, the check and the upsert share a transaction.
-    let mut tx = if suspects.is_empty() {
+    // Without suspects or acknowledgements the upsert is one statement, atomic on its own: no
+    // BEGIN/COMMIT round trips. With them, they share a transaction.
+    let mut tx = if suspects.is_empty() && acks.is_empty() {
         None
     } else {
         Some(pool.begin_with(BEGIN).await?)
@@ -591,7 +624,12 @@ async fn upsert_once<T: Curated>(pool: &PgPool, batch: &[T]) -> Result<(), Failu
         return Err(e.into());
     }
     match tx {
-        Some(tx) => commit(tx).await,
+        Some(mut tx) => {
+            bus::ack_in(&mut tx, acks)
+                .await
+                .map_err(DataStoreError::from)?;
+            commit(tx).await
+        }
         None => Ok(()),
     }
 }
@@ -700,7 +738,11 @@ enum Selection {
     Again,
 }
 
-async fn lease_next_once(pool: &PgPool, request: LeaseRequest) -> Result<Selection, Failure> {
+async fn lease_next_once(
+    pool: &PgPool,
+    request: LeaseRequest,
+    publish: Option<Publish<'_>>,
+) -> Result<Selection, Failure> {
     let now = request.now;
     let expires_at = now.checked_add_signed(request.duration).ok_or_else(|| {
         DataStoreError::Invalid(format!("lease duration {} is too long", request.duration))
@@ -791,14 +833,20 @@ async fn lease_next_once(pool: &PgPool, request: LeaseRequest) -> Result<Selecti
         .filter_map(|id| by_id.remove(id))
         .map(ClipInfo::from)
         .collect();
-    commit(tx).await?;
-    Ok(Selection::Leased(Box::new(Lease {
+    let lease = Lease {
         id: lease_id,
         expires_at,
         episode: episode.into(),
         clips,
         reclaimed_pairs: reclaimed,
-    })))
+    };
+    if let Some((queue, encode)) = publish {
+        bus::send_in(&mut tx, queue, vec![encode(&lease)])
+            .await
+            .map_err(DataStoreError::from)?;
+    }
+    commit(tx).await?;
+    Ok(Selection::Leased(Box::new(lease)))
 }
 
 async fn update_lease_once(
@@ -978,6 +1026,7 @@ fn prepare_batch(results: &[ResearchResult]) -> PreparedBatch<'_> {
 async fn record_results_once(
     pool: &PgPool,
     batch: &PreparedBatch<'_>,
+    acks: &[SqlReceipt],
 ) -> Result<Vec<RecordOutcome>, Failure> {
     let results = batch.results;
     let mut tx = pool.begin_with(BEGIN_RECORD).await?;
@@ -1101,6 +1150,19 @@ async fn record_results_once(
                 .await?;
         }
     }
+    if !acks.is_empty() {
+        // Each result's delivery, unless its pair is unknown (that one is dead-lettered).
+        let settle: Vec<SqlReceipt> = batch
+            .first_of
+            .iter()
+            .zip(acks)
+            .filter(|(&slot, _)| pair_of[slot].is_some())
+            .map(|(_, a)| a.clone())
+            .collect();
+        bus::ack_in(&mut tx, &settle)
+            .await
+            .map_err(DataStoreError::from)?;
+    }
     commit(tx).await?;
 
     let first_outcomes: Vec<RecordOutcome> = pair_of
@@ -1177,30 +1239,20 @@ impl DataStore for PgDataStore {
         .await
     }
 
+    fn transactional_bus(&self) -> Option<&dyn TransactionalBus> {
+        Some(self)
+    }
+
     async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> Result<()> {
-        upsert(&self.pool, episodes).await
+        upsert(&self.pool, episodes, &[]).await
     }
 
     async fn upsert_clips(&self, clips: &[ClipInfo]) -> Result<()> {
-        upsert(&self.pool, clips).await
+        upsert(&self.pool, clips, &[]).await
     }
 
     async fn lease_next(&self, request: LeaseRequest) -> Result<Option<Lease>> {
-        for _ in 0..MAX_RESELECTS {
-            match retrying("lease_next", Replay::Unsafe, || {
-                lease_next_once(&self.pool, request)
-            })
-            .await?
-            {
-                Selection::Leased(lease) => return Ok(Some(*lease)),
-                Selection::NoWork => return Ok(None),
-                Selection::Again => continue,
-            }
-        }
-        tracing::warn!(
-            "lease_next chose {MAX_RESELECTS} times without finding free pairs; giving up"
-        );
-        Ok(None)
+        self.lease(request, None).await
     }
 
     async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> Result<bool> {
@@ -1216,14 +1268,7 @@ impl DataStore for PgDataStore {
     }
 
     async fn record_results(&self, results: &[ResearchResult]) -> Result<Vec<RecordOutcome>> {
-        if results.is_empty() {
-            return Ok(Vec::new());
-        }
-        let batch = prepare_batch(results);
-        retrying("record_results", Replay::Unsafe, || {
-            record_results_once(&self.pool, &batch)
-        })
-        .await
+        self.record(results, &[]).await
     }
 
     async fn status(&self, now: DateTime<Utc>) -> Result<Status> {
@@ -1307,5 +1352,107 @@ mod tests {
         let items = [("a", "u1"), ("b", "u2"), ("a", "u1"), ("c", "u2")];
         assert_eq!(batch_uri_conflict(&items, |i| i.0, |i| i.1), Some("u2"));
         assert_eq!(batch_uri_conflict(&items[..3], |i| i.0, |i| i.1), None);
+    }
+}
+
+impl PgDataStore {
+    /// [`DataStore::lease_next`], publishing the work item in the same transaction if asked.
+    async fn lease(
+        &self,
+        request: LeaseRequest,
+        publish: Option<Publish<'_>>,
+    ) -> Result<Option<Lease>> {
+        for _ in 0..MAX_RESELECTS {
+            match retrying("lease_next", Replay::Unsafe, || {
+                lease_next_once(&self.pool, request, publish)
+            })
+            .await?
+            {
+                Selection::Leased(lease) => return Ok(Some(*lease)),
+                Selection::NoWork => return Ok(None),
+                Selection::Again => continue,
+            }
+        }
+        tracing::warn!(
+            "lease_next chose {MAX_RESELECTS} times without finding free pairs; giving up"
+        );
+        Ok(None)
+    }
+
+    /// [`DataStore::record_results`], acknowledging in the same transaction the delivery
+    /// (`acks[i]`, if any) of each result not for an unknown pair.
+    async fn record(
+        &self,
+        results: &[ResearchResult],
+        acks: &[SqlReceipt],
+    ) -> Result<Vec<RecordOutcome>> {
+        if results.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = prepare_batch(results);
+        retrying("record_results", Replay::Unsafe, || {
+            record_results_once(&self.pool, &batch, acks)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl TransactionalBus for PgDataStore {
+    async fn holds_bus(&self, bus_id: &str) -> Result<bool> {
+        if let Some(id) = self.bus_id.get() {
+            return Ok(id == bus_id);
+        }
+        let mut conn = self.pool.acquire().await?;
+        let found = bus::bus_id_in(&mut conn).await?;
+        Ok(match found {
+            Some(id) => {
+                let holds = id == bus_id;
+                // Only a bus that exists is remembered: one may be created later.
+                let _ = self.bus_id.set(id);
+                holds
+            }
+            None => false,
+        })
+    }
+
+    async fn upsert_episodes_and_ack(
+        &self,
+        episodes: &[EpisodeInfo],
+        acks: &[SqlReceipt],
+    ) -> Result<()> {
+        if let Some(first) = acks.first() {
+            self.check_bus(&first.bus_id).await?;
+        }
+        upsert(&self.pool, episodes, acks).await
+    }
+
+    async fn upsert_clips_and_ack(&self, clips: &[ClipInfo], acks: &[SqlReceipt]) -> Result<()> {
+        if let Some(first) = acks.first() {
+            self.check_bus(&first.bus_id).await?;
+        }
+        upsert(&self.pool, clips, acks).await
+    }
+
+    async fn record_results_and_ack(
+        &self,
+        results: &[ResearchResult],
+        acks: &[SqlReceipt],
+    ) -> Result<Vec<RecordOutcome>> {
+        if let Some(first) = acks.first() {
+            self.check_bus(&first.bus_id).await?;
+        }
+        self.record(results, acks).await
+    }
+
+    async fn lease_next_and_publish(
+        &self,
+        request: LeaseRequest,
+        bus_id: &str,
+        queue: &str,
+        encode: &EncodeWorkItem,
+    ) -> Result<Option<Lease>> {
+        self.check_bus(bus_id).await?;
+        self.lease(request, Some((queue, encode))).await
     }
 }

@@ -23,6 +23,7 @@ use std::time::Duration as StdDuration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use messagebus::SqlReceipt;
 use sqlx::query::Query;
 use sqlx::query_builder::Separated;
 use sqlx::sqlite::SqliteArguments;
@@ -34,12 +35,18 @@ use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use uuid::Uuid;
 
+use crate::store::EncodeWorkItem;
 use crate::{
     redact_url, ClipInfo, DataStore, DataStoreError, EpisodeInfo, Lease, LeaseRequest, LeaseUpdate,
-    Match, MatchFilter, RecordOutcome, ResearchResult, Result, Status,
+    Match, MatchFilter, RecordOutcome, ResearchResult, Result, Status, TransactionalBus,
 };
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+/// The schema's migrations. The database bus keeps its own (versions from 1000001) in the same
+/// `_sqlx_migrations` table; each migrator ignores the other's.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate::Migrator {
+    ignore_missing: true,
+    ..sqlx::migrate!("./migrations/sqlite")
+};
 
 /// How long a statement waits for another connection's write lock before failing (retryably).
 const BUSY_TIMEOUT: StdDuration = StdDuration::from_secs(5);
@@ -64,7 +71,12 @@ pub struct SqliteDataStore {
     pool: SqlitePool,
     /// Held for the whole of each write transaction of this store and its clones.
     writer: Arc<Mutex<()>>,
+    /// The id of the database bus in this file, once seen (see [`TransactionalBus`]).
+    bus_id: Arc<tokio::sync::OnceCell<String>>,
 }
+
+/// A work item to publish in the lease's transaction: bus id, queue, encoder.
+type Publish<'a> = (&'a str, &'a str, &'a EncodeWorkItem);
 
 /// A write transaction and this process's turn to write; the turn ends when it is dropped.
 type WriteTx = (Transaction<'static, Sqlite>, OwnedMutexGuard<()>);
@@ -107,6 +119,7 @@ impl SqliteDataStore {
         Ok(Self {
             pool,
             writer: Arc::new(Mutex::new(())),
+            bus_id: Arc::new(tokio::sync::OnceCell::new()),
         })
     }
 
@@ -135,156 +148,20 @@ impl DataStore for SqliteDataStore {
         Ok(())
     }
 
+    fn transactional_bus(&self) -> Option<&dyn TransactionalBus> {
+        Some(self)
+    }
+
     async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> Result<()> {
-        self.upsert(episodes).await
+        self.upsert(episodes, &[]).await
     }
 
     async fn upsert_clips(&self, clips: &[ClipInfo]) -> Result<()> {
-        self.upsert(clips).await
+        self.upsert(clips, &[]).await
     }
 
     async fn lease_next(&self, request: LeaseRequest) -> Result<Option<Lease>> {
-        let now = micros(request.now);
-        let expires_at = request
-            .now
-            .checked_add_signed(request.duration)
-            .ok_or_else(|| {
-                DataStoreError::Invalid(format!(
-                    "lease duration {} from {} is out of range",
-                    request.duration, request.now
-                ))
-            })?;
-        let max_clips = i64::from(request.max_clips.max(1));
-        let (mut tx, _turn) = self.begin_immediate().await?;
-
-        let clip_count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM clips")
-            .fetch_one(&mut *tx)
-            .await?;
-        if clip_count == 0 {
-            tx.commit().await?;
-            return Ok(None);
-        }
-
-        // Walks episodes_urgency and stops at the first episode with a free pair. Fully
-        // researched episodes are skipped on a column compare, before the lease lookup.
-        let episode_row = sqlx::query(
-            "SELECT e.id, e.title, e.date_aired, e.initial_date_curated, e.last_date_curated, \
-                    e.curator_information, e.description, e.media_uri, e.media_type, e.priority \
-             FROM episodes e \
-             WHERE e.researched_count < ?2 \
-               AND e.researched_count + COALESCE( \
-                     (SELECT SUM(l.held_pairs) FROM leases l \
-                      WHERE l.episode_id = e.id AND l.expires_at > ?1), 0) < ?2 \
-             ORDER BY e.priority DESC, e.date_aired DESC, e.initial_date_curated DESC, \
-                      e.id DESC \
-             LIMIT 1",
-        )
-        .bind(now)
-        .bind(clip_count)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(episode_row) = episode_row else {
-            tx.commit().await?;
-            return Ok(None);
-        };
-        let episode_id: i64 = episode_row.try_get("id")?;
-        let episode = episode_from_row(&episode_row)?;
-
-        // Walks clips_urgency; `held` marks pairs still held by an expired lease.
-        let clip_rows = sqlx::query(
-            "SELECT c.id, c.title, c.initial_date_curated, c.last_date_curated, \
-                    c.curator_information, c.description, c.media_uri, c.media_type, \
-                    c.priority, \
-                    EXISTS (SELECT 1 FROM leased_pairs p \
-                            WHERE p.episode_id = ?1 AND p.clip_id = c.id) AS held \
-             FROM clips c \
-             WHERE NOT EXISTS (SELECT 1 FROM research_results r \
-                               WHERE r.episode_id = ?1 AND r.clip_id = c.id) \
-               AND NOT EXISTS (SELECT 1 FROM leased_pairs p JOIN leases l ON l.id = p.lease_id \
-                               WHERE p.episode_id = ?1 AND p.clip_id = c.id \
-                                 AND l.expires_at > ?2) \
-             ORDER BY c.priority DESC, c.initial_date_curated DESC, c.id DESC \
-             LIMIT ?3",
-        )
-        .bind(episode_id)
-        .bind(now)
-        .bind(max_clips)
-        .fetch_all(&mut *tx)
-        .await?;
-        if clip_rows.is_empty() {
-            // Cannot happen while researched_count and held_pairs are exact; say so loudly
-            // rather than hand out an empty work item.
-            tracing::warn!(
-                episode_id,
-                "episode counted as having free pairs but none were found"
-            );
-            tx.commit().await?;
-            return Ok(None);
-        }
-        let mut clip_ids = Vec::with_capacity(clip_rows.len());
-        let mut held_ids = Vec::new();
-        let mut clips = Vec::with_capacity(clip_rows.len());
-        for row in &clip_rows {
-            let id: i64 = row.try_get("id")?;
-            clip_ids.push(id);
-            if row.try_get::<bool, _>("held")? {
-                held_ids.push(id);
-            }
-            clips.push(clip_from_row(row)?);
-        }
-
-        // Take over the pairs of expired leases.
-        let reclaimed_pairs = held_ids.len();
-        if !held_ids.is_empty() {
-            let owners: Vec<Uuid> = sqlx::query_scalar(
-                "DELETE FROM leased_pairs \
-                 WHERE episode_id = ?1 AND clip_id IN (SELECT value FROM json_each(?2)) \
-                 RETURNING lease_id",
-            )
-            .bind(episode_id)
-            .bind(json_ids(&held_ids))
-            .fetch_all(&mut *tx)
-            .await?;
-            release_pairs(&mut tx, &owners, Some(now)).await?;
-        }
-
-        let lease_id = Uuid::new_v4();
-        sqlx::query(
-            "INSERT INTO leases (id, episode_id, created_at, expires_at, held_pairs) \
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )
-        .bind(lease_id)
-        .bind(episode_id)
-        .bind(now)
-        .bind(micros(expires_at))
-        .bind(len_i64(clip_ids.len()))
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "INSERT INTO leased_pairs (episode_id, clip_id, lease_id) \
-             SELECT ?1, value, ?2 FROM json_each(?3)",
-        )
-        .bind(episode_id)
-        .bind(lease_id)
-        .bind(json_ids(&clip_ids))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        tracing::debug!(
-            %lease_id,
-            episode = %episode.title,
-            clips = clips.len(),
-            reclaimed_pairs,
-            "leased"
-        );
-
-        Ok(Some(Lease {
-            id: lease_id,
-            expires_at: time(micros(expires_at))?,
-            episode,
-            clips,
-            reclaimed_pairs: u32::try_from(reclaimed_pairs).unwrap_or(u32::MAX),
-        }))
+        self.lease(request, None).await
     }
 
     async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> Result<bool> {
@@ -345,158 +222,8 @@ impl DataStore for SqliteDataStore {
     }
 
     async fn record_results(&self, results: &[ResearchResult]) -> Result<Vec<RecordOutcome>> {
-        let mut outcomes = vec![RecordOutcome::UnknownPair; results.len()];
-        if results.is_empty() {
-            return Ok(outcomes);
-        }
-        let (mut tx, _turn) = self.begin_immediate().await?;
-
-        // Resolve identities to ids, each distinct one once, in one statement per kind.
-        let mut episode_keys: Vec<(&str, i64)> = Vec::new();
-        let mut episode_index: HashMap<(&str, i64), usize> = HashMap::new();
-        let mut clip_titles: Vec<&str> = Vec::new();
-        let mut clip_index: HashMap<&str, usize> = HashMap::new();
-        for r in results {
-            let key = (r.episode.title.as_str(), micros(r.episode.date_aired));
-            episode_index.entry(key).or_insert_with(|| {
-                episode_keys.push(key);
-                episode_keys.len() - 1
-            });
-            clip_index.entry(r.clip_title.as_str()).or_insert_with(|| {
-                clip_titles.push(r.clip_title.as_str());
-                clip_titles.len() - 1
-            });
-        }
-        let episode_ids = resolve(
-            &mut tx,
-            "SELECT j.key, e.id FROM json_each(?1) j \
-             JOIN episodes e ON e.title = j.value ->> 0 AND e.date_aired = j.value ->> 1",
-            json_string(&episode_keys)?,
-            episode_keys.len(),
-        )
-        .await?;
-        let clip_ids = resolve(
-            &mut tx,
-            "SELECT j.key, c.id FROM json_each(?1) j JOIN clips c ON c.title = j.value",
-            json_string(&clip_titles)?,
-            clip_titles.len(),
-        )
-        .await?;
-
-        // Known pairs, first occurrence in the batch only; later ones are duplicates.
-        struct Candidate<'a> {
-            index: usize,
-            episode_id: i64,
-            clip_id: i64,
-            result: &'a ResearchResult,
-            offsets: String,
-        }
-        let mut seen = HashSet::new();
-        let mut candidates = Vec::new();
-        for (index, r) in results.iter().enumerate() {
-            let e = episode_index
-                .get(&(r.episode.title.as_str(), micros(r.episode.date_aired)))
-                .and_then(|&i| episode_ids[i]);
-            let c = clip_index
-                .get(r.clip_title.as_str())
-                .and_then(|&i| clip_ids[i]);
-            let (Some(episode_id), Some(clip_id)) = (e, c) else {
-                continue;
-            };
-            if !seen.insert((episode_id, clip_id)) {
-                outcomes[index] = RecordOutcome::Duplicate;
-                continue;
-            }
-            candidates.push(Candidate {
-                index,
-                episode_id,
-                clip_id,
-                result: r,
-                offsets: json_string(&r.clip_offsets_ns)?,
-            });
-        }
-
-        // Insert; RETURNING names the pairs that were new.
-        let mut inserted: HashSet<(i64, i64)> = HashSet::new();
-        for chunk in candidates.chunks(MAX_BINDS / 10) {
-            let mut query = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO research_results (episode_id, clip_id, lease_id, research_date, \
-                 episode_duration_ns, episode_hash, clip_duration_ns, clip_hash, \
-                 clip_offsets_ns, matched) ",
-            );
-            query.push_values(chunk, |mut row, c| {
-                row.push_bind(c.episode_id)
-                    .push_bind(c.clip_id)
-                    .push_bind(c.result.lease_id)
-                    .push_bind(micros(c.result.research_date))
-                    .push_bind(c.result.episode_duration_ns)
-                    .push_bind(&c.result.episode_hash)
-                    .push_bind(c.result.clip_duration_ns)
-                    .push_bind(&c.result.clip_hash)
-                    .push_bind(&c.offsets)
-                    .push_bind(!c.result.clip_offsets_ns.is_empty());
-            });
-            query.push(
-                " ON CONFLICT (episode_id, clip_id) DO NOTHING RETURNING episode_id, clip_id",
-            );
-            let rows = query.build().fetch_all(&mut *tx).await?;
-            for row in rows {
-                inserted.insert((row.try_get(0)?, row.try_get(1)?));
-            }
-        }
-
-        // Count the new results per episode and free their pairs from whatever lease holds them.
-        let mut per_episode: HashMap<i64, (i64, i64)> = HashMap::new();
-        let mut recorded_pairs = Vec::new();
-        for c in &candidates {
-            if inserted.contains(&(c.episode_id, c.clip_id)) {
-                outcomes[c.index] = RecordOutcome::Recorded;
-                let entry = per_episode.entry(c.episode_id).or_default();
-                entry.0 += 1;
-                entry.1 += i64::from(!c.result.clip_offsets_ns.is_empty());
-                recorded_pairs.push([c.episode_id, c.clip_id]);
-            } else {
-                outcomes[c.index] = RecordOutcome::Duplicate;
-            }
-        }
-        if recorded_pairs.is_empty() {
-            tx.commit().await?;
-            return Ok(outcomes);
-        }
-        let counts: Vec<[i64; 3]> = per_episode
-            .iter()
-            .map(|(id, (researched, matched))| [*id, *researched, *matched])
-            .collect();
-        sqlx::query(
-            "UPDATE episodes \
-             SET researched_count = researched_count + (j.value ->> 1), \
-                 matched_count = matched_count + (j.value ->> 2) \
-             FROM json_each(?1) j WHERE episodes.id = j.value ->> 0",
-        )
-        .bind(json_string(&counts)?)
-        .execute(&mut *tx)
-        .await?;
-        let owners: Vec<Uuid> = sqlx::query_scalar(
-            "DELETE FROM leased_pairs \
-             WHERE (episode_id, clip_id) IN \
-                   (SELECT value ->> 0, value ->> 1 FROM json_each(?1)) \
-             RETURNING lease_id",
-        )
-        .bind(json_string(&recorded_pairs)?)
-        .fetch_all(&mut *tx)
-        .await?;
-        // A revoked lease that lost its last pair here has all its results in: it ends.
-        release_pairs(&mut tx, &owners, None).await?;
-        tx.commit().await?;
-        tracing::debug!(
-            results = results.len(),
-            recorded = recorded_pairs.len(),
-            freed_from_leases = owners.len(),
-            "recorded results"
-        );
-        Ok(outcomes)
+        self.record(results, &[]).await
     }
-
     async fn status(&self, now: DateTime<Utc>) -> Result<Status> {
         // One statement: one consistent snapshot.
         let row = sqlx::query(
@@ -749,8 +476,12 @@ fn bind_identity<'q>(
 }
 
 impl SqliteDataStore {
-    /// Inserts or updates `items` as [`DataStore::upsert_episodes`] describes, all or nothing.
-    async fn upsert<T: Curated>(&self, items: &[T]) -> Result<()> {
+    /// Inserts or updates `items` as [`DataStore::upsert_episodes`] describes, all or
+    /// nothing, acknowledging the deliveries `acks` in the same transaction.
+    async fn upsert<T: Curated>(&self, items: &[T], acks: &[SqlReceipt]) -> Result<()> {
+        if let Some(first) = acks.first() {
+            self.check_bus(&first.bus_id).await?;
+        }
         let batch = dedupe_later_wins(items);
         if batch.is_empty() {
             return Ok(());
@@ -786,9 +517,360 @@ impl SqliteDataStore {
                 return Err(uri_conflict(&mut tx, chunk, &e).await);
             }
         }
+        messagebus::sql::sqlite::ack_in(&mut tx, acks).await?;
         tx.commit().await?;
         Ok(())
     }
+
+    /// Fails unless the database bus `bus_id` lives in this file.
+    async fn check_bus(&self, bus_id: &str) -> Result<()> {
+        if self.holds_bus(bus_id).await? {
+            Ok(())
+        } else {
+            Err(DataStoreError::Config(format!(
+                "the database bus {bus_id} keeps its queues in another database than this \
+                 datastore: its messages cannot be settled in the datastore's transactions"
+            )))
+        }
+    }
+    /// [`DataStore::lease_next`], publishing the work item in the same transaction if asked.
+    async fn lease(
+        &self,
+        request: LeaseRequest,
+        publish: Option<Publish<'_>>,
+    ) -> Result<Option<Lease>> {
+        if let Some((bus_id, _, _)) = publish {
+            self.check_bus(bus_id).await?;
+        }
+        let now = micros(request.now);
+        let expires_at = request
+            .now
+            .checked_add_signed(request.duration)
+            .ok_or_else(|| {
+                DataStoreError::Invalid(format!(
+                    "lease duration {} from {} is out of range",
+                    request.duration, request.now
+                ))
+            })?;
+        let max_clips = i64::from(request.max_clips.max(1));
+        let (mut tx, _turn) = self.begin_immediate().await?;
+
+        let clip_count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM clips")
+            .fetch_one(&mut *tx)
+            .await?;
+        if clip_count == 0 {
+            tx.commit().await?;
+            return Ok(None);
+        }
+
+        // Walks episodes_urgency and stops at the first episode with a free pair. Fully
+        // researched episodes are skipped on a column compare, before the lease lookup.
+        let episode_row = sqlx::query(
+            "SELECT e.id, e.title, e.date_aired, e.initial_date_curated, e.last_date_curated, \
+                    e.curator_information, e.description, e.media_uri, e.media_type, e.priority \
+             FROM episodes e \
+             WHERE e.researched_count < ?2 \
+               AND e.researched_count + COALESCE( \
+                     (SELECT SUM(l.held_pairs) FROM leases l \
+                      WHERE l.episode_id = e.id AND l.expires_at > ?1), 0) < ?2 \
+             ORDER BY e.priority DESC, e.date_aired DESC, e.initial_date_curated DESC, \
+                      e.id DESC \
+             LIMIT 1",
+        )
+        .bind(now)
+        .bind(clip_count)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(episode_row) = episode_row else {
+            tx.commit().await?;
+            return Ok(None);
+        };
+        let episode_id: i64 = episode_row.try_get("id")?;
+        let episode = episode_from_row(&episode_row)?;
+
+        // Walks clips_urgency; `held` marks pairs still held by an expired lease.
+        let clip_rows = sqlx::query(
+            "SELECT c.id, c.title, c.initial_date_curated, c.last_date_curated, \
+                    c.curator_information, c.description, c.media_uri, c.media_type, \
+                    c.priority, \
+                    EXISTS (SELECT 1 FROM leased_pairs p \
+                            WHERE p.episode_id = ?1 AND p.clip_id = c.id) AS held \
+             FROM clips c \
+             WHERE NOT EXISTS (SELECT 1 FROM research_results r \
+                               WHERE r.episode_id = ?1 AND r.clip_id = c.id) \
+               AND NOT EXISTS (SELECT 1 FROM leased_pairs p JOIN leases l ON l.id = p.lease_id \
+                               WHERE p.episode_id = ?1 AND p.clip_id = c.id \
+                                 AND l.expires_at > ?2) \
+             ORDER BY c.priority DESC, c.initial_date_curated DESC, c.id DESC \
+             LIMIT ?3",
+        )
+        .bind(episode_id)
+        .bind(now)
+        .bind(max_clips)
+        .fetch_all(&mut *tx)
+        .await?;
+        if clip_rows.is_empty() {
+            // Cannot happen while researched_count and held_pairs are exact; say so loudly
+            // rather than hand out an empty work item.
+            tracing::warn!(
+                episode_id,
+                "episode counted as having free pairs but none were found"
+            );
+            tx.commit().await?;
+            return Ok(None);
+        }
+        let mut clip_ids = Vec::with_capacity(clip_rows.len());
+        let mut held_ids = Vec::new();
+        let mut clips = Vec::with_capacity(clip_rows.len());
+        for row in &clip_rows {
+            let id: i64 = row.try_get("id")?;
+            clip_ids.push(id);
+            if row.try_get::<bool, _>("held")? {
+                held_ids.push(id);
+            }
+            clips.push(clip_from_row(row)?);
+        }
+
+        // Take over the pairs of expired leases.
+        let reclaimed_pairs = held_ids.len();
+        if !held_ids.is_empty() {
+            let owners: Vec<Uuid> = sqlx::query_scalar(
+                "DELETE FROM leased_pairs \
+                 WHERE episode_id = ?1 AND clip_id IN (SELECT value FROM json_each(?2)) \
+                 RETURNING lease_id",
+            )
+            .bind(episode_id)
+            .bind(json_ids(&held_ids))
+            .fetch_all(&mut *tx)
+            .await?;
+            release_pairs(&mut tx, &owners, Some(now)).await?;
+        }
+
+        let lease_id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO leases (id, episode_id, created_at, expires_at, held_pairs) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .bind(lease_id)
+        .bind(episode_id)
+        .bind(now)
+        .bind(micros(expires_at))
+        .bind(len_i64(clip_ids.len()))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO leased_pairs (episode_id, clip_id, lease_id) \
+             SELECT ?1, value, ?2 FROM json_each(?3)",
+        )
+        .bind(episode_id)
+        .bind(lease_id)
+        .bind(json_ids(&clip_ids))
+        .execute(&mut *tx)
+        .await?;
+        let lease = Lease {
+            id: lease_id,
+            expires_at: time(micros(expires_at))?,
+            episode,
+            clips,
+            reclaimed_pairs: u32::try_from(reclaimed_pairs).unwrap_or(u32::MAX),
+        };
+        if let Some((_, queue, encode)) = publish {
+            messagebus::sql::sqlite::send_in(&mut tx, queue, vec![encode(&lease)]).await?;
+        }
+        tx.commit().await?;
+        tracing::debug!(
+            %lease_id,
+            episode = %lease.episode.title,
+            clips = lease.clips.len(),
+            reclaimed_pairs,
+            "leased"
+        );
+        Ok(Some(lease))
+    }
+
+    /// [`DataStore::record_results`], acknowledging in the same transaction the delivery
+    /// (`acks[i]`, if any) of each result not for an unknown pair.
+    async fn record(
+        &self,
+        results: &[ResearchResult],
+        acks: &[SqlReceipt],
+    ) -> Result<Vec<RecordOutcome>> {
+        if let Some(first) = acks.first() {
+            self.check_bus(&first.bus_id).await?;
+        }
+        let mut outcomes = vec![RecordOutcome::UnknownPair; results.len()];
+        if results.is_empty() {
+            return Ok(outcomes);
+        }
+        let (mut tx, _turn) = self.begin_immediate().await?;
+
+        // Resolve identities to ids, each distinct one once, in one statement per kind.
+        let mut episode_keys: Vec<(&str, i64)> = Vec::new();
+        let mut episode_index: HashMap<(&str, i64), usize> = HashMap::new();
+        let mut clip_titles: Vec<&str> = Vec::new();
+        let mut clip_index: HashMap<&str, usize> = HashMap::new();
+        for r in results {
+            let key = (r.episode.title.as_str(), micros(r.episode.date_aired));
+            episode_index.entry(key).or_insert_with(|| {
+                episode_keys.push(key);
+                episode_keys.len() - 1
+            });
+            clip_index.entry(r.clip_title.as_str()).or_insert_with(|| {
+                clip_titles.push(r.clip_title.as_str());
+                clip_titles.len() - 1
+            });
+        }
+        let episode_ids = resolve(
+            &mut tx,
+            "SELECT j.key, e.id FROM json_each(?1) j \
+             JOIN episodes e ON e.title = j.value ->> 0 AND e.date_aired = j.value ->> 1",
+            json_string(&episode_keys)?,
+            episode_keys.len(),
+        )
+        .await?;
+        let clip_ids = resolve(
+            &mut tx,
+            "SELECT j.key, c.id FROM json_each(?1) j JOIN clips c ON c.title = j.value",
+            json_string(&clip_titles)?,
+            clip_titles.len(),
+        )
+        .await?;
+
+        // Known pairs, first occurrence in the batch only; later ones are duplicates.
+        struct Candidate<'a> {
+            index: usize,
+            episode_id: i64,
+            clip_id: i64,
+            result: &'a ResearchResult,
+            offsets: String,
+        }
+        let mut seen = HashSet::new();
+        let mut candidates = Vec::new();
+        for (index, r) in results.iter().enumerate() {
+            let e = episode_index
+                .get(&(r.episode.title.as_str(), micros(r.episode.date_aired)))
+                .and_then(|&i| episode_ids[i]);
+            let c = clip_index
+                .get(r.clip_title.as_str())
+                .and_then(|&i| clip_ids[i]);
+            let (Some(episode_id), Some(clip_id)) = (e, c) else {
+                continue;
+            };
+            if !seen.insert((episode_id, clip_id)) {
+                outcomes[index] = RecordOutcome::Duplicate;
+                continue;
+            }
+            candidates.push(Candidate {
+                index,
+                episode_id,
+                clip_id,
+                result: r,
+                offsets: json_string(&r.clip_offsets_ns)?,
+            });
+        }
+
+        // Insert; RETURNING names the pairs that were new.
+        let mut inserted: HashSet<(i64, i64)> = HashSet::new();
+        for chunk in candidates.chunks(MAX_BINDS / 10) {
+            let mut query = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO research_results (episode_id, clip_id, lease_id, research_date, \
+                 episode_duration_ns, episode_hash, clip_duration_ns, clip_hash, \
+                 clip_offsets_ns, matched) ",
+            );
+            query.push_values(chunk, |mut row, c| {
+                row.push_bind(c.episode_id)
+                    .push_bind(c.clip_id)
+                    .push_bind(c.result.lease_id)
+                    .push_bind(micros(c.result.research_date))
+                    .push_bind(c.result.episode_duration_ns)
+                    .push_bind(&c.result.episode_hash)
+                    .push_bind(c.result.clip_duration_ns)
+                    .push_bind(&c.result.clip_hash)
+                    .push_bind(&c.offsets)
+                    .push_bind(!c.result.clip_offsets_ns.is_empty());
+            });
+            query.push(
+                " ON CONFLICT (episode_id, clip_id) DO NOTHING RETURNING episode_id, clip_id",
+            );
+            let rows = query.build().fetch_all(&mut *tx).await?;
+            for row in rows {
+                inserted.insert((row.try_get(0)?, row.try_get(1)?));
+            }
+        }
+
+        // Count the new results per episode and free their pairs from whatever lease holds them.
+        let mut per_episode: HashMap<i64, (i64, i64)> = HashMap::new();
+        let mut recorded_pairs = Vec::new();
+        for c in &candidates {
+            if inserted.contains(&(c.episode_id, c.clip_id)) {
+                outcomes[c.index] = RecordOutcome::Recorded;
+                let entry = per_episode.entry(c.episode_id).or_default();
+                entry.0 += 1;
+                entry.1 += i64::from(!c.result.clip_offsets_ns.is_empty());
+                recorded_pairs.push([c.episode_id, c.clip_id]);
+            } else {
+                outcomes[c.index] = RecordOutcome::Duplicate;
+            }
+        }
+        if recorded_pairs.is_empty() {
+            ack_recorded(&mut tx, acks, &outcomes).await?;
+            tx.commit().await?;
+            return Ok(outcomes);
+        }
+        let counts: Vec<[i64; 3]> = per_episode
+            .iter()
+            .map(|(id, (researched, matched))| [*id, *researched, *matched])
+            .collect();
+        sqlx::query(
+            "UPDATE episodes \
+             SET researched_count = researched_count + (j.value ->> 1), \
+                 matched_count = matched_count + (j.value ->> 2) \
+             FROM json_each(?1) j WHERE episodes.id = j.value ->> 0",
+        )
+        .bind(json_string(&counts)?)
+        .execute(&mut *tx)
+        .await?;
+        let owners: Vec<Uuid> = sqlx::query_scalar(
+            "DELETE FROM leased_pairs \
+             WHERE (episode_id, clip_id) IN \
+                   (SELECT value ->> 0, value ->> 1 FROM json_each(?1)) \
+             RETURNING lease_id",
+        )
+        .bind(json_string(&recorded_pairs)?)
+        .fetch_all(&mut *tx)
+        .await?;
+        // A revoked lease that lost its last pair here has all its results in: it ends.
+        release_pairs(&mut tx, &owners, None).await?;
+        ack_recorded(&mut tx, acks, &outcomes).await?;
+        tx.commit().await?;
+        tracing::debug!(
+            results = results.len(),
+            recorded = recorded_pairs.len(),
+            freed_from_leases = owners.len(),
+            "recorded results"
+        );
+        Ok(outcomes)
+    }
+}
+
+/// Acknowledges, in the recording transaction, the delivery of each result that is not for an
+/// unknown pair (those stay in hand to be dead-lettered).
+async fn ack_recorded(
+    tx: &mut Transaction<'static, Sqlite>,
+    acks: &[SqlReceipt],
+    outcomes: &[RecordOutcome],
+) -> Result<()> {
+    if acks.is_empty() {
+        return Ok(());
+    }
+    let settle: Vec<SqlReceipt> = acks
+        .iter()
+        .zip(outcomes)
+        .filter(|(_, o)| **o != RecordOutcome::UnknownPair)
+        .map(|(a, _)| a.clone())
+        .collect();
+    messagebus::sql::sqlite::ack_in(tx, &settle).await?;
+    Ok(())
 }
 
 /// The items of `batch` with distinct identities; of several with one identity the last wins.
@@ -902,4 +984,54 @@ fn json_string<T: serde::Serialize + ?Sized>(value: &T) -> Result<String> {
 
 fn len_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl TransactionalBus for SqliteDataStore {
+    async fn holds_bus(&self, bus_id: &str) -> Result<bool> {
+        if let Some(id) = self.bus_id.get() {
+            return Ok(id == bus_id);
+        }
+        let mut conn = self.pool.acquire().await?;
+        let found = messagebus::sql::sqlite::bus_id_in(&mut conn).await?;
+        Ok(match found {
+            Some(id) => {
+                let holds = id == bus_id;
+                // Only a bus that exists is remembered: one may be created later.
+                let _ = self.bus_id.set(id);
+                holds
+            }
+            None => false,
+        })
+    }
+
+    async fn upsert_episodes_and_ack(
+        &self,
+        episodes: &[EpisodeInfo],
+        acks: &[SqlReceipt],
+    ) -> Result<()> {
+        self.upsert(episodes, acks).await
+    }
+
+    async fn upsert_clips_and_ack(&self, clips: &[ClipInfo], acks: &[SqlReceipt]) -> Result<()> {
+        self.upsert(clips, acks).await
+    }
+
+    async fn record_results_and_ack(
+        &self,
+        results: &[ResearchResult],
+        acks: &[SqlReceipt],
+    ) -> Result<Vec<RecordOutcome>> {
+        self.record(results, acks).await
+    }
+
+    async fn lease_next_and_publish(
+        &self,
+        request: LeaseRequest,
+        bus_id: &str,
+        queue: &str,
+        encode: &EncodeWorkItem,
+    ) -> Result<Option<Lease>> {
+        self.lease(request, Some((bus_id, queue, encode))).await
+    }
 }

@@ -1,5 +1,6 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use messagebus::SqlReceipt;
 use uuid::Uuid;
 
 use crate::{
@@ -78,4 +79,63 @@ pub trait DataStore: Send + Sync {
             .next()
             .unwrap_or(RecordOutcome::UnknownPair))
     }
+
+    /// The writes that also do their bus work in the same transaction, where this datastore
+    /// can host the database bus (the SQL adapters). `None`: archivists settle messages after
+    /// the datastore commits.
+    fn transactional_bus(&self) -> Option<&dyn TransactionalBus> {
+        None
+    }
+}
+
+/// Turns a lease into the body of its work item (for
+/// [`TransactionalBus::lease_next_and_publish`]). An alias, so that `#[async_trait]` leaves the
+/// closure's argument lifetime alone.
+pub type EncodeWorkItem = dyn Fn(&Lease) -> Vec<u8> + Send + Sync;
+
+/// Writes that acknowledge or publish bus messages in their own transaction, for a datastore
+/// whose database also holds the database bus's queues (`messagebus::sql`). With these, no
+/// crash can leave a lease without its work item, or a stored message still on its queue.
+///
+/// Every method first checks that the receipts' bus lives in this database
+/// ([`holds_bus`](Self::holds_bus)); otherwise it fails with
+/// [`DataStoreError::Config`](crate::DataStoreError::Config) and changes nothing.
+#[async_trait]
+pub trait TransactionalBus: Send + Sync {
+    /// Whether the database bus with instance id `bus_id` (a [`SqlReceipt::bus_id`]) keeps its
+    /// queues in this datastore's database.
+    async fn holds_bus(&self, bus_id: &str) -> Result<bool>;
+
+    /// [`DataStore::upsert_episodes`], acknowledging every delivery of `acks` in the same
+    /// transaction.
+    async fn upsert_episodes_and_ack(
+        &self,
+        episodes: &[EpisodeInfo],
+        acks: &[SqlReceipt],
+    ) -> Result<()>;
+
+    /// [`DataStore::upsert_clips`], acknowledging every delivery of `acks` in the same
+    /// transaction.
+    async fn upsert_clips_and_ack(&self, clips: &[ClipInfo], acks: &[SqlReceipt]) -> Result<()>;
+
+    /// [`DataStore::record_results`], acknowledging in the same transaction the delivery of
+    /// each result that was recorded or a duplicate (`acks[i]` carries `results[i]`). The
+    /// deliveries of results for unknown pairs stay in hand, for the caller to dead-letter.
+    async fn record_results_and_ack(
+        &self,
+        results: &[ResearchResult],
+        acks: &[SqlReceipt],
+    ) -> Result<Vec<RecordOutcome>>;
+
+    /// [`DataStore::lease_next`], publishing `encode(lease)` on the bus queue `queue` (of
+    /// the bus `bus_id`) in the same transaction: the lease exists if and only if its work
+    /// item does. A body the bus refuses fails the call with
+    /// [`DataStoreError::Bus`](crate::DataStoreError::Bus) and leases nothing.
+    async fn lease_next_and_publish(
+        &self,
+        request: LeaseRequest,
+        bus_id: &str,
+        queue: &str,
+        encode: &EncodeWorkItem,
+    ) -> Result<Option<Lease>>;
 }

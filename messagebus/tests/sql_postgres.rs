@@ -76,7 +76,12 @@ async fn notify_wakes_another_process() {
     a.create_queue("q").await.unwrap();
     let rx = a.receiver("q").await.unwrap();
     let waiting = tokio::spawn(async move { rx.receive(1, Duration::from_secs(20)).await });
-    b.sender("q").await.unwrap().send(b"hi".to_vec()).await.unwrap();
+    b.sender("q")
+        .await
+        .unwrap()
+        .send(b"hi".to_vec())
+        .await
+        .unwrap();
     let got = waiting.await.unwrap().unwrap();
     assert_eq!(got.len(), 1, "the waiting receiver was not woken");
 }
@@ -93,7 +98,10 @@ async fn documented_sql_from_psql() {
         .send(br#"{"work":1}"#.to_vec())
         .await
         .unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/bus-sql/postgres.sh");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scripts/bus-sql/postgres.sh"
+    );
     let out = std::process::Command::new("bash")
         .arg(script)
         .arg(bus.db.url())
@@ -111,6 +119,12 @@ async fn documented_sql_from_psql() {
     let rx = bus.receiver("completed_research").await.unwrap();
     let got = messagebus::testing::receive_n(rx.as_ref(), 1).await;
     assert_eq!(got[0].body(), br#"{"result":1}"#);
-    let stats = bus.sender("pending_research").await.unwrap().inspect().await.unwrap();
+    let stats = bus
+        .sender("pending_research")
+        .await
+        .unwrap()
+        .inspect()
+        .await
+        .unwrap();
     assert_eq!((stats.waiting, stats.in_flight), (0, 0));
 }

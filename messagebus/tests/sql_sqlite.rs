@@ -154,6 +154,12 @@ async fn documented_sql_from_python() {
     let rx = bus.receiver("completed_research").await.unwrap();
     let got = messagebus::testing::receive_n(rx.as_ref(), 1).await;
     assert_eq!(got[0].body(), br#"{"result":1}"#);
-    let stats = bus.sender("pending_research").await.unwrap().inspect().await.unwrap();
+    let stats = bus
+        .sender("pending_research")
+        .await
+        .unwrap()
+        .inspect()
+        .await
+        .unwrap();
     assert_eq!((stats.waiting, stats.in_flight), (0, 0));
 }

@@ -318,6 +318,7 @@ impl<D: Dialect> SqlBus<D> {
         SqlBus { shared }
     }
 
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn shared(&self) -> &Arc<Shared<D>> {
         &self.shared
     }
@@ -404,7 +405,10 @@ impl<D: Dialect> Bus for SqlBus<D> {
                 .dialect
                 .consumers(&[(consumer, row.name.clone())], &[])
                 .await?;
-            self.shared.lock().consumers.insert(consumer, row.name.clone());
+            self.shared
+                .lock()
+                .consumers
+                .insert(consumer, row.name.clone());
         }
         let waker = self.shared.waker(&row.name);
         Ok(Arc::new(SqlReceiver {

@@ -19,8 +19,8 @@ use sqlx::{PgConnection, PgPool, Row};
 use uuid::Uuid;
 
 use super::{
-    db_error, fail_point, millis, migrate_error, over_limit_reason, check_body, ClaimedRow,
-    Claimed, Dialect, QueueRow, Shared, SqlBus, SqlBusConfig,
+    check_body, db_error, fail_point, migrate_error, millis, over_limit_reason, Claimed,
+    ClaimedRow, Dialect, QueueRow, Shared, SqlBus, SqlBusConfig,
 };
 use crate::{BusError, QueueStats, SqlReceipt};
 
@@ -387,12 +387,14 @@ async fn insert(conn: &mut PgConnection, queue: &str, bodies: &[String]) -> Resu
             }
             end += 1;
         }
-        sqlx::query("INSERT INTO bus_messages (queue, body) SELECT $1, b FROM unnest($2::text[]) AS b")
-            .bind(queue)
-            .bind(&bodies[start..end])
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| db_error("sending", e))?;
+        sqlx::query(
+            "INSERT INTO bus_messages (queue, body) SELECT $1, b FROM unnest($2::text[]) AS b",
+        )
+        .bind(queue)
+        .bind(&bodies[start..end])
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("sending", e))?;
         start = end;
     }
     sqlx::query("SELECT pg_notify($1, $2)")

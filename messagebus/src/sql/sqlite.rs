@@ -18,7 +18,7 @@ use sqlx::{Row, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
 use super::{
-    check_body, db_error, fail_point, millis, migrate_error, over_limit_reason, Claimed,
+    check_body, db_error, fail_point, migrate_error, millis, over_limit_reason, Claimed,
     ClaimedRow, Dialect, QueueRow, SqlBus, SqlBusConfig,
 };
 use crate::{BusError, QueueStats, SqlReceipt};
@@ -377,7 +377,11 @@ impl Dialect for Lite {
 }
 
 /// Inserts `bodies` on `queue`, one statement for the whole batch.
-async fn insert(conn: &mut SqliteConnection, queue: &str, bodies: &[String]) -> Result<(), BusError> {
+async fn insert(
+    conn: &mut SqliteConnection,
+    queue: &str,
+    bodies: &[String],
+) -> Result<(), BusError> {
     let now = now_micros();
     let json = serde_json::to_string(bodies).map_err(|e| BusError::InvalidBody(e.to_string()))?;
     sqlx::query(
@@ -411,10 +415,7 @@ pub async fn send_in(
 
 /// Acknowledges deliveries inside the caller's transaction: they are gone once it commits.
 /// Returns how many were still held by these receipts (a stale receipt deletes nothing).
-pub async fn ack_in(
-    conn: &mut SqliteConnection,
-    receipts: &[SqlReceipt],
-) -> Result<u64, BusError> {
+pub async fn ack_in(conn: &mut SqliteConnection, receipts: &[SqlReceipt]) -> Result<u64, BusError> {
     let mut deleted = 0;
     for r in receipts {
         deleted += sqlx::query("DELETE FROM bus_messages WHERE id = ?1 AND receipt = ?2")
