@@ -1,11 +1,12 @@
 //! The completed-research archivist: drain `completed_research`, record results, renew or
 //! revoke leases, exit when the queue is empty.
 //!
-//! Per batch: set poison aside, record every result in one datastore call (idempotent: a
-//! redelivered result is a duplicate and changes nothing), dead-letter results for pairs the
-//! datastore does not know, then update each lease the batch speaks of once: revoke it if any
-//! of its items says so, else renew it. Acknowledge last, so a failure anywhere before means
-//! the whole batch comes back and is redone.
+//! Per batch: set poison aside, update each lease the batch speaks of once (revoke it if any
+//! of its items says so, else renew it), record every result in one datastore call
+//! (idempotent: a redelivered result is a duplicate and changes nothing), dead-letter results
+//! for pairs the datastore does not know, and acknowledge the rest: in the recording
+//! transaction itself when the database bus lives in the datastore's database, else after it.
+//! A failure anywhere before means the whole batch comes back and is redone.
 //!
 //! The bus does not keep order and several of these archivists may run at once, so a lease's
 //! revoking item can be recorded before some of its other results. Revoking
@@ -21,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::Utc;
 use datastore::{DataStore, DataStoreError, LeaseUpdate, RecordOutcome};
-use messagebus::Receiver;
+use messagebus::{Receiver, SqlReceipt};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -86,9 +87,17 @@ impl StoreBatch for Record<'_> {
     async fn store(
         &self,
         items: &[CompletedResearchItem],
+        acks: &[SqlReceipt],
     ) -> Result<Vec<RecordOutcome>, DataStoreError> {
         let results: Vec<_> = items.iter().map(CompletedResearchItem::to_result).collect();
-        self.store.record_results(&results).await
+        match self.store.transactional_bus() {
+            Some(tx) if !acks.is_empty() => tx.record_results_and_ack(&results, acks).await,
+            _ => self.store.record_results(&results).await,
+        }
+    }
+
+    fn datastore(&self) -> &dyn DataStore {
+        self.store
     }
 }
 
@@ -113,6 +122,21 @@ async fn drain(
         }
         let received = deliveries.len();
         let valid = run.decode_batch::<CompletedResearchItem>(deliveries).await;
+        // Lease id → whether any item of the batch ends it. Ordered, so that concurrent
+        // archivists update leases in the same order.
+        let mut leases: BTreeMap<Uuid, bool> = BTreeMap::new();
+        for (_, item) in &valid {
+            *leases.entry(item.lease_id).or_default() |= item.revoke_lease;
+        }
+        // Leases first: where results are acknowledged in the recording transaction, nothing
+        // may fail after it. Renewing before recording is harmless; revoking before is what
+        // a revoking item that overtakes its lease's other results does anyway (the lease
+        // keeps the pairs whose results are not recorded yet).
+        if let Err(stop) = update_leases(run, store, config, &leases).await {
+            run.release_all(valid.into_iter().map(|(d, _)| d).collect())
+                .await;
+            return stop;
+        }
         let recorded = match run.store_batch(&op, valid).await {
             Ok(recorded) => recorded,
             Err(stop) => return stop,
@@ -120,11 +144,7 @@ async fn drain(
 
         let mut settled = Vec::with_capacity(recorded.len());
         let mut unknown = Vec::new();
-        // Lease id → whether any item of the batch ends it. Ordered, so that concurrent
-        // archivists update leases in the same order.
-        let mut leases: BTreeMap<Uuid, bool> = BTreeMap::new();
         for (delivery, item, outcome) in recorded {
-            *leases.entry(item.lease_id).or_default() |= item.revoke_lease;
             match outcome {
                 RecordOutcome::Recorded => {
                     run.report.stored += 1;
@@ -139,10 +159,6 @@ async fn drain(
             }
         }
         run.dead_letter_all(unknown).await;
-        if let Err(stop) = update_leases(run, store, config, &leases).await {
-            run.release_all(settled).await;
-            return stop;
-        }
         tracing::debug!(
             received,
             recorded = settled.len(),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use datastore::{DataStore, DataStoreError};
 use futures::future::BoxFuture;
-use messagebus::Receiver;
+use messagebus::{Receiver, SqlReceipt};
 use tokio_util::sync::CancellationToken;
 
 use crate::messages::{ClipInfo, EpisodeInfo, Message};
@@ -71,6 +71,7 @@ trait Curated: Message + Send + Sync + 'static {
     fn upsert<'a>(
         store: &'a dyn DataStore,
         items: &'a [Self],
+        acks: &'a [SqlReceipt],
     ) -> BoxFuture<'a, datastore::Result<()>>;
 }
 
@@ -78,8 +79,12 @@ impl Curated for EpisodeInfo {
     fn upsert<'a>(
         store: &'a dyn DataStore,
         items: &'a [Self],
+        acks: &'a [SqlReceipt],
     ) -> BoxFuture<'a, datastore::Result<()>> {
-        store.upsert_episodes(items)
+        match store.transactional_bus() {
+            Some(tx) if !acks.is_empty() => tx.upsert_episodes_and_ack(items, acks),
+            _ => store.upsert_episodes(items),
+        }
     }
 }
 
@@ -87,8 +92,12 @@ impl Curated for ClipInfo {
     fn upsert<'a>(
         store: &'a dyn DataStore,
         items: &'a [Self],
+        acks: &'a [SqlReceipt],
     ) -> BoxFuture<'a, datastore::Result<()>> {
-        store.upsert_clips(items)
+        match store.transactional_bus() {
+            Some(tx) if !acks.is_empty() => tx.upsert_clips_and_ack(items, acks),
+            _ => store.upsert_clips(items),
+        }
     }
 }
 
@@ -102,9 +111,13 @@ impl<M: Curated> StoreBatch for Upsert<'_, M> {
     type Item = M;
     type Out = ();
 
-    async fn store(&self, items: &[M]) -> Result<Vec<()>, DataStoreError> {
-        M::upsert(self.store, items).await?;
+    async fn store(&self, items: &[M], acks: &[SqlReceipt]) -> Result<Vec<()>, DataStoreError> {
+        M::upsert(self.store, items, acks).await?;
         Ok(vec![(); items.len()])
+    }
+
+    fn datastore(&self) -> &dyn DataStore {
+        self.store
     }
 }
 

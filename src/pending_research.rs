@@ -114,6 +114,22 @@ async fn assign(
         "assigning work"
     );
     let mut max_clips = config.max_clips.max(1);
+    // Where the bus's queue lives in the datastore's database, leasing and publishing are one
+    // transaction: no lease without its work item, no work item without its lease.
+    let in_store = match (sender.sql_bus_id(), store.transactional_bus()) {
+        (Some(bus_id), Some(tx)) => match tx.holds_bus(bus_id).await {
+            Ok(true) => Some((bus_id, tx)),
+            Ok(false) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not tell where the bus lives");
+                None
+            }
+        },
+        _ => None,
+    };
+    if in_store.is_some() {
+        tracing::debug!("leasing and publishing in one transaction");
+    }
     while to_publish > 0 {
         if run.token.is_cancelled() {
             return Ended::Cancelled;
@@ -123,6 +139,41 @@ async fn assign(
             duration: config.lease_duration,
             now: Utc::now(),
         };
+        if let Some((bus_id, tx)) = in_store {
+            let encode = |lease: &Lease| messages::encode(&item(lease.clone()));
+            match run
+                .retrying("lease and publish", DataStoreError::is_retryable, || {
+                    tx.lease_next_and_publish(request(), bus_id, sender.queue(), &encode)
+                })
+                .await
+            {
+                Ok(Some(lease)) => {
+                    run.report.leases_created += 1;
+                    run.report.pairs_reclaimed += u64::from(lease.reclaimed_pairs);
+                    run.report.published += 1;
+                    to_publish -= 1;
+                    tracing::debug!(lease_id = %lease.id, clips = lease.clips.len(), "work item published");
+                    continue;
+                }
+                Ok(None) => {
+                    tracing::debug!("no more work to lease");
+                    break;
+                }
+                Err(RetryError::Failed(DataStoreError::Bus(BusError::BodyTooLarge { .. })))
+                    if max_clips > 1 =>
+                {
+                    // Nothing was leased (the transaction rolled back): lease fewer clips.
+                    max_clips = (max_clips / 2).max(1);
+                    tracing::warn!(
+                        max_clips,
+                        "work item too large for the bus, leasing fewer clips"
+                    );
+                    continue;
+                }
+                Err(RetryError::Cancelled(_)) => return Ended::Cancelled,
+                Err(RetryError::Failed(e)) => return Ended::Failed(ArchivistError::DataStore(e)),
+            }
+        }
         let lease = match run
             .retrying("lease", DataStoreError::is_retryable, || {
                 store.lease_next(request())

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use datastore::DataStoreError;
+use datastore::{DataStore, DataStoreError};
 use futures::future::join_all;
-use messagebus::{BusError, Delivery, Receiver};
+use messagebus::{BusError, Delivery, Receiver, SqlReceipt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -47,6 +47,10 @@ pub(crate) struct Run {
     pub(crate) retry: RetryPolicy,
     pub(crate) errors: ErrorSink,
     pub(crate) report: Report,
+    /// Whether the last [`Run::store_batch`] acknowledged its deliveries in the datastore's
+    /// own transaction (the database bus in the datastore's database): [`Run::ack_all`] then
+    /// only lets go of them.
+    acked_in_store: bool,
 }
 
 /// Spawns `body` as the archivist's task and returns its handle. The body gets the run state
@@ -72,6 +76,7 @@ where
             dropped: AtomicU64::new(0),
         },
         report: Report::new(Ended::Finished),
+        acked_in_store: false,
     };
     let task = body(run);
     // Every event of the run carries the archivist's name through this span.
@@ -102,8 +107,46 @@ pub(crate) trait StoreBatch: Sync {
     type Item: Send + Sync;
     /// What storing one item says.
     type Out: Send;
-    /// Stores `items` in one transaction.
-    async fn store(&self, items: &[Self::Item]) -> Result<Vec<Self::Out>, DataStoreError>;
+    /// Stores `items` in one transaction, acknowledging the deliveries `acks` (empty, or one
+    /// per item) in it.
+    async fn store(
+        &self,
+        items: &[Self::Item],
+        acks: &[SqlReceipt],
+    ) -> Result<Vec<Self::Out>, DataStoreError>;
+
+    /// The datastore written to.
+    fn datastore(&self) -> &dyn DataStore;
+}
+
+/// The receipts of `deliveries` when the datastore can acknowledge them in its own
+/// transaction (they come from the database bus in its database); else empty.
+pub(crate) async fn in_store_receipts(
+    store: &dyn DataStore,
+    deliveries: &[Delivery],
+) -> Vec<SqlReceipt> {
+    let Some(tx_bus) = store.transactional_bus() else {
+        return Vec::new();
+    };
+    let Some(receipts) = deliveries
+        .iter()
+        .map(Delivery::sql_receipt)
+        .collect::<Option<Vec<_>>>()
+    else {
+        return Vec::new();
+    };
+    let Some(first) = receipts.first() else {
+        return Vec::new();
+    };
+    match tx_bus.holds_bus(&first.bus_id).await {
+        Ok(true) => receipts,
+        Ok(false) => Vec::new(),
+        Err(e) => {
+            // Acknowledging after the commit is correct too, only not atomic.
+            tracing::debug!(error = %e, "could not tell where the bus lives");
+            Vec::new()
+        }
+    }
 }
 
 /// Why a batch could not be finished: the run ends with this, deliveries in hand released.
@@ -252,8 +295,13 @@ impl Run {
         }
     }
 
-    /// Acknowledges deliveries whose content is stored.
+    /// Acknowledges deliveries whose content is stored (or lets go of them, if the store
+    /// acknowledged them in its transaction).
     pub(crate) async fn ack_all(&mut self, deliveries: Vec<Delivery>) {
+        if self.acked_in_store {
+            deliveries.into_iter().for_each(Delivery::settled_elsewhere);
+            return;
+        }
         let outcomes = join_all(deliveries.into_iter().map(|d| async move {
             let message_id = d.message_id().to_string();
             (message_id, d.ack().await)
@@ -300,8 +348,12 @@ impl Run {
             return Ok(Vec::new());
         }
         let (deliveries, items): (Vec<Delivery>, Vec<S::Item>) = batch.into_iter().unzip();
+        let acks = in_store_receipts(op.datastore(), &deliveries).await;
+        self.acked_in_store = !acks.is_empty();
         let out = self
-            .retrying("store", DataStoreError::is_retryable, || op.store(&items))
+            .retrying("store", DataStoreError::is_retryable, || {
+                op.store(&items, &acks)
+            })
             .await;
         let rejected = match out {
             Ok(outs) if outs.len() == items.len() => {
@@ -345,9 +397,14 @@ impl Run {
         let mut poison = Vec::new();
         let mut pending = deliveries.into_iter().zip(items);
         while let Some((delivery, item)) = pending.next() {
+            let ack: Vec<SqlReceipt> = if self.acked_in_store {
+                delivery.sql_receipt().into_iter().collect()
+            } else {
+                Vec::new()
+            };
             let out = self
                 .retrying("store", DataStoreError::is_retryable, || {
-                    op.store(std::slice::from_ref(&item))
+                    op.store(std::slice::from_ref(&item), &ack)
                 })
                 .await;
             let stop = match out {
