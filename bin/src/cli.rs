@@ -10,7 +10,6 @@ use clap::{Args, Parser, Subcommand};
 
 // Defaults of the options with a default, also used in `config.rs` for a variable that is set
 // but empty (`ARCHIVIST_MAX_CLIPS=` in a compose file means "the default", as for the others).
-pub(crate) const DEFAULT_BUS: &str = "memory";
 pub(crate) const DEFAULT_MAX_CLIPS: &str = "50";
 pub(crate) const DEFAULT_MAX_RECEIVES: &str = "5";
 pub(crate) const DEFAULT_EPISODES_QUEUE: &str = "curated_episodes";
@@ -47,11 +46,13 @@ pub(crate) struct GlobalArgs {
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub(crate) database_url: Option<String>,
 
-    /// The message bus: memory, sqs or postgres (postgres is not built yet)
-    #[arg(long, env = "ARCHIVIST_BUS", global = true, default_value = DEFAULT_BUS)]
-    pub(crate) bus: String,
+    /// The message bus: sqlite or postgres (queues in that database), sqs, or memory (one
+    /// process: `demo`) [default: the database bus, in ARCHIVIST_BUS_URL's database; for
+    /// `demo`, memory]
+    #[arg(long, env = "ARCHIVIST_BUS", global = true)]
+    pub(crate) bus: Option<String>,
 
-    /// The Postgres bus's database [default: DATABASE_URL]
+    /// The database bus's database, sqlite://PATH or postgres://… [default: DATABASE_URL]
     #[arg(long, env = "ARCHIVIST_BUS_URL", global = true, hide_env_values = true)]
     pub(crate) bus_url: Option<String>,
 

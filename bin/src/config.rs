@@ -43,8 +43,28 @@ pub(crate) enum BusKind {
     Memory,
     /// Amazon SQS (or an emulator), configured as the AWS SDK reads its environment.
     Sqs,
-    /// A Postgres-backed bus: not built yet.
+    /// Queues in an SQLite database (the bus URL's).
+    Sqlite,
+    /// Queues in a Postgres database (the bus URL's).
     Postgres,
+}
+
+impl BusKind {
+    /// Whether the queues live in a database.
+    pub(crate) fn is_database(self) -> bool {
+        matches!(self, BusKind::Sqlite | BusKind::Postgres)
+    }
+
+    /// The database bus of the kind of `url`.
+    fn of_url(url: &str) -> Option<BusKind> {
+        if url.starts_with("sqlite:") {
+            Some(BusKind::Sqlite)
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Some(BusKind::Postgres)
+        } else {
+            None
+        }
+    }
 }
 
 /// The four queue names.
@@ -74,8 +94,9 @@ pub(crate) struct Config {
     /// DATABASE_URL when it was given.
     pub(crate) database_url: Option<String>,
     pub(crate) bus: BusKind,
-    /// ARCHIVIST_BUS_URL when it was given (only the Postgres bus reads it).
-    #[allow(dead_code)]
+    /// Whether ARCHIVIST_BUS was given (else the database bus; `demo` keeps the in-memory one).
+    pub(crate) bus_chosen: bool,
+    /// ARCHIVIST_BUS_URL when it was given (only the database bus reads it).
     pub(crate) bus_url: Option<String>,
     pub(crate) researchers: Option<u64>,
     /// ARCHIVIST_LEASE_DURATION when it was given.
@@ -101,19 +122,57 @@ impl Config {
         if let Some(url) = &database_url {
             check_database_url(url)?;
         }
-        let bus = match or_default(&args.bus, cli::DEFAULT_BUS)
-            .to_ascii_lowercase()
-            .as_str()
-        {
-            "memory" => BusKind::Memory,
-            "sqs" => BusKind::Sqs,
-            "postgres" => BusKind::Postgres,
-            other => {
+        let bus_url = args
+            .bus_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(str::to_string);
+        let chosen = args
+            .bus
+            .as_deref()
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+            .map(str::to_ascii_lowercase);
+        let effective_bus_url = bus_url
+            .clone()
+            .or_else(|| database_url.clone())
+            .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_string());
+        let bus = match chosen.as_deref() {
+            Some("memory") => BusKind::Memory,
+            Some("sqs") => BusKind::Sqs,
+            Some("sqlite") => BusKind::Sqlite,
+            Some("postgres" | "postgresql") => BusKind::Postgres,
+            Some(other) => {
                 return Err(UsageError(format!(
-                    "invalid ARCHIVIST_BUS (--bus) {other:?}: expected memory, sqs or postgres"
+                    "invalid ARCHIVIST_BUS (--bus) {other:?}: expected sqlite, postgres, sqs \
+                     or memory"
                 )))
             }
+            None => BusKind::of_url(&effective_bus_url).ok_or_else(|| {
+                UsageError(format!(
+                    "ARCHIVIST_BUS_URL (--bus-url) {:?}: expected sqlite://… or postgres://…",
+                    datastore::redact_url(&effective_bus_url)
+                ))
+            })?,
         };
+        if bus.is_database() && BusKind::of_url(&effective_bus_url) != Some(bus) {
+            let kind = if bus == BusKind::Sqlite {
+                "sqlite"
+            } else {
+                "postgres"
+            };
+            return Err(UsageError(format!(
+                "ARCHIVIST_BUS={kind} keeps its queues in ARCHIVIST_BUS_URL (default \
+                 DATABASE_URL), which must then be a {kind}:// URL, not {:?}",
+                datastore::redact_url(&effective_bus_url)
+            )));
+        }
+        if let Some(url) = &bus_url {
+            if bus.is_database() {
+                check_database_url(url)?;
+            }
+        }
         let researchers = match args.researchers.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(s) => Some(s.parse::<u64>().map_err(|_| {
@@ -206,7 +265,8 @@ impl Config {
         Ok(Config {
             database_url,
             bus,
-            bus_url: args.bus_url.clone().filter(|u| !u.trim().is_empty()),
+            bus_chosen: chosen.is_some(),
+            bus_url,
             researchers,
             lease_duration,
             max_clips,
@@ -223,6 +283,11 @@ impl Config {
         self.database_url
             .clone()
             .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_string())
+    }
+
+    /// The database bus's database: ARCHIVIST_BUS_URL, else the datastore's.
+    pub(crate) fn bus_url(&self) -> String {
+        self.bus_url.clone().unwrap_or_else(|| self.database_url())
     }
 
     /// The lease duration for production runs: ARCHIVIST_LEASE_DURATION or 2h.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use datastore::{redact_url, DataStore, DataStoreError};
+use messagebus::sql::{PgBus, SqlBusConfig, SqliteBus};
 use messagebus::sqs::{SqsBus, SqsConfig};
 use messagebus::{Bus, BusError, MemoryBus, MemoryBusConfig, Receiver, Sender};
 use tokio::time::Instant;
@@ -130,16 +131,87 @@ pub(crate) async fn shared_bus(
              Use a shared bus, ARCHIVIST_BUS=sqs, or `archivist demo` to see the whole \
              pipeline in one process"
         ))),
-        BusKind::Postgres => Err(usage(
-            "ARCHIVIST_BUS=postgres: the Postgres bus is not built yet. Use ARCHIVIST_BUS=sqs \
-             for queues shared between processes, or `archivist demo` to see the whole \
-             pipeline in one process",
-        )),
+        // `status` reads: it creates no table and no queue.
+        BusKind::Sqlite | BusKind::Postgres => {
+            database_bus(config, token, subcommand != "status").await
+        }
         BusKind::Sqs => {
             let bus = sqs_bus(config).await?;
             wait_for_bus(config, bus.as_ref(), token).await?;
             Ok(bus)
         }
+    }
+}
+
+/// The database bus in ARCHIVIST_BUS_URL's database (default: the datastore's). With
+/// `create`, its tables and the four queues are created if missing (harmless when they
+/// exist), so that every subcommand works on a new database with no setup. Passing failures
+/// are retried until `config.connect_timeout`, as for the datastore.
+pub(crate) async fn database_bus(
+    config: &Config,
+    token: &CancellationToken,
+    create: bool,
+) -> anyhow::Result<Arc<dyn Bus>> {
+    let url = config.bus_url();
+    let shown = redact_url(&url);
+    if let Some(dir) = missing_sqlite_dir(&url) {
+        return Err(usage(format!(
+            "ARCHIVIST_BUS_URL {shown}: the directory {} does not exist",
+            dir.display()
+        )));
+    }
+    let settings = SqlBusConfig {
+        max_receives: config.max_receives,
+        ..SqlBusConfig::default()
+    };
+    let deadline = Instant::now() + config.connect_timeout;
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let try_once = async {
+            let bus: Arc<dyn Bus> = match config.bus {
+                BusKind::Postgres => Arc::new(PgBus::connect(&url, settings.clone()).await?),
+                _ => Arc::new(SqliteBus::connect(&url, settings.clone()).await?),
+            };
+            if create {
+                for q in config.queues.all() {
+                    bus.create_queue(q).await?;
+                }
+            }
+            Ok::<_, BusError>(bus)
+        };
+        let outcome = tokio::select! {
+            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the bus {shown}")),
+            r = tokio::time::timeout_at(deadline, try_once) => r,
+        };
+        let error = match outcome {
+            Ok(Ok(bus)) => return Ok(bus),
+            Ok(Err(e)) if !e.is_retryable() => {
+                return Err(usage(format!("ARCHIVIST_BUS_URL {shown}: {e}")))
+            }
+            Ok(Err(e)) => e,
+            Err(_) => {
+                return Err(anyhow!(
+                    "the bus database {shown} is unreachable: no answer within {} \
+                     (ARCHIVIST_CONNECT_TIMEOUT)",
+                    humantime::format_duration(config.connect_timeout)
+                ))
+            }
+        };
+        if Instant::now() + backoff >= deadline {
+            return Err(anyhow::Error::new(error).context(format!(
+                "the bus database {shown} is unreachable after {attempt} attempts over {} \
+                 (ARCHIVIST_CONNECT_TIMEOUT)",
+                humantime::format_duration(config.connect_timeout)
+            )));
+        }
+        tracing::warn!(bus = %shown, attempt, error = %error, retry_in = ?backoff, "bus database not reachable yet");
+        tokio::select! {
+            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the bus {shown}")),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

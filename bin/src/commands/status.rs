@@ -97,7 +97,7 @@ async fn queue_depths(
     config: &Config,
     token: &CancellationToken,
 ) -> anyhow::Result<Option<Vec<QueueDepth>>> {
-    if config.bus != BusKind::Sqs {
+    if config.bus == BusKind::Memory {
         tracing::debug!("the bus cannot be inspected from another process: no queue depths");
         return Ok(None);
     }

@@ -94,14 +94,22 @@ pub(crate) async fn run(
     let lease = config.lease_duration.unwrap_or(DEMO_LEASE);
     tracing::info!(datastore = %shown, lease = %humantime::format_duration(lease), researchers = args.researcher_tasks, "demo starting");
 
-    let bus = connect::memory_bus_with(
-        config,
-        MemoryBusConfig {
-            max_receives: config.max_receives,
-            ..MemoryBusConfig::default()
-        },
-    )
-    .await?;
+    // The in-memory bus unless a database bus was asked for (ARCHIVIST_BUS=sqlite|postgres):
+    // then its queues live in ARCHIVIST_BUS_URL, by default the demo's own datastore.
+    let bus = if config.bus_chosen && config.bus.is_database() {
+        let mut bus_config = config.clone();
+        bus_config.bus_url.get_or_insert_with(|| url.clone());
+        connect::database_bus(&bus_config, &token, true).await?
+    } else {
+        connect::memory_bus_with(
+            config,
+            MemoryBusConfig {
+                max_receives: config.max_receives,
+                ..MemoryBusConfig::default()
+            },
+        )
+        .await?
+    };
     let data = Arc::new(curators::data_set());
     let ledger = Arc::new(Ledger::default());
     let totals = AllTotals::default();

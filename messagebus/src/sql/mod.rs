@@ -14,7 +14,8 @@
 //!   (`<queue>_dead_letter`, the same table) with its reason on the next receive, in the
 //!   same statement. Dead letters are kept until a person takes them off.
 //! - Queues and their settings (visibility timeout, receive limit) are rows of `bus_queues`,
-//!   made by [`Bus::create_queue`]; the schema is migrated by the same call.
+//!   made by [`Bus::create_queue`]; the schema is migrated by the same call (or by
+//!   `SqlBus::migrate`), never by senders and receivers.
 //! - Consumers: each live [`Receiver`] has a row in `bus_consumers`, refreshed by a keeper
 //!   task and deleted when it is dropped; `inspect` counts those seen within the consumer
 //!   TTL, so a crashed researcher stops counting by itself.
@@ -121,8 +122,8 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     const NOTIFIES: bool;
     /// Creates or upgrades the bus tables. Harmless when current.
     async fn migrate(&self) -> Result<(), BusError>;
-    /// The bus instance id kept in the database.
-    async fn bus_id(&self) -> Result<String, BusError>;
+    /// The bus instance id kept in the database; `None` when the bus has no tables there.
+    async fn bus_id(&self) -> Result<Option<String>, BusError>;
     /// Inserts the queue's row unless it exists.
     async fn create_queue(&self, queue: &QueueRow) -> Result<(), BusError>;
     /// The queue's row, or `None`.
@@ -234,19 +235,24 @@ impl<D: Dialect> Shared<D> {
         }
     }
 
-    async fn bus_id(&self) -> Result<Arc<str>, BusError> {
-        self.bus_id
-            .get_or_try_init(|| async {
-                self.dialect.migrate().await?;
-                Ok::<_, BusError>(Arc::from(self.dialect.bus_id().await?))
-            })
-            .await
-            .cloned()
+    /// The bus instance id, creating the bus's tables first if `migrate`. Without, a
+    /// database with no bus tables has no queues: [`BusError::QueueNotFound`] for `queue`.
+    async fn bus_id(&self, migrate: bool, queue: &str) -> Result<Arc<str>, BusError> {
+        if let Some(id) = self.bus_id.get() {
+            return Ok(Arc::clone(id));
+        }
+        if migrate {
+            self.dialect.migrate().await?;
+        }
+        let id: Arc<str> = match self.dialect.bus_id().await? {
+            Some(id) => Arc::from(id),
+            None => return Err(BusError::QueueNotFound(queue.to_owned())),
+        };
+        Ok(Arc::clone(self.bus_id.get_or_init(|| async { id }).await))
     }
 
     async fn existing_queue(&self, name: &str) -> Result<QueueRow, BusError> {
-        // The schema may not exist yet: then no queue does.
-        self.bus_id().await?;
+        self.bus_id(false, name).await?;
         self.dialect
             .queue(name)
             .await?
@@ -326,7 +332,7 @@ impl<D: Dialect> SqlBus<D> {
     /// Creates or upgrades the bus's tables (harmless when current) and returns the bus
     /// instance id. [`Bus::create_queue`] does this too.
     pub async fn migrate(&self) -> Result<Arc<str>, BusError> {
-        self.shared.bus_id().await
+        self.shared.bus_id(true, "").await
     }
 
     /// The bus's settings.
@@ -387,7 +393,7 @@ pub(crate) fn check_body(body: Vec<u8>) -> Result<String, BusError> {
 impl<D: Dialect> Bus for SqlBus<D> {
     async fn sender(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
         let row = self.shared.existing_queue(queue).await?;
-        let bus_id = self.shared.bus_id().await?;
+        let bus_id = self.shared.bus_id(false, queue).await?;
         Ok(Arc::new(SqlSender {
             shared: Arc::clone(&self.shared),
             queue: row,
@@ -397,7 +403,7 @@ impl<D: Dialect> Bus for SqlBus<D> {
 
     async fn receiver(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError> {
         let row = self.shared.existing_queue(queue).await?;
-        let bus_id = self.shared.bus_id().await?;
+        let bus_id = self.shared.bus_id(false, queue).await?;
         let consumer = Uuid::new_v4();
         // A receiver of a dead-letter queue is not a consumer of anything that is counted.
         if row.dead_letter_queue.is_some() {
@@ -421,7 +427,7 @@ impl<D: Dialect> Bus for SqlBus<D> {
     }
 
     async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
-        self.shared.bus_id().await?;
+        self.shared.bus_id(true, queue).await?;
         let config = &self.shared.config;
         let dead_letter = dead_letter_queue_name(queue);
         self.shared

@@ -102,11 +102,13 @@ impl Dialect for Lite {
             .map_err(|e| db_error("creating the bus tables", e))
     }
 
-    async fn bus_id(&self) -> Result<String, BusError> {
-        sqlx::query_scalar("SELECT id FROM bus_instance LIMIT 1")
-            .fetch_one(&self.pool)
+    async fn bus_id(&self) -> Result<Option<String>, BusError> {
+        let mut conn = self
+            .pool
+            .acquire()
             .await
-            .map_err(|e| db_error("reading the bus id", e))
+            .map_err(|e| db_error("reading the bus id", e))?;
+        bus_id_in(&mut conn).await
     }
 
     async fn create_queue(&self, queue: &QueueRow) -> Result<(), BusError> {
