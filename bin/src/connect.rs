@@ -125,11 +125,12 @@ pub(crate) async fn shared_bus(
         // Even `run` is refused: no curator or researcher could reach its queues, and its
         // work assignment would lease work nobody can read, stranding the pairs for a lease.
         BusKind::Memory => Err(usage(format!(
-            "`archivist {subcommand}` cannot work on the in-memory bus (ARCHIVIST_BUS=memory, \
-             the default): its queues would live inside this one process, so no curator, \
-             researcher or other archivist outside it could send to or receive from them. \
-             Use a shared bus, ARCHIVIST_BUS=sqs, or `archivist demo` to see the whole \
-             pipeline in one process"
+            "`archivist {subcommand}` cannot work on the in-memory bus (ARCHIVIST_BUS=memory): \
+             its queues would live inside this one process, so no curator, researcher or \
+             other archivist outside it could send to or receive from them. Unset \
+             ARCHIVIST_BUS for the database bus (queues in the datastore's database, shared \
+             by every process), set ARCHIVIST_BUS=sqs, or run `archivist demo` to see the \
+             whole pipeline in one process"
         ))),
         // `status` reads: it creates no table and no queue.
         BusKind::Sqlite | BusKind::Postgres => {

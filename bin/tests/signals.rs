@@ -7,11 +7,11 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use common::{archivist, command, SqsEnv};
+use common::{archivist, command, BusEnv};
 
 fn stops_on(signal: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let mut sqs = SqsEnv::new();
+    let mut sqs = BusEnv::sqs();
     sqs.set("DATABASE_URL", "sqlite://signals.sqlite");
     sqs.set("ARCHIVIST_RESEARCHERS", "1");
     archivist(dir.path(), &["queues"], &sqs.with(&[])).expect_code(0);

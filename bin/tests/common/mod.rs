@@ -3,6 +3,8 @@
 //! queue names of a test's own, and fresh Postgres databases.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 
+pub(crate) mod pipeline;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -110,9 +112,10 @@ pub(crate) fn archivist_with_input(
     Run::from_output(child.wait_with_output().unwrap())
 }
 
-/// The binary's settings for the SQS emulator, with queue names no other test uses, so that
-/// tests can share one moto_server.
-pub(crate) struct SqsEnv {
+/// The binary's settings for a test's bus: the SQS emulator with queue names no other test
+/// uses (so that tests can share one moto_server), or the database bus in the test's own
+/// datastore (the default, with no bus variable set at all).
+pub(crate) struct BusEnv {
     vars: Vec<(String, String)>,
     pub(crate) episodes_queue: String,
     pub(crate) clips_queue: String,
@@ -120,10 +123,28 @@ pub(crate) struct SqsEnv {
     pub(crate) completed_queue: String,
 }
 
-impl SqsEnv {
+impl BusEnv {
+    /// The database bus: nothing set, the queues (default names) live in the datastore.
+    pub(crate) fn database() -> Self {
+        BusEnv {
+            vars: Vec::new(),
+            episodes_queue: "curated_episodes".into(),
+            clips_queue: "curated_clips".into(),
+            pending_queue: "pending_research".into(),
+            completed_queue: "completed_research".into(),
+        }
+    }
+
+    /// Whether this is the SQS bus.
+    pub(crate) fn is_sqs(&self) -> bool {
+        self.vars
+            .iter()
+            .any(|(k, v)| k == "ARCHIVIST_BUS" && v == "sqs")
+    }
+
     /// The emulator's endpoint from ARCHIVIST_TEST_SQS_ENDPOINT; fails (never skips) without
     /// it. The AWS region and credentials come from the environment, else moto's defaults.
-    pub(crate) fn new() -> Self {
+    pub(crate) fn sqs() -> Self {
         let endpoint = std::env::var("ARCHIVIST_TEST_SQS_ENDPOINT").unwrap_or_else(|_| {
             panic!(
                 "ARCHIVIST_TEST_SQS_ENDPOINT is not set: run scripts/test.sh, which starts \
@@ -139,7 +160,7 @@ impl SqsEnv {
         // Short enough for SQS's 80 characters with `_dead_letter` appended.
         let tag = format!("t_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let queue = |name: &str| format!("{tag}_{name}");
-        let mut env = SqsEnv {
+        let mut env = BusEnv {
             vars: vec![
                 ("ARCHIVIST_BUS".to_string(), "sqs".to_string()),
                 ("AWS_ENDPOINT_URL".to_string(), endpoint),
