@@ -8,8 +8,13 @@
 
 mod common;
 
-use common::pipeline::{pipeline, Scenario};
-use common::PgDatabase;
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use common::pipeline::{assert_depth, episode_json, pipeline, results_for, Scenario, EPISODES};
+use common::{PgDatabase, Run};
+use serde_json::Value;
 
 #[test]
 fn pipeline_across_processes_on_the_sqlite_bus() {
@@ -23,4 +28,236 @@ fn pipeline_across_processes_on_the_postgres_bus() {
     let db = PgDatabase::create();
     let s = Scenario::database(Some(&db.url));
     pipeline(&s);
+}
+
+/// Makes every in-flight message of the database bus at `url` visible now, as if its
+/// visibility timeout had run out (the tests do not wait 30 s for it).
+fn expire_visibility(url: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        if url.starts_with("sqlite:") {
+            let pool = sqlx::SqlitePool::connect(url).await.unwrap();
+            sqlx::query("UPDATE bus_messages SET visible_at = 0")
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        } else {
+            let pool = sqlx::PgPool::connect(url).await.unwrap();
+            sqlx::query("UPDATE bus_messages SET visible_at = now() WHERE visible_at > now()")
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        }
+    });
+}
+
+/// Runs `args` with `ARCHIVIST_FAIL_POINT=point`, waits until the process says it reached
+/// the point (inside an open transaction), and SIGKILLs it there.
+fn kill_at(s: &Scenario, args: &[&str], extra: &[(&str, &str)], point: &str) {
+    let mut env = s.bus.with(extra);
+    env.push(("ARCHIVIST_FAIL_POINT", point));
+    let mut child = common::command(s.path(), args, &env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let marker = format!("fail point {point} reached");
+    let mut seen = Vec::new();
+    for line in BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        if line.contains(&marker) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return;
+        }
+        seen.push(line);
+    }
+    panic!(
+        "{args:?} ended without reaching {point}: {:?}\n{}",
+        child.wait(),
+        seen.join("\n")
+    );
+}
+
+fn queue<'a>(depths: &'a HashMap<String, Value>, name: &str) -> &'a Value {
+    depths
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name}: {depths:?}"))
+}
+
+/// Leasing and publishing are one transaction: killed between them, neither happened.
+fn killed_while_publishing_leaves_no_lease(s: &Scenario) {
+    s.curate();
+    let env = [
+        ("ARCHIVIST_RESEARCHERS", "1"),
+        ("ARCHIVIST_START_JITTER", "0s"),
+    ];
+    kill_at(s, &["pending-research"], &env, "bus-send-in-transaction");
+    let status = s.status();
+    assert_eq!(status["active_leases"], 0, "{status}");
+    assert_eq!(status["leased_pairs"], 0, "{status}");
+    let depths = s.queue_depths();
+    assert_eq!(
+        queue(&depths, "pending_research")["waiting"],
+        0,
+        "{depths:?}"
+    );
+    // The next run leases the same work and publishes it.
+    s.run(&["pending-research"], &env).expect_code(0);
+    let status = s.status();
+    assert_eq!(status["active_leases"], 1, "{status}");
+    let work = s.receive_work("10", "1s");
+    assert_eq!(work.len(), 1, "{work:?}");
+    assert_eq!(work[0]["episode"]["title"], "Episode 2: High");
+}
+
+/// Recording and acknowledging are one transaction: killed between them, the results are
+/// not recorded and their messages are still held, and they are recorded once they come back.
+fn killed_while_recording_loses_nothing(s: &Scenario) {
+    s.curate();
+    let env = [
+        ("ARCHIVIST_RESEARCHERS", "1"),
+        ("ARCHIVIST_START_JITTER", "0s"),
+    ];
+    s.run(&["pending-research"], &env).expect_code(0);
+    let work = s.receive_work("1", "1s");
+    let results: Vec<String> = results_for(&work[0])
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    s.run_with_input(
+        &["send", "completed_research"],
+        &(results.join("\n") + "\n"),
+    )
+    .expect_code(0);
+    kill_at(s, &["completed-research"], &[], "bus-ack-in-transaction");
+    let status = s.status();
+    assert_eq!(status["researched_pairs"], 0, "{status}");
+    let depths = s.queue_depths();
+    let completed = queue(&depths, "completed_research");
+    assert_eq!(completed["in_flight"], results.len() as u64, "{completed}");
+    // Their visibility runs out; the next run records them, once.
+    expire_visibility(&s.database_url());
+    s.run(&["completed-research"], &[]).expect_code(0);
+    let status = s.status();
+    assert_eq!(status["researched_pairs"], results.len() as u64, "{status}");
+    assert_eq!(status["active_leases"], 0, "{status}");
+    let depths = s.queue_depths();
+    assert_depth(&depths, "completed_research", 0, 0);
+}
+
+/// Storing and acknowledging curated messages are one transaction.
+fn killed_while_ingesting_loses_nothing(s: &Scenario) {
+    let episodes: Vec<String> = EPISODES
+        .iter()
+        .enumerate()
+        .map(|(n, (t, a, p))| episode_json(t, a, *p, n).to_string())
+        .collect();
+    s.run_with_input(&["send", "curated_episodes"], &(episodes.join("\n") + "\n"))
+        .expect_code(0);
+    kill_at(s, &["episodes", "--once"], &[], "bus-ack-in-transaction");
+    assert_eq!(s.status()["episodes"], 0);
+    let depths = s.queue_depths();
+    assert_eq!(
+        queue(&depths, "curated_episodes")["in_flight"],
+        EPISODES.len() as u64
+    );
+    expire_visibility(&s.database_url());
+    s.run(&["episodes", "--once"], &[]).expect_code(0);
+    assert_eq!(s.status()["episodes"], EPISODES.len() as u64);
+    assert_depth(&s.queue_depths(), "curated_episodes", 0, 0);
+}
+
+#[test]
+fn sqlite_killed_while_publishing_leaves_no_lease() {
+    killed_while_publishing_leaves_no_lease(&Scenario::database(None));
+}
+
+#[test]
+fn postgres_killed_while_publishing_leaves_no_lease() {
+    let db = PgDatabase::create();
+    killed_while_publishing_leaves_no_lease(&Scenario::database(Some(&db.url)));
+}
+
+#[test]
+fn sqlite_killed_while_recording_loses_nothing() {
+    killed_while_recording_loses_nothing(&Scenario::database(None));
+}
+
+#[test]
+fn postgres_killed_while_recording_loses_nothing() {
+    let db = PgDatabase::create();
+    killed_while_recording_loses_nothing(&Scenario::database(Some(&db.url)));
+}
+
+#[test]
+fn sqlite_killed_while_ingesting_loses_nothing() {
+    killed_while_ingesting_loses_nothing(&Scenario::database(None));
+}
+
+#[test]
+fn postgres_killed_while_ingesting_loses_nothing() {
+    let db = PgDatabase::create();
+    killed_while_ingesting_loses_nothing(&Scenario::database(Some(&db.url)));
+}
+
+/// With no ARCHIVIST_RESEARCHERS, work assignment publishes one item per researcher the bus
+/// counts (receivers waiting on `pending_research`), less the items already waiting.
+#[test]
+fn work_assignment_follows_the_researchers_the_bus_counts() {
+    let s = Scenario::database(None);
+    s.curate();
+    let no_jitter = [("ARCHIVIST_START_JITTER", "0s")];
+    // No researcher and nothing waiting: one item, for the first researcher to come.
+    s.run(&["pending-research"], &no_jitter).expect_code(0);
+    assert_depth(&s.queue_depths(), "pending_research", 1, 0);
+    // It waits for a researcher: no capacity, still one.
+    s.run(&["pending-research"], &no_jitter).expect_code(0);
+    assert_depth(&s.queue_depths(), "pending_research", 1, 0);
+    let first = s.receive_work("1", "1s");
+    assert_eq!(first.len(), 1);
+
+    // Three researchers wait for work.
+    let researchers: Vec<_> = (0..3)
+        .map(|_| {
+            common::command(
+                s.path(),
+                &["receive", "pending_research", "--max", "1", "--wait", "60s"],
+                &s.bus.with(&[]),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    // Until the bus counts all three (each registers as it starts): a bounded look, no sleep.
+    let mut counted = 0;
+    for _ in 0..600 {
+        counted = queue(&s.queue_depths(), "pending_research")["consumers"]
+            .as_u64()
+            .unwrap_or(0);
+        if counted >= 3 {
+            break;
+        }
+    }
+    assert_eq!(counted, 3, "the bus did not count three researchers");
+    s.run(&["pending-research"], &no_jitter).expect_code(0);
+    let mut leases = BTreeSet::new();
+    for r in researchers {
+        let run = Run::from_output(r.wait_with_output().unwrap()).expect_code(0);
+        let items = run.json_lines();
+        assert_eq!(items.len(), 1, "{}", run.stdout);
+        assert!(leases.insert(items[0]["lease_id"].as_str().unwrap().to_string()));
+    }
+    let status = s.status();
+    assert_eq!(status["active_leases"], 4, "{status}");
 }

@@ -79,4 +79,12 @@ pub trait Bus: Send + Sync {
 
     /// Creates `queue` and its dead-letter queue if they are missing. Harmless if they exist.
     async fn create_queue(&self, queue: &str) -> Result<(), BusError>;
+
+    /// Lets go of what this process holds in the bus beyond messages: a bus that counts its
+    /// consumers from another process (the database bus) stops counting this process's
+    /// receivers at once, rather than when they stop showing they are alive. Call it before
+    /// a short-lived process exits. Harmless on other buses.
+    async fn close(&self) -> Result<(), BusError> {
+        Ok(())
+    }
 }

@@ -73,6 +73,11 @@ pub(crate) async fn run(
         }
     }
     tracing::info!(queue = %source, received = taken, "received");
+    drop(receiver);
+    // This process no longer counts as a consumer (a researcher) of the queue.
+    if let Err(e) = bus.close().await {
+        tracing::debug!(error = %e, "could not unregister from the bus");
+    }
     Ok(())
 }
 

@@ -13,20 +13,21 @@ use serde_json::{json, Value};
 use super::{archivist, archivist_with_input, BusEnv, Run};
 
 /// Clips per work item: with four clips, each episode takes two items.
-const MAX_CLIPS: usize = 2;
+pub(crate) const MAX_CLIPS: usize = 2;
 
 /// (title, date aired, priority) of the curated episodes.
-const EPISODES: &[(&str, &str, i64)] = &[
+pub(crate) const EPISODES: &[(&str, &str, i64)] = &[
     ("Episode 1: Low", "2026-01-01T00:00:00Z", 1),
     ("Episode 2: High", "2026-01-02T00:00:00Z", 9),
     ("Episode 3: Middle", "2026-01-03T00:00:00Z", 5),
 ];
 
 /// (title, priority) of the curated clips.
-const CLIPS: &[(&str, i64)] = &[("Clip A", 3), ("Clip B", 7), ("Clip C", 1), ("Clip D", 5)];
+pub(crate) const CLIPS: &[(&str, i64)] =
+    &[("Clip A", 3), ("Clip B", 7), ("Clip C", 1), ("Clip D", 5)];
 
 /// The researcher's findings: (episode, clip, offsets). Every other pair has no offsets.
-const FOUND: &[(&str, &str, &[i64])] = &[
+pub(crate) const FOUND: &[(&str, &str, &[i64])] = &[
     (
         "Episode 2: High",
         "Clip B",
@@ -43,9 +44,9 @@ const FOUND: &[(&str, &str, &[i64])] = &[
 ];
 
 /// A body no archivist can read as an `EpisodeInfo`.
-const POISON: &str = r#"{"title":"poison: not an episode"}"#;
+pub(crate) const POISON: &str = r#"{"title":"poison: not an episode"}"#;
 
-fn episode_json(title: &str, aired: &str, priority: i64, n: usize) -> Value {
+pub(crate) fn episode_json(title: &str, aired: &str, priority: i64, n: usize) -> Value {
     json!({
         "initial_date_curated": "2026-01-10T08:00:00Z",
         "last_date_curated": "2026-01-11T08:00:00Z",
@@ -59,7 +60,7 @@ fn episode_json(title: &str, aired: &str, priority: i64, n: usize) -> Value {
     })
 }
 
-fn clip_json(title: &str, priority: i64, n: usize) -> Value {
+pub(crate) fn clip_json(title: &str, priority: i64, n: usize) -> Value {
     json!({
         "initial_date_curated": "2026-01-10T08:00:00Z",
         "last_date_curated": "2026-01-11T08:00:00Z",
@@ -72,7 +73,7 @@ fn clip_json(title: &str, priority: i64, n: usize) -> Value {
     })
 }
 
-fn offsets_found(episode: &str, clip: &str) -> Vec<i64> {
+pub(crate) fn offsets_found(episode: &str, clip: &str) -> Vec<i64> {
     FOUND
         .iter()
         .find(|(e, c, _)| *e == episode && *c == clip)
@@ -80,7 +81,7 @@ fn offsets_found(episode: &str, clip: &str) -> Vec<i64> {
         .unwrap_or_default()
 }
 
-fn clip_priority(title: &str) -> i64 {
+pub(crate) fn clip_priority(title: &str) -> i64 {
     CLIPS.iter().find(|(t, _)| *t == title).unwrap().1
 }
 
@@ -114,6 +115,39 @@ impl Scenario {
     /// directory).
     pub(crate) fn database(database_url: Option<&str>) -> Self {
         Self::new(BusEnv::database(), database_url)
+    }
+
+    /// The datastore's URL.
+    pub(crate) fn database_url(&self) -> String {
+        self.bus
+            .with(&[])
+            .into_iter()
+            .find(|(k, _)| *k == "DATABASE_URL")
+            .map(|(_, v)| v.to_string())
+            .unwrap()
+    }
+
+    /// Sends the curated episodes and clips and ingests them.
+    pub(crate) fn curate(&self) {
+        let episodes: Vec<String> = EPISODES
+            .iter()
+            .enumerate()
+            .map(|(n, (t, a, p))| episode_json(t, a, *p, n).to_string())
+            .collect();
+        let clips: Vec<String> = CLIPS
+            .iter()
+            .enumerate()
+            .map(|(n, (t, p))| clip_json(t, *p, n).to_string())
+            .collect();
+        self.run_with_input(
+            &["send", &self.bus.episodes_queue],
+            &(episodes.join("\n") + "\n"),
+        )
+        .expect_code(0);
+        self.run_with_input(&["send", &self.bus.clips_queue], &(clips.join("\n") + "\n"))
+            .expect_code(0);
+        self.run(&["episodes", "--once"], &[]).expect_code(0);
+        self.run(&["clips", "--once"], &[]).expect_code(0);
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -184,7 +218,7 @@ impl Scenario {
     }
 }
 
-fn assert_depth(depths: &HashMap<String, Value>, queue: &str, waiting: u64, dead: u64) {
+pub(crate) fn assert_depth(depths: &HashMap<String, Value>, queue: &str, waiting: u64, dead: u64) {
     let q = depths
         .get(queue)
         .unwrap_or_else(|| panic!("no depth for {queue}: {depths:?}"));
@@ -195,7 +229,7 @@ fn assert_depth(depths: &HashMap<String, Value>, queue: &str, waiting: u64, dead
 
 /// Checks a work item's shape and the order of its clips (most urgent first); returns its
 /// episode title and clip titles.
-fn item_pairs(item: &Value) -> (String, Vec<String>) {
+pub(crate) fn item_pairs(item: &Value) -> (String, Vec<String>) {
     assert!(item["lease_id"].is_string(), "{item}");
     assert!(item["lease_expires_at"].is_string(), "{item}");
     let episode = item["episode"]["title"].as_str().unwrap().to_string();
@@ -218,7 +252,7 @@ fn item_pairs(item: &Value) -> (String, Vec<String>) {
 }
 
 /// The researcher's results for `item`: one per clip, the last one ending the lease.
-fn results_for(item: &Value) -> Vec<Value> {
+pub(crate) fn results_for(item: &Value) -> Vec<Value> {
     let clips = item["clips"].as_array().unwrap();
     let episode = item["episode"]["title"].as_str().unwrap();
     clips
@@ -242,7 +276,7 @@ fn results_for(item: &Value) -> Vec<Value> {
 }
 
 /// A match as a comparable tuple: (episode title, date aired, clip title, offsets).
-fn match_key(m: &Value) -> (String, String, String, Vec<i64>) {
+pub(crate) fn match_key(m: &Value) -> (String, String, String, Vec<i64>) {
     (
         m["episode_title"].as_str().unwrap().to_string(),
         m["episode_date_aired"].as_str().unwrap().to_string(),
@@ -256,7 +290,7 @@ fn match_key(m: &Value) -> (String, String, String, Vec<i64>) {
     )
 }
 
-fn expected_matches(clip: Option<&str>) -> BTreeSet<(String, String, String, Vec<i64>)> {
+pub(crate) fn expected_matches(clip: Option<&str>) -> BTreeSet<(String, String, String, Vec<i64>)> {
     FOUND
         .iter()
         .filter(|(_, c, _)| clip.is_none_or(|want| want == *c))

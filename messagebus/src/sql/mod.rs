@@ -426,6 +426,19 @@ impl<D: Dialect> Bus for SqlBus<D> {
         }))
     }
 
+    async fn close(&self) -> Result<(), BusError> {
+        let all: Vec<Uuid> = {
+            let mut state = self.shared.lock();
+            let mut all: Vec<Uuid> = state.consumers.drain().map(|(id, _)| id).collect();
+            all.append(&mut state.gone);
+            all
+        };
+        if all.is_empty() {
+            return Ok(());
+        }
+        self.shared.dialect.consumers(&[], &all).await
+    }
+
     async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
         self.shared.bus_id(true, queue).await?;
         let config = &self.shared.config;
