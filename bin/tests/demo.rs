@@ -12,9 +12,14 @@ use common::{archivist, PgDatabase};
 const EPISODES: u64 = 261;
 const CLIPS: u64 = 32;
 
-/// Runs the demo on `url` and checks everything the datastore then answers.
-fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool) {
-    let env = [("DATABASE_URL", url)];
+/// Runs the demo on `url` (and on the database bus there when `bus` names it, else the
+/// in-memory bus) and checks everything the datastore then answers.
+fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str>) {
+    let mut env = vec![("DATABASE_URL", url)];
+    if let Some(bus) = bus {
+        env.push(("ARCHIVIST_BUS", bus));
+    }
+    let env = env.as_slice();
     let args: &[&str] = if json_summary {
         &["demo", "--json"]
     } else {
@@ -66,6 +71,16 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool) {
     assert_eq!(s["expired_leases"], 0);
     let matched = s["matched_pairs"].as_u64().unwrap();
     assert!(matched > 0 && matched < EPISODES * CLIPS, "{s}");
+    if bus.is_some() {
+        // The demo's messages went through the database's own queues: the curated ones and
+        // the results are all taken, the two poison messages kept with their reasons.
+        let q = |name: &str| s["queues"][name].clone();
+        for name in ["curated_episodes", "curated_clips", "completed_research"] {
+            assert_eq!(q(name)["waiting"], 0, "{s}");
+        }
+        assert_eq!(q("curated_episodes")["dead_letters"], 1, "{s}");
+        assert_eq!(q("curated_clips")["dead_letters"], 1, "{s}");
+    }
 
     let table = archivist(dir, &["status"], &env).expect_code(0);
     assert!(table.stdout.contains("research pairs"), "{}", table.stdout);
@@ -139,15 +154,28 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool) {
 #[test]
 fn demo_on_sqlite_researches_every_pair_once_and_leaves_a_consistent_datastore() {
     let dir = tempfile::tempdir().unwrap();
-    demo_then_inspect(dir.path(), "sqlite://demo.sqlite", false);
+    demo_then_inspect(dir.path(), "sqlite://demo.sqlite", false, None);
     assert!(dir.path().join("demo.sqlite").exists());
+}
+
+#[test]
+fn demo_on_the_sqlite_bus_researches_every_pair_once() {
+    let dir = tempfile::tempdir().unwrap();
+    demo_then_inspect(dir.path(), "sqlite://demo.sqlite", true, Some("sqlite"));
+}
+
+#[test]
+fn demo_on_the_postgres_bus_researches_every_pair_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = PgDatabase::create();
+    demo_then_inspect(dir.path(), &db.url, false, Some("postgres"));
 }
 
 #[test]
 fn demo_on_postgres_researches_every_pair_once_and_leaves_a_consistent_datastore() {
     let dir = tempfile::tempdir().unwrap();
     let db = PgDatabase::create();
-    demo_then_inspect(dir.path(), &db.url, true);
+    demo_then_inspect(dir.path(), &db.url, true, None);
 }
 
 #[test]

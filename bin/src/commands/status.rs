@@ -1,4 +1,4 @@
-//! `archivist status`: the datastore's counts and, when the bus is shared (SQS), the queues'
+//! `archivist status`: the datastore's counts and, when the bus is shared (the database bus, SQS), the queues'
 //! depths; a table, or one JSON object with `--json`.
 
 use std::collections::BTreeMap;
