@@ -128,3 +128,61 @@ async fn documented_sql_from_psql() {
         .unwrap();
     assert_eq!((stats.waiting, stats.in_flight), (0, 0));
 }
+
+/// The database going away under the bus (every connection killed) is a passing failure:
+/// each call fails retryably or works, the bus recovers by itself, and a message held across
+/// the outage comes back when its visibility runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_killed_mid_receive_are_retryable_and_lose_nothing() {
+    let bus = fresh_with(SqlBusConfig {
+        visibility_timeout: Duration::from_secs(1),
+        ..SqlBusConfig::default()
+    })
+    .await;
+    bus.create_queue("q").await.unwrap();
+    let tx = bus.sender("q").await.unwrap();
+    tx.send_batch(vec![b"held".to_vec(), b"waiting".to_vec()])
+        .await
+        .unwrap();
+    let rx = bus.receiver("q").await.unwrap();
+    let held = messagebus::testing::receive_n(rx.as_ref(), 1).await;
+
+    let admin = sqlx::PgPool::connect(&datastore::testing_pg::admin_url())
+        .await
+        .unwrap();
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+    )
+    .bind(bus.db.name())
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert!(!killed.is_empty());
+
+    // The holder dies with the connections: its message is not settled.
+    drop(held);
+    let mut bodies = Vec::new();
+    let mut failures = 0;
+    while bodies.len() < 2 {
+        match rx.receive(2, Duration::from_secs(1)).await {
+            Ok(got) => {
+                for d in got {
+                    bodies.push(d.body().to_vec());
+                    // A settlement may meet a dead connection too; then the message comes
+                    // back and is received again.
+                    if let Err(e) = d.ack().await {
+                        assert!(e.is_retryable(), "{e}");
+                    }
+                }
+            }
+            Err(e) => {
+                assert!(e.is_retryable(), "not retryable: {e}");
+                failures += 1;
+                assert!(failures < 50, "the bus does not recover: {e}");
+            }
+        }
+    }
+    bodies.sort();
+    bodies.dedup();
+    assert_eq!(bodies, vec![b"held".to_vec(), b"waiting".to_vec()]);
+}
