@@ -395,7 +395,23 @@ mod tests {
     #[test]
     fn defaults() {
         let c = config(&["--database-url", "sqlite://x.db"]).unwrap();
-        assert_eq!(c.bus, BusKind::Memory);
+        // The database bus, in the datastore's own database.
+        assert_eq!(c.bus, BusKind::Sqlite);
+        assert!(!c.bus_chosen);
+        assert_eq!(c.bus_url(), "sqlite://x.db");
+        let c = config(&["--database-url", "postgres://h/db"]).unwrap();
+        assert_eq!(c.bus, BusKind::Postgres);
+        let c = config(&[
+            "--database-url",
+            "postgres://h/db",
+            "--bus-url",
+            "sqlite://q.db",
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.bus, c.bus_url().as_str()),
+            (BusKind::Sqlite, "sqlite://q.db")
+        );
         assert_eq!(c.max_clips, 50);
         assert_eq!(c.max_receives, 5);
         assert_eq!(c.lease(), chrono::Duration::hours(2));

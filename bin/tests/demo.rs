@@ -15,17 +15,17 @@ const CLIPS: u64 = 32;
 /// Runs the demo on `url` (and on the database bus there when `bus` names it, else the
 /// in-memory bus) and checks everything the datastore then answers.
 fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str>) {
-    let mut env = vec![("DATABASE_URL", url)];
+    let mut vars = vec![("DATABASE_URL", url)];
     if let Some(bus) = bus {
-        env.push(("ARCHIVIST_BUS", bus));
+        vars.push(("ARCHIVIST_BUS", bus));
     }
-    let env = env.as_slice();
+    let env = vars.as_slice();
     let args: &[&str] = if json_summary {
         &["demo", "--json"]
     } else {
         &["demo"]
     };
-    let demo = archivist(dir, args, &env).expect_code(0);
+    let demo = archivist(dir, args, env).expect_code(0);
     if json_summary {
         let s: serde_json::Value = serde_json::from_str(demo.stdout.trim()).unwrap();
         assert_eq!(s["all_researched_once"], true, "{s}");
@@ -58,10 +58,10 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
     assert!(!demo.stdout.contains("INFO"), "{}", demo.stdout);
 
     // migrate on a used datastore changes nothing.
-    archivist(dir, &["migrate"], &env).expect_code(0);
-    archivist(dir, &["migrate"], &env).expect_code(0);
+    archivist(dir, &["migrate"], env).expect_code(0);
+    archivist(dir, &["migrate"], env).expect_code(0);
 
-    let status = archivist(dir, &["status", "--json"], &env).expect_code(0);
+    let status = archivist(dir, &["status", "--json"], env).expect_code(0);
     let s: serde_json::Value = serde_json::from_str(status.stdout.trim()).unwrap();
     assert_eq!(s["episodes"], EPISODES);
     assert_eq!(s["clips"], CLIPS);
@@ -82,11 +82,11 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
         assert_eq!(q("curated_clips")["dead_letters"], 1, "{s}");
     }
 
-    let table = archivist(dir, &["status"], &env).expect_code(0);
+    let table = archivist(dir, &["status"], env).expect_code(0);
     assert!(table.stdout.contains("research pairs"), "{}", table.stdout);
     assert!(table.stdout.contains("8352"), "{}", table.stdout);
 
-    let all = archivist(dir, &["matches"], &env)
+    let all = archivist(dir, &["matches"], env)
         .expect_code(0)
         .json_lines();
     assert_eq!(all.len() as u64, matched);
@@ -102,7 +102,7 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
         assert!(offsets.iter().all(|o| o.as_i64().unwrap() >= 0), "{m}");
     }
 
-    let intro = archivist(dir, &["matches", "--clip", "Intro Jingle"], &env)
+    let intro = archivist(dir, &["matches", "--clip", "Intro Jingle"], env)
         .expect_code(0)
         .json_lines();
     assert!(!intro.is_empty() && intro.len() < all.len());
@@ -115,7 +115,7 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
     );
 
     let episode = all[0]["episode_title"].as_str().unwrap().to_string();
-    let in_episode = archivist(dir, &["matches", "--episode", &episode], &env)
+    let in_episode = archivist(dir, &["matches", "--episode", &episode], env)
         .expect_code(0)
         .json_lines();
     assert!(!in_episode.is_empty());
@@ -132,18 +132,18 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
     let both = archivist(
         dir,
         &["matches", "--episode", &episode, "--clip", "No Such Clip"],
-        &env,
+        env,
     )
     .expect_code(0);
     assert_eq!(both.stdout, "");
 
-    let limited = archivist(dir, &["matches", "--limit", "5"], &env)
+    let limited = archivist(dir, &["matches", "--limit", "5"], env)
         .expect_code(0)
         .json_lines();
     assert_eq!(limited.len(), 5);
 
     // A second demo on the same datastore is refused: it needs an empty one.
-    let again = archivist(dir, &["demo"], &env).expect_code(2);
+    let again = archivist(dir, &["demo"], env).expect_code(2);
     assert!(
         again.stderr.contains("empty datastore") && again.stderr.contains("DATABASE_URL"),
         "{}",

@@ -46,28 +46,17 @@ impl DataStoreError {
 }
 
 /// Database errors that say nothing about the data: serialization failures, deadlocks,
-/// lock timeouts, a busy SQLite file, a Postgres shutting down.
+/// lock timeouts, a busy SQLite file, a Postgres shutting down. The database bus classifies
+/// its errors by the same rule.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn is_transient(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Tls(_) => true,
-        sqlx::Error::Database(db) => {
-            let code = db.code();
-            matches!(
-                code.as_deref(),
-                // Postgres: serialization_failure, deadlock_detected, lock_not_available,
-                // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections,
-                // connection_exception class.
-                Some("40001" | "40P01" | "55P03" | "57P01" | "57P02" | "57P03" | "53300")
-                    // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6) and their extended codes.
-                    | Some("5" | "6" | "261" | "517" | "262")
-            ) || code.as_deref().is_some_and(|c| c.starts_with("08"))
-        }
-        _ => false,
-    }
+    messagebus::sql::is_transient(e)
+}
+
+/// Without a database driver there are no database errors to classify.
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+fn is_transient(_: &sqlx::Error) -> bool {
+    false
 }
 
 impl From<sqlx::Error> for DataStoreError {

@@ -158,18 +158,6 @@ impl PgDataStore {
         }
     }
 
-    /// Fails unless the database bus `bus_id` lives in this database.
-    async fn check_bus(&self, bus_id: &str) -> Result<()> {
-        if self.holds_bus(bus_id).await? {
-            Ok(())
-        } else {
-            Err(DataStoreError::Config(format!(
-                "the database bus {bus_id} keeps its queues in another database than this \
-                 datastore: its messages cannot be settled in the datastore's transactions"
-            )))
-        }
-    }
-
     /// The connection pool, for tests and tools that need raw SQL.
     pub fn pool(&self) -> &PgPool {
         &self.pool
@@ -1321,40 +1309,6 @@ impl DataStore for PgDataStore {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-    use super::*;
-
-    #[test]
-    fn lock_key_is_the_constant() {
-        assert!(BEGIN_LEASE.ends_with(&format!("pg_advisory_xact_lock({LEASE_LOCK_KEY})")));
-    }
-
-    #[test]
-    fn strips_passwords_from_parser_messages() {
-        let url = "postgres://u:s3cret@h/db";
-        assert_eq!(
-            strip_secret("bad url postgres://u:s3cret@h/db (s3cret)", url),
-            "bad url postgres://u:***@h/db (***)"
-        );
-    }
-
-    #[test]
-    fn later_duplicates_win_and_batches_are_sorted() {
-        let items = [("b", 1), ("a", 2), ("b", 3)];
-        let out = dedupe_later_wins(&items, |i| i.0);
-        assert_eq!(out, vec![("a", 2), ("b", 3)]);
-    }
-
-    #[test]
-    fn uri_claimed_twice_in_a_batch_is_found() {
-        let items = [("a", "u1"), ("b", "u2"), ("a", "u1"), ("c", "u2")];
-        assert_eq!(batch_uri_conflict(&items, |i| i.0, |i| i.1), Some("u2"));
-        assert_eq!(batch_uri_conflict(&items[..3], |i| i.0, |i| i.1), None);
-    }
-}
-
 impl PgDataStore {
     /// [`DataStore::lease_next`], publishing the work item in the same transaction if asked.
     async fn lease(
@@ -1405,15 +1359,7 @@ impl TransactionalBus for PgDataStore {
         }
         let mut conn = self.pool.acquire().await?;
         let found = bus::bus_id_in(&mut conn).await?;
-        Ok(match found {
-            Some(id) => {
-                let holds = id == bus_id;
-                // Only a bus that exists is remembered: one may be created later.
-                let _ = self.bus_id.set(id);
-                holds
-            }
-            None => false,
-        })
+        Ok(crate::store::remember_bus(&self.bus_id, found, bus_id))
     }
 
     async fn upsert_episodes_and_ack(
@@ -1422,14 +1368,14 @@ impl TransactionalBus for PgDataStore {
         acks: &[SqlReceipt],
     ) -> Result<()> {
         if let Some(first) = acks.first() {
-            self.check_bus(&first.bus_id).await?;
+            crate::store::check_bus(self, &first.bus_id).await?;
         }
         upsert(&self.pool, episodes, acks).await
     }
 
     async fn upsert_clips_and_ack(&self, clips: &[ClipInfo], acks: &[SqlReceipt]) -> Result<()> {
         if let Some(first) = acks.first() {
-            self.check_bus(&first.bus_id).await?;
+            crate::store::check_bus(self, &first.bus_id).await?;
         }
         upsert(&self.pool, clips, acks).await
     }
@@ -1440,7 +1386,7 @@ impl TransactionalBus for PgDataStore {
         acks: &[SqlReceipt],
     ) -> Result<Vec<RecordOutcome>> {
         if let Some(first) = acks.first() {
-            self.check_bus(&first.bus_id).await?;
+            crate::store::check_bus(self, &first.bus_id).await?;
         }
         self.record(results, acks).await
     }
@@ -1452,7 +1398,41 @@ impl TransactionalBus for PgDataStore {
         queue: &str,
         encode: &EncodeWorkItem,
     ) -> Result<Option<Lease>> {
-        self.check_bus(bus_id).await?;
+        crate::store::check_bus(self, bus_id).await?;
         self.lease(request, Some((queue, encode))).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn lock_key_is_the_constant() {
+        assert!(BEGIN_LEASE.ends_with(&format!("pg_advisory_xact_lock({LEASE_LOCK_KEY})")));
+    }
+
+    #[test]
+    fn strips_passwords_from_parser_messages() {
+        let url = "postgres://u:s3cret@h/db";
+        assert_eq!(
+            strip_secret("bad url postgres://u:s3cret@h/db (s3cret)", url),
+            "bad url postgres://u:***@h/db (***)"
+        );
+    }
+
+    #[test]
+    fn later_duplicates_win_and_batches_are_sorted() {
+        let items = [("b", 1), ("a", 2), ("b", 3)];
+        let out = dedupe_later_wins(&items, |i| i.0);
+        assert_eq!(out, vec![("a", 2), ("b", 3)]);
+    }
+
+    #[test]
+    fn uri_claimed_twice_in_a_batch_is_found() {
+        let items = [("a", "u1"), ("b", "u2"), ("a", "u1"), ("c", "u2")];
+        assert_eq!(batch_uri_conflict(&items, |i| i.0, |i| i.1), Some("u2"));
+        assert_eq!(batch_uri_conflict(&items[..3], |i| i.0, |i| i.1), None);
     }
 }

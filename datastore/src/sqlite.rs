@@ -480,7 +480,7 @@ impl SqliteDataStore {
     /// nothing, acknowledging the deliveries `acks` in the same transaction.
     async fn upsert<T: Curated>(&self, items: &[T], acks: &[SqlReceipt]) -> Result<()> {
         if let Some(first) = acks.first() {
-            self.check_bus(&first.bus_id).await?;
+            crate::store::check_bus(self, &first.bus_id).await?;
         }
         let batch = dedupe_later_wins(items);
         if batch.is_empty() {
@@ -522,17 +522,6 @@ impl SqliteDataStore {
         Ok(())
     }
 
-    /// Fails unless the database bus `bus_id` lives in this file.
-    async fn check_bus(&self, bus_id: &str) -> Result<()> {
-        if self.holds_bus(bus_id).await? {
-            Ok(())
-        } else {
-            Err(DataStoreError::Config(format!(
-                "the database bus {bus_id} keeps its queues in another database than this \
-                 datastore: its messages cannot be settled in the datastore's transactions"
-            )))
-        }
-    }
     /// [`DataStore::lease_next`], publishing the work item in the same transaction if asked.
     async fn lease(
         &self,
@@ -540,7 +529,7 @@ impl SqliteDataStore {
         publish: Option<Publish<'_>>,
     ) -> Result<Option<Lease>> {
         if let Some((bus_id, _, _)) = publish {
-            self.check_bus(bus_id).await?;
+            crate::store::check_bus(self, bus_id).await?;
         }
         let now = micros(request.now);
         let expires_at = request
@@ -696,7 +685,7 @@ impl SqliteDataStore {
         acks: &[SqlReceipt],
     ) -> Result<Vec<RecordOutcome>> {
         if let Some(first) = acks.first() {
-            self.check_bus(&first.bus_id).await?;
+            crate::store::check_bus(self, &first.bus_id).await?;
         }
         let mut outcomes = vec![RecordOutcome::UnknownPair; results.len()];
         if results.is_empty() {
@@ -994,15 +983,7 @@ impl TransactionalBus for SqliteDataStore {
         }
         let mut conn = self.pool.acquire().await?;
         let found = messagebus::sql::sqlite::bus_id_in(&mut conn).await?;
-        Ok(match found {
-            Some(id) => {
-                let holds = id == bus_id;
-                // Only a bus that exists is remembered: one may be created later.
-                let _ = self.bus_id.set(id);
-                holds
-            }
-            None => false,
-        })
+        Ok(crate::store::remember_bus(&self.bus_id, found, bus_id))
     }
 
     async fn upsert_episodes_and_ack(

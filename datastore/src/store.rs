@@ -139,3 +139,34 @@ pub trait TransactionalBus: Send + Sync {
         encode: &EncodeWorkItem,
     ) -> Result<Option<Lease>>;
 }
+
+/// Remembers the database bus `found` in the datastore's database (only one that exists: it
+/// may be created later) and tells whether it is `bus_id`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn remember_bus(
+    cell: &tokio::sync::OnceCell<String>,
+    found: Option<String>,
+    bus_id: &str,
+) -> bool {
+    match found {
+        Some(id) => {
+            let holds = id == bus_id;
+            let _ = cell.set(id);
+            holds
+        }
+        None => false,
+    }
+}
+
+/// Fails, changing nothing, unless the database bus `bus_id` lives in `store`'s database.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) async fn check_bus(store: &dyn TransactionalBus, bus_id: &str) -> Result<()> {
+    if store.holds_bus(bus_id).await? {
+        Ok(())
+    } else {
+        Err(crate::DataStoreError::Config(format!(
+            "the database bus {bus_id} keeps its queues in another database than this \
+             datastore: its messages cannot be settled in the datastore's transactions"
+        )))
+    }
+}

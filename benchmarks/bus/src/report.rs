@@ -51,6 +51,7 @@ pub fn print(s: &Settings, server: &str, rows: &[Row]) {
          on top of the backlog, batches of {} (1 where the queue has no batches).",
         s.receivers, s.sqlite_processes, s.backlog_receive, s.backlog_batch
     );
+    println!("(b): median of {} runs, each on a fresh database.", s.repeat);
     println!("Each cell: messages/s (ratio to the best Postgres queue in the column, baseline excluded).");
     println!();
     let mut head = vec!["queue".to_string()];

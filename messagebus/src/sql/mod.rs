@@ -389,6 +389,11 @@ pub(crate) fn check_body(body: Vec<u8>) -> Result<String, BusError> {
     Ok(text)
 }
 
+/// [`check_body`] for each body: all or nothing.
+pub(crate) fn check_bodies(bodies: Vec<Vec<u8>>) -> Result<Vec<String>, BusError> {
+    bodies.into_iter().map(check_body).collect()
+}
+
 #[async_trait]
 impl<D: Dialect> Bus for SqlBus<D> {
     async fn sender(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
@@ -473,10 +478,7 @@ struct SqlSender<D: Dialect> {
 #[async_trait]
 impl<D: Dialect> Sender for SqlSender<D> {
     async fn send_batch(&self, bodies: Vec<Vec<u8>>) -> Result<(), BusError> {
-        let bodies = bodies
-            .into_iter()
-            .map(check_body)
-            .collect::<Result<Vec<_>, _>>()?;
+        let bodies = check_bodies(bodies)?;
         if bodies.is_empty() {
             return Ok(());
         }
@@ -684,11 +686,11 @@ pub(crate) fn over_limit_reason(max_receives: u32) -> String {
     )
 }
 
-/// A database error as a bus error: passing failures (a broken connection, a busy or
-/// restarting server, a locked SQLite file) are [`BusError::Unavailable`], the rest
-/// [`BusError::Rejected`].
-pub(crate) fn db_error(what: &str, e: sqlx::Error) -> BusError {
-    let passing = match &e {
+/// Database errors that say nothing about the request: a broken connection, a busy or
+/// restarting server, a serialization failure or deadlock, a locked SQLite file. Shared with
+/// the datastore, which classifies its own errors the same way.
+pub fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
         sqlx::Error::Io(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
@@ -699,14 +701,21 @@ pub(crate) fn db_error(what: &str, e: sqlx::Error) -> BusError {
             matches!(
                 code.as_deref(),
                 // Postgres: serialization_failure, deadlock_detected, lock_not_available,
-                // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections.
+                // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections,
+                // connection_exception class.
                 Some("40001" | "40P01" | "55P03" | "57P01" | "57P02" | "57P03" | "53300")
-                    // SQLite: SQLITE_BUSY and SQLITE_LOCKED and their extended codes.
+                    // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6) and their extended codes.
                     | Some("5" | "6" | "261" | "517" | "262")
             ) || code.as_deref().is_some_and(|c| c.starts_with("08"))
         }
         _ => false,
-    };
+    }
+}
+
+/// A database error as a bus error: passing failures ([`is_transient`]) are
+/// [`BusError::Unavailable`], the rest [`BusError::Rejected`].
+pub(crate) fn db_error(what: &str, e: sqlx::Error) -> BusError {
+    let passing = is_transient(&e);
     let message = format!("{what}: {e}");
     let source = Some(Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
     if passing {

@@ -19,7 +19,7 @@ use sqlx::{PgConnection, PgPool, Row};
 use uuid::Uuid;
 
 use super::{
-    check_body, db_error, fail_point, migrate_error, millis, over_limit_reason, Claimed,
+    check_bodies, db_error, fail_point, migrate_error, millis, over_limit_reason, Claimed,
     ClaimedRow, Dialect, QueueRow, Shared, SqlBus, SqlBusConfig,
 };
 use crate::{BusError, QueueStats, SqlReceipt};
@@ -415,10 +415,7 @@ pub async fn send_in(
     queue: &str,
     bodies: Vec<Vec<u8>>,
 ) -> Result<(), BusError> {
-    let bodies = bodies
-        .into_iter()
-        .map(check_body)
-        .collect::<Result<Vec<_>, _>>()?;
+    let bodies = check_bodies(bodies)?;
     insert(conn, queue, &bodies).await?;
     fail_point("bus-send-in-transaction").await;
     Ok(())
