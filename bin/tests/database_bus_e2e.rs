@@ -12,7 +12,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use common::pipeline::{assert_depth, episode_json, pipeline, results_for, Scenario, EPISODES};
+use common::pipeline::{
+    assert_depth, clip_json, episode_json, pipeline, results_for, Scenario, CLIPS, EPISODES,
+};
 use common::{PgDatabase, Run};
 use serde_json::Value;
 
@@ -260,4 +262,106 @@ fn work_assignment_follows_the_researchers_the_bus_counts() {
     }
     let status = s.status();
     assert_eq!(status["active_leases"], 4, "{status}");
+}
+
+/// A receive on a queue nobody created says which queue and how to create it.
+#[test]
+fn a_missing_queue_is_named_with_how_to_create_it() {
+    let s = Scenario::database(None);
+    let run = s
+        .run(&["receive", "no_such_queue", "--wait", "0s"], &[])
+        .expect_code(2);
+    assert!(
+        run.stderr.contains("no_such_queue") && run.stderr.contains("archivist queues"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// `archivist run` with no configuration at all, in an empty directory, works with curators
+/// and a researcher in other processes: the datastore and the queues are one SQLite file.
+#[test]
+fn run_with_no_configuration_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = common::command(dir.path(), &["run"], &[])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The run's log, line by line, read on a thread of its own.
+    let (log_tx, log) = std::sync::mpsc::channel::<String>();
+    let stderr = run.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = log_tx.send(line);
+        }
+    });
+    let wait_for = |what: &dyn Fn(&str) -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match log.recv_timeout(left) {
+                Ok(line) if what(&line) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("the run never logged what was awaited: {e}"),
+            }
+        }
+    };
+    wait_for(&|l| l.contains("archivists running"));
+
+    // Curators, in processes of their own.
+    let episode = episode_json(EPISODES[0].0, EPISODES[0].1, EPISODES[0].2, 0).to_string();
+    let clips: Vec<String> = CLIPS[..2]
+        .iter()
+        .enumerate()
+        .map(|(n, (t, p))| clip_json(t, *p, n).to_string())
+        .collect();
+    common::archivist_with_input(dir.path(), &["send", "curated_episodes"], &[], &episode)
+        .expect_code(0);
+    common::archivist_with_input(
+        dir.path(),
+        &["send", "curated_clips"],
+        &[],
+        &(clips.join("\n") + "\n"),
+    )
+    .expect_code(0);
+
+    // A researcher: the run's work assignment finds it counted and hands it the work.
+    let work = common::archivist(
+        dir.path(),
+        &["receive", "pending_research", "--max", "1", "--wait", "90s"],
+        &[],
+    )
+    .expect_code(0)
+    .json_lines();
+    assert_eq!(work.len(), 1);
+    let results: Vec<String> = results_for(&work[0])
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    assert_eq!(results.len(), 2);
+    common::archivist_with_input(
+        dir.path(),
+        &["send", "completed_research"],
+        &[],
+        &(results.join("\n") + "\n"),
+    )
+    .expect_code(0);
+    wait_for(&|l| l.contains("completed-research") && l.contains("stored=2"));
+
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &run.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    assert_eq!(run.wait().unwrap().code(), Some(0));
+    reader.join().unwrap();
+
+    let status = common::archivist(dir.path(), &["status", "--json"], &[]).expect_code(0);
+    let status: Value = serde_json::from_str(status.stdout.trim()).unwrap();
+    assert_eq!(status["researched_pairs"], 2, "{status}");
+    assert_eq!(status["active_leases"], 0, "{status}");
+    // One file holds it all.
+    assert!(dir.path().join("archivist.sqlite").exists());
 }
