@@ -229,14 +229,18 @@ impl Dialect for Pg {
         Ok(claimed)
     }
 
-    async fn ack(&self, id: i64, receipt: i64) -> Result<bool, BusError> {
-        let done = sqlx::query("DELETE FROM bus_messages WHERE id = $1 AND receipt = $2")
-            .bind(id)
-            .bind(receipt)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| db_error("acknowledging", e))?;
-        Ok(done.rows_affected() > 0)
+    async fn ack(&self, deliveries: &[(i64, i64)]) -> Result<(), BusError> {
+        let (ids, receipts): (Vec<i64>, Vec<i64>) = deliveries.iter().copied().unzip();
+        sqlx::query(
+            "DELETE FROM bus_messages m USING unnest($1::int8[], $2::int8[]) AS d (id, receipt)
+             WHERE m.id = d.id AND m.receipt = d.receipt",
+        )
+        .bind(ids)
+        .bind(receipts)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("acknowledging", e))?;
+        Ok(())
     }
 
     async fn release(&self, id: i64, receipt: i64) -> Result<bool, BusError> {

@@ -242,14 +242,19 @@ impl Dialect for Lite {
         Ok(claimed)
     }
 
-    async fn ack(&self, id: i64, receipt: i64) -> Result<bool, BusError> {
-        let done = sqlx::query("DELETE FROM bus_messages WHERE id = ?1 AND receipt = ?2")
-            .bind(id)
-            .bind(receipt)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| db_error("acknowledging", e))?;
-        Ok(done.rows_affected() > 0)
+    async fn ack(&self, deliveries: &[(i64, i64)]) -> Result<(), BusError> {
+        let pairs: Vec<[i64; 2]> = deliveries.iter().map(|&(i, r)| [i, r]).collect();
+        let json =
+            serde_json::to_string(&pairs).map_err(|e| BusError::unavailable(e.to_string()))?;
+        sqlx::query(
+            "DELETE FROM bus_messages
+             WHERE (id, receipt) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
+        )
+        .bind(json)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("acknowledging", e))?;
+        Ok(())
     }
 
     async fn release(&self, id: i64, receipt: i64) -> Result<bool, BusError> {
@@ -415,19 +420,21 @@ pub async fn send_in(
 /// Acknowledges deliveries inside the caller's transaction: they are gone once it commits.
 /// Returns how many were still held by these receipts (a stale receipt deletes nothing).
 pub async fn ack_in(conn: &mut SqliteConnection, receipts: &[SqlReceipt]) -> Result<u64, BusError> {
-    let mut deleted = 0;
-    for r in receipts {
-        deleted += sqlx::query("DELETE FROM bus_messages WHERE id = ?1 AND receipt = ?2")
-            .bind(r.message_id)
-            .bind(r.receipt)
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| db_error("acknowledging", e))?
-            .rows_affected();
+    if receipts.is_empty() {
+        return Ok(0);
     }
-    if !receipts.is_empty() {
-        fail_point("bus-ack-in-transaction").await;
-    }
+    let pairs: Vec<[i64; 2]> = receipts.iter().map(|r| [r.message_id, r.receipt]).collect();
+    let json = serde_json::to_string(&pairs).map_err(|e| BusError::unavailable(e.to_string()))?;
+    let deleted = sqlx::query(
+        "DELETE FROM bus_messages
+         WHERE (id, receipt) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
+    )
+    .bind(json)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| db_error("acknowledging", e))?
+    .rows_affected();
+    fail_point("bus-ack-in-transaction").await;
     Ok(deleted)
 }
 
