@@ -19,7 +19,7 @@ mod demo;
 mod signals;
 mod tasks;
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -79,13 +79,30 @@ fn fail(error: &anyhow::Error) -> ExitCode {
     if broken_pipe {
         return ExitCode::SUCCESS;
     }
+    // A closed standard error ends the process quietly: there is nobody to tell.
+    let _ = writeln!(std::io::stderr(), "archivist: error: {}", describe(error));
     if error.downcast_ref::<UsageError>().is_some() {
-        eprintln!("archivist: {error:#}");
         ExitCode::from(EXIT_USAGE)
     } else {
-        eprintln!("archivist: error: {error:#}");
         ExitCode::from(EXIT_FATAL)
     }
+}
+
+/// The error and its causes in words, each said once: a cause whose text its parent already
+/// repeats (sqlx and the SDKs often include their source in their message) is left out.
+fn describe(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 /// Logs to standard error, filtered by RUST_LOG (default `info`); standard output is kept for
@@ -96,8 +113,25 @@ fn init_logging(demo: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| QuietStderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .init();
+}
+
+/// Standard error for the logs, where a write that fails (the reader closed the pipe:
+/// `archivist demo 2>&1 | head`) is dropped: tracing-subscriber would otherwise report it on
+/// that same closed stream, and panic doing so.
+struct QuietStderr;
+
+impl Write for QuietStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
 }

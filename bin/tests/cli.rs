@@ -270,3 +270,56 @@ fn an_sqlite_file_in_a_missing_directory_is_a_configuration_error() {
     .expect_code(0);
     assert!(dir.path().join("rel.sqlite").exists());
 }
+
+/// Every credential form sqlx and libpq accept stays out of what is printed, and a refused
+/// connection is reported as refused, after several attempts, the first logged at once.
+#[test]
+fn credentials_in_the_query_string_are_never_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = "postgres://u:userpw77@127.0.0.1:1/db?password=hunter2&sslpassword=sslpw42&passfile=/etc/secretfile";
+    for env in [
+        vec![("DATABASE_URL", url), ("ARCHIVIST_CONNECT_TIMEOUT", "2s")],
+        vec![
+            ("DATABASE_URL", "sqlite://a.sqlite"),
+            ("ARCHIVIST_BUS_URL", url),
+            ("ARCHIVIST_CONNECT_TIMEOUT", "2s"),
+        ],
+    ] {
+        let run = archivist(dir.path(), &["status"], &env);
+        let all = format!("{}{}", run.stdout, run.stderr);
+        for secret in ["userpw77", "hunter2", "sslpw42", "/etc/secretfile"] {
+            assert!(!all.contains(secret), "{secret} printed:\n{all}");
+        }
+        if env.len() == 2 {
+            let run = run.expect_code(1);
+            assert!(run.stderr.contains("refused"), "{}", run.stderr);
+            assert!(!run.stderr.contains("no answer within"), "{}", run.stderr);
+            // The first failure is logged at once, and there are several attempts.
+            assert!(run.stderr.contains("attempt=1"), "{}", run.stderr);
+            assert!(run.stderr.contains("attempt=2"), "{}", run.stderr);
+        }
+    }
+}
+
+/// `archivist demo 2>&1 | head -1`: the reader goes away; the process ends quietly (no panic,
+/// exit code 0), whichever stream it was writing.
+#[test]
+fn closed_output_streams_end_the_process_quietly() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = common::command(dir.path(), &["demo"], &[])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(!first.is_empty());
+    // Both readers go away, as `head -1` does.
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "first line: {first}");
+}

@@ -111,7 +111,11 @@ impl PgDataStore {
     /// database, and with [`DataStoreError::Unavailable`] (retryable) when the server cannot
     /// be reached. The password never appears in logs or errors.
     pub async fn connect(url: &str) -> Result<Self> {
-        let options = PgConnectOptions::from_str(url).map_err(|e| {
+        let (supported, dropped) = messagebus::without_unsupported_params(url);
+        for key in dropped {
+            tracing::warn!(key, "ignoring a connection parameter sqlx does not support");
+        }
+        let options = PgConnectOptions::from_str(&supported).map_err(|e| {
             DataStoreError::Config(format!(
                 "invalid Postgres URL {}: {}",
                 redact_url(url),
@@ -143,6 +147,12 @@ impl PgDataStore {
     /// Connects with explicit options (pool size, timeouts). Does not migrate. Errors as
     /// [`connect`](Self::connect).
     pub async fn connect_with(options: PgConnectOptions, pool: PgPoolOptions) -> Result<Self> {
+        // One plain connection first: the pool retries a refused connection quietly until
+        // its acquire timeout, where this says at once what the server answered.
+        let probe = <sqlx::PgConnection as sqlx::Connection>::connect_with(&options)
+            .await
+            .map_err(classify_connect_error)?;
+        let _ = sqlx::Connection::close(probe).await;
         let pool = pool
             .connect_with(options)
             .await

@@ -16,6 +16,7 @@
 //!   datastore's own database (`sql::PgBus`, `sql::SqliteBus`).
 //! - `sqs/` (feature `sqs`): the Amazon SQS adapter on `aws-sdk-sqs`.
 //! - `testing.rs` (feature `test-utils`): the conformance suite every adapter runs.
+//! - `url.rs`: [`redact_url`], URLs with their credentials masked (the datastore's too).
 
 mod bus;
 mod delivery;
@@ -27,8 +28,10 @@ pub mod sql;
 pub mod sqs;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
+mod url;
 
 pub use bus::{dead_letter_queue_name, Bus, QueueStats, Receiver, Sender, MAX_BODY_BYTES};
 pub use delivery::{Acknowledger, Delivery, SqlReceipt};
 pub use error::BusError;
 pub use memory::{MemoryBus, MemoryBusConfig};
+pub use url::{redact_url, without_unsupported_params};

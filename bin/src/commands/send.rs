@@ -124,5 +124,9 @@ async fn flush(
 /// The count, on standard error: standard output stays empty for scripts.
 fn report(sent: u64, queue: &str) {
     let s = if sent == 1 { "" } else { "s" };
-    eprintln!("sent {sent} message{s} to {queue}");
+    // Said on standard error (standard output stays empty); a closed one is no failure.
+    let _ = std::io::Write::write_fmt(
+        &mut std::io::stderr(),
+        format_args!("sent {sent} message{s} to {queue}\n"),
+    );
 }

@@ -52,12 +52,22 @@ impl SqlBus<Pg> {
     /// listening for notifications). Creates nothing until a queue is created or the bus is
     /// migrated.
     pub async fn connect(url: &str, config: SqlBusConfig) -> Result<Self, BusError> {
-        let options = PgConnectOptions::from_str(url).map_err(|e| BusError::Rejected {
+        let (supported, dropped) = crate::without_unsupported_params(url);
+        for key in dropped {
+            tracing::warn!(key, "ignoring a connection parameter sqlx does not support");
+        }
+        let options = PgConnectOptions::from_str(&supported).map_err(|e| BusError::Rejected {
             message: format!("invalid Postgres URL: {e}"),
             source: None,
         })?;
         // Settling may be lost in a crash without harm; sends turn this back on.
         let options = options.options([("synchronous_commit", "off")]);
+        // One plain connection first: the pool retries a refused connection quietly until
+        // its acquire timeout, where this says at once what the server answered.
+        let probe = <sqlx::PgConnection as sqlx::Connection>::connect_with(&options)
+            .await
+            .map_err(|e| db_error("connecting to the bus database", e))?;
+        let _ = sqlx::Connection::close(probe).await;
         let pool = PgPoolOptions::new()
             .max_connections(10)
             .acquire_timeout(Duration::from_secs(10))
