@@ -20,8 +20,18 @@ use crate::config::{usage, BusKind, Config};
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Opens the datastore at `url` and brings its schema up to date (harmless when current), so
-/// that every subcommand works on a new SQLite file or an empty database.
+/// How a subcommand opens the datastore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Open {
+    /// Create it if missing and bring its schema up to date (harmless when current), so
+    /// that every subcommand that writes works on a new SQLite file or an empty database.
+    Migrate,
+    /// Change nothing: a missing datastore or an old schema is a usage error naming
+    /// `archivist migrate` (`status`, `matches`; a read-only database role can run them).
+    ReadOnly,
+}
+
+/// Opens the datastore at `url`, as `open` says.
 ///
 /// Passing failures are retried until `config.connect_timeout`; then the error is fatal
 /// (exit 1). A configuration problem is a usage error (exit 2).
@@ -29,8 +39,34 @@ pub(crate) async fn datastore(
     config: &Config,
     url: &str,
     token: &CancellationToken,
+    open: Open,
 ) -> anyhow::Result<Arc<dyn DataStore>> {
+    Ok(open_datastore(config, url, token, open).await?.0)
+}
+
+/// [`datastore`] with [`Open::Migrate`], and the migrations it applied.
+pub(crate) async fn migrate_datastore(
+    config: &Config,
+    url: &str,
+    token: &CancellationToken,
+) -> anyhow::Result<Vec<String>> {
+    Ok(open_datastore(config, url, token, Open::Migrate).await?.1)
+}
+
+/// The datastore, and the migrations it was missing when opened (applied, with
+/// [`Open::Migrate`]).
+async fn open_datastore(
+    config: &Config,
+    url: &str,
+    token: &CancellationToken,
+    open: Open,
+) -> anyhow::Result<(Arc<dyn DataStore>, Vec<String>)> {
     let shown = redact_url(url);
+    if open == Open::ReadOnly && missing_sqlite_file(url) {
+        return Err(usage(format!(
+            "no datastore at DATABASE_URL {shown}: create it with `archivist migrate`"
+        )));
+    }
     if let Some(dir) = missing_sqlite_dir(url) {
         return Err(usage(format!(
             "DATABASE_URL {shown}: the directory {} does not exist (a missing SQLite file is \
@@ -45,17 +81,35 @@ pub(crate) async fn datastore(
         attempt += 1;
         let try_once = async {
             let store = datastore::connect(url).await?;
-            store.migrate().await?;
-            Ok::<_, DataStoreError>(store)
+            let missing = store.missing_migrations().await?;
+            if open == Open::Migrate {
+                store.migrate().await?;
+            }
+            Ok::<_, DataStoreError>((store, missing))
         };
         let outcome = tokio::select! {
             _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the datastore {shown}")),
             r = tokio::time::timeout_at(deadline, try_once) => r,
         };
         let error = match outcome {
-            Ok(Ok(store)) => {
+            Ok(Ok((store, missing))) if missing.is_empty() || open == Open::Migrate => {
                 tracing::debug!(datastore = %shown, attempt, "datastore ready");
-                return Ok(store);
+                return Ok((store, missing));
+            }
+            Ok(Ok((_, missing))) => {
+                // Without the first migration there is no schema of ours at all.
+                return Err(usage(if missing.iter().any(|m| m.starts_with("0001 ")) {
+                    format!(
+                        "no archivist schema in DATABASE_URL {shown}: create it with \
+                         `archivist migrate`"
+                    )
+                } else {
+                    format!(
+                        "the datastore's schema at DATABASE_URL {shown} is older than this \
+                         archivist: missing migration {}; run `archivist migrate`",
+                        missing.join(", ")
+                    )
+                }));
             }
             Ok(Err(DataStoreError::Config(message))) => {
                 return Err(usage(format!("DATABASE_URL {shown}: {message}")))
@@ -86,6 +140,18 @@ pub(crate) async fn datastore(
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// Whether `url` names an SQLite file that does not exist (in memory: never).
+pub(crate) fn missing_sqlite_file(url: &str) -> bool {
+    let Some(rest) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    else {
+        return false;
+    };
+    let path = rest.split('?').next().unwrap_or_default();
+    !(path.is_empty() || path.contains(":memory:") || Path::new(path).exists())
 }
 
 /// The directory of an SQLite file that is missing: a configuration error, which SQLite would

@@ -90,7 +90,7 @@ fn fail(error: &anyhow::Error) -> ExitCode {
 
 /// The error and its causes in words, each said once: a cause whose text its parent already
 /// repeats (sqlx and the SDKs often include their source in their message) is left out.
-fn describe(error: &anyhow::Error) -> String {
+pub(crate) fn describe(error: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in error.chain() {
         let text = cause.to_string();

@@ -1241,6 +1241,24 @@ impl DataStore for PgDataStore {
         Some(self)
     }
 
+    async fn missing_migrations(&self) -> Result<Vec<String>> {
+        retrying("missing_migrations", Replay::Harmless, || async {
+            let has_table: bool =
+                sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+                    .fetch_one(&self.pool)
+                    .await?;
+            let applied: Vec<i64> = if has_table {
+                sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                    .fetch_all(&self.pool)
+                    .await?
+            } else {
+                Vec::new()
+            };
+            Ok(crate::store::missing(&MIGRATOR, &applied))
+        })
+        .await
+    }
+
     async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> Result<()> {
         upsert(&self.pool, episodes, &[]).await
     }

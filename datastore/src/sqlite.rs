@@ -152,6 +152,22 @@ impl DataStore for SqliteDataStore {
         Some(self)
     }
 
+    async fn missing_migrations(&self) -> Result<Vec<String>> {
+        let has_table: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let applied: Vec<i64> = if has_table == 0 {
+            Vec::new()
+        } else {
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                .fetch_all(&self.pool)
+                .await?
+        };
+        Ok(crate::store::missing(&MIGRATOR, &applied))
+    }
+
     async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> Result<()> {
         self.upsert(episodes, &[]).await
     }

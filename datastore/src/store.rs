@@ -18,6 +18,11 @@ pub trait DataStore: Send + Sync {
     /// processes run it at once.
     async fn migrate(&self) -> Result<()>;
 
+    /// The schema's migrations not applied to this database yet, as `"0002 lease duration"`:
+    /// all of them where there is no schema at all, none where it is current. Reads only, so
+    /// that read-only commands can tell a missing or old schema without changing it.
+    async fn missing_migrations(&self) -> Result<Vec<String>>;
+
     /// Inserts or updates episodes, identified by (`title`, `date_aired`): a known episode has
     /// every field updated but `initial_date_curated`. All or nothing: fails with
     /// [`DataStoreError::Invalid`](crate::DataStoreError::Invalid) if a new episode was last
@@ -169,4 +174,14 @@ pub(crate) async fn check_bus(store: &dyn TransactionalBus, bus_id: &str) -> Res
              datastore: its messages cannot be settled in the datastore's transactions"
         )))
     }
+}
+
+/// The migrations of `migrator` whose versions are not among `applied`, as `"0002 name"`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn missing(migrator: &sqlx::migrate::Migrator, applied: &[i64]) -> Vec<String> {
+    migrator
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration() && !applied.contains(&m.version))
+        .map(|m| format!("{:04} {}", m.version, m.description))
+        .collect()
 }

@@ -286,6 +286,9 @@ impl DataStore for HookedStore {
     async fn migrate(&self) -> datastore::Result<()> {
         self.inner.migrate().await
     }
+    async fn missing_migrations(&self) -> datastore::Result<Vec<String>> {
+        self.inner.missing_migrations().await
+    }
     async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> datastore::Result<()> {
         self.before("upsert_episodes")?;
         self.inner.upsert_episodes(episodes).await
@@ -418,6 +421,9 @@ pub(crate) struct CuratedOnlyStore {
 impl DataStore for CuratedOnlyStore {
     async fn migrate(&self) -> datastore::Result<()> {
         Ok(())
+    }
+    async fn missing_migrations(&self) -> datastore::Result<Vec<String>> {
+        Ok(Vec::new())
     }
     async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> datastore::Result<()> {
         let mut map = self.episodes.lock().unwrap();

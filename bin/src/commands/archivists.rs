@@ -56,7 +56,13 @@ async fn ingest(
         Kind::Clips => "clips",
     };
     let bus = connect::shared_bus(config, name, &token).await?;
-    let store = connect::datastore(config, &config.database_url(), &token).await?;
+    let store = connect::datastore(
+        config,
+        &config.database_url(),
+        &token,
+        connect::Open::Migrate,
+    )
+    .await?;
     let mut set = JoinSet::new();
     let ingest = IngestConfig {
         once,
@@ -116,7 +122,13 @@ pub(crate) async fn pending_research(
 ) -> anyhow::Result<()> {
     require_researcher_count(config)?;
     let bus = connect::shared_bus(config, "pending-research", &token).await?;
-    let store = connect::datastore(config, &config.database_url(), &token).await?;
+    let store = connect::datastore(
+        config,
+        &config.database_url(),
+        &token,
+        connect::Open::Migrate,
+    )
+    .await?;
     let mut set = JoinSet::new();
     let pending = PendingResearchConfig {
         lease_duration: config.lease(),
@@ -186,7 +198,13 @@ pub(crate) async fn completed_research(
     every: Option<Duration>,
 ) -> anyhow::Result<()> {
     let bus = connect::shared_bus(config, "completed-research", &token).await?;
-    let store = connect::datastore(config, &config.database_url(), &token).await?;
+    let store = connect::datastore(
+        config,
+        &config.database_url(),
+        &token,
+        connect::Open::Migrate,
+    )
+    .await?;
     let mut set = JoinSet::new();
     let completed = CompletedResearchConfig {
         lease_duration: config.lease(),
@@ -322,7 +340,13 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     require_researcher_count(config)?;
     let bus = connect::shared_bus(config, "run", &token).await?;
-    let store = connect::datastore(config, &config.database_url(), &token).await?;
+    let store = connect::datastore(
+        config,
+        &config.database_url(),
+        &token,
+        connect::Open::Migrate,
+    )
+    .await?;
     let mut set = JoinSet::new();
     let pipeline = Pipeline {
         every,

@@ -17,7 +17,13 @@ pub(crate) async fn run(
     token: &CancellationToken,
     args: &MatchesArgs,
 ) -> anyhow::Result<()> {
-    let store = connect::datastore(config, &config.database_url(), token).await?;
+    let store = connect::datastore(
+        config,
+        &config.database_url(),
+        token,
+        connect::Open::ReadOnly,
+    )
+    .await?;
     let filter = MatchFilter {
         clip_title: args.clip.clone(),
         episode_title: args.episode.clone(),

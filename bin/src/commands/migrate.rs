@@ -10,8 +10,17 @@ use crate::connect;
 /// Connects (which migrates) and reports.
 pub(crate) async fn run(config: &Config, token: &CancellationToken) -> anyhow::Result<()> {
     let url = config.database_url();
-    connect::datastore(config, &url, token).await?;
-    tracing::info!(datastore = %redact_url(&url), "schema is up to date");
+    let applied = connect::migrate_datastore(config, &url, token).await?;
+    let shown = redact_url(&url);
+    match applied.len() {
+        0 => tracing::info!(datastore = %shown, "schema is up to date"),
+        n => tracing::info!(
+            datastore = %shown,
+            "applied {n} migration{}: {}",
+            if n == 1 { "" } else { "s" },
+            applied.join(", ")
+        ),
+    }
     if config.bus.is_database() {
         connect::database_bus(config, token, true).await?;
         tracing::info!(bus = %redact_url(&config.bus_url()), "bus tables and queues are ready");

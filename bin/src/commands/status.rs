@@ -44,10 +44,18 @@ struct StatusOutput {
     status: Status,
     /// Research pairs neither researched nor leased.
     unresearched_pairs: u64,
-    /// Present when the bus can tell (a shared bus): queue name → depths.
+    /// Present when the bus can tell (a shared bus): queue name → depths; `null` when the
+    /// bus could not be reached (then `queues_unknown` says why).
     #[serde(skip_serializing_if = "Option::is_none")]
-    queues: Option<BTreeMap<String, QueueDepth>>,
+    queues: Option<Option<BTreeMap<String, QueueDepth>>>,
+    /// Why the queue depths are unknown: the bus could not be reached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queues_unknown: Option<String>,
 }
+
+/// How long `status` waits for the bus: it reports the datastore's counts whatever the bus
+/// does, so an outage costs seconds, not the whole ARCHIVIST_CONNECT_TIMEOUT.
+const BUS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Prints the status.
 pub(crate) async fn run(
@@ -55,16 +63,32 @@ pub(crate) async fn run(
     token: &CancellationToken,
     json: bool,
 ) -> anyhow::Result<()> {
-    let store = connect::datastore(config, &config.database_url(), token).await?;
+    let store = connect::datastore(
+        config,
+        &config.database_url(),
+        token,
+        connect::Open::ReadOnly,
+    )
+    .await?;
     let status = store
         .status(chrono::Utc::now())
         .await
         .context("cannot read the status")?;
-    let (queues, unreachable) = match queue_depths(config, token).await {
-        Ok(qs) => (qs, None),
-        Err(e) => (None, Some(e)),
+    let mut bus_config = config.clone();
+    bus_config.connect_timeout = config.connect_timeout.min(BUS_PATIENCE);
+    // The counts are what status is for: an unreachable bus leaves the queue depths unknown,
+    // with a warning, and the exit code 0 (a monitor watching the bus asks `queues`).
+    let (queues, queues_unknown) = match queue_depths(&bus_config, token).await {
+        Ok(qs) => (
+            qs.map(|qs| Some(qs.into_iter().map(|q| (q.queue.clone(), q)).collect())),
+            None,
+        ),
+        Err(e) => {
+            let why = crate::describe(&e);
+            tracing::warn!("queue depths unknown: {why}");
+            (Some(None), Some(why))
+        }
     };
-    let queues = queues.map(|qs| qs.into_iter().map(|q| (q.queue.clone(), q)).collect());
     let output = StatusOutput {
         status,
         unresearched_pairs: status
@@ -72,6 +96,7 @@ pub(crate) async fn run(
             .saturating_sub(status.researched_pairs)
             .saturating_sub(status.leased_pairs),
         queues,
+        queues_unknown,
     };
     let mut out = std::io::stdout().lock();
     if json {
@@ -81,13 +106,7 @@ pub(crate) async fn run(
         write_table(&mut out, &output)?;
     }
     out.flush()?;
-    drop(out);
-    // The counts are printed for whoever reads them, but an unreachable bus is still fatal:
-    // a script or monitor checking the exit code must see the outage.
-    match unreachable {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 /// The queues' depths when the bus is shared: `Ok(None)` when the bus cannot be inspected
@@ -150,10 +169,14 @@ fn write_table(out: &mut impl Write, o: &StatusOutput) -> std::io::Result<()> {
     writeln!(out, "unresearched pairs  {:>12}", o.unresearched_pairs)?;
     writeln!(out, "active leases       {:>12}", s.active_leases)?;
     writeln!(out, "expired leases      {:>12}", s.expired_leases)?;
-    if let Some(queues) = &o.queues {
+    if let Some(Some(queues)) = &o.queues {
         writeln!(out)?;
         let queues: Vec<&QueueDepth> = queues.values().collect();
         write_queue_table(out, &queues)?;
+    }
+    if let Some(why) = &o.queues_unknown {
+        writeln!(out)?;
+        writeln!(out, "queues              unknown ({why})")?;
     }
     Ok(())
 }

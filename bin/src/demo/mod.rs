@@ -81,7 +81,7 @@ pub(crate) async fn run(
         }
     };
     let shown = redact_url(&url);
-    let store = connect::datastore(config, &url, &token).await?;
+    let store = connect::datastore(config, &url, &token, connect::Open::Migrate).await?;
     let before = store.status(chrono::Utc::now()).await?;
     if before.episodes > 0 || before.clips > 0 {
         return Err(usage(format!(
