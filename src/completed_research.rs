@@ -33,8 +33,6 @@ use crate::{ArchivistError, ArchivistHandle, Ended, RetryError, RetryPolicy};
 /// Settings of a result-recording run.
 #[derive(Debug, Clone)]
 pub struct CompletedResearchConfig {
-    /// How long a renewed lease lasts from the time of renewal.
-    pub lease_duration: chrono::Duration,
     /// Messages received and recorded together, in one datastore transaction. Default 100:
     /// per-transaction commit cost dominates, so on Postgres batches of 100 move about eight
     /// times as many messages per second as batches of 10 (`benches/archivists.rs`). A bus
@@ -49,7 +47,6 @@ pub struct CompletedResearchConfig {
 impl Default for CompletedResearchConfig {
     fn default() -> Self {
         CompletedResearchConfig {
-            lease_duration: chrono::Duration::hours(2),
             batch_size: 100,
             receive_wait: Duration::from_secs(1),
             retry: RetryPolicy::default(),
@@ -132,7 +129,7 @@ async fn drain(
         // may fail after it. Renewing before recording is harmless; revoking before is what
         // a revoking item that overtakes its lease's other results does anyway (the lease
         // keeps the pairs whose results are not recorded yet).
-        if let Err(stop) = update_leases(run, store, config, &leases).await {
+        if let Err(stop) = update_leases(run, store, &leases).await {
             run.release_all(valid.into_iter().map(|(d, _)| d).collect())
                 .await;
             return stop;
@@ -174,7 +171,6 @@ async fn drain(
 async fn update_leases(
     run: &mut Run,
     store: &dyn DataStore,
-    config: &CompletedResearchConfig,
     leases: &BTreeMap<Uuid, bool>,
 ) -> Result<(), Ended> {
     for (&lease_id, &revoke) in leases {
@@ -182,10 +178,7 @@ async fn update_leases(
             if revoke {
                 LeaseUpdate::Revoke
             } else {
-                LeaseUpdate::Renew {
-                    now: Utc::now(),
-                    duration: config.lease_duration,
-                }
+                LeaseUpdate::Renew { now: Utc::now() }
             }
         };
         let out = run

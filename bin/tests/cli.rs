@@ -400,3 +400,50 @@ fn status_on_postgres_runs_with_a_read_only_role() {
             .await;
     });
 }
+
+/// A datastore made by an older archivist: `status` names the migration it lacks and changes
+/// nothing; `migrate` carries it forward.
+#[test]
+fn status_on_an_old_schema_names_the_missing_migration() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../datastore/migrations/sqlite/0001_schema.sql"
+        ),
+        first.path().join("0001_schema.sql"),
+    )
+    .unwrap();
+    let url = format!("sqlite://{}", dir.path().join("old.sqlite").display());
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let pool = sqlx::SqlitePool::connect(&format!("{url}?mode=rwc"))
+                .await
+                .unwrap();
+            sqlx::migrate::Migrator::new(first.path())
+                .await
+                .unwrap()
+                .run(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        });
+    let env = [("DATABASE_URL", url.as_str())];
+    let run = archivist(dir.path(), &["status"], &env).expect_code(2);
+    assert!(
+        run.stderr.contains("0002 lease duration") && run.stderr.contains("archivist migrate"),
+        "{}",
+        run.stderr
+    );
+    let run = archivist(dir.path(), &["migrate"], &env).expect_code(0);
+    assert!(
+        run.stderr.contains("applied 1 migration: 0002"),
+        "{}",
+        run.stderr
+    );
+    archivist(dir.path(), &["status"], &env).expect_code(0);
+}

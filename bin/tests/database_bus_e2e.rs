@@ -365,3 +365,51 @@ fn run_with_no_configuration_at_all() {
     // One file holds it all.
     assert!(dir.path().join("archivist.sqlite").exists());
 }
+
+/// A lease keeps the length it was made with: renewed by a `completed-research` whose
+/// ARCHIVIST_LEASE_DURATION is 2 h, a 30 s lease is still due 30 s after the renewal.
+#[test]
+fn a_renewal_by_another_process_keeps_the_lease_length() {
+    let s = Scenario::database(None);
+    s.curate();
+    s.run(
+        &["pending-research"],
+        &[
+            ("ARCHIVIST_RESEARCHERS", "1"),
+            ("ARCHIVIST_START_JITTER", "0s"),
+            ("ARCHIVIST_LEASE_DURATION", "30s"),
+        ],
+    )
+    .expect_code(0);
+    let work = s.receive_work("1", "1s");
+    // One result, not the last: it renews the lease.
+    let first = results_for(&work[0]).remove(0).to_string();
+    s.run_with_input(&["send", "completed_research"], &(first + "\n"))
+        .expect_code(0);
+    let before = chrono::Utc::now();
+    s.run(
+        &["completed-research"],
+        &[("ARCHIVIST_LEASE_DURATION", "2h")],
+    )
+    .expect_code(0);
+    let after = chrono::Utc::now();
+    let expires_us: i64 = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let pool = sqlx::SqlitePool::connect(&s.database_url()).await.unwrap();
+            let e = sqlx::query_scalar("SELECT expires_at FROM leases")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+            e
+        });
+    let expires = chrono::DateTime::from_timestamp_micros(expires_us).unwrap();
+    assert!(
+        expires >= before + chrono::Duration::seconds(30)
+            && expires <= after + chrono::Duration::seconds(30),
+        "renewed to {expires}, between {before} and {after} plus 30 s expected"
+    );
+}

@@ -96,12 +96,11 @@ pub struct Lease {
 /// What to do with a lease when a result arrives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseUpdate {
-    /// Extend the lease to `now + duration`, if it is still active.
+    /// Extend the lease to `now` plus the duration it was created with, if it is still
+    /// active: a lease keeps its length whoever renews it.
     Renew {
         /// The current time.
         now: DateTime<Utc>,
-        /// The new remaining duration.
-        duration: chrono::Duration,
     },
     /// The researcher sent its last result for the lease: the lease ends once all its
     /// results are in. The bus does not keep order, so results sent before the last one may

@@ -710,8 +710,8 @@ WITH p AS (
     ON CONFLICT DO NOTHING
     RETURNING clip_id
 ), l AS (
-    INSERT INTO leases (id, episode_id, created_at, expires_at, held_pairs)
-    SELECT $1, $2, $3, $4, count(*) FROM p
+    INSERT INTO leases (id, episode_id, created_at, expires_at, held_pairs, duration)
+    SELECT $1, $2, $3, $4, count(*), $4 - $3 FROM p
     RETURNING expires_at
 )
 SELECT l.expires_at AS lease_expires_at, c.id, c.title, c.initial_date_curated,
@@ -853,20 +853,17 @@ async fn update_lease_once(
     update: LeaseUpdate,
 ) -> Result<bool, Failure> {
     match update {
-        LeaseUpdate::Renew { now, duration } => {
-            let expires_at = now.checked_add_signed(duration).ok_or_else(|| {
-                DataStoreError::Invalid(format!("lease duration {duration} is too long"))
-            })?;
+        LeaseUpdate::Renew { now } => {
             // One statement, so its own transaction. Conditional: an expired lease stays
             // expired (its pairs may already be another lease's), and a revoked one is not
             // extended (what it still holds comes back when it expires). The row lock makes it
             // atomic with a concurrent takeover's decrement of held_pairs and with a revoke.
+            // The lease keeps the length it was created with.
             let renewed = sqlx::query(
-                "UPDATE leases SET expires_at = $2
-                 WHERE id = $1 AND expires_at > $3 AND NOT revoked",
+                "UPDATE leases SET expires_at = $2 + duration
+                 WHERE id = $1 AND expires_at > $2 AND NOT revoked",
             )
             .bind(lease_id)
-            .bind(expires_at)
             .bind(now)
             .execute(pool)
             .await?

@@ -182,21 +182,16 @@ impl DataStore for SqliteDataStore {
 
     async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> Result<bool> {
         match update {
-            LeaseUpdate::Renew { now, duration } => {
-                let expires_at = now.checked_add_signed(duration).ok_or_else(|| {
-                    DataStoreError::Invalid(format!(
-                        "lease duration {duration} from {now} is out of range"
-                    ))
-                })?;
+            LeaseUpdate::Renew { now } => {
                 // One statement: its own transaction, and it reads nothing first. A revoked
-                // lease is not extended: its remaining pairs come back when it expires.
+                // lease is not extended: its remaining pairs come back when it expires. The
+                // lease keeps the length it was created with.
                 let _turn = self.writer.lock().await;
                 let renewed = sqlx::query(
-                    "UPDATE leases SET expires_at = ?2 \
-                     WHERE id = ?1 AND expires_at > ?3 AND revoked = 0",
+                    "UPDATE leases SET expires_at = ?2 + duration_us \
+                     WHERE id = ?1 AND expires_at > ?2 AND revoked = 0",
                 )
                 .bind(lease_id)
-                .bind(micros(expires_at))
                 .bind(micros(now))
                 .execute(&self.pool)
                 .await?
@@ -653,8 +648,8 @@ impl SqliteDataStore {
 
         let lease_id = Uuid::new_v4();
         sqlx::query(
-            "INSERT INTO leases (id, episode_id, created_at, expires_at, held_pairs) \
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO leases (id, episode_id, created_at, expires_at, held_pairs, duration_us) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?4 - ?3)",
         )
         .bind(lease_id)
         .bind(episode_id)

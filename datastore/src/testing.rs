@@ -64,6 +64,7 @@ macro_rules! datastore_conformance_tests {
             leases_never_overlap,
             expired_lease_frees_pairs,
             renew_lease,
+            renewal_keeps_the_lease_length,
             revoke_before_the_other_results_keeps_their_pairs_held,
             revoked_lease_is_not_renewed_or_revoked_again,
             revoke_with_every_result_in_ends_the_lease_at_once,
@@ -568,13 +569,7 @@ pub mod cases {
 
         // The old lease can no longer be renewed.
         let renewed = store
-            .update_lease(
-                first.id,
-                LeaseUpdate::Renew {
-                    now: expiry,
-                    duration: Duration::hours(1),
-                },
-            )
+            .update_lease(first.id, LeaseUpdate::Renew { now: expiry })
             .await
             .unwrap();
         assert!(!renewed);
@@ -610,30 +605,52 @@ pub mod cases {
         );
     }
 
+    /// A renewal extends a lease by the length it was created with, whoever renews it: a
+    /// 20-second lease renewed at 10 s is due at 30 s.
+    pub async fn renewal_keeps_the_lease_length(store: Arc<dyn DataStore>) {
+        seed(&*store, 1, 2).await;
+        let l = store
+            .lease_next(LeaseRequest {
+                max_clips: 5,
+                duration: Duration::seconds(20),
+                now: t0(),
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        let renewed = LeaseUpdate::Renew {
+            now: t0() + Duration::seconds(10),
+        };
+        assert!(store.update_lease(l.id, renewed).await.unwrap());
+        let status = store.status(t0() + Duration::seconds(29)).await.unwrap();
+        assert_eq!((status.active_leases, status.expired_leases), (1, 0));
+        let status = store.status(t0() + Duration::seconds(30)).await.unwrap();
+        assert_eq!((status.active_leases, status.expired_leases), (0, 1));
+    }
+
     /// Renewing extends an active lease; an expired, unknown or cancelled lease is not renewed.
     pub async fn renew_lease(store: Arc<dyn DataStore>) {
         seed(&*store, 1, 2).await;
         let l = lease(&*store, 5, t0()).await.unwrap();
-        let renew = |now, hours| LeaseUpdate::Renew {
-            now,
-            duration: Duration::hours(hours),
-        };
+        let renew = |now| LeaseUpdate::Renew { now };
         let half = t0() + Duration::minutes(30);
-        assert!(store.update_lease(l.id, renew(half, 2)).await.unwrap());
-        // Was due at t0+1h, now at t0+2h30m.
-        assert!(lease(&*store, 5, t0() + Duration::hours(2)).await.is_none());
-        let status = store.status(t0() + Duration::hours(2)).await.unwrap();
+        assert!(store.update_lease(l.id, renew(half)).await.unwrap());
+        // Was due at t0+1h; a renewal lasts the lease's own hour: now due at t0+1h30m.
+        assert!(lease(&*store, 5, t0() + Duration::minutes(75))
+            .await
+            .is_none());
+        let status = store.status(t0() + Duration::minutes(75)).await.unwrap();
         assert_eq!((status.active_leases, status.leased_pairs), (1, 2));
-        let status = store.status(t0() + Duration::minutes(150)).await.unwrap();
+        let status = store.status(t0() + Duration::minutes(90)).await.unwrap();
         assert_eq!((status.active_leases, status.expired_leases), (0, 1));
 
         // Expired at the time given: not renewed, and it stays expired.
         let late = t0() + Duration::hours(3);
-        assert!(!store.update_lease(l.id, renew(late, 2)).await.unwrap());
+        assert!(!store.update_lease(l.id, renew(late)).await.unwrap());
         assert_eq!(store.status(late).await.unwrap().expired_leases, 1);
 
         assert!(!store
-            .update_lease(Uuid::new_v4(), renew(t0(), 1))
+            .update_lease(Uuid::new_v4(), renew(t0()))
             .await
             .unwrap());
         for update in [LeaseUpdate::Revoke, LeaseUpdate::Cancel] {
@@ -647,7 +664,7 @@ pub mod cases {
             .update_lease(other.id, LeaseUpdate::Cancel)
             .await
             .unwrap());
-        assert!(!store.update_lease(other.id, renew(late, 1)).await.unwrap());
+        assert!(!store.update_lease(other.id, renew(late)).await.unwrap());
         assert!(!store
             .update_lease(other.id, LeaseUpdate::Cancel)
             .await
@@ -734,7 +751,6 @@ pub mod cases {
         assert!(store.update_lease(l.id, LeaseUpdate::Revoke).await.unwrap());
         let renew = LeaseUpdate::Renew {
             now: t0() + Duration::minutes(30),
-            duration: Duration::hours(5),
         };
         assert!(!store.update_lease(l.id, renew).await.unwrap());
         assert!(!store.update_lease(l.id, LeaseUpdate::Revoke).await.unwrap());
@@ -779,10 +795,7 @@ pub mod cases {
             ),
             (3, 0, 0, 0)
         );
-        let renew = LeaseUpdate::Renew {
-            now: t0(),
-            duration: Duration::hours(1),
-        };
+        let renew = LeaseUpdate::Renew { now: t0() };
         for update in [LeaseUpdate::Revoke, renew, LeaseUpdate::Cancel] {
             assert!(!store.update_lease(l.id, update).await.unwrap());
         }
@@ -1115,18 +1128,17 @@ pub mod cases {
         expect.leased_pairs = 2;
         assert_eq!(store.status(t0()).await.unwrap(), expect);
 
-        // A late renewal keeps b; a expires.
+        // A late renewal keeps b (for its own hour from then); a expires.
         assert!(store
             .update_lease(
                 b.id,
                 LeaseUpdate::Renew {
-                    now: t0() + Duration::minutes(10),
-                    duration: Duration::hours(5)
+                    now: t0() + Duration::minutes(10)
                 }
             )
             .await
             .unwrap());
-        let later = t0() + Duration::hours(2);
+        let later = t0() + Duration::minutes(65);
         expect.active_leases = 1;
         expect.expired_leases = 1;
         expect.leased_pairs = 1;

@@ -191,3 +191,65 @@ async fn hold_connections(store: &PgDataStore) -> Vec<sqlx::pool::PoolConnection
     }
     conns
 }
+
+/// A store made by the first schema (before leases kept their length) is carried forward by
+/// `migrate`: its leases keep the length they had (creation to expiry), and until it is
+/// migrated the store names the migration it lacks.
+#[tokio::test]
+async fn a_store_made_by_the_first_schema_is_carried_forward() {
+    use chrono::Duration;
+    use datastore::testing::t0;
+    let db = PgTestDb::create().await;
+    let first = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/migrations/postgres/0001_schema.sql"
+        ),
+        first.path().join("0001_schema.sql"),
+    )
+    .unwrap();
+    let old = sqlx::PgPool::connect(db.url()).await.unwrap();
+    sqlx::migrate::Migrator::new(first.path())
+        .await
+        .unwrap()
+        .run(&old)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO episodes (id, title, date_aired, initial_date_curated, last_date_curated,
+         curator_information, description, media_uri, media_type, priority)
+         VALUES (1, 'e', $1, $1, $1, 'c', 'd', 'u', 'mp3', 0)",
+    )
+    .bind(t0())
+    .execute(&old)
+    .await
+    .unwrap();
+    let lease_id = uuid::Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO leases (id, episode_id, created_at, expires_at, held_pairs)
+         VALUES ($1, 1, $2, $3, 1)",
+    )
+    .bind(lease_id)
+    .bind(t0())
+    .bind(t0() + Duration::minutes(20))
+    .execute(&old)
+    .await
+    .unwrap();
+    old.close().await;
+
+    let store = db.store(4).await;
+    assert_eq!(
+        store.missing_migrations().await.unwrap(),
+        ["0002 lease duration"]
+    );
+    store.migrate().await.unwrap();
+    assert!(store.missing_migrations().await.unwrap().is_empty());
+    let renew = datastore::LeaseUpdate::Renew {
+        now: t0() + Duration::minutes(10),
+    };
+    assert!(store.update_lease(lease_id, renew).await.unwrap());
+    let at = |m| t0() + Duration::minutes(m);
+    assert_eq!(store.status(at(29)).await.unwrap().active_leases, 1);
+    assert_eq!(store.status(at(30)).await.unwrap().expired_leases, 1);
+}

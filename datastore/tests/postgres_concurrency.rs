@@ -400,7 +400,6 @@ async fn takeover_of_expired_leases_races_with_renew_revoke_and_recording() {
         let update = match i % 6 {
             1 | 4 => LeaseUpdate::Renew {
                 now: t0() + Duration::minutes(5),
-                duration: Duration::minutes(10),
             },
             2 => LeaseUpdate::Revoke,
             _ => LeaseUpdate::Cancel,
@@ -470,7 +469,6 @@ async fn renew_revoke_and_cancel_races_answer_consistently() {
                         } else {
                             LeaseUpdate::Renew {
                                 now: t0() + Duration::minutes(1),
-                                duration: Duration::minutes(30),
                             }
                         };
                         let answered = store.update_lease(id, update).await.unwrap();
@@ -493,13 +491,7 @@ async fn renew_revoke_and_cancel_races_answer_consistently() {
     assert_eq!(revoked.len(), ids.len());
     for id in &ids {
         let renewed = stores[0]
-            .update_lease(
-                *id,
-                LeaseUpdate::Renew {
-                    now: t0(),
-                    duration: Duration::minutes(1),
-                },
-            )
+            .update_lease(*id, LeaseUpdate::Renew { now: t0() })
             .await
             .unwrap();
         assert!(!renewed, "a revoked lease was renewed");

@@ -199,3 +199,68 @@ async fn processes_on_one_file_lease_concurrently() {
     }
     assert_eq!(leased, all, "pairs leased per child: {per_child:?}");
 }
+
+/// A store made by the first schema (before leases kept their length) is carried forward by
+/// `migrate`: its leases keep the length they had (creation to expiry), and until it is
+/// migrated the store names the migration it lacks.
+#[tokio::test]
+async fn a_store_made_by_the_first_schema_is_carried_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = url(&dir.path().join("old.sqlite"));
+    let first = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/migrations/sqlite/0001_schema.sql"
+        ),
+        first.path().join("0001_schema.sql"),
+    )
+    .unwrap();
+    let old = sqlx::SqlitePool::connect(&format!("{url}?mode=rwc"))
+        .await
+        .unwrap();
+    sqlx::migrate::Migrator::new(first.path())
+        .await
+        .unwrap()
+        .run(&old)
+        .await
+        .unwrap();
+    let us = |t: chrono::DateTime<chrono::Utc>| t.timestamp_micros();
+    sqlx::query(
+        "INSERT INTO episodes (id, title, date_aired, initial_date_curated, last_date_curated, \
+         curator_information, description, media_uri, media_type, priority) \
+         VALUES (1, 'e', ?1, ?1, ?1, 'c', 'd', 'u', 'mp3', 0)",
+    )
+    .bind(us(t0()))
+    .execute(&old)
+    .await
+    .unwrap();
+    let lease_id = uuid::Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO leases (id, episode_id, created_at, expires_at, held_pairs) \
+         VALUES (?1, 1, ?2, ?3, 1)",
+    )
+    .bind(lease_id)
+    .bind(us(t0()))
+    .bind(us(t0() + Duration::minutes(20)))
+    .execute(&old)
+    .await
+    .unwrap();
+    old.close().await;
+
+    let store = SqliteDataStore::connect(&url).await.unwrap();
+    assert_eq!(
+        store.missing_migrations().await.unwrap(),
+        ["0002 lease duration"]
+    );
+    store.migrate().await.unwrap();
+    assert!(store.missing_migrations().await.unwrap().is_empty());
+    // The old lease keeps its 20 minutes: renewed at 10, due at 30.
+    let renew = datastore::LeaseUpdate::Renew {
+        now: t0() + Duration::minutes(10),
+    };
+    assert!(store.update_lease(lease_id, renew).await.unwrap());
+    let at = |m| t0() + Duration::minutes(m);
+    assert_eq!(store.status(at(29)).await.unwrap().active_leases, 1);
+    assert_eq!(store.status(at(30)).await.unwrap().expired_leases, 1);
+}

@@ -15,7 +15,6 @@ use crate::common::*;
 
 fn config() -> CompletedResearchConfig {
     CompletedResearchConfig {
-        lease_duration: chrono::Duration::hours(3),
         batch_size: 10,
         receive_wait: Duration::ZERO,
         retry: fast_retry(5),

@@ -100,7 +100,6 @@ async fn round_trip(backend: Backend, bus: MemoryBusConfig) {
             env.receiver(COMPLETED).await,
             env.store.clone(),
             CompletedResearchConfig {
-                lease_duration: chrono::Duration::hours(1),
                 batch_size: 10,
                 receive_wait: Duration::ZERO,
                 retry: fast_retry(20),

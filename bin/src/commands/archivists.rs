@@ -207,7 +207,6 @@ pub(crate) async fn completed_research(
     .await?;
     let mut set = JoinSet::new();
     let completed = CompletedResearchConfig {
-        lease_duration: config.lease(),
         receive_wait: DRAIN_WAIT,
         ..CompletedResearchConfig::default()
     };
@@ -358,7 +357,6 @@ pub(crate) async fn run(
             ..PendingResearchConfig::default()
         },
         completed: CompletedResearchConfig {
-            lease_duration: config.lease(),
             receive_wait: DRAIN_WAIT,
             ..CompletedResearchConfig::default()
         },

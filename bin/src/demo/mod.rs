@@ -129,7 +129,6 @@ pub(crate) async fn run(
             retry: RetryPolicy::default(),
         },
         completed: CompletedResearchConfig {
-            lease_duration: to_chrono(lease),
             batch_size: 100,
             receive_wait: Duration::from_millis(50),
             retry: RetryPolicy::default(),

@@ -1,0 +1,6 @@
+-- A lease keeps the length it was created with: a renewal extends it by that length, whatever
+-- the renewing process's ARCHIVIST_LEASE_DURATION (a 20 s lease must not become 2 h).
+ALTER TABLE leases ADD COLUMN duration_us INTEGER NOT NULL DEFAULT 0;
+-- Leases made before this: the time from creation to expiry is their length (exact unless
+-- they were renewed, then longer).
+UPDATE leases SET duration_us = expires_at - created_at;
