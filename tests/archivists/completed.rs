@@ -28,9 +28,11 @@ async fn seed(store: &dyn DataStore, episodes: u32, clips: u32) {
     store.upsert_clips(&cs).await.unwrap();
 }
 
-/// Leases every clip of the most urgent episode for an hour.
+/// Leases every clip of the most urgent episode for an hour, 50 minutes ago: unrenewed, it
+/// is due in 10 minutes; each renewal makes it due an hour after it.
 async fn work(env: &Env) -> PendingResearchItem {
-    let lease = lease(&*env.store, 50, chrono::Duration::hours(1), Utc::now())
+    let leased = Utc::now() - chrono::Duration::minutes(50);
+    let lease = lease(&*env.store, 50, chrono::Duration::hours(1), leased)
         .await
         .unwrap();
     item_for(&lease)
@@ -69,9 +71,9 @@ async fn results_are_recorded_and_renew_then_revoke_the_lease() {
     let status = env.status().await;
     assert_eq!((status.researched_pairs, status.active_leases), (2, 1));
 
-    // Renewed for three hours: the two open pairs are still held after the hour the lease
-    // was first taken for, and free once the renewal runs out.
-    let later = Utc::now() + chrono::Duration::hours(2);
+    // Renewed for the lease's hour: the two open pairs are still held past the time the
+    // lease was first due.
+    let later = Utc::now() + chrono::Duration::minutes(30);
     assert!(lease(&*env.store, 50, chrono::Duration::hours(1), later)
         .await
         .is_none());
@@ -175,11 +177,12 @@ async fn renewal_keeps_pairs_held_past_the_original_expiry() {
     send(&env, &answers(&item)[..1]).await;
     let report = run(&env, env.store.clone()).await;
     assert_eq!(report.leases_renewed, 1);
-    let at = |h| Utc::now() + chrono::Duration::hours(h);
-    assert!(lease(&*env.store, 50, chrono::Duration::hours(1), at(2))
+    // Past the original expiry the pairs are still held; past the renewed one, free.
+    let at = |m| Utc::now() + chrono::Duration::minutes(m);
+    assert!(lease(&*env.store, 50, chrono::Duration::hours(1), at(30))
         .await
         .is_none());
-    let freed = lease(&*env.store, 50, chrono::Duration::hours(1), at(4))
+    let freed = lease(&*env.store, 50, chrono::Duration::hours(1), at(120))
         .await
         .unwrap();
     assert_eq!(freed.clips.len(), 3);
@@ -334,7 +337,8 @@ async fn a_failed_lease_update_releases_the_batch_and_the_redelivery_finishes_it
         (report.stored, report.duplicates, report.leases_renewed),
         (2, 0, 1)
     );
-    let later = Utc::now() + chrono::Duration::hours(2);
+    // The third pair is still held by the renewed lease.
+    let later = Utc::now() + chrono::Duration::minutes(30);
     assert!(lease(&*env.store, 50, chrono::Duration::hours(1), later)
         .await
         .is_none());
