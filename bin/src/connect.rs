@@ -334,6 +334,7 @@ async fn wait_for_bus(
 /// The SQS bus, configured as the AWS SDK reads its environment (AWS_REGION, credentials,
 /// AWS_ENDPOINT_URL), with ARCHIVIST_MAX_RECEIVES as the redrive count of queues it creates.
 async fn sqs_bus(config: &Config) -> anyhow::Result<Arc<dyn Bus>> {
+    check_endpoint_urls()?;
     let settings = SqsConfig {
         max_receives: config.max_receives,
         ..SqsConfig::default()
@@ -345,6 +346,37 @@ async fn sqs_bus(config: &Config) -> anyhow::Result<Arc<dyn Bus>> {
         }
         Err(e) => Err(anyhow::Error::new(e).context("cannot reach SQS")),
     }
+}
+
+/// The SDK's endpoint variables, checked before any request: an endpoint without a scheme,
+/// or with one other than http(s), is bad configuration (exit 2 at once), not an outage to
+/// retry for ARCHIVIST_CONNECT_TIMEOUT.
+fn check_endpoint_urls() -> anyhow::Result<()> {
+    for var in ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS"] {
+        let Ok(value) = std::env::var(var) else {
+            continue;
+        };
+        if value.trim().is_empty() {
+            continue;
+        }
+        let shown = redact_url(&value);
+        match url::Url::parse(value.trim()) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            Ok(u) => {
+                return Err(usage(format!(
+                    "{var} {shown:?}: expected an http:// or https:// URL, not {}://",
+                    u.scheme()
+                )))
+            }
+            Err(e) => {
+                return Err(usage(format!(
+                    "{var} {shown:?} is not a URL ({e}): expected http://HOST:PORT or \
+                     https://HOST"
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A sender for `queue`; a missing queue is a configuration problem (exit 2).

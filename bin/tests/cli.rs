@@ -447,3 +447,32 @@ fn status_on_an_old_schema_names_the_missing_migration() {
     );
     archivist(dir.path(), &["status"], &env).expect_code(0);
 }
+
+/// An SQS endpoint that is not an http(s) URL is bad configuration: exit 2 at once, naming the
+/// variable, with no retries and no debug dump.
+#[test]
+fn a_malformed_sqs_endpoint_is_a_configuration_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for endpoint in ["127.0.0.1:4599", "ftp://127.0.0.1:4599"] {
+        let run = archivist(
+            dir.path(),
+            &["queues"],
+            &[
+                ("ARCHIVIST_BUS", "sqs"),
+                ("AWS_ENDPOINT_URL", endpoint),
+                ("AWS_REGION", "us-east-1"),
+                ("ARCHIVIST_CONNECT_TIMEOUT", "30s"),
+            ],
+        )
+        .expect_code(2);
+        assert!(run.stderr.contains("AWS_ENDPOINT_URL"), "{}", run.stderr);
+        assert!(
+            !run.stderr.contains("Error {"),
+            "a Debug dump: {}",
+            run.stderr
+        );
+        assert!(run.stderr.len() < 400, "{}", run.stderr);
+        // Refused before any attempt to reach it, so never retried.
+        assert!(!run.stderr.contains("attempt"), "{}", run.stderr);
+    }
+}
