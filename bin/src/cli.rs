@@ -183,8 +183,8 @@ with a summary, and checks that every research pair was researched exactly once 
 then).\n\n\
 The datastore is DATABASE_URL when it is set (it must be empty: a new SQLite file or a new \
 Postgres database), otherwise a temporary SQLite file that is removed afterwards. The lease \
-is ARCHIVIST_LEASE_DURATION when set, otherwise 5s, so that the crashed researcher's work comes \
-back quickly.";
+is 5s, so that the crashed researcher's work comes back quickly, unless --lease-duration is \
+given on the command line (ARCHIVIST_LEASE_DURATION, meant for production runs, is ignored).";
 
 /// Options of the ingestion archivists.
 #[derive(Debug, Args)]
@@ -197,8 +197,9 @@ pub(crate) struct IngestArgs {
 /// Options of the short-run archivists.
 #[derive(Debug, Args)]
 pub(crate) struct RepeatArgs {
-    /// Repeat the run at this interval (as 30s, 5m) until SIGINT/SIGTERM, instead of running once
-    #[arg(long, env = "ARCHIVIST_EVERY", value_parser = parse_interval)]
+    /// Repeat the run at this interval (as 30s, 5m) until SIGINT/SIGTERM, instead of running
+    /// once. A flag only: an ARCHIVIST_EVERY meant for `run` must not turn cron runs into loops
+    #[arg(long, value_parser = parse_interval)]
     pub(crate) every: Option<Duration>,
 }
 

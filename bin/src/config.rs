@@ -101,6 +101,8 @@ pub(crate) struct Config {
     pub(crate) researchers: Option<u64>,
     /// ARCHIVIST_LEASE_DURATION when it was given.
     pub(crate) lease_duration: Option<Duration>,
+    /// Whether the lease length was given as `--lease-duration` (not from the environment).
+    pub(crate) lease_on_command_line: bool,
     pub(crate) max_clips: u32,
     pub(crate) max_receives: u32,
     pub(crate) queues: Queues,
@@ -269,6 +271,7 @@ impl Config {
             bus_url,
             researchers,
             lease_duration,
+            lease_on_command_line: false,
             max_clips,
             max_receives,
             queues,

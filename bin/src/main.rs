@@ -22,7 +22,7 @@ mod tasks;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -43,10 +43,20 @@ archivist::pending_research=warn,archivist::completed_research=warn";
 
 fn main() -> ExitCode {
     // clap prints its own usage errors and exits with 2, help and version with 0.
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     init_logging(matches!(cli.command, cli::Command::Demo(_)));
     let config = match Config::from_args(&cli.global) {
-        Ok(c) => c,
+        Ok(mut c) => {
+            // The demo takes a lease length from its own command line only: one exported
+            // for production runs would stall it.
+            c.lease_on_command_line = matches.value_source("lease_duration")
+                == Some(clap::parser::ValueSource::CommandLine);
+            c
+        }
         Err(e) => return fail(&anyhow::Error::new(e)),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -476,3 +476,31 @@ fn a_malformed_sqs_endpoint_is_a_configuration_error() {
         assert!(!run.stderr.contains("attempt"), "{}", run.stderr);
     }
 }
+
+/// Variables meant for one command do not leak into others: ARCHIVIST_EVERY (for `run`)
+/// leaves the cron runs one-shot, and ARCHIVIST_LEASE_DURATION (for production) leaves the
+/// demo its short lease.
+#[test]
+fn production_variables_do_not_leak_into_other_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("ARCHIVIST_EVERY", "1s"),
+        ("ARCHIVIST_START_JITTER", "0s"),
+        ("ARCHIVIST_RESEARCHERS", "1"),
+    ];
+    archivist(dir.path(), &["migrate"], &env).expect_code(0);
+    // Each ends after one run (they would repeat every second until killed otherwise).
+    archivist(dir.path(), &["pending-research"], &env).expect_code(0);
+    archivist(dir.path(), &["completed-research"], &env).expect_code(0);
+
+    let demo = tempfile::tempdir().unwrap();
+    let run = archivist(
+        demo.path(),
+        &["demo", "--json"],
+        &[("ARCHIVIST_LEASE_DURATION", "1h")],
+    )
+    .expect_code(0);
+    let s: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(s["all_researched_once"], true, "{s}");
+    assert_eq!(s["leases_expired"], 1, "{s}");
+}

@@ -91,7 +91,12 @@ pub(crate) async fn run(
             before.episodes, before.clips
         )));
     }
-    let lease = config.lease_duration.unwrap_or(DEMO_LEASE);
+    // ARCHIVIST_LEASE_DURATION is for production runs: the demo keeps its short lease unless
+    // `--lease-duration` is on its command line.
+    let lease = match config.lease_duration {
+        Some(d) if config.lease_on_command_line => d,
+        _ => DEMO_LEASE,
+    };
     tracing::info!(datastore = %shown, lease = %humantime::format_duration(lease), researchers = args.researcher_tasks, "demo starting");
 
     // The in-memory bus unless a database bus was asked for (ARCHIVIST_BUS=sqlite|postgres):
