@@ -504,3 +504,39 @@ fn production_variables_do_not_leak_into_other_commands() {
     assert_eq!(s["all_researched_once"], true, "{s}");
     assert_eq!(s["leases_expired"], 1, "{s}");
 }
+
+/// `send` checks every line before sending any: each bad line is named, nothing is sent (so
+/// that sending the fixed file again duplicates nothing), and a pretty-printed file is told
+/// to be compacted rather than sent raw.
+#[test]
+fn send_checks_every_line_first_and_sends_nothing_if_any_is_bad() {
+    let dir = tempfile::tempdir().unwrap();
+    archivist(dir.path(), &["migrate"], &[]).expect_code(0);
+    let input = "{\"n\":1}\nnot json\n{\"n\":3}\n{broken\n";
+    let run = common::archivist_with_input(dir.path(), &["send", "curated_clips"], &[], input)
+        .expect_code(2);
+    assert!(
+        run.stderr.contains("line 2") && run.stderr.contains("line 4"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("nothing was sent"), "{}", run.stderr);
+    let got = archivist(
+        dir.path(),
+        &["receive", "curated_clips", "--max", "10", "--wait", "0s"],
+        &[],
+    )
+    .expect_code(0);
+    assert_eq!(got.stdout, "");
+
+    let pretty = "{\n  \"n\": 1\n}\n";
+    let run = common::archivist_with_input(dir.path(), &["send", "curated_clips"], &[], pretty)
+        .expect_code(2);
+    assert!(
+        run.stderr.contains("one JSON message per line"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("jq -c"), "{}", run.stderr);
+    assert!(!run.stderr.contains("--raw"), "{}", run.stderr);
+}

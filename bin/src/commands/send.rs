@@ -1,7 +1,7 @@
 //! `archivist send QUEUE`: each line of standard input (JSON) as one message.
 
 use anyhow::Context;
-use messagebus::BusError;
+use messagebus::{BusError, MAX_BODY_BYTES};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
@@ -9,116 +9,130 @@ use crate::cli::SendArgs;
 use crate::config::{check_queue_arg, usage, Config};
 use crate::connect;
 
-/// Lines sent in one batch: SQS's batch size.
-const BATCH: usize = 10;
+/// Lines sent in one call (the SQS adapter packs them ten to a request).
+const BATCH: usize = 500;
 
-/// Sends standard input, line by line; blank lines are skipped. Unless `--raw`, a line that is
-/// not JSON stops the command (exit 2) before it is sent; the lines before it are sent.
+/// Bad lines named in one error, at most.
+const MAX_NAMED: usize = 10;
+
+/// Sends standard input, line by line; blank lines are skipped. Every line is checked first
+/// (UTF-8, within the bus's size limit, and unless `--raw` JSON): if any is bad, nothing is
+/// sent and the error (exit 2) names each bad line, so that re-sending the fixed input sends
+/// nothing twice.
 pub(crate) async fn run(
     config: &Config,
     token: &CancellationToken,
     args: &SendArgs,
 ) -> anyhow::Result<()> {
     let queue = check_queue_arg(&args.queue)?;
+    let bodies = read_checked(args.raw).await?;
     let bus = connect::shared_bus(config, "send", token).await?;
     let sender = connect::sender(bus.as_ref(), &queue).await?;
+    let mut sent = 0u64;
+    for chunk in bodies.chunks(BATCH) {
+        if token.is_cancelled() {
+            break;
+        }
+        let batch: Vec<Vec<u8>> = chunk.iter().map(|(_, b)| b.clone()).collect();
+        match sender.send_batch(batch).await {
+            Ok(()) => sent += chunk.len() as u64,
+            Err(e @ (BusError::BodyTooLarge { .. } | BusError::InvalidBody(_))) => {
+                // A body this bus refuses for its own reasons (checked lines pass the
+                // common rules): the lines before this batch were sent.
+                report(sent, &queue);
+                let first = chunk.first().map_or(0, |(n, _)| *n);
+                return Err(usage(format!(
+                    "{queue} refused a message of standard input lines {first}-{} ({e}); the \
+                     {sent} lines before them were sent",
+                    chunk.last().map_or(first, |(n, _)| *n)
+                )));
+            }
+            Err(e) => {
+                report(sent, &queue);
+                return Err(anyhow::Error::new(e).context(format!(
+                    "sending to {queue} failed after {sent} messages were sent"
+                )));
+            }
+        }
+    }
+    report(sent, &queue);
+    Ok(())
+}
+
+/// Reads standard input and checks every line; the bodies to send with their line numbers,
+/// or a usage error naming each bad line (at most [`MAX_NAMED`]).
+async fn read_checked(raw: bool) -> anyhow::Result<Vec<(u64, Vec<u8>)>> {
     // Split on bytes, not `lines()`: a line that is not UTF-8 is bad input (exit 2, naming the
     // line), not a failure to read standard input.
     let mut lines = BufReader::new(tokio::io::stdin()).split(b'\n');
-    let mut batch: Vec<(u64, Vec<u8>)> = Vec::with_capacity(BATCH);
-    let mut sent = 0u64;
+    let mut bodies = Vec::new();
+    let mut bad: Vec<String> = Vec::new();
+    let mut bad_count = 0usize;
+    let mut first_line: Option<String> = None;
     let mut line_no = 0u64;
-    loop {
-        let line = tokio::select! {
-            _ = token.cancelled() => break,
-            line = lines.next_segment() => line.context("cannot read standard input")?,
-        };
-        let Some(line) = line else { break };
+    while let Some(line) = lines
+        .next_segment()
+        .await
+        .context("cannot read standard input")?
+    {
         line_no += 1;
+        let mut problem = |what: String| {
+            bad_count += 1;
+            if bad.len() < MAX_NAMED {
+                bad.push(format!("line {line_no}: {what}"));
+            }
+        };
         let Ok(line) = String::from_utf8(line) else {
-            flush(&*sender, &mut batch, &mut sent, &queue).await?;
-            report(sent, &queue);
-            return Err(usage(format!(
-                "standard input line {line_no} is not UTF-8 (a message body must be UTF-8 \
-                 text); nothing from it on was sent"
-            )));
+            problem("not UTF-8 (a message body must be UTF-8 text)".into());
+            continue;
         };
         let trimmed = line.trim();
         if trimmed.is_empty() {
             continue;
         }
-        if !args.raw {
-            if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(trimmed) {
-                flush(&*sender, &mut batch, &mut sent, &queue).await?;
-                report(sent, &queue);
-                return Err(usage(format!(
-                    "standard input line {line_no} is not JSON ({e}); nothing from it on was \
-                     sent (use --raw to send lines unchecked)"
-                )));
-            }
-        }
+        first_line.get_or_insert_with(|| trimmed.to_string());
         // `--raw` sends the line as it is (only its line ending taken off); JSON lines go
         // without the blanks around them.
-        let body = if args.raw {
+        let body = if raw {
             line.strip_suffix('\r').unwrap_or(&line)
         } else {
             trimmed
         };
-        batch.push((line_no, body.as_bytes().to_vec()));
-        if batch.len() == BATCH {
-            flush(&*sender, &mut batch, &mut sent, &queue).await?;
+        if body.len() > MAX_BODY_BYTES {
+            problem(format!(
+                "{} bytes, over the bus's limit of {MAX_BODY_BYTES}",
+                body.len()
+            ));
+            continue;
         }
-    }
-    flush(&*sender, &mut batch, &mut sent, &queue).await?;
-    report(sent, &queue);
-    Ok(())
-}
-
-/// Sends the batch (each body with its line number). A body the bus cannot carry (too large)
-/// is bad input: the batch is then sent line by line, so that the lines before it go and the
-/// error (exit 2) names its line.
-async fn flush(
-    sender: &dyn messagebus::Sender,
-    batch: &mut Vec<(u64, Vec<u8>)>,
-    sent: &mut u64,
-    queue: &str,
-) -> anyhow::Result<()> {
-    if batch.is_empty() {
-        return Ok(());
-    }
-    let lines = std::mem::take(batch);
-    let bodies: Vec<Vec<u8>> = lines.iter().map(|(_, b)| b.clone()).collect();
-    match sender.send_batch(bodies).await {
-        Ok(()) => {
-            *sent += lines.len() as u64;
-            return Ok(());
-        }
-        // The bus refuses such a batch before sending any of it.
-        Err(BusError::BodyTooLarge { .. } | BusError::InvalidBody(_)) => {}
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!(
-                "sending to {queue} failed after {sent} messages were sent"
-            )))
-        }
-    }
-    for (line_no, body) in lines {
-        match sender.send(body).await {
-            Ok(()) => *sent += 1,
-            Err(e @ (BusError::BodyTooLarge { .. } | BusError::InvalidBody(_))) => {
-                report(*sent, queue);
-                return Err(usage(format!(
-                    "standard input line {line_no} cannot be sent ({e}); nothing from it on \
-                     was sent"
-                )));
-            }
-            Err(e) => {
-                return Err(anyhow::Error::new(e).context(format!(
-                    "sending to {queue} failed after {sent} messages were sent"
-                )))
+        if !raw {
+            if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(trimmed) {
+                problem(format!("not JSON ({e})"));
+                continue;
             }
         }
+        bodies.push((line_no, body.as_bytes().to_vec()));
     }
-    Ok(())
+    if bad.is_empty() {
+        return Ok(bodies);
+    }
+    let more = bad_count.saturating_sub(bad.len());
+    let mut message = format!(
+        "nothing was sent: {bad_count} bad line{} of standard input: {}",
+        if bad_count == 1 { "" } else { "s" },
+        bad.join("; ")
+    );
+    if more > 0 {
+        message.push_str(&format!("; and {more} more"));
+    }
+    // A pretty-printed file starts with a lone brace or bracket.
+    if !raw && matches!(first_line.as_deref(), Some("{" | "[")) {
+        message.push_str(
+            ". send takes one JSON message per line: compact the file first (e.g. `jq -c . \
+             FILE | archivist send QUEUE`)",
+        );
+    }
+    Err(usage(message))
 }
 
 /// The count, on standard error: standard output stays empty for scripts.
