@@ -152,7 +152,9 @@ async fn drain(
                     run.report.duplicates += 1;
                     settled.push(delivery);
                 }
-                RecordOutcome::UnknownPair => unknown.push((delivery, unknown_pair(&item))),
+                RecordOutcome::UnknownEpisode | RecordOutcome::UnknownClip => {
+                    unknown.push((delivery, unknown_pair(&item, outcome)))
+                }
             }
         }
         run.dead_letter_all(unknown).await;
@@ -197,11 +199,17 @@ async fn update_leases(
     Ok(())
 }
 
-fn unknown_pair(item: &CompletedResearchItem) -> String {
-    format!(
-        "unknown research pair: episode {:?} aired {} or clip {:?} is not in the datastore",
-        item.episode.title,
-        item.episode.date_aired.to_rfc3339(),
-        item.clip.title
-    )
+fn unknown_pair(item: &CompletedResearchItem, outcome: RecordOutcome) -> String {
+    if outcome == RecordOutcome::UnknownClip {
+        format!(
+            "unknown clip: no clip titled {:?} in the datastore (the episode is known)",
+            item.clip.title
+        )
+    } else {
+        format!(
+            "unknown episode: no episode titled {:?} aired {} in the datastore",
+            item.episode.title,
+            item.episode.date_aired.to_rfc3339()
+        )
+    }
 }

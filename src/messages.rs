@@ -128,12 +128,47 @@ pub fn decode<M: Message>(body: &[u8]) -> Result<M, InvalidMessage> {
         return Err(InvalidMessage::TooLarge(body.len()));
     }
     let text = std::str::from_utf8(body).map_err(|e| InvalidMessage::NotUtf8(e.to_string()))?;
-    let message: M = serde_json::from_str(text).map_err(|e| InvalidMessage::Shape {
+    // The path of the field at fault goes with serde's words: "date_aired: input is out of
+    // range" tells a curator what to fix, "at line 1 column 155" alone does not.
+    let mut json = serde_json::Deserializer::from_str(text);
+    let message: M =
+        serde_path_to_error::deserialize(&mut json).map_err(|e| InvalidMessage::Shape {
+            kind: M::KIND,
+            detail: describe_shape_error(&e),
+        })?;
+    json.end().map_err(|e| InvalidMessage::Shape {
         kind: M::KIND,
         detail: e.to_string(),
     })?;
     message.validate()?;
     Ok(message)
+}
+
+/// serde's words for what is wrong, after the path of the field at fault, with what a time
+/// field expects when the value is not one.
+fn describe_shape_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    let path = e.path().to_string();
+    let inner = e.inner();
+    let at = format!("at line {} column {}", inner.line(), inner.column());
+    let words = inner.to_string();
+    // serde_json appends the position; it is said once, at the end.
+    let words = words
+        .strip_suffix(&format!(" {at}"))
+        .unwrap_or(&words)
+        .to_string();
+    let is_time = ["date_aired", "date_curated", "research_date", "expires_at"]
+        .iter()
+        .any(|f| path.ends_with(f));
+    let hint = if is_time && !words.starts_with("missing field") {
+        " (expected an RFC 3339 time with its zone, such as \"2026-01-02T03:04:05Z\")"
+    } else {
+        ""
+    };
+    if path.is_empty() || path == "." {
+        format!("{words}{hint} {at}")
+    } else {
+        format!("{path}: {words}{hint} {at}")
+    }
 }
 
 /// Encodes a message as its JSON body.

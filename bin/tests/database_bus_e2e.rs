@@ -16,7 +16,7 @@ use common::pipeline::{
     assert_depth, clip_json, episode_json, pipeline, results_for, Scenario, CLIPS, EPISODES,
 };
 use common::{PgDatabase, Run};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 #[test]
 fn pipeline_across_processes_on_the_sqlite_bus() {
@@ -411,5 +411,106 @@ fn a_renewal_by_another_process_keeps_the_lease_length() {
         expires >= before + chrono::Duration::seconds(30)
             && expires <= after + chrono::Duration::seconds(30),
         "renewed to {expires}, between {before} and {after} plus 30 s expected"
+    );
+}
+
+/// Every dead-letter reason names the field at fault and what was expected; a result for an
+/// unknown pair says whether the episode or the clip is unknown.
+#[test]
+fn dead_letter_reasons_name_the_field() {
+    let s = Scenario::database(None);
+    s.curate();
+    let good = episode_json("Reasons", "2026-02-01T00:00:00Z", 1, 99);
+    let with = |field: &str, value: Value| {
+        let mut e = good.clone();
+        e[field] = value;
+        e.to_string()
+    };
+    let cases = [
+        (with("date_aired", json!("2025-13-45")), "date_aired"),
+        (with("date_aired", json!("yesterday")), "date_aired"),
+        (
+            with("date_aired", json!("2025-12-31T00:00:00")),
+            "date_aired",
+        ),
+        (with("title", json!(["an", "array"])), "title"),
+        (with("priority", json!("high")), "priority"),
+    ];
+    let input: Vec<String> = cases.iter().map(|(b, _)| b.clone()).collect();
+    s.run_with_input(&["send", "curated_episodes"], &(input.join("\n") + "\n"))
+        .expect_code(0);
+    s.run(&["episodes", "--once"], &[]).expect_code(0);
+    let dead = s
+        .run(
+            &[
+                "receive",
+                "curated_episodes",
+                "--dead-letters",
+                "--max",
+                "10",
+                "--wait",
+                "0s",
+            ],
+            &[],
+        )
+        .expect_code(0)
+        .json_lines();
+    assert_eq!(dead.len(), cases.len(), "{dead:?}");
+    for (body, field) in &cases {
+        let d = dead.iter().find(|d| d["body"] == body.as_str()).unwrap();
+        let reason = d["reason"].as_str().unwrap();
+        assert!(reason.contains(field), "{field}: {reason}");
+        if *field == "date_aired" {
+            assert!(reason.contains("RFC 3339"), "{reason}");
+        }
+    }
+
+    // Results for an unknown episode and for an unknown clip.
+    s.run(
+        &["pending-research"],
+        &[
+            ("ARCHIVIST_RESEARCHERS", "1"),
+            ("ARCHIVIST_START_JITTER", "0s"),
+        ],
+    )
+    .expect_code(0);
+    let work = s.receive_work("1", "1s");
+    let mut unknown_episode = results_for(&work[0]).remove(0);
+    unknown_episode["episode"]["title"] = json!("No Such Episode");
+    let mut unknown_clip = results_for(&work[0]).remove(0);
+    unknown_clip["clip"]["title"] = json!("No Such Clip");
+    s.run_with_input(
+        &["send", "completed_research"],
+        &format!("{unknown_episode}\n{unknown_clip}\n"),
+    )
+    .expect_code(0);
+    s.run(&["completed-research"], &[]).expect_code(0);
+    let dead = s
+        .run(
+            &[
+                "receive",
+                "completed_research",
+                "--dead-letters",
+                "--max",
+                "10",
+                "--wait",
+                "0s",
+            ],
+            &[],
+        )
+        .expect_code(0)
+        .json_lines();
+    let reasons: Vec<&str> = dead.iter().map(|d| d["reason"].as_str().unwrap()).collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("unknown episode") && r.contains("No Such Episode")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("unknown clip") && r.contains("No Such Clip")),
+        "{reasons:?}"
     );
 }

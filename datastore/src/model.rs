@@ -145,8 +145,21 @@ pub enum RecordOutcome {
     Recorded,
     /// The pair already had a result; nothing changed.
     Duplicate,
-    /// The episode or the clip is not in the datastore; nothing was recorded.
-    UnknownPair,
+    /// The episode is not in the datastore (the clip may not be either); nothing was
+    /// recorded.
+    UnknownEpisode,
+    /// The episode is known but the clip is not; nothing was recorded.
+    UnknownClip,
+}
+
+impl RecordOutcome {
+    /// Whether the result's pair is not in the datastore: its message is poison.
+    pub fn is_unknown(self) -> bool {
+        matches!(
+            self,
+            RecordOutcome::UnknownEpisode | RecordOutcome::UnknownClip
+        )
+    }
 }
 
 /// Counts behind `archivist status`.

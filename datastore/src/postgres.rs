@@ -1057,23 +1057,27 @@ async fn record_results_once(
         }
     }
 
-    // Per first result: its pair's ids, if both are known.
-    let pair_of: Vec<Option<(i64, i64)>> = batch
+    // Per first result: its pair's ids if both are known, else which is unknown.
+    let pair_of: Vec<Result<(i64, i64), RecordOutcome>> = batch
         .firsts
         .iter()
         .map(|&i| {
             let r = &results[i];
             // Postgres keeps microseconds: compare as it stored the key.
             let aired = trunc_micros(r.episode.date_aired);
-            let e = episode_ids.get(&(r.episode.title.clone(), aired))?;
-            let c = clip_ids.get(&r.clip_title)?;
-            Some((*e, *c))
+            let e = episode_ids
+                .get(&(r.episode.title.clone(), aired))
+                .ok_or(RecordOutcome::UnknownEpisode)?;
+            let c = clip_ids
+                .get(&r.clip_title)
+                .ok_or(RecordOutcome::UnknownClip)?;
+            Ok((*e, *c))
         })
         .collect();
     let mut rows: Vec<(i64, i64, usize)> = pair_of
         .iter()
         .zip(&batch.firsts)
-        .filter_map(|(p, &i)| p.map(|(e, c)| (e, c, i)))
+        .filter_map(|(p, &i)| p.ok().map(|(e, c)| (e, c, i)))
         .collect();
     // Key order, so that the rows are inserted and their leased pairs locked in one order.
     rows.sort_unstable();
@@ -1151,7 +1155,7 @@ async fn record_results_once(
             .first_of
             .iter()
             .zip(acks)
-            .filter(|(&slot, _)| pair_of[slot].is_some())
+            .filter(|(&slot, _)| pair_of[slot].is_ok())
             .map(|(_, a)| a.clone())
             .collect();
         bus::ack_in(&mut tx, &settle)
@@ -1163,9 +1167,9 @@ async fn record_results_once(
     let first_outcomes: Vec<RecordOutcome> = pair_of
         .iter()
         .map(|p| match p {
-            None => RecordOutcome::UnknownPair,
-            Some(pair) if inserted.contains(pair) => RecordOutcome::Recorded,
-            Some(_) => RecordOutcome::Duplicate,
+            Err(unknown) => *unknown,
+            Ok(pair) if inserted.contains(pair) => RecordOutcome::Recorded,
+            Ok(_) => RecordOutcome::Duplicate,
         })
         .collect();
     Ok(batch
@@ -1174,7 +1178,7 @@ async fn record_results_once(
         .enumerate()
         .map(|(i, &slot)| {
             let first = first_outcomes[slot];
-            if batch.firsts[slot] == i || first == RecordOutcome::UnknownPair {
+            if batch.firsts[slot] == i || first.is_unknown() {
                 first
             } else {
                 // A later copy of a pair in the same batch: the first one took it.

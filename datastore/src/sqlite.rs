@@ -698,7 +698,7 @@ impl SqliteDataStore {
         if let Some(first) = acks.first() {
             crate::store::check_bus(self, &first.bus_id).await?;
         }
-        let mut outcomes = vec![RecordOutcome::UnknownPair; results.len()];
+        let mut outcomes = vec![RecordOutcome::UnknownEpisode; results.len()];
         if results.is_empty() {
             return Ok(outcomes);
         }
@@ -754,6 +754,11 @@ impl SqliteDataStore {
                 .get(r.clip_title.as_str())
                 .and_then(|&i| clip_ids[i]);
             let (Some(episode_id), Some(clip_id)) = (e, c) else {
+                outcomes[index] = if e.is_none() {
+                    RecordOutcome::UnknownEpisode
+                } else {
+                    RecordOutcome::UnknownClip
+                };
                 continue;
             };
             if !seen.insert((episode_id, clip_id)) {
@@ -866,7 +871,7 @@ async fn ack_recorded(
     let settle: Vec<SqlReceipt> = acks
         .iter()
         .zip(outcomes)
-        .filter(|(_, o)| **o != RecordOutcome::UnknownPair)
+        .filter(|(_, o)| !o.is_unknown())
         .map(|(a, _)| a.clone())
         .collect();
     messagebus::sql::sqlite::ack_in(tx, &settle).await?;

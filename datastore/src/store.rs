@@ -82,7 +82,7 @@ pub trait DataStore: Send + Sync {
         Ok(outcomes
             .into_iter()
             .next()
-            .unwrap_or(RecordOutcome::UnknownPair))
+            .unwrap_or(RecordOutcome::UnknownEpisode))
     }
 
     /// The writes that also do their bus work in the same transaction, where this datastore

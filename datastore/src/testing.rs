@@ -966,8 +966,8 @@ pub mod cases {
         assert_eq!(m2.clip_offsets_ns, vec![42]);
     }
 
-    /// Results for an unknown episode or clip are `UnknownPair` and record nothing; the
-    /// rest of the batch is recorded.
+    /// Results for an unknown episode or clip record nothing and say which is unknown (the
+    /// episode first); the rest of the batch is recorded.
     pub async fn record_results_unknown_pairs(store: Arc<dyn DataStore>) {
         let (es, cs) = seed(&*store, 1, 1).await;
         let lease_id = Uuid::new_v4();
@@ -987,11 +987,11 @@ pub mod cases {
         assert_eq!(
             outcomes,
             vec![
-                RecordOutcome::UnknownPair,
-                RecordOutcome::UnknownPair,
-                RecordOutcome::UnknownPair,
+                RecordOutcome::UnknownEpisode,
+                RecordOutcome::UnknownClip,
+                RecordOutcome::UnknownEpisode,
                 RecordOutcome::Recorded,
-                RecordOutcome::UnknownPair
+                RecordOutcome::UnknownEpisode
             ]
         );
         let status = store.status(t0()).await.unwrap();

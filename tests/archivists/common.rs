@@ -449,7 +449,7 @@ impl DataStore for CuratedOnlyStore {
         &self,
         results: &[ResearchResult],
     ) -> datastore::Result<Vec<RecordOutcome>> {
-        Ok(vec![RecordOutcome::UnknownPair; results.len()])
+        Ok(vec![RecordOutcome::UnknownEpisode; results.len()])
     }
     async fn status(&self, _: DateTime<Utc>) -> datastore::Result<Status> {
         let episodes = self.episodes.lock().unwrap().len() as u64;
