@@ -273,7 +273,7 @@ async fn poison_and_unknown_pairs_are_dead_lettered() {
     assert_eq!(reasons.len(), 3);
     for e in [
         "not a valid CompletedResearchItem",
-        "unknown research pair",
+        "unknown clip: no clip titled \"Clip 99\"",
         "clip_offsets_ns",
     ] {
         assert!(
