@@ -514,3 +514,32 @@ fn dead_letter_reasons_name_the_field() {
         "{reasons:?}"
     );
 }
+
+/// A lease whose researcher sent its last result but skipped a clip is not active: `status`
+/// counts it as awaiting late results, and says what each count means.
+#[test]
+fn a_revoked_lease_awaits_late_results_and_is_not_active() {
+    let s = Scenario::database(None);
+    s.curate();
+    s.run(
+        &["pending-research"],
+        &[
+            ("ARCHIVIST_RESEARCHERS", "1"),
+            ("ARCHIVIST_START_JITTER", "0s"),
+        ],
+    )
+    .expect_code(0);
+    let work = s.receive_work("1", "1s");
+    // Only the last result (which revokes the lease); the first clip is skipped.
+    let last = results_for(&work[0]).pop().unwrap().to_string();
+    s.run_with_input(&["send", "completed_research"], &(last + "\n"))
+        .expect_code(0);
+    s.run(&["completed-research"], &[]).expect_code(0);
+    let status = s.status();
+    assert_eq!(status["active_leases"], 0, "{status}");
+    assert_eq!(status["awaiting_late_results"], 1, "{status}");
+    assert_eq!(status["leased_pairs"], 1, "{status}");
+    let table = s.run(&["status"], &[]).expect_code(0).stdout;
+    assert!(table.contains("awaiting late results"), "{table}");
+    assert!(table.contains("neither researched nor leased"), "{table}");
+}

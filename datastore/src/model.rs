@@ -175,9 +175,13 @@ pub struct Status {
     pub researched_pairs: u64,
     /// Pairs whose result has at least one offset.
     pub matched_pairs: u64,
-    /// Leases not yet expired that still hold unresearched pairs (a revoked lease whose
-    /// results are still on their way included).
+    /// Leases not yet expired, not revoked, that still hold unresearched pairs: work a
+    /// researcher is on.
     pub active_leases: u64,
+    /// Revoked leases (the researcher sent its last result) not yet expired that still hold
+    /// pairs whose results have not arrived: late results, or clips the researcher skipped
+    /// (those come back when the lease expires).
+    pub awaiting_late_results: u64,
     /// Leases past their expiry that were neither emptied nor fully taken over yet.
     pub expired_leases: u64,
     /// Pairs under an active lease.

@@ -1195,10 +1195,12 @@ SELECT
     (SELECT count(*) FROM episodes),
     (SELECT count(*) FROM clips),
     e.researched, e.matched,
-    l.active, l.expired, l.held
+    l.active, l.expired, l.held, l.late
 FROM (SELECT COALESCE(sum(researched_count), 0)::int8 AS researched,
              COALESCE(sum(matched_count), 0)::int8 AS matched FROM episodes) AS e,
-     (SELECT count(*) FILTER (WHERE expires_at > $1 AND held_pairs > 0) AS active,
+     (SELECT count(*) FILTER (WHERE expires_at > $1 AND held_pairs > 0 AND NOT revoked)
+                 AS active,
+             count(*) FILTER (WHERE expires_at > $1 AND held_pairs > 0 AND revoked) AS late,
              count(*) FILTER (WHERE expires_at <= $1 AND held_pairs > 0) AS expired,
              COALESCE(sum(held_pairs) FILTER (WHERE expires_at > $1), 0)::int8 AS held
       FROM leases) AS l";
@@ -1214,7 +1216,7 @@ WHERE r.matched
 ORDER BY e.date_aired DESC, e.title, c.title
 LIMIT $3";
 
-type StatusRow = (i64, i64, i64, i64, i64, i64, i64);
+type StatusRow = (i64, i64, i64, i64, i64, i64, i64, i64);
 type MatchRow = (String, DateTime<Utc>, String, Vec<i64>, DateTime<Utc>);
 
 #[async_trait]
@@ -1291,7 +1293,7 @@ impl DataStore for PgDataStore {
     async fn status(&self, now: DateTime<Utc>) -> Result<Status> {
         retrying("status", Replay::Harmless, || async {
             // One statement: one snapshot, so the counts agree with each other.
-            let (episodes, clips, researched, matched, active, expired, held): StatusRow =
+            let (episodes, clips, researched, matched, active, expired, held, late): StatusRow =
                 sqlx::query_as(STATUS)
                     .bind(now)
                     .fetch_one(&self.pool)
@@ -1305,6 +1307,7 @@ impl DataStore for PgDataStore {
                 active_leases: count(active),
                 expired_leases: count(expired),
                 leased_pairs: count(held),
+                awaiting_late_results: count(late),
             })
         })
         .await

@@ -242,9 +242,12 @@ impl DataStore for SqliteDataStore {
                     (SELECT COUNT(*) FROM clips), \
                     (SELECT COALESCE(SUM(researched_count), 0) FROM episodes), \
                     (SELECT COALESCE(SUM(matched_count), 0) FROM episodes), \
-                    (SELECT COUNT(*) FROM leases WHERE expires_at > ?1 AND held_pairs > 0), \
+                    (SELECT COUNT(*) FROM leases \
+                     WHERE expires_at > ?1 AND held_pairs > 0 AND revoked = 0), \
                     (SELECT COUNT(*) FROM leases WHERE expires_at <= ?1 AND held_pairs > 0), \
-                    (SELECT COALESCE(SUM(held_pairs), 0) FROM leases WHERE expires_at > ?1)",
+                    (SELECT COALESCE(SUM(held_pairs), 0) FROM leases WHERE expires_at > ?1), \
+                    (SELECT COUNT(*) FROM leases \
+                     WHERE expires_at > ?1 AND held_pairs > 0 AND revoked = 1)",
         )
         .bind(micros(now))
         .fetch_one(&self.pool)
@@ -263,6 +266,7 @@ impl DataStore for SqliteDataStore {
             active_leases: count(4)?,
             expired_leases: count(5)?,
             leased_pairs: count(6)?,
+            awaiting_late_results: count(7)?,
         })
     }
 

@@ -695,8 +695,16 @@ pub mod cases {
             .unwrap();
         assert_eq!(outcome, RecordOutcome::Recorded);
         assert!(store.update_lease(l.id, LeaseUpdate::Revoke).await.unwrap());
+        // Revoked: no longer active, awaiting its late results, its pairs still held.
         let status = store.status(t0()).await.unwrap();
-        assert_eq!((status.active_leases, status.leased_pairs), (1, 2));
+        assert_eq!(
+            (
+                status.active_leases,
+                status.awaiting_late_results,
+                status.leased_pairs
+            ),
+            (0, 1, 2)
+        );
 
         // Work assignment meanwhile gets only the pair no lease holds.
         let rest = lease(&*store, 10, t0()).await.unwrap();
@@ -713,7 +721,14 @@ pub mod cases {
             .unwrap();
         assert_eq!(outcome, RecordOutcome::Recorded);
         let status = store.status(t0()).await.unwrap();
-        assert_eq!((status.active_leases, status.leased_pairs), (2, 2));
+        assert_eq!(
+            (
+                status.active_leases,
+                status.awaiting_late_results,
+                status.leased_pairs
+            ),
+            (1, 1, 2)
+        );
         assert!(lease(&*store, 10, t0()).await.is_none());
         // The last (under another lease id) leaves it empty: it ends.
         let outcome = store
@@ -757,7 +772,14 @@ pub mod cases {
 
         // Still due at t0+1h: held just before, expired at it.
         let status = store.status(t0() + Duration::minutes(59)).await.unwrap();
-        assert_eq!((status.active_leases, status.leased_pairs), (1, 2));
+        assert_eq!(
+            (
+                status.active_leases,
+                status.awaiting_late_results,
+                status.leased_pairs
+            ),
+            (0, 1, 2)
+        );
         let status = store.status(l.expires_at).await.unwrap();
         assert_eq!(
             (

@@ -115,7 +115,7 @@ async fn a_revoke_that_arrives_first_keeps_the_other_pairs_held_until_their_resu
     assert_eq!(
         (
             status.researched_pairs,
-            status.active_leases,
+            status.awaiting_late_results,
             status.leased_pairs
         ),
         (1, 1, 2)

@@ -166,8 +166,22 @@ fn write_table(out: &mut impl Write, o: &StatusOutput) -> std::io::Result<()> {
     )?;
     writeln!(out, "matched pairs       {:>12}", s.matched_pairs)?;
     writeln!(out, "leased pairs        {:>12}", s.leased_pairs)?;
-    writeln!(out, "unresearched pairs  {:>12}", o.unresearched_pairs)?;
-    writeln!(out, "active leases       {:>12}", s.active_leases)?;
+    writeln!(
+        out,
+        "to lease            {:>12}  (neither researched nor leased)",
+        o.unresearched_pairs
+    )?;
+    writeln!(
+        out,
+        "active leases       {:>12}  (a researcher is on them)",
+        s.active_leases
+    )?;
+    writeln!(
+        out,
+        "awaiting late results {:>10}  (revoked; their unrecorded pairs stay held until they \
+         expire)",
+        s.awaiting_late_results
+    )?;
     writeln!(out, "expired leases      {:>12}", s.expired_leases)?;
     if let Some(Some(queues)) = &o.queues {
         writeln!(out)?;
