@@ -209,8 +209,11 @@ struct State {
     /// Deliveries held by this process's consumers, for the heartbeat.
     held: HashMap<(i64, i64), Held>,
     /// Acknowledgements waiting to be deleted together, each with who waits for the outcome.
-    acks: Vec<(i64, i64, oneshot::Sender<Result<(), BusError>>)>,
+    acks: Vec<QueuedAck>,
 }
+
+/// An acknowledgement waiting for the next flush: (id, receipt), and who waits for the outcome.
+type QueuedAck = (i64, i64, oneshot::Sender<Result<(), BusError>>);
 
 struct Held {
     visibility: Duration,
