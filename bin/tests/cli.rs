@@ -344,7 +344,11 @@ fn read_only_commands_never_create_a_datastore() {
         );
     }
     let run = archivist(dir.path(), &["migrate"], &[]).expect_code(0);
-    assert!(run.stderr.contains("applied 1 migration"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("applied 2 migrations: 0001 schema, 0002 lease duration"),
+        "{}",
+        run.stderr
+    );
     let run = archivist(dir.path(), &["migrate"], &[]).expect_code(0);
     assert!(run.stderr.contains("up to date"), "{}", run.stderr);
     archivist(dir.path(), &["status"], &[]).expect_code(0);

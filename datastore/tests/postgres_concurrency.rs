@@ -496,11 +496,15 @@ async fn renew_revoke_and_cancel_races_answer_consistently() {
             .unwrap();
         assert!(!renewed, "a revoked lease was renewed");
     }
-    // No result came: the revoked leases still hold every pair.
+    // No result came: the revoked leases still hold every pair, awaiting late results.
     let status = stores[1].status(t0()).await.unwrap();
     assert_eq!(
-        (status.active_leases, status.leased_pairs),
-        (ids.len() as u64, 40)
+        (
+            status.active_leases,
+            status.awaiting_late_results,
+            status.leased_pairs
+        ),
+        (0, ids.len() as u64, 40)
     );
     assert!(stores[0]
         .lease_next(request(5, t0(), 60))
