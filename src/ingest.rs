@@ -145,12 +145,7 @@ async fn ingest<M: Curated>(
         kind: PhantomData,
     };
     let batch_size = config.batch_size.max(1);
-    tracing::info!(
-        archivist = run.name,
-        queue = receiver.queue(),
-        once = config.once,
-        "ingesting"
-    );
+    tracing::info!(queue = receiver.queue(), once = config.once, "ingesting");
     loop {
         if run.token.is_cancelled() {
             return Ended::Cancelled;
@@ -172,12 +167,7 @@ async fn ingest<M: Curated>(
             Err(stop) => return stop,
         };
         run.report.stored += stored.len() as u64;
-        tracing::debug!(
-            archivist = run.name,
-            received,
-            stored = stored.len(),
-            "batch upserted"
-        );
+        tracing::debug!(received, stored = stored.len(), "batch upserted");
         run.ack_all(stored.into_iter().map(|(d, _, _)| d).collect())
             .await;
     }

@@ -74,7 +74,10 @@ async fn assign(
 ) -> Ended {
     if !config.start_jitter.is_zero() {
         let wait = config.start_jitter.mul_f64(rand::random::<f64>());
-        tracing::debug!(?wait, "start jitter");
+        tracing::info!(
+            "waiting {:.1} s before leasing (ARCHIVIST_START_JITTER)",
+            wait.as_secs_f64()
+        );
         tokio::select! {
             biased;
             _ = run.token.cancelled() => return Ended::Cancelled,

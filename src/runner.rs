@@ -157,22 +157,50 @@ impl Run {
         self.report.ended = ended;
         self.report.errors_dropped = self.errors.dropped.load(Ordering::Relaxed);
         let r = &self.report;
-        tracing::info!(
-            archivist = self.name,
-            ended = ?r.ended,
-            received = r.received,
-            stored = r.stored,
-            duplicates = r.duplicates,
-            dead_lettered = r.dead_lettered,
-            released = r.released,
-            published = r.published,
-            leases_created = r.leases_created,
-            pairs_reclaimed = r.pairs_reclaimed,
-            leases_renewed = r.leases_renewed,
-            leases_revoked = r.leases_revoked,
-            errors_dropped = r.errors_dropped,
-            "run ended"
-        );
+        // A run that did nothing (an idle `--every` loop) is said at DEBUG only.
+        let idle = matches!(r.ended, Ended::Finished)
+            && r.received == 0
+            && r.leases_created == 0
+            && r.errors_dropped == 0;
+        // Each archivist its own counters (the span names it).
+        macro_rules! summary {
+            ($($fields:tt)*) => {
+                if idle {
+                    tracing::debug!($($fields)*, "run ended")
+                } else {
+                    tracing::info!($($fields)*, "run ended")
+                }
+            };
+        }
+        match self.name {
+            "pending-research" => summary!(
+                ended = ?r.ended,
+                leases_created = r.leases_created,
+                published = r.published,
+                pairs_reclaimed = r.pairs_reclaimed,
+                leases_cancelled = r.leases_revoked,
+                errors_dropped = r.errors_dropped
+            ),
+            "completed-research" => summary!(
+                ended = ?r.ended,
+                received = r.received,
+                stored = r.stored,
+                duplicates = r.duplicates,
+                dead_lettered = r.dead_lettered,
+                released = r.released,
+                leases_renewed = r.leases_renewed,
+                leases_revoked = r.leases_revoked,
+                errors_dropped = r.errors_dropped
+            ),
+            _ => summary!(
+                ended = ?r.ended,
+                received = r.received,
+                stored = r.stored,
+                dead_lettered = r.dead_lettered,
+                released = r.released,
+                errors_dropped = r.errors_dropped
+            ),
+        }
         self.report
     }
 
@@ -199,7 +227,7 @@ impl Run {
                     let out = fut.await;
                     if let Err(e) = &out {
                         if will_retry && retryable(e) {
-                            tracing::warn!(archivist = self.name, attempt, error = %e, "{what} failed, will retry");
+                            tracing::warn!(attempt, error = %e, "{what} failed, will retry");
                             self.errors
                                 .report(ArchivistError::Transient(format!("{what}: {e}")));
                         }
@@ -240,7 +268,7 @@ impl Run {
                 Ok(more) => batch.extend(more),
                 Err(e) => {
                     // What is in hand gets handled; the next receive retries the bus.
-                    tracing::debug!(archivist = self.name, error = %e, "topping up the batch failed");
+                    tracing::debug!(error = %e, "topping up the batch failed");
                     self.errors.report(ArchivistError::Bus(e));
                     break;
                 }
@@ -282,13 +310,13 @@ impl Run {
             match out {
                 Ok(()) => {
                     self.report.dead_lettered += 1;
-                    tracing::warn!(archivist = self.name, %message_id, %reason, "dead-lettered");
+                    tracing::warn!(%message_id, %reason, "dead-lettered");
                     self.errors
                         .report(ArchivistError::DeadLettered { message_id, reason });
                 }
                 Err(e) => {
                     // The message comes back when its visibility runs out, and is tried again.
-                    tracing::warn!(archivist = self.name, %message_id, error = %e, "could not dead-letter");
+                    tracing::warn!(%message_id, error = %e, "could not dead-letter");
                     self.errors.report(ArchivistError::Bus(e));
                 }
             }
@@ -310,7 +338,7 @@ impl Run {
         for (message_id, out) in outcomes {
             if let Err(e) = out {
                 // Redelivered later; storing it again changes nothing.
-                tracing::warn!(archivist = self.name, %message_id, error = %e, "could not acknowledge");
+                tracing::warn!(%message_id, error = %e, "could not acknowledge");
                 self.errors.report(ArchivistError::Bus(e));
             }
         }
@@ -328,7 +356,7 @@ impl Run {
                 Ok(()) => self.report.released += 1,
                 Err(e) => {
                     // It comes back anyway when its visibility runs out.
-                    tracing::warn!(archivist = self.name, %message_id, error = %e, "could not release");
+                    tracing::warn!(%message_id, error = %e, "could not release");
                     self.errors.report(ArchivistError::Bus(e));
                 }
             }
@@ -388,7 +416,6 @@ impl Run {
             return Ok(Vec::new());
         }
         tracing::debug!(
-            archivist = self.name,
             items = items.len(),
             error = %rejected,
             "batch rejected, storing one by one"

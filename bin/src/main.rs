@@ -7,6 +7,7 @@
 //! - `config.rs`: checked configuration, and [`config::UsageError`] (exit code 2).
 //! - `connect.rs`: opening the datastore (with retries) and the bus.
 //! - `tasks.rs`: waiting for archivists, repeating runs, supervising tasks until shutdown.
+//! - `logging.rs`: logs on standard error (RUST_LOG, NO_COLOR, a closed pipe, the demo's bar).
 //! - `signals.rs`: SIGINT/SIGTERM cancel the token.
 //! - `commands/`: one file per subcommand or group.
 //! - `demo/`: the built-in curators and researchers, progress and summary of `demo`.
@@ -16,15 +17,15 @@ mod commands;
 mod config;
 mod connect;
 mod demo;
+mod logging;
 mod signals;
 mod tasks;
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 use crate::cli::Cli;
 use crate::config::{Config, UsageError};
@@ -34,13 +35,6 @@ const EXIT_USAGE: u8 = 2;
 /// A fatal error: the datastore or bus unreachable after retries, a failed run.
 const EXIT_FATAL: u8 = 1;
 
-/// The log filter when RUST_LOG is not set. sqlx logs Postgres notices ("relation already
-/// exists, skipping" on every migration check) at info.
-const LOG_FILTER: &str = "info,sqlx=warn";
-/// The demo's log filter when RUST_LOG is not set.
-const DEMO_LOG_FILTER: &str = "info,sqlx=warn,archivist::runner=warn,archivist::ingest=warn,\
-archivist::pending_research=warn,archivist::completed_research=warn";
-
 fn main() -> ExitCode {
     // clap prints its own usage errors and exits with 2, help and version with 0.
     let matches = Cli::command().get_matches();
@@ -48,7 +42,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    init_logging(matches!(cli.command, cli::Command::Demo(_)));
+    if let Err(e) = logging::init(matches!(cli.command, cli::Command::Demo(_))) {
+        return fail(&anyhow::Error::new(e));
+    }
     let config = match Config::from_args(&cli.global) {
         Ok(mut c) => {
             // The demo takes a lease length from its own command line only: one exported
@@ -113,35 +109,4 @@ pub(crate) fn describe(error: &anyhow::Error) -> String {
         out.push_str(&text);
     }
     out
-}
-
-/// Logs to standard error, filtered by RUST_LOG (default `info`); standard output is kept for
-/// the commands' output. The demo's archivists run many short runs a second, so without
-/// RUST_LOG it shows only their warnings; its own progress lines stay at `info`.
-fn init_logging(demo: bool) {
-    let default = if demo { DEMO_LOG_FILTER } else { LOG_FILTER };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(|| QuietStderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
-}
-
-/// Standard error for the logs, where a write that fails (the reader closed the pipe:
-/// `archivist demo 2>&1 | head`) is dropped: tracing-subscriber would otherwise report it on
-/// that same closed stream, and panic doing so.
-struct QuietStderr;
-
-impl Write for QuietStderr {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::stderr().write_all(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        let _ = std::io::stderr().flush();
-        Ok(())
-    }
 }

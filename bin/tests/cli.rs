@@ -345,7 +345,8 @@ fn read_only_commands_never_create_a_datastore() {
     }
     let run = archivist(dir.path(), &["migrate"], &[]).expect_code(0);
     assert!(
-        run.stderr.contains("applied 2 migrations: 0001 schema, 0002 lease duration"),
+        run.stderr
+            .contains("applied 2 migrations: 0001 schema, 0002 lease duration"),
         "{}",
         run.stderr
     );
@@ -543,4 +544,44 @@ fn send_checks_every_line_first_and_sends_nothing_if_any_is_bad() {
     );
     assert!(run.stderr.contains("jq -c"), "{}", run.stderr);
     assert!(!run.stderr.contains("--raw"), "{}", run.stderr);
+}
+
+/// Logs say what a run did, once: a run that did nothing is silent at INFO, each archivist
+/// reports its own counters under its name (not twice), the start jitter is said, and an
+/// invalid RUST_LOG is an error naming it.
+#[test]
+fn logs_say_what_each_run_did_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = archivist(dir.path(), &["status"], &[("RUST_LOG", "info,=x=y")]).expect_code(2);
+    assert!(bad.stderr.contains("RUST_LOG"), "{}", bad.stderr);
+
+    let env = [
+        ("RUST_LOG", "info"),
+        ("ARCHIVIST_RESEARCHERS", "1"),
+        ("ARCHIVIST_START_JITTER", "1ms"),
+    ];
+    archivist(dir.path(), &["migrate"], &env).expect_code(0);
+    // Nothing to do: no summary at INFO.
+    let idle = archivist(dir.path(), &["completed-research"], &env).expect_code(0);
+    assert!(!idle.stderr.contains("run ended"), "{}", idle.stderr);
+    let pending = archivist(dir.path(), &["pending-research"], &env).expect_code(0);
+    assert!(
+        pending.stderr.contains("before leasing"),
+        "{}",
+        pending.stderr
+    );
+
+    // Something to do: its own counters, its name once.
+    let clip = r#"{"initial_date_curated":"2026-01-02T03:04:05Z","last_date_curated":"2026-01-02T03:04:05Z","curator_information":"c","title":"Clip","description":"d","media_uri":"https://x/c.mp3","media_type":"mp3","priority":0}"#;
+    common::archivist_with_input(dir.path(), &["send", "curated_clips"], &env, clip).expect_code(0);
+    let run = archivist(dir.path(), &["clips", "--once"], &env).expect_code(0);
+    let summary = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("run ended"))
+        .unwrap_or_else(|| panic!("no summary: {}", run.stderr));
+    assert!(summary.contains("stored=1"), "{summary}");
+    assert!(!summary.contains("published"), "{summary}");
+    assert!(!summary.contains("leases_renewed"), "{summary}");
+    assert_eq!(summary.matches("clips").count(), 1, "{summary}");
 }

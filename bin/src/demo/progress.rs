@@ -31,6 +31,7 @@ impl Progress {
             .progress_chars("=> ");
             bar.set_style(style);
             bar.enable_steady_tick(Duration::from_millis(120));
+            crate::logging::show_bar(&bar);
             bar
         });
         Progress {
@@ -68,6 +69,7 @@ impl Progress {
     /// Removes the bar.
     pub(crate) fn finish(&self) {
         if let Some(bar) = &self.bar {
+            crate::logging::hide_bar();
             bar.finish_and_clear();
         }
     }
