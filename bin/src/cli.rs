@@ -279,6 +279,10 @@ pub(crate) struct QueuesArgs {
     /// Print one JSON object a queue instead of a table
     #[arg(long)]
     pub(crate) json: bool,
+    /// Give existing queues the settings new ones get (ARCHIVIST_MAX_RECEIVES as their
+    /// receive limit; on SQS also the retention), instead of only saying how they differ
+    #[arg(long)]
+    pub(crate) update: bool,
 }
 
 /// Parses `90s`, `15m`, `2h`, `1h 30m` (humantime).

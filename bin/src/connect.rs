@@ -198,9 +198,10 @@ pub(crate) async fn shared_bus(
              by every process), set ARCHIVIST_BUS=sqs, or run `archivist demo` to see the \
              whole pipeline in one process"
         ))),
-        // `status` reads: it creates no table and no queue.
+        // `status` reads: it creates no table and no queue; `queues` creates them itself,
+        // saying which.
         BusKind::Sqlite | BusKind::Postgres => {
-            database_bus(config, token, subcommand != "status").await
+            database_bus(config, token, !matches!(subcommand, "status" | "queues")).await
         }
         BusKind::Sqs => {
             let bus = sqs_bus(config).await?;

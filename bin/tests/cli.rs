@@ -585,3 +585,35 @@ fn logs_say_what_each_run_did_once() {
     assert!(!summary.contains("leases_renewed"), "{summary}");
     assert_eq!(summary.matches("clips").count(), 1, "{summary}");
 }
+
+/// `queues` says which queues it created; an existing queue whose receive limit differs from
+/// ARCHIVIST_MAX_RECEIVES is named and left alone, or changed with `--update`.
+#[test]
+fn queues_say_what_they_created_and_how_existing_ones_differ() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = archivist(dir.path(), &["queues"], &[]).expect_code(0);
+    assert!(
+        run.stderr.contains("created queue curated_episodes")
+            && run.stderr.contains("curated_episodes_dead_letter"),
+        "{}",
+        run.stderr
+    );
+    let three = [("ARCHIVIST_MAX_RECEIVES", "3")];
+    let run = archivist(dir.path(), &["queues"], &three).expect_code(0);
+    assert!(
+        run.stderr
+            .contains("receive limit is 5, ARCHIVIST_MAX_RECEIVES is 3")
+            && run.stderr.contains("--update"),
+        "{}",
+        run.stderr
+    );
+    let run = archivist(dir.path(), &["queues", "--update"], &three).expect_code(0);
+    assert!(run.stderr.contains("updated queue"), "{}", run.stderr);
+    let run = archivist(dir.path(), &["queues"], &three).expect_code(0);
+    assert!(!run.stderr.contains("left as it is"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("queue curated_clips exists"),
+        "{}",
+        run.stderr
+    );
+}

@@ -80,6 +80,22 @@ pub trait Bus: Send + Sync {
     /// Creates `queue` and its dead-letter queue if they are missing. Harmless if they exist.
     async fn create_queue(&self, queue: &str) -> Result<(), BusError>;
 
+    /// Where the existing `queue`'s settings differ from those this bus creates queues with
+    /// (its receive limit, its retention), in words; empty when they agree, or when the bus
+    /// keeps no settings per queue. [`create_queue`](Self::create_queue) never changes an
+    /// existing queue: this tells whether [`update_queue`](Self::update_queue) would.
+    async fn queue_drift(&self, queue: &str) -> Result<Vec<String>, BusError> {
+        let _ = queue;
+        Ok(Vec::new())
+    }
+
+    /// Gives the existing `queue` the settings this bus creates queues with. Harmless when
+    /// they agree; nothing to do on a bus that keeps no settings per queue.
+    async fn update_queue(&self, queue: &str) -> Result<(), BusError> {
+        let _ = queue;
+        Ok(())
+    }
+
     /// Lets go of what this process holds in the bus beyond messages: a bus that counts its
     /// consumers from another process (the database bus) stops counting this process's
     /// receivers at once, rather than when they stop showing they are alive. Call it before

@@ -546,3 +546,56 @@ async fn missing_credentials_are_a_lasting_error() {
     );
     assert_eq!(bus.request_counts().total_requests(), 0);
 }
+
+/// New queues keep messages 14 days; an existing queue whose receive limit differs from the
+/// bus's is reported by `queue_drift` and brought in line by `update_queue`.
+#[tokio::test]
+async fn existing_queues_are_reported_and_updated_not_silently_kept() {
+    let (five, queue) = setup(
+        SqsConfig {
+            max_receives: 5,
+            ..SqsConfig::default()
+        },
+        "drift",
+    )
+    .await;
+    assert!(five.queue_drift(&queue).await.unwrap().is_empty());
+    let client = aws_sdk_sqs::Client::new(&sdk_config().await);
+    let url = client
+        .get_queue_url()
+        .queue_name(&queue)
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_string();
+    let retention = client
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::MessageRetentionPeriod)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        retention
+            .attributes()
+            .unwrap()
+            .get(&QueueAttributeName::MessageRetentionPeriod)
+            .map(String::as_str),
+        Some("1209600")
+    );
+
+    let three = bus_with(SqsConfig {
+        max_receives: 3,
+        ..SqsConfig::default()
+    })
+    .await;
+    three.create_queue(&queue).await.unwrap();
+    let drift = three.queue_drift(&queue).await.unwrap();
+    assert_eq!(drift.len(), 1, "{drift:?}");
+    assert!(drift[0].contains("maxReceiveCount is 5"), "{drift:?}");
+    three.update_queue(&queue).await.unwrap();
+    assert!(three.queue_drift(&queue).await.unwrap().is_empty());
+    assert_eq!(five.queue_drift(&queue).await.unwrap().len(), 1);
+}

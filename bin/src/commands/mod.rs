@@ -35,6 +35,6 @@ pub(crate) async fn dispatch(
         Command::Receive(args) => receive::run(&config, &token, &args).await,
         Command::Status(args) => status::run(&config, &token, args.json).await,
         Command::Matches(args) => matches::run(&config, &token, &args).await,
-        Command::Queues(args) => queues::run(&config, &token, args.json).await,
+        Command::Queues(args) => queues::run(&config, &token, args.json, args.update).await,
     }
 }

@@ -1,8 +1,10 @@
-//! `archivist queues`: create the four queues and their dead-letter queues if missing, and
-//! show each one's depth and dead letters.
+//! `archivist queues`: create the four queues and their dead-letter queues if missing (saying
+//! which it created), say where an existing queue's settings differ from what it would create
+//! (or change them, with `--update`), and show each one's depth and dead letters.
 
 use std::io::Write;
 
+use messagebus::{dead_letter_queue_name, BusError};
 use tokio_util::sync::CancellationToken;
 
 use crate::commands::status::{write_queue_table, QueueDepth};
@@ -14,13 +16,39 @@ pub(crate) async fn run(
     config: &Config,
     token: &CancellationToken,
     json: bool,
+    update: bool,
 ) -> anyhow::Result<()> {
     let bus = connect::shared_bus(config, "queues", token).await?;
     let mut depths = Vec::new();
     for q in config.queues.all() {
+        let existed = match bus.sender(q).await {
+            Ok(_) => true,
+            Err(BusError::QueueNotFound(_)) => false,
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("queue {q:?}"))),
+        };
         bus.create_queue(q)
             .await
             .map_err(|e| anyhow::Error::new(e).context(format!("cannot create queue {q:?}")))?;
+        if !existed {
+            tracing::info!(
+                "created queue {q} and its dead-letter queue {}",
+                dead_letter_queue_name(q)
+            );
+        } else {
+            let drift = bus.queue_drift(q).await?;
+            if !drift.is_empty() && update {
+                bus.update_queue(q).await?;
+                tracing::info!("updated queue {q}: {}", drift.join("; "));
+            } else if !drift.is_empty() {
+                tracing::warn!(
+                    "queue {q} exists and was left as it is: {} (`archivist queues --update` \
+                     changes it)",
+                    drift.join("; ")
+                );
+            } else {
+                tracing::info!("queue {q} exists");
+            }
+        }
         let stats = connect::sender(bus.as_ref(), q).await?.inspect().await?;
         depths.push(QueueDepth::new(q, stats));
     }

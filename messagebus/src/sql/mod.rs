@@ -126,6 +126,8 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     async fn bus_id(&self) -> Result<Option<String>, BusError>;
     /// Inserts the queue's row unless it exists.
     async fn create_queue(&self, queue: &QueueRow) -> Result<(), BusError>;
+    /// Sets the queue's receive limit to `queue.max_receives`.
+    async fn update_queue(&self, queue: &QueueRow) -> Result<(), BusError>;
     /// The queue's row, or `None`.
     async fn queue(&self, name: &str) -> Result<Option<QueueRow>, BusError>;
     /// Inserts one row per body, durably, and wakes the queue's listeners.
@@ -462,6 +464,35 @@ impl<D: Dialect> Bus for SqlBus<D> {
             consumer,
             waker,
         }))
+    }
+
+    async fn queue_drift(&self, queue: &str) -> Result<Vec<String>, BusError> {
+        let row = self.shared.existing_queue(queue).await?;
+        let want = self.shared.config.max_receives;
+        Ok(
+            if row.dead_letter_queue.is_some() && row.max_receives != want {
+                vec![format!(
+                    "its receive limit is {}, ARCHIVIST_MAX_RECEIVES is {want}",
+                    row.max_receives
+                )]
+            } else {
+                Vec::new()
+            },
+        )
+    }
+
+    async fn update_queue(&self, queue: &str) -> Result<(), BusError> {
+        let row = self.shared.existing_queue(queue).await?;
+        if row.dead_letter_queue.is_none() {
+            return Ok(());
+        }
+        self.shared
+            .dialect
+            .update_queue(&QueueRow {
+                max_receives: self.shared.config.max_receives,
+                ..row
+            })
+            .await
     }
 
     async fn close(&self) -> Result<(), BusError> {

@@ -165,6 +165,16 @@ impl Dialect for Pg {
         Ok(())
     }
 
+    async fn update_queue(&self, queue: &QueueRow) -> Result<(), BusError> {
+        sqlx::query("UPDATE bus_queues SET max_receives = $2 WHERE name = $1")
+            .bind(&queue.name)
+            .bind(i32::try_from(queue.max_receives).unwrap_or(i32::MAX))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| db_error("updating a queue", e))?;
+        Ok(())
+    }
+
     async fn queue(&self, name: &str) -> Result<Option<QueueRow>, BusError> {
         let row = sqlx::query(
             "SELECT dead_letter_queue, visibility_timeout_ms, max_receives

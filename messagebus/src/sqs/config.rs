@@ -50,7 +50,8 @@ impl Default for SqsConfig {
             heartbeat: None,
             ack_linger: Duration::from_millis(20),
             request_timeout: Duration::from_secs(10),
-            message_retention: Duration::from_secs(4 * 24 * 60 * 60),
+            // The longest SQS allows: results wait out a long outage of the archivists.
+            message_retention: MAX_RETENTION,
         }
     }
 }

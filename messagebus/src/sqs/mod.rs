@@ -155,6 +155,72 @@ impl SqsBus {
 
 #[async_trait]
 impl Bus for SqsBus {
+    async fn queue_drift(&self, queue: &str) -> Result<Vec<String>, BusError> {
+        let inner = &self.inner;
+        let url = inner.queue_url(queue).await?;
+        let out = inner
+            .client
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(QueueAttributeName::RedrivePolicy)
+            .attribute_names(QueueAttributeName::MessageRetentionPeriod)
+            .send()
+            .await
+            .map_err(|e| inner.map_err("GetQueueAttributes", queue, e))?;
+        let attributes = out.attributes();
+        let mut drift = Vec::new();
+        let want = inner.config.max_receives;
+        let have = attributes
+            .and_then(|a| a.get(&QueueAttributeName::RedrivePolicy))
+            .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
+            .and_then(|p| match &p["maxReceiveCount"] {
+                serde_json::Value::Number(n) => n.as_u64(),
+                serde_json::Value::String(s) => s.parse().ok(),
+                _ => None,
+            });
+        match have {
+            Some(n) if n == u64::from(want) => {}
+            Some(n) => drift.push(format!(
+                "its maxReceiveCount is {n}, ARCHIVIST_MAX_RECEIVES is {want}"
+            )),
+            None => drift.push("it has no redrive policy".to_string()),
+        }
+        let retention = inner.config.message_retention.as_secs();
+        if let Some(r) = attributes
+            .and_then(|a| a.get(&QueueAttributeName::MessageRetentionPeriod))
+            .and_then(|r| r.parse::<u64>().ok())
+            .filter(|r| *r != retention)
+        {
+            drift.push(format!(
+                "it keeps messages {} days, not {}",
+                r / 86_400,
+                retention / 86_400
+            ));
+        }
+        Ok(drift)
+    }
+
+    async fn update_queue(&self, queue: &str) -> Result<(), BusError> {
+        let inner = &self.inner;
+        let url = inner.queue_url(queue).await?;
+        let dlq = dead_letter_queue_name(queue);
+        let dlq_url = inner.queue_url(&dlq).await?;
+        let redrive = inner.redrive_policy(&dlq, &dlq_url).await?;
+        inner
+            .client
+            .set_queue_attributes()
+            .queue_url(&url)
+            .attributes(QueueAttributeName::RedrivePolicy, redrive)
+            .attributes(
+                QueueAttributeName::MessageRetentionPeriod,
+                inner.config.message_retention.as_secs().to_string(),
+            )
+            .send()
+            .await
+            .map_err(|e| inner.map_err("SetQueueAttributes", queue, e))?;
+        Ok(())
+    }
+
     async fn sender(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
         Ok(Arc::new(self.sqs_sender(queue).await?))
     }
@@ -181,23 +247,7 @@ impl Bus for SqsBus {
                 )]),
             )
             .await?;
-        let arn = inner
-            .client
-            .get_queue_attributes()
-            .queue_url(&dlq_url)
-            .attribute_names(QueueAttributeName::QueueArn)
-            .send()
-            .await
-            .map_err(|e| inner.map_err("GetQueueAttributes", &dlq, e))?
-            .attributes()
-            .and_then(|a| a.get(&QueueAttributeName::QueueArn))
-            .cloned()
-            .ok_or_else(|| BusError::unavailable(format!("SQS gave no ARN for queue {dlq:?}")))?;
-        // ARNs hold only letters, digits and `:-_.`, so no JSON escaping is needed.
-        let redrive = format!(
-            r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":"{}"}}"#,
-            inner.config.max_receives
-        );
+        let redrive = inner.redrive_policy(&dlq, &dlq_url).await?;
         let url = inner
             .create_or_get(
                 queue,
@@ -248,6 +298,28 @@ impl Bus for SqsBus {
 }
 
 impl BusInner {
+    /// The redrive policy of queues this bus creates: to the dead-letter queue `dlq` (at
+    /// `dlq_url`) after `max_receives` receives.
+    async fn redrive_policy(&self, dlq: &str, dlq_url: &str) -> Result<String, BusError> {
+        let arn = self
+            .client
+            .get_queue_attributes()
+            .queue_url(dlq_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .map_err(|e| self.map_err("GetQueueAttributes", dlq, e))?
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+            .cloned()
+            .ok_or_else(|| BusError::unavailable(format!("SQS gave no ARN for queue {dlq:?}")))?;
+        // ARNs hold only letters, digits and `:-_.`, so no JSON escaping is needed.
+        Ok(format!(
+            r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":"{}"}}"#,
+            self.config.max_receives
+        ))
+    }
+
     /// The URL of queue `name`, from the cache or `GetQueueUrl`.
     pub(crate) async fn queue_url(&self, name: &str) -> Result<String, BusError> {
         if let Some(url) = self.cached_url(name) {
