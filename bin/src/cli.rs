@@ -49,7 +49,7 @@ pub(crate) struct GlobalArgs {
     /// The message bus: sqlite or postgres (queues in that database), sqs, or memory (one
     /// process: `demo`) [default: the database bus, in ARCHIVIST_BUS_URL's database; for
     /// `demo`, memory]
-    #[arg(long, env = "ARCHIVIST_BUS", global = true)]
+    #[arg(long, env = "ARCHIVIST_BUS", global = true, hide_env_values = true)]
     pub(crate) bus: Option<String>,
 
     /// The database bus's database, sqlite://PATH or postgres://… [default: DATABASE_URL]
@@ -58,15 +58,31 @@ pub(crate) struct GlobalArgs {
 
     /// Researchers listening on pending_research, for a bus that cannot count its consumers
     /// (SQS) [default: the bus's own count]
-    #[arg(long, env = "ARCHIVIST_RESEARCHERS", global = true)]
+    #[arg(
+        long,
+        env = "ARCHIVIST_RESEARCHERS",
+        global = true,
+        hide_env_values = true
+    )]
     pub(crate) researchers: Option<String>,
 
     /// How long a lease lasts without renewal, as 90s, 15m, 2h [default: 2h; for `demo`, 5s]
-    #[arg(long, env = "ARCHIVIST_LEASE_DURATION", global = true)]
+    #[arg(
+        long,
+        env = "ARCHIVIST_LEASE_DURATION",
+        global = true,
+        hide_env_values = true
+    )]
     pub(crate) lease_duration: Option<String>,
 
     /// The most clips in one work item
-    #[arg(long, env = "ARCHIVIST_MAX_CLIPS", global = true, default_value = DEFAULT_MAX_CLIPS)]
+    #[arg(
+        long,
+        env = "ARCHIVIST_MAX_CLIPS",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_MAX_CLIPS
+    )]
     pub(crate) max_clips: String,
 
     /// Receives before a message that keeps failing goes to the dead-letter queue
@@ -74,6 +90,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_MAX_RECEIVES",
         global = true,
+        hide_env_values = true,
         default_value = DEFAULT_MAX_RECEIVES
     )]
     pub(crate) max_receives: String,
@@ -83,6 +100,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_EPISODES_QUEUE",
         global = true,
+        hide_env_values = true,
         default_value = DEFAULT_EPISODES_QUEUE
     )]
     pub(crate) episodes_queue: String,
@@ -92,6 +110,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_CLIPS_QUEUE",
         global = true,
+        hide_env_values = true,
         default_value = DEFAULT_CLIPS_QUEUE
     )]
     pub(crate) clips_queue: String,
@@ -101,6 +120,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_PENDING_RESEARCH_QUEUE",
         global = true,
+        hide_env_values = true,
         default_value = DEFAULT_PENDING_RESEARCH_QUEUE
     )]
     pub(crate) pending_research_queue: String,
@@ -110,6 +130,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_COMPLETED_RESEARCH_QUEUE",
         global = true,
+        hide_env_values = true,
         default_value = DEFAULT_COMPLETED_RESEARCH_QUEUE
     )]
     pub(crate) completed_research_queue: String,
@@ -120,6 +141,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_CONNECT_TIMEOUT",
         global = true,
+        hide_env_values = true,
         default_value = DEFAULT_CONNECT_TIMEOUT
     )]
     pub(crate) connect_timeout: String,
@@ -129,6 +151,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_SHUTDOWN_TIMEOUT",
         global = true,
+        hide_env_values = true,
         default_value = DEFAULT_SHUTDOWN_TIMEOUT
     )]
     pub(crate) shutdown_timeout: String,
@@ -139,6 +162,7 @@ pub(crate) struct GlobalArgs {
         long,
         env = "ARCHIVIST_START_JITTER",
         global = true,
+        hide_env_values = true,
         default_value = DEFAULT_START_JITTER
     )]
     pub(crate) start_jitter: String,
@@ -154,22 +178,40 @@ pub(crate) enum Command {
     /// The clips archivist: store curated clips (long-running)
     Clips(IngestArgs),
     /// One work-assignment run: lease work and publish it to researchers, then exit (for cron)
+    #[command(after_help = "Examples:\n  \
+        archivist pending-research                  # one run (cron), researchers counted by the bus\n  \
+        archivist pending-research --every 1m       # repeat every minute until SIGINT/SIGTERM\n  \
+        ARCHIVIST_BUS=sqs ARCHIVIST_RESEARCHERS=8 archivist pending-research")]
     PendingResearch(RepeatArgs),
     /// Drain the completed-research queue: record results, renew or end leases, then exit
     CompletedResearch(RepeatArgs),
     /// All four archivists in one long-running process
+    #[command(after_help = "Examples:\n  \
+        archivist run                               # everything on ./archivist.sqlite\n  \
+        DATABASE_URL=postgres://archivist@db/archive archivist run --every 30s")]
     Run(RunArgs),
     /// The whole pipeline on an in-memory bus with built-in curators and researchers, ending
     /// with a summary
     #[command(long_about = DEMO_ABOUT)]
     Demo(DemoArgs),
     /// Publish each line of standard input (JSON) as one message to QUEUE
+    #[command(after_help = "Examples:\n  \
+        archivist send curated_episodes < episodes.jsonl\n  \
+        jq -c '.[]' clips.json | archivist send curated_clips   # one JSON message per line\n  \
+        echo 'not json' | archivist send --raw curated_clips    # try out poison handling")]
     Send(SendArgs),
     /// Take messages off QUEUE, print each body as one line, and acknowledge them
+    #[command(after_help = "Examples:\n  \
+        archivist receive pending_research --max 1 --wait 1m   # a researcher takes one work item\n  \
+        archivist receive curated_clips --dead-letters          # what was set aside, and why")]
     Receive(ReceiveArgs),
     /// Counts of episodes, clips, pairs, researched pairs, matches, leases and queue depths
     Status(StatusArgs),
     /// Recorded matches as JSON lines (episode, clip, offsets)
+    #[command(after_help = "Examples:\n  \
+        archivist matches --clip 'Intro Jingle'\n  \
+        archivist matches --episode 'Episode 4012: The Archive' --limit 10\n  \
+        archivist matches | jq -r '.clip_title' | sort | uniq -c")]
     Matches(MatchesArgs),
     /// Create the queues and their dead-letter queues if missing, and show their depths
     Queues(QueuesArgs),
@@ -207,7 +249,13 @@ pub(crate) struct RepeatArgs {
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// Interval of the pending-research and completed-research runs
-    #[arg(long, env = "ARCHIVIST_EVERY", default_value = "10s", value_parser = parse_interval)]
+    #[arg(
+        long,
+        env = "ARCHIVIST_EVERY",
+        hide_env_values = true,
+        default_value = "10s",
+        value_parser = parse_interval
+    )]
     pub(crate) every: Duration,
 }
 
@@ -308,4 +356,92 @@ mod tests {
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
     }
+}
+
+/// The configuration options each subcommand reads, by argument id: its `--help` lists only
+/// these (the others are accepted, and ignored, so that one environment serves every command).
+const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
+    ("migrate", &[DATASTORE, BUS, QUEUES, CONNECT]),
+    (
+        "episodes",
+        &[DATASTORE, BUS, &["episodes_queue"], CONNECT, SHUTDOWN],
+    ),
+    (
+        "clips",
+        &[DATASTORE, BUS, &["clips_queue"], CONNECT, SHUTDOWN],
+    ),
+    (
+        "pending-research",
+        &[
+            DATASTORE,
+            BUS,
+            &["pending_research_queue"],
+            LEASING,
+            CONNECT,
+            SHUTDOWN,
+        ],
+    ),
+    (
+        "completed-research",
+        &[
+            DATASTORE,
+            BUS,
+            &["completed_research_queue"],
+            CONNECT,
+            SHUTDOWN,
+        ],
+    ),
+    ("run", &[DATASTORE, BUS, QUEUES, LEASING, CONNECT, SHUTDOWN]),
+    (
+        "demo",
+        &[
+            DATASTORE,
+            BUS,
+            QUEUES,
+            &["lease_duration", "max_clips"],
+            CONNECT,
+            SHUTDOWN,
+        ],
+    ),
+    ("send", &[DATASTORE, BUS, CONNECT]),
+    ("receive", &[DATASTORE, BUS, CONNECT]),
+    ("status", &[DATASTORE, BUS, QUEUES, CONNECT]),
+    ("matches", &[DATASTORE, CONNECT]),
+    ("queues", &[DATASTORE, BUS, QUEUES, CONNECT]),
+];
+const DATASTORE: &[&str] = &["database_url"];
+const BUS: &[&str] = &["bus", "bus_url", "max_receives"];
+const QUEUES: &[&str] = &[
+    "episodes_queue",
+    "clips_queue",
+    "pending_research_queue",
+    "completed_research_queue",
+];
+const LEASING: &[&str] = &["researchers", "lease_duration", "max_clips", "start_jitter"];
+const CONNECT: &[&str] = &["connect_timeout"];
+const SHUTDOWN: &[&str] = &["shutdown_timeout"];
+
+/// The command line, with each subcommand's help listing only the options it reads.
+pub(crate) fn command() -> clap::Command {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let globals: Vec<clap::Arg> = cmd
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .cloned()
+        .collect();
+    for (sub, groups) in USED_OPTIONS {
+        let used: Vec<&str> = groups.iter().flat_map(|g| g.iter().copied()).collect();
+        cmd = cmd.mut_subcommand(*sub, |mut c| {
+            // A subcommand's own copy of a global option wins over the propagated one: a
+            // hidden copy keeps it accepted (and read, with its variable) but out of --help.
+            for a in globals
+                .iter()
+                .filter(|a| !used.contains(&a.get_id().as_str()))
+            {
+                c = c.arg(a.clone().global(false).hide(true));
+            }
+            c
+        });
+    }
+    cmd
 }

@@ -24,7 +24,7 @@ mod tasks;
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::Cli;
@@ -37,7 +37,7 @@ const EXIT_FATAL: u8 = 1;
 
 fn main() -> ExitCode {
     // clap prints its own usage errors and exits with 2, help and version with 0.
-    let matches = Cli::command().get_matches();
+    let matches = cli::command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -86,7 +86,8 @@ fn fail(error: &anyhow::Error) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // A closed standard error ends the process quietly: there is nobody to tell.
-    let _ = writeln!(std::io::stderr(), "archivist: error: {}", describe(error));
+    // The prefix clap uses for its own errors, so that every error reads alike.
+    let _ = writeln!(std::io::stderr(), "error: {}", describe(error));
     if error.downcast_ref::<UsageError>().is_some() {
         ExitCode::from(EXIT_USAGE)
     } else {

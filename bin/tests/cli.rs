@@ -33,11 +33,14 @@ fn help_on_every_subcommand() {
             "{sub} --help: {}",
             run.stdout
         );
-        // Every subcommand shows the configuration variables.
+        // Every subcommand shows the variables it reads: all read the datastore's; only those
+        // that lease show the lease's.
         assert!(run.stdout.contains("DATABASE_URL"), "{sub} --help");
-        assert!(
+        assert_eq!(
             run.stdout.contains("ARCHIVIST_LEASE_DURATION"),
-            "{sub} --help"
+            ["pending-research", "run", "demo"].contains(sub),
+            "{sub} --help: {}",
+            run.stdout
         );
     }
     // Help does not touch the datastore.
@@ -616,4 +619,59 @@ fn queues_say_what_they_created_and_how_existing_ones_differ() {
         "{}",
         run.stderr
     );
+}
+
+/// Each subcommand's help lists only the options it reads, shows examples for the commands
+/// people type most, never shows a variable's (possibly empty) value, and errors share one
+/// prefix with clap's own.
+#[test]
+fn help_lists_what_each_subcommand_uses_with_examples() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("ARCHIVIST_BUS", ""),
+        ("DATABASE_URL", "sqlite://secret-path.sqlite"),
+    ];
+    let matches = archivist(dir.path(), &["matches", "--help"], &env).expect_code(0);
+    for unused in [
+        "--max-clips",
+        "--lease-duration",
+        "--researchers",
+        "--start-jitter",
+        "--bus ",
+    ] {
+        assert!(
+            !matches.stdout.contains(unused),
+            "{unused}: {}",
+            matches.stdout
+        );
+    }
+    assert!(
+        matches.stdout.contains("--database-url"),
+        "{}",
+        matches.stdout
+    );
+    let pending = archivist(dir.path(), &["pending-research", "--help"], &env).expect_code(0);
+    for used in [
+        "--max-clips",
+        "--lease-duration",
+        "--researchers",
+        "--start-jitter",
+    ] {
+        assert!(pending.stdout.contains(used), "{used}: {}", pending.stdout);
+    }
+    for sub in ["send", "receive", "run", "pending-research", "matches"] {
+        let help = archivist(dir.path(), &[sub, "--help"], &env).expect_code(0);
+        assert!(help.stdout.contains("Examples:"), "{sub}: {}", help.stdout);
+        assert!(!help.stdout.contains("=]"), "{sub}: {}", help.stdout);
+        assert!(
+            !help.stdout.contains("secret-path"),
+            "{sub}: {}",
+            help.stdout
+        );
+    }
+    // Our errors and clap's read alike.
+    let ours = archivist(dir.path(), &["status"], &[]).expect_code(2);
+    assert!(ours.stderr.starts_with("error: "), "{}", ours.stderr);
+    let clap = archivist(dir.path(), &["status", "--no-such-flag"], &[]).expect_code(2);
+    assert!(clap.stderr.starts_with("error: "), "{}", clap.stderr);
 }
