@@ -675,3 +675,37 @@ fn help_lists_what_each_subcommand_uses_with_examples() {
     let clap = archivist(dir.path(), &["status", "--no-such-flag"], &[]).expect_code(2);
     assert!(clap.stderr.starts_with("error: "), "{}", clap.stderr);
 }
+
+/// On a terminal the logs are coloured, unless NO_COLOR is set (https://no-color.org). The
+/// terminal is a pseudo-terminal from util-linux's `script`.
+#[test]
+fn no_color_is_honoured_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let on_a_terminal = |no_color: Option<&str>| {
+        let mut cmd = std::process::Command::new("script");
+        cmd.args([
+            "-qec",
+            &format!("{} migrate", env!("CARGO_BIN_EXE_archivist")),
+        ])
+        .arg("/dev/null")
+        .current_dir(dir.path())
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG");
+        if let Some(v) = no_color {
+            cmd.env("NO_COLOR", v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        on_a_terminal(None).contains("\u{1b}["),
+        "no colour on a terminal"
+    );
+    let plain = on_a_terminal(Some("1"));
+    assert!(plain.contains("INFO"), "{plain}");
+    assert!(
+        !plain.contains("\u{1b}["),
+        "coloured despite NO_COLOR: {plain:?}"
+    );
+}

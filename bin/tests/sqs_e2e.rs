@@ -105,3 +105,22 @@ fn send_with_a_line_too_large_for_the_bus_sends_nothing_and_exits_2() {
         .expect_code(0);
     assert_eq!(got.stdout, "");
 }
+
+/// On SQS, `queues` says what it created, names an existing queue whose maxReceiveCount
+/// differs from ARCHIVIST_MAX_RECEIVES instead of keeping it silently, and `--update` sets it.
+#[test]
+fn queues_on_sqs_report_and_update_the_receive_limit() {
+    let s = Scenario::sqs(None);
+    let run = s.run(&["queues"], &[]).expect_code(0);
+    assert!(run.stderr.contains("created queue"), "{}", run.stderr);
+    let three = [("ARCHIVIST_MAX_RECEIVES", "3")];
+    let run = s.run(&["queues"], &three).expect_code(0);
+    assert!(
+        run.stderr.contains("maxReceiveCount is 5") && run.stderr.contains("--update"),
+        "{}",
+        run.stderr
+    );
+    s.run(&["queues", "--update"], &three).expect_code(0);
+    let run = s.run(&["queues"], &three).expect_code(0);
+    assert!(!run.stderr.contains("left as it is"), "{}", run.stderr);
+}
