@@ -347,17 +347,6 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn clap_definition_is_consistent() {
-        Cli::command().debug_assert();
-    }
-}
-
 /// The configuration options each subcommand reads, by argument id: its `--help` lists only
 /// these (the others are accepted, and ignored, so that one environment serves every command).
 const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
@@ -444,4 +433,15 @@ pub(crate) fn command() -> clap::Command {
         });
     }
     cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
 }
