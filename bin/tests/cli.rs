@@ -709,3 +709,69 @@ fn no_color_is_honoured_on_a_terminal() {
         "coloured despite NO_COLOR: {plain:?}"
     );
 }
+
+/// Known secrets in every credential setting never reach any output of any subcommand, on
+/// success and on failure paths, even with debug logs: the database password (in the user
+/// part and as a parameter) and the AWS secret key.
+#[test]
+fn secrets_never_reach_any_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::PgDatabase::create();
+    // Trust authentication accepts any password: the runs succeed with secrets in the URL.
+    let url = db
+        .url
+        .replacen("postgres@", "postgres:Secret-User-Pw-1@", 1)
+        + "?password=Secret-Param-Pw-2";
+    let secrets = ["Secret-User-Pw-1", "Secret-Param-Pw-2", "Secret-Aws-Key-3"];
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("RUST_LOG", "debug"),
+        ("AWS_SECRET_ACCESS_KEY", "Secret-Aws-Key-3"),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_REGION", "us-east-1"),
+        ("ARCHIVIST_START_JITTER", "0s"),
+        ("ARCHIVIST_RESEARCHERS", "1"),
+        ("ARCHIVIST_CONNECT_TIMEOUT", "1s"),
+    ];
+    let check = |what: &str, run: &common::Run| {
+        for s in secrets {
+            assert!(
+                !run.stdout.contains(s) && !run.stderr.contains(s),
+                "{what} printed {s}:\n{}\n{}",
+                run.stdout,
+                run.stderr
+            );
+        }
+    };
+    let runs: &[&[&str]] = &[
+        &["migrate"],
+        &["queues"],
+        &["status"],
+        &["status", "--json"],
+        &["matches"],
+        &["episodes", "--once"],
+        &["clips", "--once"],
+        &["pending-research"],
+        &["completed-research"],
+        &["receive", "curated_clips", "--wait", "0s"],
+        &["status", "--help"],
+        &["run", "--help"],
+    ];
+    for args in runs {
+        check(&format!("{args:?}"), &archivist(dir.path(), args, &env));
+    }
+    let sent = common::archivist_with_input(dir.path(), &["send", "curated_clips"], &env, "{}\n");
+    check("send", &sent);
+    // Failure paths: an unreachable SQS bus with the AWS secret set, a refused database.
+    let mut sqs = env.to_vec();
+    sqs.push(("ARCHIVIST_BUS", "sqs"));
+    sqs.push(("AWS_ENDPOINT_URL", "http://127.0.0.1:1"));
+    check("queues on sqs", &archivist(dir.path(), &["queues"], &sqs));
+    let refused = url.replacen("5432", "1", 1);
+    let mut down = env.to_vec();
+    down[0] = ("DATABASE_URL", refused.as_str());
+    check(
+        "status, refused",
+        &archivist(dir.path(), &["status"], &down),
+    );
+}
