@@ -287,6 +287,8 @@ pub struct Row {
     pub kind: Kind,
     pub figures: Vec<(Col, Figure)>,
     pub notes: Vec<String>,
+    /// The load average after each figure.
+    pub loads: Vec<f64>,
 }
 
 async fn measure(kind: Kind, s: &Settings, pg: &pg::Server, row: &mut Row) {
@@ -364,6 +366,7 @@ async fn measure(kind: Kind, s: &Settings, pg: &pg::Server, row: &mut Row) {
 }
 
 fn push_recv(row: &mut Row, col: Col, r: Result<(usize, usize, Duration)>) {
+    row.loads.push(loadavg());
     let f = match r {
         Ok((acked, n, t)) if acked < n => Figure::Capped(acked as f64 / t.as_secs_f64()),
         Ok((acked, _, t)) => Figure::Rate(acked as f64 / t.as_secs_f64()),
@@ -373,7 +376,16 @@ fn push_recv(row: &mut Row, col: Col, r: Result<(usize, usize, Duration)>) {
     row.figures.push((col, f));
 }
 
+/// The 1-minute load average: the machine is shared, and other work slows every figure.
+pub fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
 fn push(row: &mut Row, col: Col, r: Result<f64>) {
+    row.loads.push(loadavg());
     let f = match r {
         Ok(v) => Figure::Rate(v),
         Err(e) => Figure::Failed(format!("{e:#}")),
@@ -413,6 +425,7 @@ async fn run(mut s: Settings) -> Result<()> {
             kind,
             figures: Vec::new(),
             notes: Vec::new(),
+            loads: Vec::new(),
         };
         measure(kind, &s, &pg, &mut row).await;
         rows.push(row);

@@ -52,11 +52,13 @@ pub fn print(s: &Settings, server: &str, rows: &[Row]) {
         s.receivers, s.sqlite_processes, s.backlog_receive, s.backlog_batch
     );
     println!("(b): median of {} runs, each on a fresh database.", s.repeat);
+    println!("load avg: the machine's 1-minute load average after each figure of the row (2 cores; other work slows every figure).");
     println!("Each cell: messages/s (ratio to the best Postgres queue in the column, baseline excluded).");
     println!();
     let mut head = vec!["queue".to_string()];
     head.extend(Col::ALL.iter().map(|c| header(s, *c)));
     head.push("flatness (largest backlog / 1k)".into());
+    head.push("load avg".into());
     println!("| {} |", head.join(" | "));
     println!("|{}", " --- |".repeat(head.len()));
     for r in rows {
@@ -87,6 +89,11 @@ pub fn print(s: &Settings, server: &str, rows: &[Row]) {
             (Some(l), Some(h)) if l > 0.0 => format!("{:.2}", h / l),
             _ => "-".into(),
         });
+        let (lo, hi) = r
+            .loads
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+        cells.push(if r.loads.is_empty() { "-".into() } else { format!("{lo:.1}–{hi:.1}") });
         println!("| {} |", cells.join(" | "));
     }
     println!();
