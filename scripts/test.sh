@@ -47,10 +47,10 @@ fi
 pg_up || { echo "PostgreSQL did not start on $PG_HOST:$PG_PORT" >&2; exit 1; }
 # Tests create (and drop) a database of their own through this administrative URL.
 export ARCHIVIST_TEST_PG_URL=${ARCHIVIST_TEST_PG_URL:-postgres://postgres@$PG_HOST:$PG_PORT/test}
-# A test process killed outright cannot drop its database; sweep such leftovers (no test of
-# this run has started yet).
-for db in $(psql "$ARCHIVIST_TEST_PG_URL" -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'archivist\_t\_%'" 2>/dev/null); do
-  psql "$ARCHIVIST_TEST_PG_URL" -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>&1 || true
+# A test process killed outright cannot drop its database; sweep such leftovers. Only those
+# nobody is connected to: another run of this script may be using the server at the same time.
+for db in $(psql "$ARCHIVIST_TEST_PG_URL" -Atc "SELECT datname FROM pg_database d WHERE datname LIKE 'archivist\_t\_%' AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = d.datname)" 2>/dev/null); do
+  psql "$ARCHIVIST_TEST_PG_URL" -qc "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1 || true
 done
 
 # ---------------------------------------------------------------- moto_server (SQS)
