@@ -193,6 +193,8 @@ async fn assign(
         };
         run.report.leases_created += 1;
         run.report.pairs_reclaimed += u64::from(lease.reclaimed_pairs);
+        // Leased, not yet published: a shutdown here must still publish (or cancel) it.
+        messagebus::fail_point("pending-research-publish").await;
         let (lease_id, clips) = (lease.id, lease.clips.len());
         let body = messages::encode(&item(lease));
         let (error, cancelled) = match run

@@ -378,6 +378,8 @@ impl Run {
         let (deliveries, items): (Vec<Delivery>, Vec<S::Item>) = batch.into_iter().unzip();
         let acks = in_store_receipts(op.datastore(), &deliveries).await;
         self.acked_in_store = !acks.is_empty();
+        // The busiest moment: the batch is in hand, nothing of it stored yet.
+        messagebus::fail_point(&format!("{}-store", self.name)).await;
         let out = self
             .retrying("store", DataStoreError::is_retryable, || {
                 op.store(&items, &acks)

@@ -65,6 +65,8 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         let token = CancellationToken::new();
         signals::spawn(token.clone())?;
+        // Test builds only (feature `fail-points`): a paused process goes on once signalled.
+        messagebus::fail_point::resume_pauses_on(&token);
         commands::dispatch(cli.command, config, token).await
     });
     // Tasks still blocked on the bus after the shutdown timeout must not hold up the exit.

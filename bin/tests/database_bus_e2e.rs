@@ -15,7 +15,7 @@ use std::process::Stdio;
 use common::pipeline::{
     assert_depth, clip_json, episode_json, pipeline, results_for, Scenario, CLIPS, EPISODES,
 };
-use common::{PgDatabase, Run};
+use common::{expire_visibility, PgDatabase, Run};
 use serde_json::{json, Value};
 
 #[test]
@@ -30,32 +30,6 @@ fn pipeline_across_processes_on_the_postgres_bus() {
     let db = PgDatabase::create();
     let s = Scenario::database(Some(&db.url));
     pipeline(&s);
-}
-
-/// Makes every in-flight message of the database bus at `url` visible now, as if its
-/// visibility timeout had run out (the tests do not wait 30 s for it).
-fn expire_visibility(url: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        if url.starts_with("sqlite:") {
-            let pool = sqlx::SqlitePool::connect(url).await.unwrap();
-            sqlx::query("UPDATE bus_messages SET visible_at = 0")
-                .execute(&pool)
-                .await
-                .unwrap();
-            pool.close().await;
-        } else {
-            let pool = sqlx::PgPool::connect(url).await.unwrap();
-            sqlx::query("UPDATE bus_messages SET visible_at = now() WHERE visible_at > now()")
-                .execute(&pool)
-                .await
-                .unwrap();
-            pool.close().await;
-        }
-    });
 }
 
 /// Runs `args` with `ARCHIVIST_FAIL_POINT=point`, waits until the process says it reached

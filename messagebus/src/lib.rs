@@ -10,6 +10,7 @@
 //! - `bus.rs`: the [`Bus`], [`Sender`] and [`Receiver`] traits and [`QueueStats`].
 //! - `delivery.rs`: [`Delivery`] and the [`Acknowledger`] trait adapters implement for it.
 //! - `error.rs`: [`BusError`] and its [`BusError::is_retryable`] classification.
+//! - `fail_point.rs`: test-only points where a process stops or pauses (feature `fail-points`).
 //! - `memory.rs`: [`MemoryBus`], an in-process bus that behaves like a real queue
 //!   (visibility timeout, receive counts, redrive to the dead-letter queue, consumer count).
 //! - `sql/` (features `postgres`, `sqlite`): the database bus, queues as rows in the
@@ -21,6 +22,7 @@
 mod bus;
 mod delivery;
 mod error;
+pub mod fail_point;
 pub mod memory;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod sql;
@@ -33,5 +35,6 @@ mod url;
 pub use bus::{dead_letter_queue_name, Bus, QueueStats, Receiver, Sender, MAX_BODY_BYTES};
 pub use delivery::{Acknowledger, Delivery, SqlReceipt};
 pub use error::BusError;
+pub use fail_point::fail_point;
 pub use memory::{MemoryBus, MemoryBusConfig};
 pub use url::{redact_url, without_unsupported_params};

@@ -301,3 +301,29 @@ impl Drop for PgDatabase {
         .join();
     }
 }
+
+/// Makes every in-flight message of the database bus at `url` visible now, as if its
+/// visibility timeout had run out (the tests do not wait 30 s for it).
+pub(crate) fn expire_visibility(url: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        if url.starts_with("sqlite:") {
+            let pool = sqlx::SqlitePool::connect(url).await.unwrap();
+            sqlx::query("UPDATE bus_messages SET visible_at = 0")
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        } else {
+            let pool = sqlx::PgPool::connect(url).await.unwrap();
+            sqlx::query("UPDATE bus_messages SET visible_at = now() WHERE visible_at > now()")
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        }
+    });
+}

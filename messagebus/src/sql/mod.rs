@@ -48,13 +48,12 @@ use crate::{
     SqlReceipt, MAX_BODY_BYTES,
 };
 
-mod fail_point;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
-pub use fail_point::fail_point;
+pub(crate) use crate::fail_point::fail_point;
 #[cfg(feature = "postgres")]
 pub use postgres::PgBus;
 #[cfg(feature = "sqlite")]
@@ -306,6 +305,8 @@ impl<D: Dialect> Shared<D> {
             let _turn = self.ack_flush.lock().await;
             let batch = std::mem::take(&mut self.lock().acks);
             if !batch.is_empty() {
+                // Acknowledgements gathered, not yet deleted.
+                fail_point("bus-ack-batch").await;
                 let keys: Vec<(i64, i64)> = batch.iter().map(|(i, r, _)| (*i, *r)).collect();
                 let out = self.dialect.ack(&keys).await;
                 for (_, _, waiter) in batch {

@@ -339,6 +339,8 @@ struct DeleteCall {
 #[async_trait]
 impl BatchCall for DeleteCall {
     async fn call(&self, receipts: &[&str]) -> Result<Vec<EntryOutcome>, BusError> {
+        // The batcher holds these acknowledgements and has not sent them yet.
+        crate::fail_point("sqs-delete-batch").await;
         let entries = receipts
             .iter()
             .enumerate()
