@@ -117,6 +117,8 @@ pub struct ArchivistHandle {
     /// Non-fatal errors as they happen. Reading is optional: when the channel is full, newer
     /// errors are dropped and counted in [`Report::errors_dropped`].
     pub errors: mpsc::Receiver<ArchivistError>,
-    /// Resolves once with the run's report when the archivist stops.
+    /// Resolves once with the run's report when the archivist stops. Dropping it stops the
+    /// run where it is (a host that gave up waiting): the messages it held are dropped, and
+    /// buses that can release them do (see `messagebus::Delivery`).
     pub done: oneshot::Receiver<Report>,
 }

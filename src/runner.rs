@@ -83,9 +83,17 @@ where
     let span = tracing::info_span!("archivist", name);
     tokio::spawn(
         async move {
-            let (run, ended) = task.await;
-            // The host may have stopped waiting for the report; the run is over either way.
-            let _ = done_tx.send(run.finish(ended));
+            let mut done_tx = done_tx;
+            // A host that dropped the done channel has given up on the run (its shutdown
+            // timeout ran out): the run stops where it is, and the deliveries it held are
+            // dropped, which asks the bus to release them.
+            let outcome = tokio::select! {
+                out = task => Some(out),
+                _ = done_tx.closed() => None,
+            };
+            if let Some((run, ended)) = outcome {
+                let _ = done_tx.send(run.finish(ended));
+            }
         }
         .instrument(span),
     );

@@ -2,33 +2,68 @@
 //! runs at an interval, adding up reports, and supervising a set of tasks until they finish,
 //! one fails, or a signal asks them to stop (then waiting for them under a timeout).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use anyhow::anyhow;
 use archivist::{ArchivistError, ArchivistHandle, Ended, Report};
 use messagebus::BusError;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::usage;
 
+/// Runs given up on (their waiting task aborted at the shutdown timeout), each watched until
+/// it has dropped what it held: [`supervise`] waits for them, so that the bus is closed
+/// (and releases their deliveries) only after that.
+static GIVEN_UP: LazyLock<TaskTracker> = LazyLock::new(TaskTracker::new);
+
+/// The errors channel of a run being waited for; if the wait is dropped before the run
+/// ended, it goes on watching the run (see [`GIVEN_UP`]).
+struct Watched {
+    errors: mpsc::Receiver<ArchivistError>,
+    ended: bool,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        // The run drops its end of the channel when it is dropped, with all it held. (It
+        // stops because its done channel, dropped with the wait, is closed.)
+        let (_, placeholder) = mpsc::channel(1);
+        let mut errors = std::mem::replace(&mut self.errors, placeholder);
+        runtime.spawn(GIVEN_UP.track_future(async move { while errors.recv().await.is_some() {} }));
+    }
+}
+
 /// Waits for a started archivist's report, logging its non-fatal errors as they come.
 pub(crate) async fn wait(name: &str, handle: ArchivistHandle) -> Report {
-    let ArchivistHandle { mut errors, done } = handle;
+    let ArchivistHandle { errors, done } = handle;
+    let mut watched = Watched {
+        errors,
+        ended: false,
+    };
     tokio::pin!(done);
     let mut errors_open = true;
     let report = loop {
         tokio::select! {
             biased;
-            e = errors.recv(), if errors_open => match e {
+            e = watched.errors.recv(), if errors_open => match e {
                 Some(e) => log_error(name, &e),
                 None => errors_open = false,
             },
             r = &mut done => break r,
         }
     };
-    while let Ok(e) = errors.try_recv() {
+    watched.ended = true;
+    while let Ok(e) = watched.errors.try_recv() {
         log_error(name, &e);
     }
     report.unwrap_or_else(|_| {
@@ -133,6 +168,9 @@ fn failed(name: &str, e: ArchivistError) -> anyhow::Error {
     }
 }
 
+/// How long aborted tasks get to drop what they hold.
+const ABORT_GRACE: Duration = Duration::from_secs(1);
+
 /// Waits for the tasks in `set`: until all finish, one fails (the others are then asked to
 /// stop), or the token is cancelled. Then waits at most `shutdown_timeout` for the rest.
 /// Returns the first failure.
@@ -170,6 +208,16 @@ pub(crate) async fn supervise(
     };
     if tokio::time::timeout(shutdown_timeout, rest).await.is_err() {
         set.abort_all();
+        // Aborted tasks give up on their runs, which then drop what they hold (their
+        // deliveries ask the bus to release them); a run stuck outside an await point
+        // cannot be waited for.
+        let dropped = async {
+            while set.join_next().await.is_some() {}
+            GIVEN_UP.close();
+            GIVEN_UP.wait().await;
+            GIVEN_UP.reopen();
+        };
+        let _ = tokio::time::timeout(ABORT_GRACE, dropped).await;
         let timeout = anyhow!(
             "archivists did not stop within {} (ARCHIVIST_SHUTDOWN_TIMEOUT)",
             humantime::format_duration(shutdown_timeout)

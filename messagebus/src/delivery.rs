@@ -38,17 +38,27 @@ pub trait Acknowledger: Send + Sync {
 
     /// The delivery was settled by another transaction (see [`SqlReceipt`]): stop holding it.
     fn settled_elsewhere(self: Box<Self>) {}
+
+    /// The delivery was dropped unsettled: its holder stopped (a task aborted at the shutdown
+    /// timeout, an early return). An adapter that can make the message visible again starts
+    /// that here, in the background, without blocking, and [`Bus::close`](crate::Bus::close)
+    /// waits for it. The default does nothing: the message comes back when its visibility
+    /// timeout runs out.
+    fn abandoned(self: Box<Self>) {}
 }
 
 /// One received message. It carries its own acknowledgement: call exactly one of
 /// [`ack`](Self::ack), [`release`](Self::release) or [`dead_letter`](Self::dead_letter).
-/// A delivery dropped without any of them comes back when its visibility timeout runs out.
+/// A delivery dropped without any of them is released in the background where the adapter
+/// can (SQS, the database bus: [`Bus::close`](crate::Bus::close) waits for that), else it
+/// comes back when its visibility timeout runs out.
 pub struct Delivery {
     body: Vec<u8>,
     message_id: String,
     receive_count: u32,
     dead_letter_reason: Option<String>,
-    acker: Box<dyn Acknowledger>,
+    /// Taken by the settling call; still here when the delivery is dropped unsettled.
+    acker: Option<Box<dyn Acknowledger>>,
 }
 
 impl Delivery {
@@ -65,8 +75,13 @@ impl Delivery {
             message_id,
             receive_count,
             dead_letter_reason,
-            acker,
+            acker: Some(acker),
         }
+    }
+
+    fn take_acker(&mut self) -> Result<Box<dyn Acknowledger>, BusError> {
+        // Only a settling call takes it, and each consumes the delivery: never absent here.
+        self.acker.take().ok_or(BusError::Closed)
     }
 
     /// The message body as sent.
@@ -90,30 +105,40 @@ impl Delivery {
     }
 
     /// The message was handled: remove it from the queue.
-    pub async fn ack(self) -> Result<(), BusError> {
-        self.acker.ack().await
+    pub async fn ack(mut self) -> Result<(), BusError> {
+        self.take_acker()?.ack().await
     }
 
     /// Retry later: make the message visible again now.
-    pub async fn release(self) -> Result<(), BusError> {
-        self.acker.release().await
+    pub async fn release(mut self) -> Result<(), BusError> {
+        self.take_acker()?.release().await
     }
 
     /// Set the message aside in the queue's dead-letter queue with `reason`.
-    pub async fn dead_letter(self, reason: &str) -> Result<(), BusError> {
-        self.acker.dead_letter(reason).await
+    pub async fn dead_letter(mut self, reason: &str) -> Result<(), BusError> {
+        self.take_acker()?.dead_letter(reason).await
     }
 
     /// The delivery's place in a database bus, for acknowledging it inside a datastore
     /// transaction on the same database. `None` on other buses.
     pub fn sql_receipt(&self) -> Option<SqlReceipt> {
-        self.acker.sql_receipt()
+        self.acker.as_ref().and_then(|a| a.sql_receipt())
     }
 
     /// The delivery was acknowledged inside another transaction through its
     /// [`sql_receipt`](Self::sql_receipt): let go of it without settling it again.
-    pub fn settled_elsewhere(self) {
-        self.acker.settled_elsewhere()
+    pub fn settled_elsewhere(mut self) {
+        if let Some(acker) = self.acker.take() {
+            acker.settled_elsewhere();
+        }
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        if let Some(acker) = self.acker.take() {
+            acker.abandoned();
+        }
     }
 }
 

@@ -20,6 +20,31 @@ use crate::tasks::{self, SharedTotals};
 const INGEST_WAIT: Duration = Duration::from_secs(20);
 /// How long a draining run (`--once`, completed research) waits for more before it ends.
 const DRAIN_WAIT: Duration = Duration::from_secs(1);
+/// After the archivists stop (or are given up on at the shutdown timeout), how long the bus
+/// may take to release the messages they still held.
+const RELEASE_GRACE: Duration = Duration::from_secs(5);
+
+/// Waits for the archivists in `set` (under the shutdown timeout once the token is
+/// cancelled), then closes the bus: it releases what archivists given up on still held, so
+/// that those messages are visible again at once rather than after their visibility timeout.
+async fn supervise_then_close(
+    token: &CancellationToken,
+    set: JoinSet<anyhow::Result<()>>,
+    config: &Config,
+    bus: &dyn Bus,
+) -> anyhow::Result<()> {
+    let out = tasks::supervise(token, set, config.shutdown_timeout).await;
+    match tokio::time::timeout(RELEASE_GRACE, bus.close()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "could not close the bus"),
+        Err(_) => tracing::warn!(
+            "messages held by the stopped archivists were not all released within {}; they \
+             come back when their visibility timeout runs out",
+            humantime::format_duration(RELEASE_GRACE)
+        ),
+    }
+    out
+}
 
 /// `archivist episodes`.
 pub(crate) async fn episodes(
@@ -80,7 +105,7 @@ async fn ingest(
         Default::default(),
     )
     .await?;
-    tasks::supervise(&token, set, config.shutdown_timeout).await
+    supervise_then_close(&token, set, config, &*bus).await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -148,7 +173,7 @@ pub(crate) async fn pending_research(
         Default::default(),
     )
     .await?;
-    tasks::supervise(&token, set, config.shutdown_timeout).await
+    supervise_then_close(&token, set, config, &*bus).await
 }
 
 /// SQS cannot count the researchers listening on a queue: the operator must say how many.
@@ -221,7 +246,7 @@ pub(crate) async fn completed_research(
         Default::default(),
     )
     .await?;
-    tasks::supervise(&token, set, config.shutdown_timeout).await
+    supervise_then_close(&token, set, config, &*bus).await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -375,5 +400,5 @@ pub(crate) async fn run(
     )
     .await?;
     tracing::info!(every = %humantime::format_duration(every), "archivists running; SIGINT or SIGTERM stops them");
-    tasks::supervise(&token, set, config.shutdown_timeout).await
+    supervise_then_close(&token, set, config, &*bus).await
 }

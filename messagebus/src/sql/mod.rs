@@ -189,6 +189,8 @@ pub(crate) struct Shared<D> {
     state: Mutex<State>,
     /// Held by the task that deletes the acknowledgements queued in `State::acks`.
     ack_flush: tokio::sync::Mutex<()>,
+    /// Releases of deliveries dropped unsettled, under way; [`Bus::close`] waits for them.
+    abandoned: tokio_util::task::TaskTracker,
     /// Stops the keeper (and the Postgres listener) when the last handle goes.
     stop: tokio_util::sync::CancellationToken,
 }
@@ -354,6 +356,7 @@ impl<D: Dialect> SqlBus<D> {
             bus_id: tokio::sync::OnceCell::new(),
             state: Mutex::new(State::default()),
             ack_flush: tokio::sync::Mutex::new(()),
+            abandoned: tokio_util::task::TaskTracker::new(),
             stop: tokio_util::sync::CancellationToken::new(),
         });
         tokio::spawn(keeper(Arc::downgrade(&shared), shared.stop.clone()));
@@ -496,7 +499,13 @@ impl<D: Dialect> Bus for SqlBus<D> {
             .await
     }
 
+    /// Waits for the releases of deliveries dropped unsettled (see
+    /// [`Acknowledger::abandoned`]), then deletes this process's consumer rows.
     async fn close(&self) -> Result<(), BusError> {
+        let tracker = &self.shared.abandoned;
+        tracker.close();
+        tracker.wait().await;
+        tracker.reopen();
         let all: Vec<Uuid> = {
             let mut state = self.shared.lock();
             let mut all: Vec<Uuid> = state.consumers.drain().map(|(id, _)| id).collect();
@@ -735,6 +744,24 @@ impl<D: Dialect> Acknowledger for SqlAcker<D> {
 
     fn settled_elsewhere(mut self: Box<Self>) {
         self.let_go();
+    }
+
+    fn abandoned(mut self: Box<Self>) {
+        let (id, receipt) = self.let_go();
+        // Outside a runtime nothing can be sent: the visibility timeout brings it back.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = Arc::clone(&self.shared);
+        let queue = self.queue.name.clone();
+        let tracker = shared.abandoned.clone();
+        runtime.spawn(tracker.track_future(async move {
+            match shared.dialect.release(id, receipt).await {
+                Ok(true) => shared.wake(&queue),
+                Ok(false) => {}
+                Err(e) => tracing::debug!(%queue, error = %e, "could not release a dropped delivery; it comes back when its visibility runs out"),
+            }
+        }));
     }
 }
 

@@ -75,6 +75,8 @@ pub(crate) struct BusInner {
     pub(crate) config: SqsConfig,
     pub(crate) counter: Arc<RequestCounter>,
     urls: Mutex<HashMap<String, String>>,
+    /// Releases of deliveries dropped unsettled, under way; [`Bus::close`] waits for them.
+    pub(crate) abandoned: tokio_util::task::TaskTracker,
 }
 
 impl SqsBus {
@@ -116,6 +118,7 @@ impl SqsBus {
                 config,
                 counter,
                 urls: Mutex::new(HashMap::new()),
+                abandoned: tokio_util::task::TaskTracker::new(),
             }),
         })
     }
@@ -233,6 +236,16 @@ impl Bus for SqsBus {
     /// visibility timeout, retention, long-poll wait (`ReceiveMessageWaitTimeSeconds`) and a
     /// redrive policy (`maxReceiveCount` = `max_receives`) to it. An existing queue is left as it is, except that one without a
     /// redrive policy gets this one: without it a poison message would cycle forever.
+    /// Waits for the releases of deliveries dropped unsettled (see
+    /// [`Acknowledger::abandoned`](crate::Acknowledger::abandoned)).
+    async fn close(&self) -> Result<(), BusError> {
+        let tracker = &self.inner.abandoned;
+        tracker.close();
+        tracker.wait().await;
+        tracker.reopen();
+        Ok(())
+    }
+
     async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
         let inner = &self.inner;
         let dlq = dead_letter_queue_name(queue);

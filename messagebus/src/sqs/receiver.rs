@@ -396,6 +396,13 @@ impl BatchCall for ReleaseCall {
     }
 }
 
+/// Makes a message visible again through the release batcher.
+async fn release(shared: &ReceiverShared, receipt: String) -> Result<(), BusError> {
+    // An extension already on its way must land before the release, not after it.
+    drop(shared.heartbeat_gate.lock().await);
+    shared.releaser.submit(receipt).await
+}
+
 /// Stops holding a delivery when it is settled or dropped.
 #[derive(Debug)]
 struct HeldGuard {
@@ -432,9 +439,23 @@ impl Acknowledger for SqsAcker {
         let SqsAcker { guard, receipt, .. } = *self;
         let shared = guard.shared.clone();
         drop(guard);
-        // An extension already on its way must land before the release, not after it.
-        drop(shared.heartbeat_gate.lock().await);
-        shared.releaser.submit(receipt).await
+        release(&shared, receipt).await
+    }
+
+    fn abandoned(self: Box<Self>) {
+        let SqsAcker { guard, receipt, .. } = *self;
+        let shared = guard.shared.clone();
+        drop(guard);
+        // Outside a runtime nothing can be sent: the visibility timeout brings it back.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let tracker = shared.bus.abandoned.clone();
+        runtime.spawn(tracker.track_future(async move {
+            if let Err(e) = release(&shared, receipt).await {
+                tracing::debug!(queue = %shared.queue, error = %e, "could not release a dropped delivery; it comes back when its visibility runs out");
+            }
+        }));
     }
 
     async fn dead_letter(self: Box<Self>, reason: &str) -> Result<(), BusError> {
