@@ -134,6 +134,18 @@ impl Delivery {
     }
 }
 
+impl Delivery {
+    /// Stops holding the delivery without settling it: the message comes back when its
+    /// visibility timeout runs out, as a crashed holder's messages do (dropping it instead
+    /// releases it where the bus can).
+    pub fn let_expire(mut self) {
+        if let Some(acker) = self.acker.take() {
+            // Stops the heartbeat and settles nothing, on every adapter.
+            acker.settled_elsewhere();
+        }
+    }
+}
+
 impl Drop for Delivery {
     fn drop(&mut self) {
         if let Some(acker) = self.acker.take() {

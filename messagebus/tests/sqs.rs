@@ -123,7 +123,7 @@ async fn releases_settled_together_share_one_visibility_batch() {
 }
 
 /// Holding a message past its visibility timeout does not let a second consumer have it:
-/// the heartbeat extends it. Dropping it stops the heartbeat, and it comes back.
+/// the heartbeat extends it. Letting it go stops the heartbeat, and it comes back.
 #[tokio::test]
 async fn heartbeat_keeps_a_held_message_invisible() {
     let config = SqsConfig {
@@ -157,7 +157,7 @@ async fn heartbeat_keeps_a_held_message_invisible() {
 
     tx.send(b"abandoned".to_vec()).await.unwrap();
     let mut got = receive_n(&rx, 1).await;
-    drop(got.remove(0));
+    got.remove(0).let_expire();
     assert_eq!(rx.held(), 0);
     let back = receive_n(&other, 1).await;
     assert_eq!(back[0].body(), b"abandoned");
