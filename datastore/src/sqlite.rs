@@ -112,7 +112,8 @@ impl SqliteDataStore {
                 .idle_timeout(None)
                 .max_lifetime(None)
         } else {
-            SqlitePoolOptions::new().max_connections(MAX_CONNECTIONS)
+            // Connections left inside a transaction SQLite ended by itself are not reused.
+            messagebus::sql::sqlite::pool_options().max_connections(MAX_CONNECTIONS)
         };
         let pool = pool_options.connect_with(options).await?;
         tracing::debug!(url = %redact_url(url), "opened SQLite datastore");

@@ -779,8 +779,9 @@ pub(crate) fn over_limit_reason(max_receives: u32) -> String {
 }
 
 /// Database errors that say nothing about the request: a broken connection, a busy or
-/// restarting server, a serialization failure or deadlock, a locked SQLite file. Shared with
-/// the datastore, which classifies its own errors the same way.
+/// restarting server, a serialization failure or deadlock, a locked SQLite file, a full disk
+/// under an SQLite file (room may be made; retrying is how the run goes on then). Shared
+/// with the datastore, which classifies its own errors the same way.
 pub fn is_transient(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_)
@@ -796,8 +797,9 @@ pub fn is_transient(e: &sqlx::Error) -> bool {
                 // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections,
                 // connection_exception class.
                 Some("40001" | "40P01" | "55P03" | "57P01" | "57P02" | "57P03" | "53300")
-                    // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6) and their extended codes.
-                    | Some("5" | "6" | "261" | "517" | "262")
+                    // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6) and their extended
+                    // codes; SQLITE_FULL (13).
+                    | Some("5" | "6" | "261" | "517" | "262" | "13")
             ) || code.as_deref().is_some_and(|c| c.starts_with("08"))
         }
         _ => false,

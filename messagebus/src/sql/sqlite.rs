@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{Connection, Row, Sqlite, SqliteConnection, SqlitePool, TransactionManager};
 use uuid::Uuid;
 
 use super::{
@@ -56,7 +56,7 @@ impl SqlBus<Lite> {
             // In WAL mode NORMAL survives a process crash and costs no fsync per commit.
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT);
-        let pool = SqlitePoolOptions::new()
+        let pool = pool_options()
             .max_connections(4)
             .connect_with(options)
             .await
@@ -68,6 +68,31 @@ impl SqlBus<Lite> {
     pub fn from_pool(pool: SqlitePool, config: SqlBusConfig) -> Self {
         SqlBus::from_dialect(Lite { pool }, config)
     }
+}
+
+/// Pool settings for SQLite files (the bus's, and the datastore's, which uses them too): a
+/// connection goes back into the pool only if no transaction is left open on it. SQLite ends
+/// a transaction by itself on some errors (a full disk: `SQLITE_FULL`); sqlx's rollback then
+/// fails and it goes on counting the transaction as open (launchbadge/sqlx#4031), so every
+/// later `BEGIN IMMEDIATE` on that connection would fail for good. Such a connection is
+/// closed instead, and the next one starts clean.
+pub fn pool_options() -> SqlitePoolOptions {
+    SqlitePoolOptions::new().after_release(|conn, _| {
+        Box::pin(async move {
+            if transaction_depth(conn) == 0 {
+                return Ok(true);
+            }
+            // A dropped transaction's rollback is queued ahead of this ping: wait for it.
+            conn.ping().await?;
+            Ok(transaction_depth(conn) == 0)
+        })
+    })
+}
+
+fn transaction_depth(conn: &SqliteConnection) -> usize {
+    <<Sqlite as sqlx::Database>::TransactionManager as TransactionManager>::get_transaction_depth(
+        conn,
+    )
 }
 
 fn now_micros() -> i64 {
