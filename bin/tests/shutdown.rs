@@ -123,8 +123,13 @@ fn sigterm_at(s: &Scenario, args: &[&str], extra: &[(&str, &str)], point: &str) 
         took < humantime::parse_duration(SHUTDOWN_TIMEOUT).unwrap(),
         "{args:?} at {point} took {took:?} to stop\n{log}"
     );
+    let bus = if s.bus.is_sqs() {
+        "SQS"
+    } else {
+        "database bus"
+    };
     println!(
-        "shutdown: {} at {point}: SIGTERM, exit 0 after {:.2} s",
+        "shutdown: {bus}: {} at {point}: SIGTERM, exit 0 after {:.2} s, nothing in flight",
         args.join(" "),
         took.as_secs_f64()
     );
