@@ -32,6 +32,9 @@ impl Bus for TestBus {
     async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
         self.bus.create_queue(queue).await
     }
+    async fn close(&self) -> Result<(), BusError> {
+        self.bus.close().await
+    }
 }
 
 impl TestBus {

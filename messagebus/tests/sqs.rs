@@ -165,6 +165,25 @@ async fn heartbeat_keeps_a_held_message_invisible() {
     ack_concurrently(back).await;
 }
 
+/// A delivery dropped unsettled (its holder was given up on) is released: once `close`
+/// returns it is visible again, not in flight until its visibility timeout runs out.
+#[tokio::test]
+async fn a_dropped_delivery_is_released_by_close() {
+    let (bus, queue) = setup(SqsConfig::default(), "dropped").await;
+    let tx = bus.sqs_sender(&queue).await.unwrap();
+    let rx = bus.sqs_receiver(&queue).await.unwrap();
+    tx.send(b"dropped".to_vec()).await.unwrap();
+    drop(receive_n(&rx, 1).await);
+    bus.close().await.unwrap();
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!((stats.waiting, stats.in_flight), (1, 0));
+    assert_eq!(
+        bus.request_counts()
+            .requests("ChangeMessageVisibilityBatch"),
+        1
+    );
+}
+
 #[tokio::test]
 async fn bad_bodies_are_refused_before_any_request() {
     let (bus, queue) = setup(SqsConfig::default(), "refuse").await;

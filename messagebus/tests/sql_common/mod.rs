@@ -68,9 +68,27 @@ macro_rules! sql_bus_tests {
                 // Three visibility timeouts pass while the first receiver holds it.
                 let got = other.receive(1, Duration::from_secs(6)).await.unwrap();
                 assert!(got.is_empty(), "a held message was handed out again: {got:?}");
-                drop(held);
+                held.let_expire();
                 let again = receive_n(other.as_ref(), 1).await;
                 assert_eq!(again[0].body(), b"long work");
+                assert_eq!(again[0].receive_count(), 2);
+            }
+
+            /// A delivery dropped unsettled (its holder was given up on) is released: once
+            /// `close` returns it is visible again, not in flight until its visibility
+            /// timeout (30 s) runs out.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_dropped_delivery_is_released_by_close() {
+                let bus = $fresh_with(SqlBusConfig::default()).await;
+                bus.create_queue("q").await.unwrap();
+                let tx = bus.sender("q").await.unwrap();
+                tx.send(b"dropped".to_vec()).await.unwrap();
+                let rx = bus.receiver("q").await.unwrap();
+                drop(receive_n(rx.as_ref(), 1).await);
+                bus.close().await.unwrap();
+                let stats = tx.inspect().await.unwrap();
+                assert_eq!((stats.waiting, stats.in_flight), (1, 0));
+                let again = receive_n(rx.as_ref(), 1).await;
                 assert_eq!(again[0].receive_count(), 2);
             }
 
