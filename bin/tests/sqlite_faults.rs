@@ -294,7 +294,7 @@ fn on_tmpfs(bus: BusEnv) -> (Tmpfs, Scenario) {
 
 /// Fills the disk under the database once the episodes are on the bus: the archivist
 /// retries, saying the disk is full; room is made and it stores all of them.
-fn full_disk_then_room(bus: BusEnv) {
+fn full_disk_then_room(bus: BusEnv, room: u64) {
     let (fs, s) = on_tmpfs(bus);
     let url = s.database_url();
     s.run(&["queues"], &[]).expect_code(0);
@@ -303,7 +303,7 @@ fn full_disk_then_room(bus: BusEnv) {
         .expect_code(0);
     let rt = runtime();
     let _reader = keep_open(&rt, &url);
-    let filled = fs.fill(ROOM);
+    let filled = fs.fill(room);
     let mut run = Running::start(&s, &["episodes", "--once"]);
     let line = run.wait_for(&["will retry", "database or disk is full"]);
     fs.free();
@@ -321,12 +321,24 @@ fn full_disk_then_room(bus: BusEnv) {
 
 #[test]
 fn sqlite_datastore_full_disk() {
-    full_disk_then_room(BusEnv::sqs());
+    full_disk_then_room(BusEnv::sqs(), ROOM);
 }
 
 #[test]
 fn sqlite_bus_full_disk() {
-    full_disk_then_room(BusEnv::database());
+    full_disk_then_room(BusEnv::database(), ROOM);
+}
+
+/// Full to the last byte before the archivist starts: it starts all the same (registering as
+/// a consumer waits for room) and goes on once room is made.
+#[test]
+fn sqlite_bus_full_disk_from_the_start() {
+    full_disk_then_room(BusEnv::database(), 0);
+}
+
+#[test]
+fn sqlite_datastore_full_disk_from_the_start() {
+    full_disk_then_room(BusEnv::sqs(), 0);
 }
 
 /// The disk stays full past the retries: the run exits 1 and names the cause; once there is

@@ -451,10 +451,22 @@ impl<D: Dialect> Bus for SqlBus<D> {
         let consumer = Uuid::new_v4();
         // A receiver of a dead-letter queue is not a consumer of anything that is counted.
         if row.dead_letter_queue.is_some() {
-            self.shared
+            match self
+                .shared
                 .dialect
                 .consumers(&[(consumer, row.name.clone())], &[])
-                .await?;
+                .await
+            {
+                Ok(()) => {}
+                // A locked file or a full disk passes: the keeper registers the consumer at
+                // its next refresh, and receiving meanwhile retries on its own.
+                Err(e) if e.is_retryable() => tracing::warn!(
+                    queue = %row.name,
+                    error = %e,
+                    "could not register as a consumer yet; the keeper tries again"
+                ),
+                Err(e) => return Err(e),
+            }
             self.shared
                 .lock()
                 .consumers
