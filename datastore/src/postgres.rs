@@ -468,18 +468,41 @@ impl Curated for EpisodeInfo {
     const KIND: &'static str = "episode";
     const TABLE: &'static str = "episodes";
     const OP: &'static str = "upsert_episodes";
+    /// Also keeps the lease frontier (migration 0003) true: an upserted episode with work
+    /// left changes its generation, and voids it if the episode is now before it.
     const UPSERT: &'static str = "
-INSERT INTO episodes (title, date_aired, initial_date_curated, last_date_curated,
-                      curator_information, description, media_uri, media_type, priority)
-SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[],
-                     $5::text[], $6::text[], $7::text[], $8::text[], $9::int4[])
-ON CONFLICT (title, date_aired) DO UPDATE SET
-    last_date_curated = EXCLUDED.last_date_curated,
-    curator_information = EXCLUDED.curator_information,
-    description = EXCLUDED.description,
-    media_uri = EXCLUDED.media_uri,
-    media_type = EXCLUDED.media_type,
-    priority = EXCLUDED.priority";
+WITH up AS (
+    INSERT INTO episodes (title, date_aired, initial_date_curated, last_date_curated,
+                          curator_information, description, media_uri, media_type, priority)
+    SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[],
+                         $5::text[], $6::text[], $7::text[], $8::text[], $9::int4[])
+    ON CONFLICT (title, date_aired) DO UPDATE SET
+        last_date_curated = EXCLUDED.last_date_curated,
+        curator_information = EXCLUDED.curator_information,
+        description = EXCLUDED.description,
+        media_uri = EXCLUDED.media_uri,
+        media_type = EXCLUDED.media_type,
+        priority = EXCLUDED.priority
+    RETURNING id, priority, date_aired, initial_date_curated, researched_count
+), batch AS (
+    -- An aggregate: the whole upsert (and its row locks) is done before the frontier row is
+    -- locked, the order lease selection takes them in.
+    SELECT array_agg(priority) AS p, array_agg(date_aired) AS d,
+           array_agg(initial_date_curated) AS i, array_agg(id) AS id,
+           array_agg(researched_count) AS rc
+    FROM up
+)
+UPDATE lease_frontier f
+SET generation = f.generation + 1,
+    clips = CASE WHEN EXISTS (
+                SELECT 1 FROM unnest(b.p, b.d, b.i, b.id, b.rc) AS u(p, d, i, id, rc)
+                WHERE u.rc < f.clips
+                  AND (u.p, u.d, u.i, u.id)
+                      >= (f.priority, f.date_aired, f.initial_date_curated, f.id))
+            THEN NULL ELSE f.clips END
+FROM batch b
+WHERE f.clips IS NULL
+   OR EXISTS (SELECT 1 FROM unnest(b.rc) AS u(rc) WHERE u.rc < f.clips)";
     const NEW_AMONG: &'static str = "
 SELECT u.t FROM unnest($1::text[], $2::timestamptz[]) AS u(t, d)
 WHERE NOT EXISTS (SELECT 1 FROM episodes e WHERE e.title = u.t AND e.date_aired = u.d)
@@ -649,20 +672,60 @@ const BEGIN_LEASE: &str =
 /// cheap test comes first so the leases are summed only for episodes with work left.
 /// If a recording batch holds the episode, this waits for it; FREE_CLIPS then tells whether
 /// any pair is still free.
+///
+/// The walk starts at the lease frontier (`$3..$6`, the key of the first episode not fully
+/// researched when it was set; migration 0003), so it does not grow with research done. The
+/// statement also returns where the frontier is now (the `frontier_*` columns: the first
+/// episode from there with a pair not researched), for the caller to move it.
 const CHOOSE_EPISODE: &str = "
 WITH candidate AS (
     SELECT e.id FROM episodes e
-    WHERE e.researched_count < $2
+    WHERE (e.priority, e.date_aired, e.initial_date_curated, e.id) <= ($3, $4, $5, $6)
+      AND e.researched_count < $2
       AND e.researched_count + COALESCE((SELECT sum(l.held_pairs) FROM leases l
                                          WHERE l.episode_id = e.id AND l.expires_at > $1), 0)
           < $2
     ORDER BY e.priority DESC, e.date_aired DESC, e.initial_date_curated DESC, e.id DESC
     LIMIT 1
+), frontier AS (
+    SELECT e.priority, e.date_aired, e.initial_date_curated, e.id FROM episodes e
+    WHERE (e.priority, e.date_aired, e.initial_date_curated, e.id) <= ($3, $4, $5, $6)
+      AND e.researched_count < $2
+    ORDER BY e.priority DESC, e.date_aired DESC, e.initial_date_curated DESC, e.id DESC
+    LIMIT 1
 )
 SELECT e.id, e.title, e.date_aired, e.initial_date_curated, e.last_date_curated,
-       e.curator_information, e.description, e.media_uri, e.media_type, e.priority
-FROM episodes e JOIN candidate ON e.id = candidate.id
+       e.curator_information, e.description, e.media_uri, e.media_type, e.priority,
+       f.priority AS frontier_priority, f.date_aired AS frontier_date_aired,
+       f.initial_date_curated AS frontier_initial_date_curated, f.id AS frontier_id
+FROM episodes e JOIN candidate ON e.id = candidate.id LEFT JOIN frontier f ON true
 FOR NO KEY UPDATE OF e";
+
+/// The frontier and the clip count it is compared with, in one round trip.
+const READ_FRONTIER: &str = "
+SELECT (SELECT count(*) FROM clips), f.generation, f.clips,
+       f.priority, f.date_aired, f.initial_date_curated, f.id
+FROM lease_frontier f";
+
+/// Moves the frontier, unless an upsert changed it since it was read (then the next selection
+/// sets it). An upsert holding the row waits for us, then sees where we put it.
+const MOVE_FRONTIER: &str = "
+UPDATE lease_frontier
+SET clips = $2, priority = $3, date_aired = $4, initial_date_curated = $5, id = $6
+WHERE generation = $1";
+
+/// The urgency key (priority, date_aired, initial_date_curated, id) in index order.
+type UrgencyKey = (i32, DateTime<Utc>, DateTime<Utc>, i64);
+
+/// Before every episode: a walk from here starts at the top of the urgency index.
+fn top_of_urgency() -> UrgencyKey {
+    (
+        i32::MAX,
+        DateTime::<Utc>::MAX_UTC,
+        DateTime::<Utc>::MAX_UTC,
+        i64::MAX,
+    )
+}
 
 /// The episode's most urgent free clips, and whether an expired lease still holds each. The
 /// excluded set (this episode's researched pairs and pairs under unexpired leases) is hashed
@@ -725,7 +788,32 @@ struct ChosenRow {
     id: i64,
     #[sqlx(flatten)]
     episode: EpisodeRow,
+    frontier_priority: Option<i32>,
+    frontier_date_aired: Option<DateTime<Utc>>,
+    frontier_initial_date_curated: Option<DateTime<Utc>>,
+    frontier_id: Option<i64>,
 }
+
+impl ChosenRow {
+    fn frontier(&self) -> Option<UrgencyKey> {
+        Some((
+            self.frontier_priority?,
+            self.frontier_date_aired?,
+            self.frontier_initial_date_curated?,
+            self.frontier_id?,
+        ))
+    }
+}
+
+type FrontierRow = (
+    i64,
+    i64,
+    Option<i64>,
+    Option<i32>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<i64>,
+);
 
 /// What one lease selection came to.
 enum Selection {
@@ -748,24 +836,43 @@ async fn lease_next_once(
     let max_clips = i64::from(request.max_clips.max(1));
 
     let mut tx = pool.begin_with(BEGIN_LEASE).await?;
-    // Counted apart and bound as a value: compared with a constant, the index-only scan in
-    // CHOOSE_EPISODE skips ten thousand researched episodes in about a millisecond.
-    let clip_count: i64 = sqlx::query_scalar("SELECT count(*) FROM clips")
-        .fetch_one(&mut *tx)
-        .await?;
+    // The clip count is bound as a value: compared with a constant, the index-only scan in
+    // CHOOSE_EPISODE skips fully researched episodes without visiting the table.
+    let (clip_count, generation, frontier_clips, p, d, i, id): FrontierRow =
+        sqlx::query_as(READ_FRONTIER).fetch_one(&mut *tx).await?;
+    let start = match (frontier_clips, p, d, i, id) {
+        (Some(clips), Some(p), Some(d), Some(i), Some(id)) if clips == clip_count => (p, d, i, id),
+        _ => top_of_urgency(),
+    };
     let chosen: Option<ChosenRow> = sqlx::query_as(CHOOSE_EPISODE)
         .bind(now)
         .bind(clip_count)
+        .bind(start.0)
+        .bind(start.1)
+        .bind(start.2)
+        .bind(start.3)
         .fetch_optional(&mut *tx)
         .await?;
-    let Some(ChosenRow {
-        id: episode_id,
-        episode,
-    }) = chosen
-    else {
+    let Some(chosen) = chosen else {
         commit(tx).await?;
         return Ok(Selection::NoWork);
     };
+    if let Some(moved) = chosen.frontier().filter(|&f| f != start) {
+        sqlx::query(MOVE_FRONTIER)
+            .bind(generation)
+            .bind(clip_count)
+            .bind(moved.0)
+            .bind(moved.1)
+            .bind(moved.2)
+            .bind(moved.3)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let ChosenRow {
+        id: episode_id,
+        episode,
+        ..
+    } = chosen;
     let free: Vec<(i64, bool)> = sqlx::query_as(FREE_CLIPS)
         .bind(episode_id)
         .bind(now)

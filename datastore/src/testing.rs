@@ -75,6 +75,7 @@ macro_rules! datastore_conformance_tests {
             record_results_unknown_pairs,
             recorded_pairs_leave_their_lease,
             new_clip_after_all_researched_creates_work,
+            researched_prefix_does_not_hide_new_or_raised_episodes,
             status_counts_each_step,
             matches_lists_and_filters,
             concurrent_leases_never_overlap,
@@ -1117,6 +1118,63 @@ pub mod cases {
         let l = lease(&*store, 5, t0()).await.unwrap();
         assert_eq!(l.episode.title, "Episode 9");
         assert_eq!(titles(&l), vec!["Clip 1", "Clip 0"]);
+    }
+
+    /// Research goes in urgency order, so a growing prefix of episodes is fully researched
+    /// (Postgres walks past it from a remembered frontier). An episode that arrives, or whose
+    /// priority is raised, ahead of that prefix is still leased first; re-curating a
+    /// researched one changes nothing; a new clip makes every episode work again.
+    pub async fn researched_prefix_does_not_hide_new_or_raised_episodes(store: Arc<dyn DataStore>) {
+        async fn research_next(store: &dyn DataStore) -> String {
+            let l = lease(store, 5, t0()).await.unwrap();
+            let results: Vec<_> = l
+                .clips
+                .iter()
+                .map(|c| result(l.id, &l.episode, c, &[]))
+                .collect();
+            store.record_results(&results).await.unwrap();
+            l.episode.title
+        }
+        async fn next_title(store: &dyn DataStore) -> String {
+            let l = lease(store, 5, t0()).await.unwrap();
+            store.update_lease(l.id, LeaseUpdate::Cancel).await.unwrap();
+            l.episode.title
+        }
+        let (mut es, _) = seed(&*store, 4, 2).await;
+        assert_eq!(research_next(&*store).await, "Episode 3");
+        assert_eq!(research_next(&*store).await, "Episode 2");
+        assert_eq!(next_title(&*store).await, "Episode 1");
+
+        // Aired later than all: ahead of the researched ones.
+        store.upsert_episode(&episode(9)).await.unwrap();
+        assert_eq!(research_next(&*store).await, "Episode 9");
+        assert_eq!(next_title(&*store).await, "Episode 1");
+
+        // The least urgent, raised above all.
+        es[0].priority = 5;
+        store.upsert_episode(&es[0]).await.unwrap();
+        assert_eq!(next_title(&*store).await, "Episode 0");
+        es[0].priority = 0;
+        store.upsert_episode(&es[0]).await.unwrap();
+
+        // A researched episode curated again is still researched.
+        es[3].description = "Curated again.".into();
+        es[3].last_date_curated += Duration::days(1);
+        store.upsert_episode(&es[3]).await.unwrap();
+        assert_eq!(next_title(&*store).await, "Episode 1");
+
+        // Lowered from ahead of the frontier to behind it: found there.
+        es[1].priority = -1;
+        store.upsert_episode(&es[1]).await.unwrap();
+        assert_eq!(next_title(&*store).await, "Episode 0");
+        assert_eq!(research_next(&*store).await, "Episode 0");
+        assert_eq!(research_next(&*store).await, "Episode 1");
+        assert!(lease(&*store, 5, t0()).await.is_none());
+
+        // A new clip: every episode has work again, most urgent first.
+        store.upsert_clip(&clip(7)).await.unwrap();
+        assert_eq!(research_next(&*store).await, "Episode 9");
+        assert_eq!(research_next(&*store).await, "Episode 3");
     }
 
     /// Every status field, step by step.

@@ -241,7 +241,7 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
     let store = db.store(4).await;
     assert_eq!(
         store.missing_migrations().await.unwrap(),
-        ["0002 lease duration"]
+        ["0002 lease duration", "0003 lease frontier"]
     );
     store.migrate().await.unwrap();
     assert!(store.missing_migrations().await.unwrap().is_empty());
@@ -252,4 +252,90 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
     let at = |m| t0() + Duration::minutes(m);
     assert_eq!(store.status(at(29)).await.unwrap().active_leases, 1);
     assert_eq!(store.status(at(30)).await.unwrap().expired_leases, 1);
+}
+
+/// A store made by the schema before the lease frontier (0001 and 0002), part researched, is
+/// carried forward: selection starts from the top once, then from the frontier it sets, and
+/// an episode curated ahead of the researched ones is still leased first.
+#[tokio::test]
+async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
+    use chrono::Duration;
+    use datastore::testing::{episode, t0};
+    let db = PgTestDb::create().await;
+    let before = tempfile::tempdir().unwrap();
+    for file in ["0001_schema.sql", "0002_lease_duration.sql"] {
+        std::fs::copy(
+            format!("{}/migrations/postgres/{file}", env!("CARGO_MANIFEST_DIR")),
+            before.path().join(file),
+        )
+        .unwrap();
+    }
+    let old = sqlx::PgPool::connect(db.url()).await.unwrap();
+    sqlx::migrate::Migrator::new(before.path())
+        .await
+        .unwrap()
+        .run(&old)
+        .await
+        .unwrap();
+    // Three episodes, aired a day apart, and one clip; the latest aired is researched.
+    for i in 101..=103_i64 {
+        sqlx::query(
+            "INSERT INTO episodes (id, title, date_aired, initial_date_curated,
+             last_date_curated, curator_information, description, media_uri, media_type,
+             priority, researched_count)
+             VALUES ($1, 'Old ' || $1, $2, $2, $2, 'c', 'd', 'u' || $1, 'mp3', 0, $3)",
+        )
+        .bind(i)
+        .bind(t0() + Duration::days(i - 100))
+        .bind(i32::from(i == 103))
+        .execute(&old)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO clips (id, title, initial_date_curated, last_date_curated,
+         curator_information, description, media_uri, media_type, priority)
+         VALUES (1, 'Clip', $1, $1, 'c', 'd', 'clip', 'mp3', 0)",
+    )
+    .bind(t0())
+    .execute(&old)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO research_results (episode_id, clip_id, lease_id, research_date,
+         episode_duration_ns, episode_hash, clip_duration_ns, clip_hash, clip_offsets_ns, matched)
+         VALUES (103, 1, $1, $2, 1, 'h', 1, 'h', '{}', false)",
+    )
+    .bind(uuid::Uuid::new_v4())
+    .bind(t0())
+    .execute(&old)
+    .await
+    .unwrap();
+    old.close().await;
+
+    let store = db.store(4).await;
+    assert_eq!(
+        store.missing_migrations().await.unwrap(),
+        ["0003 lease frontier"]
+    );
+    store.migrate().await.unwrap();
+    let request = datastore::LeaseRequest {
+        max_clips: 5,
+        duration: Duration::hours(1),
+        now: t0(),
+    };
+    let next = |store: PgDataStore| async move {
+        let lease = store.lease_next(request).await.unwrap().unwrap();
+        store
+            .update_lease(lease.id, datastore::LeaseUpdate::Cancel)
+            .await
+            .unwrap();
+        lease.episode.title
+    };
+    assert_eq!(next(store.clone()).await, "Old 102");
+    assert_eq!(next(store.clone()).await, "Old 102");
+    let mut new = episode(1);
+    new.date_aired = t0() + Duration::days(10);
+    store.upsert_episode(&new).await.unwrap();
+    assert_eq!(next(store.clone()).await, new.title);
 }
