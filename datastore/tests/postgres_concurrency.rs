@@ -718,3 +718,83 @@ async fn leases_expiring_mid_run_are_taken_over_without_overlap() {
     assert_eq!(leased, expected);
     assert_invariants(&stores[1]).await;
 }
+
+/// Research moves the lease frontier forward while curators add episodes ahead of it, behind
+/// it and among the researched ones, and raise others' priority, all at once, from several
+/// pools. However these interleave, no episode is skipped: when the curators are done and
+/// leasing finds nothing, every pair is researched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn episodes_curated_while_research_moves_the_frontier_are_never_skipped() {
+    let db = PgTestDb::create().await;
+    let pools = stores(&db, 3, 4).await;
+    pools[0].migrate().await.unwrap();
+    let (seeded, _) = seed(&*pools[0], 40, 3).await;
+    let curating = Arc::new(std::sync::atomic::AtomicBool::new(true));
+
+    let researchers: Vec<_> = pools
+        .iter()
+        .flat_map(|s| [s.clone(), s.clone()])
+        .map(|store| {
+            let curating = curating.clone();
+            tokio::spawn(async move {
+                let mut leases = 0;
+                loop {
+                    let still_curating = curating.load(std::sync::atomic::Ordering::SeqCst);
+                    match store.lease_next(request(3, t0(), 60)).await.unwrap() {
+                        Some(l) => {
+                            let results: Vec<_> = l
+                                .clips
+                                .iter()
+                                .map(|c| result(l.id, &l.episode, c, &[]))
+                                .collect();
+                            store.record_results(&results).await.unwrap();
+                            leases += 1;
+                            assert!(leases < 5_000, "lease_next never ran out of work");
+                        }
+                        // Nothing now; the curators may still add some.
+                        None if still_curating => tokio::task::yield_now().await,
+                        None => return leases,
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let curators: Vec<_> = (0..3_u32)
+        .map(|k| {
+            let store = pools[k as usize].clone();
+            let seeded = seeded.clone();
+            tokio::spawn(async move {
+                for n in 0..30_u32 {
+                    // New episodes aired among, before and after the seeded ones.
+                    let i = 1_000 + k * 100 + n;
+                    let mut e = episode(i);
+                    e.date_aired =
+                        episode((n * 7 + k * 13) % 60).date_aired + Duration::minutes(i64::from(i));
+                    e.priority = (n % 3) as i32;
+                    store.upsert_episode(&e).await.unwrap();
+                    // A seeded episode raised to the top (researched or not).
+                    let mut raised = seeded[((n * 11 + k) % 40) as usize].clone();
+                    raised.priority = 3 + n as i32;
+                    raised.last_date_curated += Duration::hours(1);
+                    store.upsert_episode(&raised).await.unwrap();
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    for c in curators {
+        c.await.unwrap();
+    }
+    curating.store(false, std::sync::atomic::Ordering::SeqCst);
+    for r in researchers {
+        r.await.unwrap();
+    }
+    let status = pools[0].status(t0()).await.unwrap();
+    assert_eq!(status.episodes, 40 + 90);
+    assert_eq!(
+        status.researched_pairs, status.research_pairs,
+        "leasing ran out of work with pairs unresearched: an episode was skipped"
+    );
+    assert_invariants(&pools[0]).await;
+}
