@@ -729,7 +729,9 @@ fn top_of_urgency() -> UrgencyKey {
 
 /// The episode's most urgent free clips, and whether an expired lease still holds each. The
 /// excluded set (this episode's researched pairs and pairs under unexpired leases) is hashed
-/// once; the urgency index is then walked until enough clips pass. A new statement, so a new
+/// once; the urgency index is then walked until enough clips pass. The episode's unexpired
+/// leases are found by their index, not by joining every lease (a hash join the generic plan
+/// chose, which read the whole leases table, dead rows and all, at every selection). A new statement, so a new
 /// snapshot: it sees every result recorded before we got the episode's lock, and none can be
 /// recorded for this episode until we commit.
 const FREE_CLIPS: &str = "
@@ -739,8 +741,10 @@ FROM clips c
 WHERE c.id NOT IN (
     SELECT r.clip_id FROM research_results r WHERE r.episode_id = $1
     UNION ALL
-    SELECT lp.clip_id FROM leased_pairs lp JOIN leases l ON l.id = lp.lease_id
-    WHERE lp.episode_id = $1 AND l.expires_at > $2)
+    SELECT lp.clip_id FROM leased_pairs lp
+    WHERE lp.episode_id = $1
+      AND lp.lease_id = ANY (ARRAY(SELECT l.id FROM leases l
+                                   WHERE l.episode_id = $1 AND l.expires_at > $2)))
 ORDER BY c.priority DESC, c.initial_date_curated DESC, c.id DESC
 LIMIT $3";
 
@@ -764,8 +768,8 @@ DELETE FROM leases WHERE id = ANY($1) AND held_pairs = 0 AND expires_at <= $2";
 
 /// The lease and its pairs in one statement. `ON CONFLICT DO NOTHING` skips a pair whose
 /// expired lease was renewed since FREE_CLIPS ran; `held_pairs` counts what was inserted.
-/// (The foreign key from leased_pairs is checked at the end of the statement, when the lease
-/// row exists.) `c.id = ANY($5)` lets the clips be read by primary key rather than scanned.
+/// (No foreign key checks the pairs' lease, migration 0004: this statement is why none is
+/// needed.) `c.id = ANY($5)` lets the clips be read by primary key rather than scanned.
 const INSERT_LEASE: &str = "
 WITH p AS (
     INSERT INTO leased_pairs (episode_id, clip_id, lease_id)
@@ -993,7 +997,7 @@ async fn update_lease_once(
             .fetch_optional(&mut *tx)
             .await?;
             if held == Some(0) {
-                // Every result is in. With no pairs left the cascade has nothing to lock.
+                // Every result is in, and no pair is left to delete with it.
                 sqlx::query("DELETE FROM leases WHERE id = $1")
                     .bind(lease_id)
                     .execute(&mut *tx)
@@ -1093,7 +1097,7 @@ SELECT NULL, NULL, id FROM leases_done WHERE revoked AND held_pairs = 0";
 /// it: a revoke that committed first is seen, a revoke that comes after waits for this
 /// transaction and then deletes the emptied lease itself), so nothing changed them since; a
 /// statement of its own because one statement cannot update and delete the same row. They
-/// hold no pairs, so the cascade has nothing to lock.
+/// hold no pairs.
 const DROP_ENDED: &str = "DELETE FROM leases WHERE id = ANY($1) AND revoked AND held_pairs = 0";
 
 /// What record_results needs of a batch, prepared once (outside any retry).

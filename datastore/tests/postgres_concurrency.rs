@@ -120,6 +120,15 @@ async fn assert_invariants(store: &PgDataStore) {
     .await
     .unwrap();
     assert_eq!(wrong_held, 0, "held_pairs disagrees with leased_pairs");
+    // No foreign key says so since migration 0004: the code keeps it.
+    let orphans: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM leased_pairs p
+         WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.id = p.lease_id)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(orphans, 0, "a leased pair outlived its lease");
     let wrong_counts: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM episodes e
          WHERE researched_count <> (SELECT count(*) FROM research_results r
