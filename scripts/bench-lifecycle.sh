@@ -19,6 +19,10 @@ while [ $# -gt 0 ]; do
 done
 case "$autovacuum" in on|off) ;; *) echo "--autovacuum: on or off, not '$autovacuum'" >&2; exit 2 ;; esac
 
+# ARCHIVIST_BENCH_PG_STATS=1: also print the server's time per statement (pg_stat_statements).
+extra=
+[ -n "${ARCHIVIST_BENCH_PG_STATS:-}" ] && extra="-c shared_preload_libraries=pg_stat_statements"
+
 PGBIN=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -1 || command -v initdb)")
 [ -x "$PGBIN/initdb" ] || { echo "initdb not found: install PostgreSQL's server package" >&2; exit 1; }
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
@@ -27,7 +31,7 @@ as_pg() { if [ "$(id -u)" = 0 ]; then chown -R postgres "$dir"; su postgres -c "
 stop() { as_pg "$PGBIN/pg_ctl -D $dir/data -m fast stop" >/dev/null 2>&1 || true; rm -rf "$dir"; }
 trap stop EXIT
 as_pg "$PGBIN/initdb -D $dir/data -U postgres -A trust" >/dev/null
-as_pg "$PGBIN/pg_ctl -D $dir/data -l $dir/log -w start -o '-p $port -k $dir -c listen_addresses=127.0.0.1 -c autovacuum=$autovacuum'" >/dev/null
+as_pg "$PGBIN/pg_ctl -D $dir/data -l $dir/log -w start -o '-p $port -k $dir -c listen_addresses=127.0.0.1 -c autovacuum=$autovacuum $extra'" >/dev/null
 echo "== throwaway PostgreSQL on 127.0.0.1:$port, autovacuum $autovacuum, other settings at their defaults" >&2
 ARCHIVIST_BENCH_PG_URL="postgres://postgres@127.0.0.1:$port/postgres" \
   cargo bench -p datastore --bench lifecycle --all-features -- "$@"

@@ -14,8 +14,8 @@
 //! For each size and store: load the data set (batches of 10, as the ingestion archivists
 //! do), then measure the fresh store. Then drive research from `--streams` concurrent
 //! researchers, each as the archivists would: lease the next work item, and for the oldest
-//! open item renew its lease and record its results in batches of 10, revoking the lease with
-//! the last batch. The stated number of leases stays open; one item in fifty is abandoned, so
+//! open item renew its lease and record its results (half an item per batch, as one receive
+//! of the completed-research archivist would hold them), revoking the lease with the last. The stated number of leases stays open; one item in fifty is abandoned, so
 //! its lease expires and its pairs are taken over; every 4,000 leases a new clip and a new
 //! episode arrive. A simulated clock moves one second per lease. At each point the drivers
 //! stop and the same operations as on the fresh store are measured one at a time: `lease_next`
@@ -47,6 +47,10 @@ const ABANDON_ONE_IN: u32 = 50;
 /// A new clip and a new episode arrive every this many leases.
 const ARRIVALS_EVERY: u64 = 4_000;
 const LEASE_LENGTH_S: i64 = 2 * 3600;
+/// Results per recording while research is driven: the completed-research archivist records
+/// what one receive batch holds (up to 100), here half a work item's results at a time. The
+/// measured recording uses batches of 10, SCALE.md's figure.
+const DRIVE_BATCH: usize = 25;
 
 // ------------------------------------------------------------------------------ the clock
 
@@ -96,11 +100,12 @@ struct Life {
 }
 
 impl Life {
-    /// Renews and records `lease`'s results in batches of 10, revoking it with the last, as
-    /// the completed-research archivist does when a researcher's results arrive in order.
+    /// Renews and records `lease`'s results in batches of [`DRIVE_BATCH`], revoking it with
+    /// the last, as the completed-research archivist does when a researcher's results arrive
+    /// in order, in two receives.
     async fn complete(&self, lease: &Lease) {
         let results = results_for(lease, self.clock.now());
-        let batches: Vec<_> = results.chunks(BUS_BATCH).collect();
+        let batches: Vec<_> = results.chunks(DRIVE_BATCH).collect();
         for (i, batch) in batches.iter().enumerate() {
             let update = if i + 1 == batches.len() {
                 LeaseUpdate::Revoke
@@ -356,6 +361,7 @@ async fn measure(life: &Arc<Life>, label: &str, pg: Option<&PgPool>) -> Point {
     }
     p.status_ms = Some(median_p95(s));
 
+    statement_times(pg, "").await;
     let mut s = Vec::new();
     for _ in 0..LEASE_SAMPLES {
         let now = life.clock.tick();
@@ -378,8 +384,10 @@ async fn measure(life: &Arc<Life>, label: &str, pg: Option<&PgPool>) -> Point {
         }
     }
     p.lease_ms = Some(median_p95(s));
+    statement_times(pg, "lease_next").await;
 
     p.record_10_per_s = record_rate(life, 1).await;
+    statement_times(pg, "record_results, one archivist").await;
     p.record_10x4_per_s = record_rate(life, 4).await;
 
     let mut s = Vec::new();
@@ -416,6 +424,35 @@ async fn measure(life: &Arc<Life>, label: &str, pg: Option<&PgPool>) -> Point {
     p
 }
 
+/// With `ARCHIVIST_BENCH_PG_STATS=1` (the script then loads pg_stat_statements): the server's
+/// own time per statement since the last call, to see where an operation's time goes. An
+/// empty `what` only resets the counts.
+async fn statement_times(pg: Option<&PgPool>, what: &str) {
+    let Some(pool) = pg else { return };
+    if std::env::var("ARCHIVIST_BENCH_PG_STATS").is_err() {
+        return;
+    }
+    if !what.is_empty() {
+        let rows: Vec<(i64, f64, String)> = sqlx::query_as(
+            "SELECT calls, mean_exec_time, regexp_replace(left(query, 70), '\\s+', ' ', 'g')
+             FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database
+                                                   WHERE datname = current_database())
+             ORDER BY total_exec_time DESC LIMIT 8",
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        eprintln!("      server time per statement, {what}:");
+        for (calls, mean, query) in rows {
+            eprintln!("        {calls:>6} × {mean:.3} ms  {query}");
+        }
+    }
+    sqlx::query("SELECT pg_stat_statements_reset()")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
 // ------------------------------------------------------------------------------ one life
 
 async fn live(
@@ -426,6 +463,12 @@ async fn live(
     streams: usize,
 ) -> (Vec<Point>, String) {
     store.migrate().await.unwrap();
+    if let (Some(pool), Ok(_)) = (&pg, std::env::var("ARCHIVIST_BENCH_PG_STATS")) {
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .execute(pool)
+            .await
+            .unwrap();
+    }
     let data = generate(size);
     eprintln!("   loading");
     load(&store, &data).await;
@@ -444,12 +487,15 @@ async fn live(
         open: Mutex::new(VecDeque::new()),
         active_leases: size.active_leases as usize,
     });
+    eprintln!("   measuring the fresh store");
     let first = measure(&life, "fresh", pg.as_ref()).await;
     first.log();
     let mut out = vec![first];
     for &pct in points {
         eprintln!("   driving research to {pct}%");
         life.drive_to(f64::from(pct) / 100.0, streams, 0x11fe).await;
+        // A line of its own, so that whoever watches the log knows when figures are taken.
+        eprintln!("   measuring at {pct}%");
         let point = measure(&life, &format!("{pct}%"), pg.as_ref()).await;
         point.log();
         out.push(point);
