@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! scripts/bench-lifecycle.sh [--autovacuum on|off] -- [small|reference|large]
-//!     [--points 10,50,90] [--streams 4] [--no-postgres] [--no-sqlite]
+//!     [--points 10,50,90] [--streams 4] [--settle SECONDS] [--no-postgres] [--no-sqlite]
 //! ```
 //!
 //! The script starts a throwaway PostgreSQL cluster with the server's default settings
@@ -453,6 +453,14 @@ async fn statement_times(pg: Option<&PgPool>, what: &str) {
         .unwrap();
 }
 
+/// `--settle S`: a pause before each measurement, for a shared machine's other work (and its
+/// disk writes, which every commit waits behind) to be paused or to settle.
+async fn settle(seconds: u64) {
+    if seconds > 0 {
+        tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+    }
+}
+
 // ------------------------------------------------------------------------------ one life
 
 async fn live(
@@ -461,6 +469,7 @@ async fn live(
     size: &Size,
     points: &[u32],
     streams: usize,
+    settle_s: u64,
 ) -> (Vec<Point>, String) {
     store.migrate().await.unwrap();
     if let (Some(pool), Ok(_)) = (&pg, std::env::var("ARCHIVIST_BENCH_PG_STATS")) {
@@ -488,6 +497,7 @@ async fn live(
         active_leases: size.active_leases as usize,
     });
     eprintln!("   measuring the fresh store");
+    settle(settle_s).await;
     let first = measure(&life, "fresh", pg.as_ref()).await;
     first.log();
     let mut out = vec![first];
@@ -496,6 +506,7 @@ async fn live(
         life.drive_to(f64::from(pct) / 100.0, streams, 0x11fe).await;
         // A line of its own, so that whoever watches the log knows when figures are taken.
         eprintln!("   measuring at {pct}%");
+        settle(settle_s).await;
         let point = measure(&life, &format!("{pct}%"), pg.as_ref()).await;
         point.log();
         out.push(point);
@@ -680,6 +691,9 @@ fn main() {
                 .expect("--points: percentages, as 10,50,90")
         })
         .collect();
+    let settle_s: u64 = value("--settle")
+        .map(|s| s.parse().expect("--settle: seconds"))
+        .unwrap_or(0);
     let streams: usize = value("--streams")
         .map(|s| s.parse().expect("--streams: a number"))
         .unwrap_or(4);
@@ -707,7 +721,7 @@ fn main() {
                     .unwrap();
                 eprintln!("== {}: Postgres, autovacuum {autovacuum}", size.name);
                 let (pts, summary) =
-                    live(Arc::new(store), Some(pool.clone()), size, &points, streams).await;
+                    live(Arc::new(store), Some(pool.clone()), size, &points, streams, settle_s).await;
                 pool.close().await;
                 db.drop_now().await;
                 let table = report(
@@ -724,7 +738,7 @@ fn main() {
                 let dir = tempfile::tempdir().unwrap();
                 let url = format!("sqlite://{}", dir.path().join("life.db").display());
                 let store = SqliteDataStore::connect(&url).await.unwrap();
-                let (pts, summary) = live(Arc::new(store), None, size, &points, streams).await;
+                let (pts, summary) = live(Arc::new(store), None, size, &points, streams, settle_s).await;
                 let table = report(&format!("SQLite: {head}"), size, &pts, &summary);
                 println!("{table}");
                 tables.push_str(&table);
