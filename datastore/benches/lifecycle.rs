@@ -16,7 +16,7 @@
 //! researchers, each as the archivists would: lease the next work item, and for the oldest
 //! open item renew its lease and record its results (half an item per batch, as one receive
 //! of the completed-research archivist would hold them), revoking the lease with the last. The stated number of leases stays open; one item in fifty is abandoned, so
-//! its lease expires and its pairs are taken over; every 4,000 leases a new clip and a new
+//! its lease expires and its pairs are taken over; every 200,000 results a new clip and a new
 //! episode arrive. A simulated clock moves one second per lease. At each point the drivers
 //! stop and the same operations as on the fresh store are measured one at a time: `lease_next`
 //! (the open leases kept at the stated number), recording batches of 10 from one and from
@@ -44,8 +44,10 @@ const STATUS_SAMPLES: usize = 30;
 const RECORD_RESULTS: usize = 5_000;
 /// One work item in this many is abandoned by its researcher: its lease expires.
 const ABANDON_ONE_IN: u32 = 50;
-/// A new clip and a new episode arrive every this many leases.
-const ARRIVALS_EVERY: u64 = 4_000;
+/// A new clip and a new episode arrive every this many results recorded. (Counted in results,
+/// not leases: a new clip is a one-clip work item for every episode, so arrivals counted in
+/// leases would come ever faster as those small items took over.)
+const ARRIVALS_EVERY: u64 = 200_000;
 const LEASE_LENGTH_S: i64 = 2 * 3600;
 /// Results per recording while research is driven: the completed-research archivist records
 /// what one receive batch holds (up to 100), here half a work item's results at a time. The
@@ -88,6 +90,8 @@ struct Counts {
     reclaimed_pairs: AtomicU64,
     clips_added: AtomicU64,
     episodes_added: AtomicU64,
+    /// Arrivals so far, in units of ARRIVALS_EVERY results.
+    arrivals_due: AtomicU64,
 }
 
 struct Life {
@@ -134,7 +138,7 @@ impl Life {
         else {
             return false;
         };
-        let n = self.counts.leases.fetch_add(1, Ordering::Relaxed) + 1;
+        self.counts.leases.fetch_add(1, Ordering::Relaxed);
         self.counts
             .reclaimed_pairs
             .fetch_add(u64::from(lease.reclaimed_pairs), Ordering::Relaxed);
@@ -154,7 +158,9 @@ impl Life {
                 self.complete(&oldest).await;
             }
         }
-        if n % ARRIVALS_EVERY == 0 {
+        let results = self.counts.results.load(Ordering::Relaxed);
+        let due = results / ARRIVALS_EVERY;
+        if self.counts.arrivals_due.fetch_max(due, Ordering::Relaxed) < due {
             let k = self.counts.clips_added.fetch_add(1, Ordering::Relaxed) as usize;
             self.store
                 .upsert_clip(&new_clip(100_000 + k))
@@ -261,7 +267,8 @@ struct Point {
     new_clip_ms: Option<(f64, f64)>,
     new_episode_ms: Option<(f64, f64)>,
     status_ms: Option<(f64, f64)>,
-    tables: Vec<(String, i64, i64, i64)>,
+    /// Per table: dead rows, vacuums so far, bytes with indexes, % of updates that were HOT.
+    tables: Vec<(String, i64, i64, i64, f64)>,
 }
 
 impl Point {
@@ -283,9 +290,9 @@ impl Point {
             self.record_10_per_s.unwrap_or(0.0),
             self.record_10x4_per_s.unwrap_or(0.0),
         );
-        for (name, dead, vacuums, bytes) in &self.tables {
+        for (name, dead, vacuums, bytes, hot) in &self.tables {
             eprintln!(
-                "      {name}: {dead} dead rows, {vacuums} vacuums, {:.1} MB",
+                "      {name}: {dead} dead rows, {vacuums} vacuums, {:.1} MB, {hot:.0}% HOT updates",
                 *bytes as f64 / 1e6
             );
         }
@@ -412,7 +419,8 @@ async fn measure(life: &Arc<Life>, label: &str, pg: Option<&PgPool>) -> Point {
     if let Some(pool) = pg {
         p.tables = sqlx::query_as(
             "SELECT relname::text, n_dead_tup, autovacuum_count + vacuum_count,
-                    pg_total_relation_size(relid)
+                    pg_total_relation_size(relid),
+                    (100.0 * n_tup_hot_upd / greatest(n_tup_upd, 1))::float8
              FROM pg_stat_user_tables
              WHERE relname IN ('episodes', 'clips', 'leases', 'leased_pairs', 'research_results')
              ORDER BY relname",
@@ -636,7 +644,7 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
     out.push('\n');
     if points.iter().any(|p| !p.tables.is_empty()) {
         out.push_str(
-            "\nPostgres tables (dead rows · vacuums so far · MB with indexes):\n\n| table |",
+            "\nPostgres tables (dead rows · vacuums so far · MB with indexes · HOT updates):\n\n| table |",
         );
         for p in points {
             out.push_str(&format!(" {} |", p.label));
@@ -651,9 +659,10 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
             out.push_str(&format!("| {name} |"));
             for p in points {
                 match p.tables.iter().find(|t| t.0 == name) {
-                    Some((_, dead, vac, bytes)) => {
-                        out.push_str(&format!(" {dead} · {vac} · {:.1} |", *bytes as f64 / 1e6))
-                    }
+                    Some((_, dead, vac, bytes, hot)) => out.push_str(&format!(
+                        " {dead} · {vac} · {:.1} · {hot:.0}% |",
+                        *bytes as f64 / 1e6
+                    )),
                     None => out.push_str(" — |"),
                 }
             }

@@ -666,17 +666,18 @@ const BEGIN_LEASE: &str =
 
 /// The most urgent episode with a free pair (fewer researched pairs plus pairs under unexpired
 /// leases than there are clips, `$2`), locked against concurrent recording of its pairs
-/// (record_results takes the same row lock first). The candidate is found by an index-only scan
-/// of the urgency index, which carries researched_count: fully researched episodes, a prefix
-/// of that order once research is under way, are skipped without visiting the table; the
-/// cheap test comes first so the leases are summed only for episodes with work left.
+/// (record_results takes the same row lock first). The candidate is found by walking the
+/// urgency index; the cheap test comes first so the leases are summed only for episodes with
+/// work left.
 /// If a recording batch holds the episode, this waits for it; FREE_CLIPS then tells whether
 /// any pair is still free.
 ///
 /// The walk starts at the lease frontier (`$3..$6`, the key of the first episode not fully
 /// researched when it was set; migration 0003), so it does not grow with research done. The
 /// statement also returns where the frontier is now (the `frontier_*` columns: the first
-/// episode from there with a pair not researched), for the caller to move it.
+/// episode from there with a pair not researched), for the caller to move it, and how many
+/// pairs of the episode are free, so that FREE_CLIPS stops when it has found them all rather
+/// than walking every clip (a mostly researched episode has few, often a new clip's one).
 const CHOOSE_EPISODE: &str = "
 WITH candidate AS (
     SELECT e.id FROM episodes e
@@ -697,7 +698,10 @@ WITH candidate AS (
 SELECT e.id, e.title, e.date_aired, e.initial_date_curated, e.last_date_curated,
        e.curator_information, e.description, e.media_uri, e.media_type, e.priority,
        f.priority AS frontier_priority, f.date_aired AS frontier_date_aired,
-       f.initial_date_curated AS frontier_initial_date_curated, f.id AS frontier_id
+       f.initial_date_curated AS frontier_initial_date_curated, f.id AS frontier_id,
+       $2 - e.researched_count - COALESCE((SELECT sum(l.held_pairs) FROM leases l
+                                           WHERE l.episode_id = e.id AND l.expires_at > $1), 0)
+           AS free_pairs
 FROM episodes e JOIN candidate ON e.id = candidate.id LEFT JOIN frontier f ON true
 FOR NO KEY UPDATE OF e";
 
@@ -796,6 +800,7 @@ struct ChosenRow {
     frontier_date_aired: Option<DateTime<Utc>>,
     frontier_initial_date_curated: Option<DateTime<Utc>>,
     frontier_id: Option<i64>,
+    free_pairs: i64,
 }
 
 impl ChosenRow {
@@ -840,8 +845,8 @@ async fn lease_next_once(
     let max_clips = i64::from(request.max_clips.max(1));
 
     let mut tx = pool.begin_with(BEGIN_LEASE).await?;
-    // The clip count is bound as a value: compared with a constant, the index-only scan in
-    // CHOOSE_EPISODE skips fully researched episodes without visiting the table.
+    // The clip count is bound as a value, so the walk in CHOOSE_EPISODE compares with a
+    // constant.
     let (clip_count, generation, frontier_clips, p, d, i, id): FrontierRow =
         sqlx::query_as(READ_FRONTIER).fetch_one(&mut *tx).await?;
     let start = match (frontier_clips, p, d, i, id) {
@@ -875,12 +880,16 @@ async fn lease_next_once(
     let ChosenRow {
         id: episode_id,
         episode,
+        free_pairs,
         ..
     } = chosen;
+    // At least one: counts that moved since (a lease cancelled meanwhile) only make it a
+    // lower bound, and FREE_CLIPS finding nothing is handled below.
+    let wanted = max_clips.min(free_pairs.max(1));
     let free: Vec<(i64, bool)> = sqlx::query_as(FREE_CLIPS)
         .bind(episode_id)
         .bind(now)
-        .bind(max_clips)
+        .bind(wanted)
         .fetch_all(&mut *tx)
         .await?;
     if free.is_empty() {

@@ -244,7 +244,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
         [
             "0002 lease duration",
             "0003 lease frontier",
-            "0004 leased pairs unchecked lease"
+            "0004 leased pairs unchecked lease",
+            "0005 episodes hot counters"
         ]
     );
     store.migrate().await.unwrap();
@@ -320,7 +321,11 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
     let store = db.store(4).await;
     assert_eq!(
         store.missing_migrations().await.unwrap(),
-        ["0003 lease frontier", "0004 leased pairs unchecked lease"]
+        [
+            "0003 lease frontier",
+            "0004 leased pairs unchecked lease",
+            "0005 episodes hot counters"
+        ]
     );
     store.migrate().await.unwrap();
     let request = datastore::LeaseRequest {
