@@ -27,18 +27,15 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::Arc;
-use std::time::{Duration as StdDuration, Instant};
+use std::time::Instant;
 
-use chrono::{DateTime, Duration, TimeZone, Utc};
+use chrono::{DateTime, Duration, Utc};
 use datastore::{
     ClipInfo, DataStore, EpisodeInfo, Lease, LeaseRequest, LeaseUpdate, PgDataStore,
     ResearchResult, SqliteDataStore,
 };
-use rand::{Rng, SeedableRng};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 mod common;
