@@ -22,6 +22,12 @@ pub const MAX_DESCRIPTION: usize = 64 * 1024;
 pub const MAX_OFFSETS: usize = 100_000;
 /// The most clips in one work item we accept back from the bus.
 pub const MAX_CLIPS_PER_ITEM: usize = 10_000;
+/// The longest episode or clip, in nanoseconds: 30 days. Anything longer is a researcher's
+/// bug (a unit mix-up, an overflow), not audio.
+pub const MAX_DURATION_NS: i64 = 30 * 24 * 3600 * 1_000_000_000;
+/// The years a time may have: those of RFC 3339's four-digit years (year 0 is not a calendar
+/// year), all of which every datastore can keep.
+pub const YEARS: std::ops::RangeInclusive<i32> = 1..=9999;
 
 /// A work item for researchers: one lease, one episode, its clips (queue `pending_research`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,6 +134,7 @@ pub fn decode<M: Message>(body: &[u8]) -> Result<M, InvalidMessage> {
         return Err(InvalidMessage::TooLarge(body.len()));
     }
     let text = std::str::from_utf8(body).map_err(|e| InvalidMessage::NotUtf8(e.to_string()))?;
+    check_top_level::<M>(text)?;
     // The path of the field at fault goes with serde's words: "date_aired: input is out of
     // range" tells a curator what to fix, "at line 1 column 155" alone does not.
     let mut json = serde_json::Deserializer::from_str(text);
@@ -142,6 +149,32 @@ pub fn decode<M: Message>(body: &[u8]) -> Result<M, InvalidMessage> {
     })?;
     message.validate()?;
     Ok(message)
+}
+
+/// A message is one JSON object. serde would also take a struct from an array of its fields
+/// in order, which no curator or researcher means; and a byte-order mark deserves its name
+/// rather than "expected value at line 1 column 1".
+fn check_top_level<M: Message>(text: &str) -> Result<(), InvalidMessage> {
+    let shape = |detail: String| InvalidMessage::Shape {
+        kind: M::KIND,
+        detail,
+    };
+    if text.starts_with('\u{feff}') {
+        return Err(shape(
+            "starts with a byte-order mark (U+FEFF): send the JSON without one".into(),
+        ));
+    }
+    let found = match text.trim_start_matches([' ', '\t', '\n', '\r']).chars().next() {
+        Some('{') => return Ok(()),
+        None => "nothing",
+        Some('[') => "an array",
+        Some('"') => "a string",
+        Some('-' | '0'..='9') => "a number",
+        Some('n') => "null",
+        Some('t' | 'f') => "a boolean",
+        Some(_) => "no JSON value",
+    };
+    Err(shape(format!("expected a JSON object, found {found}")))
 }
 
 /// serde's words for what is wrong, after the path of the field at fault, with what a time
@@ -188,6 +221,9 @@ impl Check {
     }
 
     fn episode(&self, e: &EpisodeInfo) -> Result<(), InvalidMessage> {
+        self.time("date_aired", &e.date_aired)?;
+        self.time("initial_date_curated", &e.initial_date_curated)?;
+        self.time("last_date_curated", &e.last_date_curated)?;
         self.curated(
             &e.curator_information,
             &e.title,
@@ -198,6 +234,8 @@ impl Check {
     }
 
     fn clip(&self, c: &ClipInfo) -> Result<(), InvalidMessage> {
+        self.time("initial_date_curated", &c.initial_date_curated)?;
+        self.time("last_date_curated", &c.last_date_curated)?;
         self.curated(
             &c.curator_information,
             &c.title,
@@ -225,11 +263,29 @@ impl Check {
         if required && value.trim().is_empty() {
             return Err(self.fail(field, "must not be empty"));
         }
+        // Postgres text cannot hold it; no curator means it.
+        if value.contains('\0') {
+            return Err(self.fail(field, "contains a NUL character (U+0000)"));
+        }
         let chars = value.chars().count();
         if chars > max {
             return Err(self.fail(field, format!("{chars} characters, at most {max} allowed")));
         }
         Ok(())
+    }
+
+    /// A time every datastore can keep and RFC 3339 can write: years 0001 to 9999.
+    fn time(&self, field: &str, value: &DateTime<Utc>) -> Result<(), InvalidMessage> {
+        use chrono::Datelike;
+        let year = value.year();
+        if YEARS.contains(&year) {
+            Ok(())
+        } else {
+            Err(self.fail(
+                field,
+                format!("year {year} is out of range (0001 to 9999)"),
+            ))
+        }
     }
 
     /// The rules shared by episodes and clips. The contract makes `last_date_curated` before
@@ -270,6 +326,7 @@ impl Message for PendingResearchItem {
     fn validate(&self) -> Result<(), InvalidMessage> {
         Check::new(Self::KIND, "episode.").episode(&self.episode)?;
         let check = Check::new(Self::KIND, "");
+        check.time("lease_expires_at", &self.lease_expires_at)?;
         if self.clips.is_empty() {
             return Err(check.fail("clips", "must not be empty"));
         }
@@ -287,13 +344,22 @@ impl Message for CompletedResearchItem {
         Check::new(Self::KIND, "episode.").episode(&self.episode)?;
         Check::new(Self::KIND, "clip.").clip(&self.clip)?;
         let check = Check::new(Self::KIND, "");
+        check.time("research_date", &self.research_date)?;
         check.text("episode_hash", &self.episode_hash, MAX_SHORT_TEXT, false)?;
         check.text("clip_hash", &self.clip_hash, MAX_SHORT_TEXT, false)?;
-        if self.episode_duration_ns < 0 {
-            return Err(check.fail("episode_duration_ns", "must not be negative"));
-        }
-        if self.clip_duration_ns < 0 {
-            return Err(check.fail("clip_duration_ns", "must not be negative"));
+        for (field, ns) in [
+            ("episode_duration_ns", self.episode_duration_ns),
+            ("clip_duration_ns", self.clip_duration_ns),
+        ] {
+            if ns < 0 {
+                return Err(check.fail(field, "must not be negative"));
+            }
+            if ns > MAX_DURATION_NS {
+                return Err(check.fail(
+                    field,
+                    format!("{ns} ns is over 30 days: at most {MAX_DURATION_NS} allowed"),
+                ));
+            }
         }
         if self.clip_offsets_ns.len() > MAX_OFFSETS {
             return Err(check.fail(
@@ -303,6 +369,19 @@ impl Message for CompletedResearchItem {
         }
         if let Some(bad) = self.clip_offsets_ns.iter().find(|&&o| o < 0) {
             return Err(check.fail("clip_offsets_ns", format!("offset {bad} is negative")));
+        }
+        if let Some(bad) = self
+            .clip_offsets_ns
+            .iter()
+            .find(|&&o| o > self.episode_duration_ns)
+        {
+            return Err(check.fail(
+                "clip_offsets_ns",
+                format!(
+                    "offset {bad} is beyond the episode's length (episode_duration_ns {})",
+                    self.episode_duration_ns
+                ),
+            ));
         }
         Ok(())
     }

@@ -61,6 +61,14 @@ fn is_transient(_: &sqlx::Error) -> bool {
 
 impl From<sqlx::Error> for DataStoreError {
     fn from(e: sqlx::Error) -> Self {
+        // SQLSTATE class 22, "data exception" (a NUL in text, a time out of range, a number
+        // too large): the data, not the database, is at fault, so it is poison rather than a
+        // failure that would stop an archivist on every redelivery.
+        if let sqlx::Error::Database(db) = &e {
+            if db.code().is_some_and(|c| c.len() == 5 && c.starts_with("22")) {
+                return DataStoreError::Invalid(db.message().to_string());
+            }
+        }
         match e {
             sqlx::Error::Io(_)
             | sqlx::Error::PoolTimedOut
