@@ -17,7 +17,7 @@ use archivist::completed_research::{self, CompletedResearchConfig};
 use archivist::ingest::{self, IngestConfig};
 use archivist::{ArchivistHandle, Ended, Report};
 use chrono::Utc;
-use datastore::{DataStore, LeaseRequest, LeaseUpdate, SqliteDataStore};
+use datastore::{DataStore, SqliteDataStore};
 use messagebus::{dead_letter_queue_name, Bus, MemoryBus, MemoryBusConfig};
 
 use corpus::{Case, Leases, Outcome};
@@ -56,33 +56,6 @@ async fn drain(bus: &MemoryBus, store: &Arc<dyn DataStore>, queue: &str) -> Repo
     done(handle).await
 }
 
-/// Leases for the `$LEASE_…` placeholders: one expired (leased ten hours ago for an hour),
-/// one revoked, one active.
-async fn make_leases(store: &dyn DataStore) -> Leases {
-    let now = Utc::now();
-    let lease = |now| LeaseRequest {
-        max_clips: 1,
-        duration: chrono::Duration::hours(1),
-        now,
-    };
-    let expired = store
-        .lease_next(lease(now - chrono::Duration::hours(10)))
-        .await
-        .unwrap()
-        .unwrap();
-    let revoked = store.lease_next(lease(now)).await.unwrap().unwrap();
-    assert!(store
-        .update_lease(revoked.id, LeaseUpdate::Revoke)
-        .await
-        .unwrap());
-    let active = store.lease_next(lease(now)).await.unwrap().unwrap();
-    Leases {
-        active: active.id.to_string(),
-        expired: expired.id.to_string(),
-        revoked: revoked.id.to_string(),
-    }
-}
-
 async fn run_corpus(label: &str, store: Arc<dyn DataStore>) {
     let cases = corpus::load();
     let bus = MemoryBus::new(MemoryBusConfig::default());
@@ -97,7 +70,7 @@ async fn run_corpus(label: &str, store: Arc<dyn DataStore>) {
                 if phase == 0 {
                     continue;
                 }
-                leases = make_leases(&*store).await;
+                leases = corpus::make_leases(&*store).await;
             }
             let sender = bus.sender(queue).await.unwrap();
             let mut bodies = Vec::new();

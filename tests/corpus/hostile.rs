@@ -171,6 +171,33 @@ fn parse_case(queue: &'static str, v: &Value) -> Result<Case, String> {
     })
 }
 
+/// Leases for the `$LEASE_…` placeholders: one expired (leased ten hours ago for an hour),
+/// one revoked, one active.
+pub(crate) async fn make_leases(store: &dyn datastore::DataStore) -> Leases {
+    let now = Utc::now();
+    let lease = |now| datastore::LeaseRequest {
+        max_clips: 1,
+        duration: chrono::Duration::hours(1),
+        now,
+    };
+    let expired = store
+        .lease_next(lease(now - chrono::Duration::hours(10)))
+        .await
+        .unwrap()
+        .unwrap();
+    let revoked = store.lease_next(lease(now)).await.unwrap().unwrap();
+    assert!(store
+        .update_lease(revoked.id, datastore::LeaseUpdate::Revoke)
+        .await
+        .unwrap());
+    let active = store.lease_next(lease(now)).await.unwrap().unwrap();
+    Leases {
+        active: active.id.to_string(),
+        expired: expired.id.to_string(),
+        revoked: revoked.id.to_string(),
+    }
+}
+
 /// What happened to a case.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Outcome {

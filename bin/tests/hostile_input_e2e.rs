@@ -1,0 +1,213 @@
+//! The hostile-input corpus (`tests/corpus/hostile/`) through the `archivist` binary, on every
+//! bus a process can share: `send --raw` puts each case on its queue as it is (a body it
+//! refuses, not UTF-8 or over 1 MiB, must be refused with exit 2, naming the line, and nothing
+//! sent); `episodes --once`, `clips --once` and `completed-research` must exit 0; then every
+//! poison case is in the queue's dead-letter queue with its reason (`receive --dead-letters`),
+//! every valid one is stored (its queue is empty and `status` counts it), and nothing else
+//! is in either. Counts are printed.
+//!
+//! A bus is one line at the bottom: a test calling [`corpus_through_the_binary`] with its
+//! [`Scenario`].
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+#[path = "../../tests/corpus/hostile.rs"]
+mod corpus;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::process::Stdio;
+
+use common::pipeline::Scenario;
+use common::{PgDatabase, Run};
+use corpus::{Case, Leases, Outcome};
+
+/// `archivist send --raw QUEUE` with `bodies` on standard input, one a line.
+fn send(s: &Scenario, queue: &str, bodies: &[Vec<u8>]) -> Run {
+    let mut input = Vec::new();
+    for b in bodies {
+        input.extend_from_slice(b);
+        input.push(b'\n');
+    }
+    let mut child = common::command(s.path(), &["send", "--raw", queue], &s.bus.with(&[]))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // Written from a thread: the child may answer (and exit) before reading it all.
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    Run::from_output(out)
+}
+
+/// The queue name a corpus file's queue has in this scenario.
+fn queue_name<'a>(s: &'a Scenario, corpus_queue: &str) -> &'a str {
+    match corpus_queue {
+        "curated_episodes" => &s.bus.episodes_queue,
+        "curated_clips" => &s.bus.clips_queue,
+        _ => &s.bus.completed_queue,
+    }
+}
+
+/// The archivist subcommand that drains a corpus queue.
+fn archivist_for(corpus_queue: &str) -> &'static [&'static str] {
+    match corpus_queue {
+        "curated_episodes" => &["episodes", "--once"],
+        "curated_clips" => &["clips", "--once"],
+        _ => &["completed-research"],
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Sends the corpus through the binary on `s`'s bus and checks what happened to every case.
+pub(crate) fn corpus_through_the_binary(label: &str, s: Scenario) {
+    let cases = corpus::load();
+    s.run(&["migrate"], &[]).expect_code(0);
+    s.run(&["queues"], &[]).expect_code(0);
+
+    let mut leases = Leases::default();
+    let mut refused = BTreeSet::new();
+    for phase in [0u8, 1] {
+        for cq in corpus::QUEUES {
+            if cq == "completed_research" {
+                if phase == 0 {
+                    continue;
+                }
+                // Leases for the results to name: made in the datastore directly, so that one
+                // can be expired already (leased ten hours ago) without waiting.
+                leases = runtime().block_on(async {
+                    let store = datastore::connect(&s.database_url()).await.unwrap();
+                    corpus::make_leases(&*store).await
+                });
+            }
+            let queue = queue_name(&s, cq);
+            let mut bodies = Vec::new();
+            for case in cases.iter().filter(|c| c.queue == cq && c.phase == phase) {
+                if case.send_refused {
+                    let run = send(&s, queue, &[case.body(&leases)]).expect_code(2);
+                    assert!(
+                        run.stderr.contains("nothing was sent") && run.stderr.contains("line 1"),
+                        "{label}: {}: {}",
+                        case.name,
+                        run.stderr
+                    );
+                    refused.insert(case.name.clone());
+                } else {
+                    bodies.push(case.body(&leases));
+                }
+            }
+            let run = send(&s, queue, &bodies).expect_code(0);
+            assert!(
+                run.stderr.contains(&format!("sent {} message", bodies.len())),
+                "{label}: {}",
+                run.stderr
+            );
+            s.run(archivist_for(cq), &[]).expect_code(0);
+        }
+    }
+
+    let depths = s.queue_depths();
+    let mut all_cases: Vec<&Case> = Vec::new();
+    let mut all_outcomes: Vec<Outcome> = Vec::new();
+    let mut total = corpus::Counts::default();
+    for cq in corpus::QUEUES {
+        let queue = queue_name(&s, cq);
+        let depth = &depths[queue];
+        assert_eq!(
+            (depth["waiting"].as_u64(), depth["in_flight"].as_u64()),
+            (Some(0), Some(0)),
+            "{label}: {queue} is drained: {depth}"
+        );
+        let dead: Vec<(Vec<u8>, String)> = s
+            .run(
+                &["receive", queue, "--dead-letters", "--max", "1000", "--wait", "2s"],
+                &[],
+            )
+            .expect_code(0)
+            .json_lines()
+            .into_iter()
+            .map(|l| {
+                (
+                    l["body"].as_str().unwrap().as_bytes().to_vec(),
+                    l["reason"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            depth["dead_letters"].as_u64(),
+            Some(dead.len() as u64),
+            "{label}: {queue}'s dead letters, counted and received"
+        );
+        let cases: Vec<&Case> = cases.iter().filter(|c| c.queue == cq).collect();
+        let outcomes = corpus::outcomes(&cases, &leases, dead, &refused);
+        let counts = corpus::check(&format!("{label} {queue}"), &cases, &outcomes, true);
+        println!(
+            "{label} {cq}: {} cases, {} stored, {} dead-lettered with the expected reason, {} \
+             refused by `send`",
+            counts.cases, counts.stored, counts.dead_lettered, counts.refused_at_send
+        );
+        total.cases += counts.cases;
+        total.stored += counts.stored;
+        total.dead_lettered += counts.dead_lettered;
+        total.refused_at_send += counts.refused_at_send;
+        all_cases.extend(cases);
+        all_outcomes.extend(outcomes);
+    }
+    let want = corpus::expected_state(&all_cases, &all_outcomes, &leases);
+    let status = s.status();
+    assert_eq!(
+        corpus::Stored {
+            episodes: status["episodes"].as_u64().unwrap(),
+            clips: status["clips"].as_u64().unwrap(),
+            researched_pairs: status["researched_pairs"].as_u64().unwrap(),
+        },
+        want,
+        "{label}: what `status` counts: {status}"
+    );
+    println!(
+        "{label}: {} cases, {} stored, {} dead-lettered, {} refused by `send`; status: {} \
+         episodes, {} clips, {} researched pairs",
+        total.cases,
+        total.stored,
+        total.dead_lettered,
+        total.refused_at_send,
+        want.episodes,
+        want.clips,
+        want.researched_pairs
+    );
+}
+
+// One line per bus (and datastore).
+
+#[test]
+fn hostile_corpus_on_the_sqlite_bus() {
+    corpus_through_the_binary("database bus on SQLite", Scenario::database(None));
+}
+
+#[test]
+fn hostile_corpus_on_the_postgres_bus() {
+    let db = PgDatabase::create();
+    corpus_through_the_binary("database bus on Postgres", Scenario::database(Some(&db.url)));
+}
+
+#[test]
+fn hostile_corpus_on_sqs_with_sqlite() {
+    corpus_through_the_binary("SQS, SQLite datastore", Scenario::sqs(None));
+}
+
+#[test]
+fn hostile_corpus_on_sqs_with_postgres() {
+    let db = PgDatabase::create();
+    corpus_through_the_binary("SQS, Postgres datastore", Scenario::sqs(Some(&db.url)));
+}
