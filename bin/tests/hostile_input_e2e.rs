@@ -188,6 +188,63 @@ pub(crate) fn corpus_through_the_binary(label: &str, s: Scenario) {
     );
 }
 
+/// What another program may put on the SQLite database bus with plain SQL, past the checks
+/// of `send`: text that is not UTF-8, a body over 1 MiB, a blob, a number. The archivist must
+/// dead-letter what it cannot read (not fail every receive of the queue) and store a valid
+/// message whatever its SQLite type.
+#[test]
+fn bodies_put_on_the_sqlite_bus_by_other_programs() {
+    let s = Scenario::database(None);
+    s.run(&["migrate"], &[]).expect_code(0);
+    let episode = r#"{"initial_date_curated":"2026-01-10T08:00:00Z","last_date_curated":"2026-01-10T08:00:00Z","curator_information":"sql","date_aired":"2026-01-01T00:00:00Z","title":"Sent as a blob","description":"","media_uri":"https://corpus.test/blob.mp3","media_type":"mp3","priority":0}"#;
+    let over = format!("{{\"title\":\"{}\"}}", "o".repeat(messagebus::MAX_BODY_BYTES));
+    let path = s.path().join("archive.sqlite");
+    runtime().block_on(async {
+        use sqlx::Connection;
+        let mut db = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        let now = chrono::Utc::now().timestamp_micros();
+        const AS_TEXT: &str = "INSERT INTO bus_messages (queue, body, sent_at, visible_at) \
+                               VALUES ('curated_episodes', CAST(?2 AS TEXT), ?1, ?1)";
+        const AS_IS: &str = "INSERT INTO bus_messages (queue, body, sent_at, visible_at) \
+                             VALUES ('curated_episodes', ?2, ?1, ?1)";
+        const AS_INTEGER: &str = "INSERT INTO bus_messages (queue, body, sent_at, visible_at) \
+                                  VALUES ('curated_episodes', CAST(CAST(?2 AS TEXT) AS INTEGER), ?1, ?1)";
+        for (sql, body) in [
+            (AS_TEXT, b"{\"title\":\"\x80\xff\"}".to_vec()),
+            (AS_TEXT, over.into_bytes()),
+            (AS_IS, episode.as_bytes().to_vec()),
+            (AS_INTEGER, b"42".to_vec()),
+        ] {
+            sqlx::query(sql)
+                .bind(now)
+                .bind(body)
+                .execute(&mut db)
+                .await
+                .unwrap();
+        }
+    });
+    s.run(&["episodes", "--once"], &[]).expect_code(0);
+    let reasons: BTreeSet<String> = s
+        .run(
+            &["receive", "curated_episodes", "--dead-letters", "--max", "10", "--wait", "2s"],
+            &[],
+        )
+        .expect_code(0)
+        .json_lines()
+        .into_iter()
+        .map(|l| l["reason"].as_str().unwrap().to_string())
+        .collect();
+    let expected = ["not valid UTF-8", "exceeds the limit", "found a number"];
+    assert_eq!(reasons.len(), expected.len(), "{reasons:#?}");
+    for want in expected {
+        assert!(reasons.iter().any(|r| r.contains(want)), "{want}: {reasons:#?}");
+    }
+    assert_eq!(s.status()["episodes"], 1, "the blob holding a valid episode is stored");
+    println!("SQLite bus, bodies inserted with SQL: 3 dead-lettered with their reasons, 1 stored");
+}
+
 // One line per bus (and datastore).
 
 #[test]

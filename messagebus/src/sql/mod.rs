@@ -100,7 +100,7 @@ pub(crate) struct QueueRow {
 pub(crate) struct ClaimedRow {
     pub(crate) id: i64,
     pub(crate) receipt: i64,
-    pub(crate) body: String,
+    pub(crate) body: Vec<u8>,
     pub(crate) receive_count: u32,
     pub(crate) dead_letter_reason: Option<String>,
 }
@@ -678,7 +678,7 @@ impl<D: Dialect> SqlReceiver<D> {
                     settled: false,
                 };
                 Delivery::new(
-                    row.body.into_bytes(),
+                    row.body,
                     row.id.to_string(),
                     row.receive_count,
                     row.dead_letter_reason,

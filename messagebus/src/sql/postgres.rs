@@ -234,7 +234,7 @@ impl Dialect for Pg {
                 Ok(Some(ClaimedRow {
                     id: r.try_get("id")?,
                     receipt: r.try_get("receipt")?,
-                    body: r.try_get("body")?,
+                    body: r.try_get::<String, _>("body")?.into_bytes(),
                     receive_count: u32::try_from(r.try_get::<i32, _>("receive_count")?)
                         .unwrap_or(0),
                     dead_letter_reason: r.try_get("dead_letter_reason")?,

@@ -252,7 +252,7 @@ impl Dialect for Lite {
             "UPDATE bus_messages
              SET visible_at = ?1, receive_count = receive_count + 1, receipt = random()
              WHERE id IN (SELECT value FROM json_each(?2))
-             RETURNING id, receipt, body, receive_count, dead_letter_reason",
+             RETURNING id, receipt, CAST(body AS BLOB), receive_count, dead_letter_reason",
         )
         .bind(now.saturating_add(micros(queue.visibility_timeout)))
         .bind(take)
@@ -265,6 +265,9 @@ impl Dialect for Lite {
                 Ok::<_, sqlx::Error>(ClaimedRow {
                     id: r.try_get(0)?,
                     receipt: r.try_get(1)?,
+                    // As bytes: SQLite keeps whatever another program inserted (text that
+                    // is not UTF-8, a blob, a number), and a body that cannot be read as text
+                    // must reach the archivist as poison, not fail every receive of the queue.
                     body: r.try_get(2)?,
                     receive_count: u32::try_from(r.try_get::<i64, _>(3)?).unwrap_or(0),
                     dead_letter_reason: r.try_get(4)?,
