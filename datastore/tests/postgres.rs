@@ -347,4 +347,22 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
     new.date_aired = t0() + Duration::days(10);
     store.upsert_episode(&new).await.unwrap();
     assert_eq!(next(store.clone()).await, new.title);
+/// Data Postgres cannot keep (a NUL in text, a time outside its range) is the data's fault:
+/// `Invalid`, so an archivist dead-letters the message instead of stopping on every
+/// redelivery. The archivists' validation refuses both first; this is the net behind it.
+#[tokio::test]
+async fn data_postgres_cannot_keep_is_invalid_not_a_failure() {
+    let (store, _db) = fresh_pg_store().await;
+    let mut nul = datastore::testing::episode(1);
+    nul.title = "nul\u{0}title".into();
+    let mut ancient = datastore::testing::episode(2);
+    ancient.date_aired = chrono::DateTime::from_timestamp(-400_000_000_000, 0).unwrap();
+    for e in [nul, ancient] {
+        let err = store.upsert_episode(&e).await.unwrap_err();
+        assert!(
+            matches!(err, DataStoreError::Invalid(_)) && !err.is_retryable(),
+            "{err:?}"
+        );
+    }
+    assert_eq!(store.status(chrono::Utc::now()).await.unwrap().episodes, 0);
 }
