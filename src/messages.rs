@@ -164,7 +164,11 @@ fn check_top_level<M: Message>(text: &str) -> Result<(), InvalidMessage> {
             "starts with a byte-order mark (U+FEFF): send the JSON without one".into(),
         ));
     }
-    let found = match text.trim_start_matches([' ', '\t', '\n', '\r']).chars().next() {
+    let found = match text
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .chars()
+        .next()
+    {
         Some('{') => return Ok(()),
         None => "nothing",
         Some('[') => "an array",
@@ -281,10 +285,7 @@ impl Check {
         if YEARS.contains(&year) {
             Ok(())
         } else {
-            Err(self.fail(
-                field,
-                format!("year {year} is out of range (0001 to 9999)"),
-            ))
+            Err(self.fail(field, format!("year {year} is out of range (0001 to 9999)")))
         }
     }
 

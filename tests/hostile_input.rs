@@ -74,7 +74,10 @@ async fn run_corpus(label: &str, store: Arc<dyn DataStore>) {
             }
             let sender = bus.sender(queue).await.unwrap();
             let mut bodies = Vec::new();
-            for case in cases.iter().filter(|c| c.queue == queue && c.phase == phase) {
+            for case in cases
+                .iter()
+                .filter(|c| c.queue == queue && c.phase == phase)
+            {
                 if case.send_refused {
                     // Alone: the bus may refuse it (over its size limit), as `send` would.
                     if let Err(e) = sender.send(case.body(&leases)).await {

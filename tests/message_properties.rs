@@ -50,7 +50,9 @@ fn arbitrary_bytes_never_panic_and_fail_for_the_right_reason() {
             let verdicts = decode_all(&body);
             accepted.set(accepted.get() + verdicts.iter().filter(|v| **v).count() as u64);
             match decode::<EpisodeInfo>(&body) {
-                Err(InvalidMessage::NotUtf8(_)) => prop_assert!(std::str::from_utf8(&body).is_err()),
+                Err(InvalidMessage::NotUtf8(_)) => {
+                    prop_assert!(std::str::from_utf8(&body).is_err())
+                }
                 Err(InvalidMessage::TooLarge(_)) => prop_assert!(body.len() > MAX_BODY_BYTES),
                 Err(_) => prop_assert!(std::str::from_utf8(&body).is_ok()),
                 Ok(_) => {
@@ -81,12 +83,42 @@ enum Rule {
 const EPISODE_FIELDS: &[(&str, Rule)] = &[
     ("initial_date_curated", Rule::Time),
     ("last_date_curated", Rule::Time),
-    ("curator_information", Rule::Text { max: 1024, required: true }),
+    (
+        "curator_information",
+        Rule::Text {
+            max: 1024,
+            required: true,
+        },
+    ),
     ("date_aired", Rule::Time),
-    ("title", Rule::Text { max: 1024, required: true }),
-    ("description", Rule::Text { max: 65536, required: false }),
-    ("media_uri", Rule::Text { max: 1024, required: true }),
-    ("media_type", Rule::Text { max: 1024, required: true }),
+    (
+        "title",
+        Rule::Text {
+            max: 1024,
+            required: true,
+        },
+    ),
+    (
+        "description",
+        Rule::Text {
+            max: 65536,
+            required: false,
+        },
+    ),
+    (
+        "media_uri",
+        Rule::Text {
+            max: 1024,
+            required: true,
+        },
+    ),
+    (
+        "media_type",
+        Rule::Text {
+            max: 1024,
+            required: true,
+        },
+    ),
     ("priority", Rule::I32),
 ];
 
@@ -151,7 +183,8 @@ fn hostile_value() -> impl Strategy<Value = Value> {
         // Times from year -262,000 to 262,000, written as chrono writes them.
         (-8_200_000_000_000i64..8_200_000_000_000i64)
             .prop_map(|s| json!(Utc.timestamp_opt(s, 0).unwrap().to_rfc3339())),
-        proptest::collection::vec(text.clone().prop_map(Value::String), 0..3).prop_map(Value::Array),
+        proptest::collection::vec(text.clone().prop_map(Value::String), 0..3)
+            .prop_map(Value::Array),
         text.prop_map(|k| {
             let mut m = Map::new();
             m.insert(k, json!(1));
@@ -262,7 +295,11 @@ fn curated_oracle(_: &Value, _: &str, rule: Rule, m: &Mutation) -> bool {
 }
 
 fn valid_episode() -> impl Strategy<Value = Value> {
-    (any::<u32>(), any::<i32>(), -62_000_000_000i64..253_000_000_000i64)
+    (
+        any::<u32>(),
+        any::<i32>(),
+        -62_000_000_000i64..253_000_000_000i64,
+    )
         .prop_map(|(i, p, aired)| episode(i, p, aired))
 }
 
@@ -302,9 +339,21 @@ const RESULT_FIELDS: &[(&str, Rule)] = &[
     ("revoke_lease", Rule::I32),
     ("research_date", Rule::Time),
     ("episode_duration_ns", Rule::I32),
-    ("episode_hash", Rule::Text { max: 1024, required: false }),
+    (
+        "episode_hash",
+        Rule::Text {
+            max: 1024,
+            required: false,
+        },
+    ),
     ("clip_duration_ns", Rule::I32),
-    ("clip_hash", Rule::Text { max: 1024, required: false }),
+    (
+        "clip_hash",
+        Rule::Text {
+            max: 1024,
+            required: false,
+        },
+    ),
     ("clip_offsets_ns", Rule::I32),
 ];
 
@@ -315,7 +364,10 @@ fn result_oracle(message: &Value, field: &str, rule: Rule, m: &Mutation) -> bool
         Mutation::Remove => return matches!(field, "revoke_lease" | "clip_offsets_ns"),
         Mutation::Set(v) => v,
     };
-    let duration = |v: &Value| v.as_i64().is_some_and(|n| (0..=MAX_DURATION_NS).contains(&n));
+    let duration = |v: &Value| {
+        v.as_i64()
+            .is_some_and(|n| (0..=MAX_DURATION_NS).contains(&n))
+    };
     let episode_ns = message["episode_duration_ns"].as_i64().unwrap();
     let offsets_fit = |offsets: &Value, episode_ns: i64| {
         offsets.as_array().is_some_and(|a| {
@@ -327,7 +379,9 @@ fn result_oracle(message: &Value, field: &str, rule: Rule, m: &Mutation) -> bool
     match field {
         "lease_id" => v.as_str().is_some_and(|s| uuid::Uuid::parse_str(s).is_ok()),
         "revoke_lease" => v.is_boolean(),
-        "episode_duration_ns" => duration(v) && offsets_fit(&message["clip_offsets_ns"], v.as_i64().unwrap()),
+        "episode_duration_ns" => {
+            duration(v) && offsets_fit(&message["clip_offsets_ns"], v.as_i64().unwrap())
+        }
         "clip_duration_ns" => duration(v),
         "clip_offsets_ns" => offsets_fit(v, episode_ns),
         _ => keeps(rule, v),

@@ -109,7 +109,8 @@ pub(crate) fn corpus_through_the_binary(label: &str, s: Scenario) {
             }
             let run = send(&s, queue, &bodies).expect_code(0);
             assert!(
-                run.stderr.contains(&format!("sent {} message", bodies.len())),
+                run.stderr
+                    .contains(&format!("sent {} message", bodies.len())),
                 "{label}: {}",
                 run.stderr
             );
@@ -131,7 +132,15 @@ pub(crate) fn corpus_through_the_binary(label: &str, s: Scenario) {
         );
         let dead: Vec<(Vec<u8>, String)> = s
             .run(
-                &["receive", queue, "--dead-letters", "--max", "1000", "--wait", "2s"],
+                &[
+                    "receive",
+                    queue,
+                    "--dead-letters",
+                    "--max",
+                    "1000",
+                    "--wait",
+                    "2s",
+                ],
                 &[],
             )
             .expect_code(0)
@@ -197,7 +206,10 @@ fn bodies_put_on_the_sqlite_bus_by_other_programs() {
     let s = Scenario::database(None);
     s.run(&["migrate"], &[]).expect_code(0);
     let episode = r#"{"initial_date_curated":"2026-01-10T08:00:00Z","last_date_curated":"2026-01-10T08:00:00Z","curator_information":"sql","date_aired":"2026-01-01T00:00:00Z","title":"Sent as a blob","description":"","media_uri":"https://corpus.test/blob.mp3","media_type":"mp3","priority":0}"#;
-    let over = format!("{{\"title\":\"{}\"}}", "o".repeat(messagebus::MAX_BODY_BYTES));
+    let over = format!(
+        "{{\"title\":\"{}\"}}",
+        "o".repeat(messagebus::MAX_BODY_BYTES)
+    );
     let path = s.path().join("archive.sqlite");
     runtime().block_on(async {
         use sqlx::Connection;
@@ -228,7 +240,15 @@ fn bodies_put_on_the_sqlite_bus_by_other_programs() {
     s.run(&["episodes", "--once"], &[]).expect_code(0);
     let reasons: BTreeSet<String> = s
         .run(
-            &["receive", "curated_episodes", "--dead-letters", "--max", "10", "--wait", "2s"],
+            &[
+                "receive",
+                "curated_episodes",
+                "--dead-letters",
+                "--max",
+                "10",
+                "--wait",
+                "2s",
+            ],
             &[],
         )
         .expect_code(0)
@@ -239,9 +259,16 @@ fn bodies_put_on_the_sqlite_bus_by_other_programs() {
     let expected = ["not valid UTF-8", "exceeds the limit", "found a number"];
     assert_eq!(reasons.len(), expected.len(), "{reasons:#?}");
     for want in expected {
-        assert!(reasons.iter().any(|r| r.contains(want)), "{want}: {reasons:#?}");
+        assert!(
+            reasons.iter().any(|r| r.contains(want)),
+            "{want}: {reasons:#?}"
+        );
     }
-    assert_eq!(s.status()["episodes"], 1, "the blob holding a valid episode is stored");
+    assert_eq!(
+        s.status()["episodes"],
+        1,
+        "the blob holding a valid episode is stored"
+    );
     println!("SQLite bus, bodies inserted with SQL: 3 dead-lettered with their reasons, 1 stored");
 }
 
@@ -255,7 +282,10 @@ fn hostile_corpus_on_the_sqlite_bus() {
 #[test]
 fn hostile_corpus_on_the_postgres_bus() {
     let db = PgDatabase::create();
-    corpus_through_the_binary("database bus on Postgres", Scenario::database(Some(&db.url)));
+    corpus_through_the_binary(
+        "database bus on Postgres",
+        Scenario::database(Some(&db.url)),
+    );
 }
 
 #[test]

@@ -65,7 +65,10 @@ impl From<sqlx::Error> for DataStoreError {
         // too large): the data, not the database, is at fault, so it is poison rather than a
         // failure that would stop an archivist on every redelivery.
         if let sqlx::Error::Database(db) = &e {
-            if db.code().is_some_and(|c| c.len() == 5 && c.starts_with("22")) {
+            if db
+                .code()
+                .is_some_and(|c| c.len() == 5 && c.starts_with("22"))
+            {
                 return DataStoreError::Invalid(db.message().to_string());
             }
         }

@@ -116,7 +116,10 @@ fn parse_case(queue: &'static str, v: &Value) -> Result<Case, String> {
         Some("stored") => Expect::Stored,
         Some("poison") => Expect::Poison(reason.ok_or("poison without a reason")?),
         Some("one_stored") => Expect::OneStored {
-            group: v["group"].as_str().ok_or("one_stored without a group")?.into(),
+            group: v["group"]
+                .as_str()
+                .ok_or("one_stored without a group")?
+                .into(),
             reason: reason.ok_or("one_stored without a reason")?,
         },
         other => return Err(format!("unknown expect {other:?}")),
@@ -309,7 +312,10 @@ pub(crate) fn check(
             let _ = writeln!(problems, "  group {group}: {stored} stored, expected 1");
         }
     }
-    assert!(problems.is_empty(), "{label}: cases that went wrong:\n{problems}");
+    assert!(
+        problems.is_empty(),
+        "{label}: cases that went wrong:\n{problems}"
+    );
     counts
 }
 
