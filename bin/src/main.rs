@@ -9,6 +9,7 @@
 //! - `tasks.rs`: waiting for archivists, repeating runs, supervising tasks until shutdown.
 //! - `logging.rs`: logs on standard error (RUST_LOG, NO_COLOR, a closed pipe, the demo's bar).
 //! - `signals.rs`: SIGINT/SIGTERM cancel the token.
+//! - `panic_hook.rs`: a panic printed as an error, credentials masked.
 //! - `commands/`: one file per subcommand or group.
 //! - `demo/`: the built-in curators and researchers, progress and summary of `demo`.
 
@@ -18,6 +19,7 @@ mod config;
 mod connect;
 mod demo;
 mod logging;
+mod panic_hook;
 mod signals;
 mod tasks;
 
@@ -42,6 +44,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
+    panic_hook::install(&[
+        cli.global.database_url.as_deref(),
+        cli.global.bus_url.as_deref(),
+    ]);
     if let Err(e) = logging::init(matches!(cli.command, cli::Command::Demo(_))) {
         return fail(&anyhow::Error::new(e));
     }
@@ -55,6 +61,15 @@ fn main() -> ExitCode {
         }
         Err(e) => return fail(&anyhow::Error::new(e)),
     };
+    // Test-only: a bug that formats the whole configuration into a panic, the worst case the
+    // panic hook must mask.
+    #[cfg(feature = "fail-points")]
+    if std::env::var("ARCHIVIST_FAIL_POINT").is_ok_and(|p| p == "panic") {
+        #[allow(clippy::panic)]
+        {
+            panic!("fail point panic: {config:?}");
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

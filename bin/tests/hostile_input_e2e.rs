@@ -130,6 +130,9 @@ pub(crate) fn corpus_through_the_binary(label: &str, s: Scenario) {
             (Some(0), Some(0)),
             "{label}: {queue} is drained: {depth}"
         );
+        // As many as the queue counts, so that the receive ends as soon as it has them all
+        // (a loaded emulator may take seconds; one more receive would long-poll).
+        let count = depth["dead_letters"].as_u64().unwrap().max(1).to_string();
         let dead: Vec<(Vec<u8>, String)> = s
             .run(
                 &[
@@ -137,9 +140,9 @@ pub(crate) fn corpus_through_the_binary(label: &str, s: Scenario) {
                     queue,
                     "--dead-letters",
                     "--max",
-                    "1000",
+                    &count,
                     "--wait",
-                    "2s",
+                    "60s",
                 ],
                 &[],
             )
@@ -245,9 +248,9 @@ fn bodies_put_on_the_sqlite_bus_by_other_programs() {
                 "curated_episodes",
                 "--dead-letters",
                 "--max",
-                "10",
+                "3",
                 "--wait",
-                "2s",
+                "60s",
             ],
             &[],
         )
