@@ -347,6 +347,8 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
     new.date_aired = t0() + Duration::days(10);
     store.upsert_episode(&new).await.unwrap();
     assert_eq!(next(store.clone()).await, new.title);
+}
+
 /// Data Postgres cannot keep (a NUL in text, a time outside its range) is the data's fault:
 /// `Invalid`, so an archivist dead-letters the message instead of stopping on every
 /// redelivery. The archivists' validation refuses both first; this is the net behind it.
