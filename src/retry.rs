@@ -13,6 +13,9 @@ pub struct RetryPolicy {
     pub initial_backoff: Duration,
     /// The longest wait between two attempts.
     pub max_backoff: Duration,
+    /// How long to keep retrying one operation, from its first failure (None: only
+    /// `max_attempts` limits it). A cron run's budget; long-running archivists have none.
+    pub budget: Option<Duration>,
 }
 
 impl Default for RetryPolicy {
@@ -22,6 +25,7 @@ impl Default for RetryPolicy {
             max_attempts: 8,
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(10),
+            budget: None,
         }
     }
 }
@@ -40,6 +44,26 @@ impl RetryPolicy {
     pub fn none() -> Self {
         RetryPolicy {
             max_attempts: 1,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// Retries for at most `budget` after an operation's first failure, however many
+    /// attempts that takes: a cron-style run gives up (and exits) past it.
+    pub fn within(budget: Duration) -> Self {
+        RetryPolicy {
+            max_attempts: u32::MAX,
+            budget: Some(budget),
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// Retries passing failures for as long as they last: long-running archivists ride out
+    /// outages (the backoff stays capped at `max_backoff`).
+    pub fn forever() -> Self {
+        RetryPolicy {
+            max_attempts: u32::MAX,
+            budget: None,
             ..RetryPolicy::default()
         }
     }
@@ -65,16 +89,26 @@ impl RetryPolicy {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let mut attempt = 0;
+        let mut attempt: u32 = 0;
+        let mut first_failure: Option<tokio::time::Instant> = None;
         loop {
-            attempt += 1;
+            attempt = attempt.saturating_add(1);
             match op().await {
                 Ok(v) => return Ok(v),
                 Err(e) if !retryable(&e) || attempt >= self.max_attempts.max(1) => {
                     return Err(RetryError::Failed(e))
                 }
                 Err(e) => {
-                    let wait = self.backoff(attempt - 1);
+                    let mut wait = self.backoff(attempt - 1);
+                    if let Some(budget) = self.budget {
+                        let since = *first_failure.get_or_insert_with(tokio::time::Instant::now);
+                        let left = budget.saturating_sub(since.elapsed());
+                        if left.is_zero() {
+                            return Err(RetryError::Failed(e));
+                        }
+                        // The last attempt falls at the end of the budget, not after it.
+                        wait = wait.min(left);
+                    }
                     tracing::debug!(attempt, ?wait, "retrying after a passing failure");
                     tokio::select! {
                         _ = token.cancelled() => return Err(RetryError::Cancelled(e)),
@@ -144,6 +178,28 @@ mod tests {
             .await;
         assert!(matches!(out, Err(RetryError::Failed("down"))));
         assert_eq!(calls.load(Ordering::SeqCst), 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_bounds_the_time_spent_retrying() {
+        let calls = AtomicU32::new(0);
+        let start = tokio::time::Instant::now();
+        let out: Result<(), _> = RetryPolicy::within(Duration::from_secs(60))
+            .run(
+                &CancellationToken::new(),
+                |_| true,
+                || async {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Err("down")
+                },
+            )
+            .await;
+        assert!(matches!(out, Err(RetryError::Failed("down"))));
+        let spent = start.elapsed();
+        assert!(spent >= Duration::from_secs(60), "{spent:?}");
+        assert!(spent < Duration::from_secs(61), "{spent:?}");
+        // Capped backoff: many attempts, not a handful of ever longer waits.
+        assert!(calls.load(Ordering::SeqCst) > 8);
     }
 
     #[tokio::test(start_paused = true)]

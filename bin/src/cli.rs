@@ -18,6 +18,7 @@ pub(crate) const DEFAULT_PENDING_RESEARCH_QUEUE: &str = "pending_research";
 pub(crate) const DEFAULT_COMPLETED_RESEARCH_QUEUE: &str = "completed_research";
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: &str = "30s";
 pub(crate) const DEFAULT_SHUTDOWN_TIMEOUT: &str = "30s";
+pub(crate) const DEFAULT_RETRY_BUDGET: &str = "30s";
 pub(crate) const DEFAULT_START_JITTER: &str = "5s";
 
 /// The archivist: stores curated episodes and clips, hands research work to researchers a
@@ -155,6 +156,18 @@ pub(crate) struct GlobalArgs {
         default_value = DEFAULT_SHUTDOWN_TIMEOUT
     )]
     pub(crate) shutdown_timeout: String,
+
+    /// How long a one-shot run (`--once`, or without `--every`) keeps retrying an operation
+    /// while the datastore or the bus is unreachable before it gives up (exit 1, nothing lost);
+    /// long-running archivists retry for as long as an outage lasts
+    #[arg(
+        long,
+        env = "ARCHIVIST_RETRY_BUDGET",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_RETRY_BUDGET
+    )]
+    pub(crate) retry_budget: String,
 
     /// The longest random wait before a work-assignment run starts, so that cron runs on
     /// several hosts do not hit the datastore at the same second (`0s`: none)
@@ -353,11 +366,18 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
     ("migrate", &[DATASTORE, BUS, QUEUES, CONNECT]),
     (
         "episodes",
-        &[DATASTORE, BUS, &["episodes_queue"], CONNECT, SHUTDOWN],
+        &[
+            DATASTORE,
+            BUS,
+            &["episodes_queue"],
+            CONNECT,
+            SHUTDOWN,
+            RETRY,
+        ],
     ),
     (
         "clips",
-        &[DATASTORE, BUS, &["clips_queue"], CONNECT, SHUTDOWN],
+        &[DATASTORE, BUS, &["clips_queue"], CONNECT, SHUTDOWN, RETRY],
     ),
     (
         "pending-research",
@@ -368,6 +388,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
             LEASING,
             CONNECT,
             SHUTDOWN,
+            RETRY,
         ],
     ),
     (
@@ -378,6 +399,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
             &["completed_research_queue"],
             CONNECT,
             SHUTDOWN,
+            RETRY,
         ],
     ),
     ("run", &[DATASTORE, BUS, QUEUES, LEASING, CONNECT, SHUTDOWN]),
@@ -409,6 +431,7 @@ const QUEUES: &[&str] = &[
 const LEASING: &[&str] = &["researchers", "lease_duration", "max_clips", "start_jitter"];
 const CONNECT: &[&str] = &["connect_timeout"];
 const SHUTDOWN: &[&str] = &["shutdown_timeout"];
+const RETRY: &[&str] = &["retry_budget"];
 
 /// The command line, with each subcommand's help listing only the options it reads.
 pub(crate) fn command() -> clap::Command {

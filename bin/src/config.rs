@@ -108,6 +108,8 @@ pub(crate) struct Config {
     pub(crate) queues: Queues,
     pub(crate) connect_timeout: Duration,
     pub(crate) shutdown_timeout: Duration,
+    /// How long a one-shot run retries one operation through an outage.
+    pub(crate) retry_budget: Duration,
     /// The longest random wait before a pending-research run.
     pub(crate) start_jitter: Duration,
 }
@@ -249,6 +251,11 @@ impl Config {
             or_default(&args.shutdown_timeout, cli::DEFAULT_SHUTDOWN_TIMEOUT),
             MAX_LEASE,
         )?;
+        let retry_budget = duration(
+            "ARCHIVIST_RETRY_BUDGET (--retry-budget)",
+            or_default(&args.retry_budget, cli::DEFAULT_RETRY_BUDGET),
+            MAX_LEASE,
+        )?;
         // Zero is allowed here: no jitter.
         let jitter = or_default(&args.start_jitter, cli::DEFAULT_START_JITTER);
         let start_jitter = parse_duration(jitter).map_err(|e| {
@@ -277,6 +284,7 @@ impl Config {
             queues,
             connect_timeout,
             shutdown_timeout,
+            retry_budget,
             start_jitter,
         })
     }
@@ -291,6 +299,17 @@ impl Config {
     /// The database bus's database: ARCHIVIST_BUS_URL, else the datastore's.
     pub(crate) fn bus_url(&self) -> String {
         self.bus_url.clone().unwrap_or_else(|| self.database_url())
+    }
+
+    /// Retries of passing failures: a long-running archivist rides out an outage however long
+    /// it lasts; a one-shot (cron) run gives up past ARCHIVIST_RETRY_BUDGET, so that the next
+    /// run, not this one, carries on.
+    pub(crate) fn retry(&self, long_running: bool) -> archivist::RetryPolicy {
+        if long_running {
+            archivist::RetryPolicy::forever()
+        } else {
+            archivist::RetryPolicy::within(self.retry_budget)
+        }
     }
 
     /// The lease duration for production runs: ARCHIVIST_LEASE_DURATION or 2h.

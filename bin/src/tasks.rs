@@ -164,6 +164,15 @@ fn failed(name: &str, e: ArchivistError) -> anyhow::Error {
         ArchivistError::Bus(BusError::Unsupported(_)) | ArchivistError::Config(_) => {
             usage(format!("the {name} archivist: {e}"))
         }
+        ArchivistError::DataStore(d) if d.is_retryable() => anyhow::Error::new(e).context(format!(
+            "the {name} archivist gave up: the datastore (DATABASE_URL) was unreachable or \
+                 failing past ARCHIVIST_RETRY_BUDGET; what it did not finish comes back to its \
+                 queue"
+        )),
+        ArchivistError::Bus(b) if b.is_retryable() => anyhow::Error::new(e).context(format!(
+            "the {name} archivist gave up: the bus was unreachable or failing past \
+             ARCHIVIST_RETRY_BUDGET; what it did not finish comes back to its queue"
+        )),
         _ => anyhow::Error::new(e).context(format!("the {name} archivist failed")),
     }
 }

@@ -140,6 +140,7 @@ pub(crate) fn fast_retry(max_attempts: u32) -> RetryPolicy {
         max_attempts,
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(2),
+        budget: None,
     }
 }
 

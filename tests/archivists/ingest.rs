@@ -295,6 +295,7 @@ async fn cancelling_while_retrying_releases_the_batch() {
                 max_attempts: 100,
                 initial_backoff: Duration::from_secs(3600),
                 max_backoff: Duration::from_secs(3600),
+                budget: None,
             },
             ..once()
         },

@@ -209,6 +209,7 @@ async fn cancelling_while_publishing_cancels_the_lease() {
                 max_attempts: 100,
                 initial_backoff: Duration::from_secs(3600),
                 max_backoff: Duration::from_secs(3600),
+                budget: None,
             },
             ..config(Some(2))
         },

@@ -7,6 +7,7 @@ use std::time::Duration;
 use archivist::completed_research::CompletedResearchConfig;
 use archivist::ingest::IngestConfig;
 use archivist::pending_research::PendingResearchConfig;
+use archivist::RetryPolicy;
 use datastore::DataStore;
 use messagebus::Bus;
 use tokio::task::JoinSet;
@@ -91,6 +92,7 @@ async fn ingest(
     let mut set = JoinSet::new();
     let ingest = IngestConfig {
         once,
+        retry: config.retry(!once),
         receive_wait: if once { DRAIN_WAIT } else { INGEST_WAIT },
         ..IngestConfig::default()
     };
@@ -160,6 +162,7 @@ pub(crate) async fn pending_research(
         max_clips: config.max_clips,
         researchers: config.researchers,
         start_jitter: config.start_jitter,
+        retry: config.retry(every.is_some()),
         ..PendingResearchConfig::default()
     };
     spawn_pending(
@@ -233,6 +236,7 @@ pub(crate) async fn completed_research(
     let mut set = JoinSet::new();
     let completed = CompletedResearchConfig {
         receive_wait: DRAIN_WAIT,
+        retry: config.retry(every.is_some()),
         ..CompletedResearchConfig::default()
     };
     spawn_completed(
@@ -310,8 +314,10 @@ pub(crate) async fn spawn_all(
         (Kind::Episodes, &totals.episodes),
         (Kind::Clips, &totals.clips),
     ] {
+        // Running together, the archivists are long-running: they ride out outages.
         let ingest = IngestConfig {
             receive_wait: pipeline.ingest_wait,
+            retry: RetryPolicy::forever(),
             ..IngestConfig::default()
         };
         spawn_ingest(
@@ -379,10 +385,12 @@ pub(crate) async fn run(
             max_clips: config.max_clips,
             researchers: config.researchers,
             start_jitter: config.start_jitter,
+            retry: RetryPolicy::forever(),
             ..PendingResearchConfig::default()
         },
         completed: CompletedResearchConfig {
             receive_wait: DRAIN_WAIT,
+            retry: RetryPolicy::forever(),
             ..CompletedResearchConfig::default()
         },
         // More recorders are more processes (`completed-research`), each its own pool.
