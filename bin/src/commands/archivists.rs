@@ -163,7 +163,6 @@ pub(crate) async fn pending_research(
         researchers: config.researchers,
         start_jitter: config.start_jitter,
         retry: config.retry(every.is_some()),
-        ..PendingResearchConfig::default()
     };
     spawn_pending(
         &mut set,
@@ -386,7 +385,6 @@ pub(crate) async fn run(
             researchers: config.researchers,
             start_jitter: config.start_jitter,
             retry: RetryPolicy::forever(),
-            ..PendingResearchConfig::default()
         },
         completed: CompletedResearchConfig {
             receive_wait: DRAIN_WAIT,
