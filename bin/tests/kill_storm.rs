@@ -280,7 +280,18 @@ impl Killer {
         if self.done >= self.planned || Instant::now() < self.next {
             return;
         }
-        let role = allowed[rng.below(allowed.len() as u64) as usize];
+        // Every archivist killed at least once: those not yet killed first, then at random.
+        let fresh: Vec<Role> = allowed
+            .iter()
+            .copied()
+            .filter(|r| !counts.kills.contains_key(&format!("{r:?}")))
+            .collect();
+        let pool = if fresh.is_empty() {
+            allowed
+        } else {
+            &fresh[..]
+        };
+        let role = pool[rng.below(pool.len() as u64) as usize];
         fleet.kill_and_restart(role);
         *counts.kills.entry(format!("{role:?}")).or_default() += 1;
         counts.restarts += 1;
