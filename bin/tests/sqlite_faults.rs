@@ -353,7 +353,13 @@ fn full_disk_past_the_retries(bus: BusEnv) {
     let rt = runtime();
     let reader = keep_open(&rt, &url);
     fs.fill(ROOM);
-    let run = s.run(&["episodes", "--once"], &[]).expect_code(1);
+    // A budget shorter than the default keeps the test short.
+    let run = s
+        .run(
+            &["episodes", "--once"],
+            &[("ARCHIVIST_RETRY_BUDGET", "10s")],
+        )
+        .expect_code(1);
     let error = run
         .stderr
         .lines()
