@@ -15,6 +15,8 @@
 //!   (visibility timeout, receive counts, redrive to the dead-letter queue, consumer count).
 //! - `sql/` (features `postgres`, `sqlite`): the database bus, queues as rows in the
 //!   datastore's own database (`sql::PgBus`, `sql::SqliteBus`).
+//! - `rabbitmq/` (feature `rabbitmq`): the RabbitMQ adapter on `lapin`: quorum queues with
+//!   the receive limit in the broker, a standing consumer per receiver, publisher confirms.
 //! - `sqs/` (feature `sqs`): the Amazon SQS adapter on `aws-sdk-sqs`.
 //! - `testing.rs` (feature `test-utils`): the conformance suite every adapter runs.
 //! - `url.rs`: [`redact_url`], URLs with their credentials masked (the datastore's too).
@@ -26,6 +28,8 @@ pub mod fail_point;
 pub mod memory;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod sql;
+#[cfg(feature = "rabbitmq")]
+pub mod rabbitmq;
 #[cfg(feature = "sqs")]
 pub mod sqs;
 #[cfg(any(test, feature = "test-utils"))]
