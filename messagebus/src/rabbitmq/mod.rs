@@ -11,27 +11,33 @@
 //! itself is published to the same exchange with its reason in the [`REASON_HEADER`] header
 //! (confirmed) and then acknowledged.
 //!
-//! # Receiving: one consumer per receiver, prefetch sized to the batch
+//! # Receiving: a consumer per receive, prefetch = the batch; a presence consumer between
 //!
-//! Each [`Receiver`](crate::Receiver) is a real `basic.consume` on its own channel, from the
-//! moment it is made until it is dropped, with its prefetch (`basic.qos`) set to the batch it
-//! receives ([`RabbitBusConfig::prefetch`], or [`RabbitBus::receiver_with_prefetch`]). So the
-//! broker's own consumer count (`queue.declare`'s `consumer_count`) counts live receivers and
-//! every researcher that consumes the queue with any other AMQP client alike, which is what
-//! the pending-research capacity rule needs. The alternatives were weighed: `basic.get`
-//! polling has no prefetch and no consumer count (it needs a second "presence" queue to
-//! count receivers, which researchers written against RabbitMQ would not know about);
-//! consuming only inside a `receive` call and cancelling when idle leaves idle receivers
-//! uncounted, and every cancel races with deliveries already under way, which the broker
-//! returns, spending one of the message's receives.
+//! Each `receive(max, wait)` is a real `basic.consume` on a fresh channel with prefetch
+//! (`basic.qos`) `max`: the broker pushes at most the batch asked for. The call waits up to
+//! `wait` for the first delivery, then cancels the consumer and takes everything the broker
+//! pushed before its cancel-ok. The channel stays open until every delivery from it is
+//! settled. So nothing is pushed to a receiver that is not asking: a receiver that stops
+//! receiving holds nothing it was not handed, `inspect`'s waiting count is the broker's
+//! ready count, and a batch is never capped by deliveries still held from earlier batches.
 //!
-//! The price of a standing consumer is that the broker pushes up to `prefetch` messages to a
-//! receiver before it asks: they wait in the receiver's buffer, unacknowledged at the broker,
-//! and are handed out by the next `receive`. [`Sender::inspect`](crate::Sender::inspect)
-//! counts this process's buffered messages as waiting (they are not in anyone's hands), and
-//! in flight only the deliveries handed out by this process: AMQP 0-9-1 reports a queue's
-//! ready messages and consumers, not its unacknowledged ones. Messages buffered in another
-//! process count as neither; a researcher's prefetch of 1 keeps that to one message each.
+//! The broker counts consumers, but a receiver between two receives is consuming nothing.
+//! So while it lives each receiver also holds a consumer on `<queue>_consumers`, an
+//! auto-deleted presence queue that never holds a message, and `inspect` reports the larger
+//! of the two consumer counts: the presence queue's (receivers of this bus) and the queue's
+//! own (researchers written against any other AMQP client, which simply consume the queue
+//! with a prefetch; our receivers show there only inside a receive). The pending-research
+//! archivist's capacity rule reads it, so it needs no `ARCHIVIST_RESEARCHERS`.
+//!
+//! Alternatives weighed: a standing consumer per receiver (the broker's count for free)
+//! lets the broker push up to the prefetch to a receiver that is busy or idle, where the
+//! messages wait unseen, invisible to other receivers and with no visibility clock, and it
+//! caps what a receiver may hold at once by its prefetch; `basic.get` polling has no
+//! prefetch and wakes late. The price of cancelling: a message the broker sends at the very
+//! moment of the cancel is returned by it, which counts as one receive of that message.
+//!
+//! AMQP 0-9-1 reports a queue's ready messages and consumers, not its unacknowledged ones:
+//! `in_flight` counts the deliveries this process holds.
 //!
 //! Acknowledgement belongs to the delivery (manual acks, `basic.ack` / `basic.nack`). The
 //! visibility timeout is the receiver's: a delivery neither settled nor released within
@@ -72,7 +78,7 @@ use tokio::time::Instant;
 
 use crate::{dead_letter_queue_name, redact_url, Bus, BusError, QueueStats, Receiver, Sender};
 
-pub use receiver::RabbitReceiver;
+pub use receiver::{presence_queue_name, RabbitReceiver};
 pub use sender::RabbitSender;
 
 /// The direct exchange through which messages reach dead-letter queues, the broker's moves
@@ -91,9 +97,6 @@ pub struct RabbitBusConfig {
     /// Receives after which a message goes to the dead-letter queue (the queues' delivery
     /// limit, set when they are created). Zero means no limit.
     pub max_receives: u32,
-    /// The prefetch of receivers made with [`Bus::receiver`]: the most messages the broker
-    /// hands one receiver before it acknowledges some. Size it to the receive batch.
-    pub prefetch: u16,
     /// How long one broker round trip may take before the bus counts as unavailable.
     pub request_timeout: Duration,
 }
@@ -103,7 +106,6 @@ impl Default for RabbitBusConfig {
         RabbitBusConfig {
             visibility_timeout: Duration::from_secs(30),
             max_receives: 5,
-            prefetch: 10,
             request_timeout: Duration::from_secs(10),
         }
     }
@@ -144,8 +146,6 @@ struct Link {
 /// One queue's messages held by this process.
 #[derive(Default)]
 pub(crate) struct LocalCounts {
-    /// Pushed by the broker to a receiver, not yet handed out.
-    pub(crate) buffered: AtomicU64,
     /// Handed out, not yet settled.
     pub(crate) held: AtomicU64,
 }
@@ -163,12 +163,6 @@ impl RabbitBus {
     /// `amqps://`). Fails with [`BusError::Unavailable`] if the broker cannot be reached, and
     /// [`BusError::Rejected`] if it refuses the credentials or the virtual host.
     pub async fn connect(url: &str, config: RabbitBusConfig) -> Result<Self, BusError> {
-        if config.prefetch == 0 {
-            return Err(BusError::Rejected {
-                message: "the prefetch must be at least 1".into(),
-                source: None,
-            });
-        }
         let bus = RabbitBus {
             shared: Arc::new(Shared {
                 url: url.to_string(),
@@ -191,17 +185,6 @@ impl RabbitBus {
     /// The bus's settings.
     pub fn config(&self) -> &RabbitBusConfig {
         &self.shared.config
-    }
-
-    /// A receiver for `queue` whose prefetch is `prefetch` (at least 1): the batch it will
-    /// ask for. A researcher that works on one item at a time takes 1.
-    pub async fn receiver_with_prefetch(
-        &self,
-        queue: &str,
-        prefetch: u16,
-    ) -> Result<Arc<RabbitReceiver>, BusError> {
-        self.shared.check_exists(queue).await?;
-        RabbitReceiver::start(Arc::clone(&self.shared), queue, prefetch.max(1)).await
     }
 
     /// Drops the connection as if the network had cut it (for tests of reconnection).
@@ -500,8 +483,8 @@ impl Bus for RabbitBus {
     }
 
     async fn receiver(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError> {
-        let prefetch = self.shared.config.prefetch;
-        Ok(self.receiver_with_prefetch(queue, prefetch).await?)
+        self.shared.check_exists(queue).await?;
+        Ok(RabbitReceiver::start(Arc::clone(&self.shared), queue).await?)
     }
 
     async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
@@ -636,13 +619,18 @@ pub(crate) async fn inspect(shared: &Shared, queue: &str) -> Result<QueueStats, 
     let dead = shared.check_exists(&dead_name).await?;
     let local = shared.counts(queue);
     let local_dead = shared.counts(&dead_name);
-    let buffered = local.buffered.load(Ordering::SeqCst);
+    // Receivers wait on the presence queue and consume the queue only inside a receive;
+    // a researcher on another AMQP client consumes the queue itself. Each counts once where
+    // all consumers are of one kind.
+    let present = match shared.check_exists(&presence_queue_name(queue)).await {
+        Ok(q) => q.consumer_count(),
+        Err(BusError::QueueNotFound(_)) => 0,
+        Err(e) => return Err(e),
+    };
     Ok(QueueStats {
-        waiting: u64::from(main.message_count()) + buffered,
+        waiting: u64::from(main.message_count()),
         in_flight: local.held.load(Ordering::SeqCst),
-        consumers: Some(u64::from(main.consumer_count())),
-        dead_letters: u64::from(dead.message_count())
-            + local_dead.buffered.load(Ordering::SeqCst)
-            + local_dead.held.load(Ordering::SeqCst),
+        consumers: Some(u64::from(main.consumer_count().max(present))),
+        dead_letters: u64::from(dead.message_count()) + local_dead.held.load(Ordering::SeqCst),
     })
 }

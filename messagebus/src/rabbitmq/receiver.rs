@@ -1,7 +1,7 @@
-//! [`RabbitReceiver`]: a standing consumer with a prefetch, a buffer, and deliveries that
-//! carry their own acknowledgement and visibility timer.
+//! [`RabbitReceiver`]: a consumer per receive with the batch as its prefetch, a presence
+//! consumer while it lives, and deliveries that carry their own acknowledgement and
+//! visibility timer.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -12,14 +12,15 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::Channel;
-use tokio::sync::Notify;
-use tokio::task::{AbortHandle, JoinHandle};
+use tokio::task::AbortHandle;
 
 use super::{body_id, short, LocalCounts, Shared, REASON_HEADER};
+use lapin::options::QueueDeclareOptions;
 use crate::{Acknowledger, BusError, Delivery, Receiver};
 
-/// Takes messages off one queue of a [`RabbitBus`](super::RabbitBus). It is one consumer of
-/// the queue at the broker from the moment it is made until it is dropped.
+/// Takes messages off one queue of a [`RabbitBus`](super::RabbitBus). While it lives it
+/// holds a consumer on the queue's presence queue (so the broker counts it); each `receive`
+/// is a consumer on the queue itself, with the call's `max` as its prefetch.
 pub struct RabbitReceiver {
     inner: Arc<Inner>,
 }
@@ -27,30 +28,15 @@ pub struct RabbitReceiver {
 struct Inner {
     shared: Arc<Shared>,
     queue: String,
-    prefetch: u16,
     counts: Arc<LocalCounts>,
-    /// Deliveries pushed by the broker, not yet handed out.
-    buffer: Arc<Buffer>,
-    /// The current consumer; one receive at a time uses it.
-    consumer: tokio::sync::Mutex<Option<Consuming>>,
+    /// The channel holding the presence consumer; closed when the receiver is dropped.
+    presence: Mutex<Option<Channel>>,
+    /// One receive at a time: a receiver is one consumer.
+    receiving: tokio::sync::Mutex<()>,
 }
 
-/// Filled by the pump task, emptied by `receive`.
-struct Buffer {
-    deliveries: Mutex<VecDeque<(lapin::message::Delivery, Arc<ChannelGuard>)>>,
-    arrived: Notify,
-    /// The consumer stopped (connection lost, queue deleted): start another.
-    broken: AtomicBool,
-}
-
-struct Consuming {
-    guard: Arc<ChannelGuard>,
-    tag: String,
-    pump: JoinHandle<()>,
-}
-
-/// Closes a receiver's channel once neither the receiver nor any delivery from it needs it
-/// (closing it earlier would return held deliveries to the queue).
+/// Closes a receive's channel once no delivery from it needs it (closing it earlier would
+/// return held deliveries to the queue).
 struct ChannelGuard {
     channel: Channel,
 }
@@ -61,7 +47,7 @@ impl Drop for ChannelGuard {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 if channel.status().connected() {
-                    let _ = channel.close(200, "receiver done".into()).await;
+                    let _ = channel.close(200, "receive done".into()).await;
                 }
             });
         }
@@ -69,97 +55,69 @@ impl Drop for ChannelGuard {
 }
 
 impl RabbitReceiver {
-    pub(crate) async fn start(
-        shared: Arc<Shared>,
-        queue: &str,
-        prefetch: u16,
-    ) -> Result<Arc<Self>, BusError> {
-        let inner = Arc::new(Inner {
-            counts: shared.counts(queue),
-            shared,
-            queue: queue.to_string(),
-            prefetch,
-            buffer: Arc::new(Buffer {
-                deliveries: Mutex::new(VecDeque::new()),
-                arrived: Notify::new(),
-                broken: AtomicBool::new(false),
+    pub(crate) async fn start(shared: Arc<Shared>, queue: &str) -> Result<Arc<Self>, BusError> {
+        let presence = present(&shared, queue).await?;
+        Ok(Arc::new(RabbitReceiver {
+            inner: Arc::new(Inner {
+                counts: shared.counts(queue),
+                shared,
+                queue: queue.to_string(),
+                presence: Mutex::new(Some(presence)),
+                receiving: tokio::sync::Mutex::new(()),
             }),
-            consumer: tokio::sync::Mutex::new(None),
-        });
-        {
-            let mut slot = inner.consumer.lock().await;
-            *slot = Some(inner.consume().await?);
-        }
-        Ok(Arc::new(RabbitReceiver { inner }))
-    }
-
-    /// The prefetch this receiver consumes with.
-    pub fn prefetch(&self) -> u16 {
-        self.inner.prefetch
+        }))
     }
 }
 
-impl Inner {
-    /// A new channel with a consumer on the queue, and its pump.
-    async fn consume(&self) -> Result<Consuming, BusError> {
-        let (channel, _) = self.shared.channel().await?;
-        let s = &self.shared;
-        s.timed(
-            "setting the prefetch",
-            channel.basic_qos(self.prefetch, BasicQosOptions::default()),
+/// A channel with a consumer on `queue`'s presence queue (declared if missing).
+async fn present(shared: &Shared, queue: &str) -> Result<Channel, BusError> {
+    let (channel, _) = shared.channel().await?;
+    let name = presence_queue_name(queue);
+    shared
+        .timed(
+            "declaring a presence queue",
+            channel.queue_declare(
+                short(&name)?,
+                QueueDeclareOptions {
+                    auto_delete: true,
+                    ..Default::default()
+                },
+                presence_arguments(),
+            ),
         )
         .await?;
-        let consumer = s
-            .timed(
-                "starting a consumer",
-                channel.basic_consume(
-                    short(&self.queue)?,
-                    "".into(),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                ),
-            )
-            .await?;
-        let tag = consumer.tag().to_string();
-        let guard = Arc::new(ChannelGuard { channel });
-        self.buffer.broken.store(false, Ordering::SeqCst);
-        let pump = tokio::spawn(pump(
-            consumer,
-            Arc::clone(&self.buffer),
-            Arc::clone(&self.counts),
-            Arc::downgrade(&guard),
-        ));
-        Ok(Consuming { guard, tag, pump })
-    }
+    shared
+        .timed(
+            "joining a presence queue",
+            channel.basic_consume(
+                short(&name)?,
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            ),
+        )
+        .await?;
+    Ok(channel)
+}
 
-    /// Deliveries of a consumer that is gone: the broker has returned them.
-    fn forget_buffered(&self) {
-        let mut buf = self
-            .buffer
-            .deliveries
+impl Inner {
+    /// The presence consumer is back if the connection dropped it.
+    async fn keep_present(&self) -> Result<(), BusError> {
+        let alive = self
+            .presence
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let stale = buf.len() as u64;
-        buf.clear();
-        LocalCounts::sub(&self.counts.buffered, stale);
-    }
-
-    fn take(&self, max: usize) -> Vec<(lapin::message::Delivery, Arc<ChannelGuard>)> {
-        let mut buf = self
-            .buffer
-            .deliveries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let n = max.min(buf.len());
-        let out: Vec<_> = buf.drain(..n).collect();
-        LocalCounts::sub(&self.counts.buffered, out.len() as u64);
-        self.counts
-            .held
-            .fetch_add(out.len() as u64, Ordering::SeqCst);
-        out
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|c| c.status().connected());
+        if !alive {
+            let channel = present(&self.shared, &self.queue).await?;
+            *self.presence.lock().unwrap_or_else(PoisonError::into_inner) = Some(channel);
+        }
+        Ok(())
     }
 
     fn delivery(&self, d: lapin::message::Delivery, guard: Arc<ChannelGuard>) -> Delivery {
+        self.counts.held.fetch_add(1, Ordering::SeqCst);
         let headers = d.properties.headers().clone().unwrap_or_default();
         let count = headers
             .inner()
@@ -189,6 +147,7 @@ impl Inner {
             let acker = d.acker.clone();
             let counts = Arc::clone(&self.counts);
             let timeout = self.shared.config.visibility_timeout;
+            let guard = Arc::clone(&guard);
             tokio::spawn(async move {
                 tokio::time::sleep(timeout).await;
                 if !settled.swap(true, Ordering::SeqCst) {
@@ -200,6 +159,7 @@ impl Inner {
                         })
                         .await;
                 }
+                drop(guard);
             })
             .abort_handle()
         };
@@ -218,33 +178,17 @@ impl Inner {
     }
 }
 
-/// Moves the consumer's deliveries into the buffer as they come.
-async fn pump(
-    mut consumer: lapin::Consumer,
-    buffer: Arc<Buffer>,
-    counts: Arc<LocalCounts>,
-    guard: std::sync::Weak<ChannelGuard>,
-) {
-    while let Some(next) = consumer.next().await {
-        match next {
-            Ok(d) => {
-                let Some(guard) = guard.upgrade() else { break };
-                counts.buffered.fetch_add(1, Ordering::SeqCst);
-                buffer
-                    .deliveries
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push_back((d, guard));
-                buffer.arrived.notify_one();
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "RabbitMQ consumer stopped");
-                break;
-            }
-        }
-    }
-    buffer.broken.store(true, Ordering::SeqCst);
-    buffer.arrived.notify_one();
+/// The name of the queue whose consumers are `queue`'s idle receivers.
+pub fn presence_queue_name(queue: &str) -> String {
+    format!("{queue}_consumers")
+}
+
+/// A presence queue never holds a message (nothing is sent to it; anything that is, is
+/// dropped) and disappears with its last receiver.
+fn presence_arguments() -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert("x-max-length".into(), AMQPValue::LongLongInt(0));
+    args
 }
 
 fn as_u64(v: &AMQPValue) -> Option<u64> {
@@ -270,6 +214,9 @@ fn header_text(headers: &FieldTable, key: &str) -> Option<String> {
 
 #[async_trait]
 impl Receiver for RabbitReceiver {
+    /// A consumer on the queue with prefetch `max`, for this call only: it waits up to
+    /// `wait` for the first delivery, then cancels, taking what the broker pushed before the
+    /// cancel was done (never more than `max`).
     async fn receive(
         &self,
         max: usize,
@@ -279,33 +226,67 @@ impl Receiver for RabbitReceiver {
             return Ok(Vec::new());
         }
         let inner = &self.inner;
-        let deadline = tokio::time::Instant::now() + wait;
-        let mut slot = inner.consumer.lock().await;
-        loop {
-            let taken = inner.take(max);
-            if !taken.is_empty() {
-                return Ok(taken
-                    .into_iter()
-                    .map(|(d, g)| inner.delivery(d, g))
-                    .collect());
-            }
-            let broken = inner.buffer.broken.load(Ordering::SeqCst)
-                || slot
-                    .as_ref()
-                    .is_none_or(|c| !c.guard.channel.status().connected());
-            if broken {
-                if let Some(old) = slot.take() {
-                    old.pump.abort();
-                }
-                inner.forget_buffered();
-                *slot = Some(inner.consume().await?);
-                continue;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok(Vec::new());
-            }
-            let _ = tokio::time::timeout_at(deadline, inner.buffer.arrived.notified()).await;
+        let _one = inner.receiving.lock().await;
+        inner.keep_present().await?;
+        let s = &inner.shared;
+        let prefetch = u16::try_from(max).unwrap_or(u16::MAX);
+        let (channel, _) = s.channel().await?;
+        s.timed(
+            "setting the prefetch",
+            channel.basic_qos(prefetch, BasicQosOptions::default()),
+        )
+        .await?;
+        let mut consumer = s
+            .timed(
+                "starting a consumer",
+                channel.basic_consume(
+                    short(&inner.queue)?,
+                    "".into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                ),
+            )
+            .await?;
+        let guard = Arc::new(ChannelGuard {
+            channel: channel.clone(),
+        });
+        let mut got = Vec::new();
+        let mut failed = None;
+        match tokio::time::timeout(wait, consumer.next()).await {
+            Ok(Some(Ok(d))) => got.push(d),
+            Ok(Some(Err(e))) => failed = Some(s.error("receiving", e)),
+            Ok(None) | Err(_) => {}
         }
+        if failed.is_none() {
+            // Cancel, then take everything pushed before the cancel: the stream ends at
+            // the broker's cancel-ok.
+            let cancelled = s
+                .timed(
+                    "cancelling a consumer",
+                    channel.basic_cancel(consumer.tag(), BasicCancelOptions::default()),
+                )
+                .await;
+            match cancelled {
+                Ok(()) => {
+                    while let Ok(Some(Ok(d))) =
+                        tokio::time::timeout(s.config.request_timeout, consumer.next()).await
+                    {
+                        got.push(d);
+                    }
+                }
+                Err(e) => failed = Some(e),
+            }
+        }
+        if let Some(e) = failed {
+            if got.is_empty() {
+                return Err(e);
+            }
+            tracing::debug!(error = %e, "RabbitMQ receive ended early");
+        }
+        Ok(got
+            .into_iter()
+            .map(|d| inner.delivery(d, Arc::clone(&guard)))
+            .collect())
     }
 
     fn queue(&self) -> &str {
@@ -314,43 +295,25 @@ impl Receiver for RabbitReceiver {
 }
 
 impl Drop for RabbitReceiver {
-    /// Cancels the consumer (the broker stops counting it at once) and returns what it had
-    /// buffered; deliveries already handed out keep the channel open until settled.
+    /// Leaves the presence queue: the broker stops counting this receiver.
     fn drop(&mut self) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let inner = Arc::clone(&self.inner);
+        let Some(channel) = self
+            .inner
+            .presence
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        else {
+            return;
+        };
+        let shared = Arc::clone(&self.inner.shared);
         let task = rt.spawn(async move {
-            let Some(consuming) = inner.consumer.lock().await.take() else {
-                return;
-            };
-            let channel = consuming.guard.channel.clone();
             if channel.status().connected() {
-                let _ = inner
-                    .shared
-                    .timed(
-                        "cancelling a consumer",
-                        channel.basic_cancel(consuming.tag.as_str().into(), BasicCancelOptions::default()),
-                    )
-                    .await;
-            }
-            consuming.pump.abort();
-            let buffered: Vec<_> = inner
-                .buffer
-                .deliveries
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .drain(..)
-                .collect();
-            LocalCounts::sub(&inner.counts.buffered, buffered.len() as u64);
-            for (d, _guard) in buffered {
-                let _ = d
-                    .acker
-                    .nack(BasicNackOptions {
-                        requeue: true,
-                        multiple: false,
-                    })
+                let _ = shared
+                    .timed("leaving a presence queue", channel.close(200, "receiver dropped".into()))
                     .await;
             }
         });
