@@ -153,6 +153,25 @@ pub async fn assert_empty(rx: &dyn Receiver) {
     assert!(got.is_empty(), "expected no message, got {got:?}");
 }
 
+/// Asserts that `inspect` counts (waiting, in flight, dead letters) as expected, within
+/// [`PATIENCE`]: a broker may apply a settlement a moment after the call that made it
+/// returned (RabbitMQ's quorum queues commit a returned message through their log first).
+pub async fn assert_counts(tx: &dyn Sender, expected: (u64, u64, u64)) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let stats = tx.inspect().await.unwrap();
+        let counts = (stats.waiting, stats.in_flight, stats.dead_letters);
+        if counts == expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "inspect counts (waiting, in flight, dead letters) {counts:?}, expected {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn body_set(deliveries: &[Delivery]) -> HashSet<Vec<u8>> {
     deliveries.iter().map(|d| d.body().to_vec()).collect()
 }
@@ -292,11 +311,7 @@ where
         again.is_empty(),
         "acknowledged message came back: {again:?}"
     );
-    let stats = tx.inspect().await.unwrap();
-    assert_eq!(
-        (stats.waiting, stats.in_flight, stats.dead_letters),
-        (0, 0, 0)
-    );
+    assert_counts(tx.as_ref(), (0, 0, 0)).await;
 }
 
 /// A released message comes back at once, same id and body, with receive count 2.
@@ -358,11 +373,7 @@ where
     let reason = "invalid JSON: expected value at line 1 column 2 — «poison»";
     d.dead_letter(reason).await.unwrap();
     assert_empty(rx.as_ref()).await;
-    let stats = tx.inspect().await.unwrap();
-    assert_eq!(
-        (stats.waiting, stats.in_flight, stats.dead_letters),
-        (0, 0, 1)
-    );
+    assert_counts(tx.as_ref(), (0, 0, 1)).await;
 
     let dlq = bus.receiver(&dead_letter_queue_name(&queue)).await.unwrap();
     let mut dead = receive_n(dlq.as_ref(), 1).await;
@@ -409,52 +420,28 @@ where
     Fut: Future<Output = Arc<dyn Bus>>,
 {
     let (_bus, _queue, tx, rx) = setup(fresh, QueueSettings::default(), "inspect").await;
-    let stats = tx.inspect().await.unwrap();
-    assert_eq!(
-        (stats.waiting, stats.in_flight, stats.dead_letters),
-        (0, 0, 0)
-    );
+    assert_counts(tx.as_ref(), (0, 0, 0)).await;
     let bodies: Vec<Vec<u8>> = (0..5).map(|i| format!("i{i}").into_bytes()).collect();
     tx.send_batch(bodies).await.unwrap();
-    let stats = tx.inspect().await.unwrap();
-    assert_eq!(
-        (stats.waiting, stats.in_flight, stats.dead_letters),
-        (5, 0, 0)
-    );
+    assert_counts(tx.as_ref(), (5, 0, 0)).await;
 
     let mut got = receive_n(rx.as_ref(), 2).await;
-    let stats = tx.inspect().await.unwrap();
-    assert_eq!(
-        (stats.waiting, stats.in_flight, stats.dead_letters),
-        (3, 2, 0)
-    );
+    assert_counts(tx.as_ref(), (3, 2, 0)).await;
 
     got.pop().unwrap().ack().await.unwrap();
-    let stats = tx.inspect().await.unwrap();
-    assert_eq!(
-        (stats.waiting, stats.in_flight, stats.dead_letters),
-        (3, 1, 0)
-    );
+    assert_counts(tx.as_ref(), (3, 1, 0)).await;
 
     got.pop()
         .unwrap()
         .dead_letter("inspect case")
         .await
         .unwrap();
-    let stats = tx.inspect().await.unwrap();
-    assert_eq!(
-        (stats.waiting, stats.in_flight, stats.dead_letters),
-        (3, 0, 1)
-    );
+    assert_counts(tx.as_ref(), (3, 0, 1)).await;
 
     // Held (a delivery dropped unsettled may be released in the background).
     let mut rest = receive_n(rx.as_ref(), 3).await;
     rest.pop().unwrap().release().await.unwrap();
-    let stats = tx.inspect().await.unwrap();
-    assert_eq!(
-        (stats.waiting, stats.in_flight, stats.dead_letters),
-        (1, 2, 1)
-    );
+    assert_counts(tx.as_ref(), (1, 2, 1)).await;
     for d in rest {
         d.ack().await.unwrap();
     }

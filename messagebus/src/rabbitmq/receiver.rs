@@ -29,8 +29,9 @@ struct Inner {
     shared: Arc<Shared>,
     queue: String,
     counts: Arc<LocalCounts>,
-    /// The channel holding the presence consumer; closed when the receiver is dropped.
-    presence: Mutex<Option<Channel>>,
+    /// The channel holding the presence consumer (dropping the consumer would cancel it);
+    /// closed when the receiver is dropped.
+    presence: Mutex<Option<(Channel, lapin::Consumer)>>,
     /// One receive at a time: a receiver is one consumer.
     receiving: tokio::sync::Mutex<()>,
 }
@@ -70,7 +71,7 @@ impl RabbitReceiver {
 }
 
 /// A channel with a consumer on `queue`'s presence queue (declared if missing).
-async fn present(shared: &Shared, queue: &str) -> Result<Channel, BusError> {
+async fn present(shared: &Shared, queue: &str) -> Result<(Channel, lapin::Consumer), BusError> {
     let (channel, _) = shared.channel().await?;
     let name = presence_queue_name(queue);
     shared
@@ -86,7 +87,7 @@ async fn present(shared: &Shared, queue: &str) -> Result<Channel, BusError> {
             ),
         )
         .await?;
-    shared
+    let consumer = shared
         .timed(
             "joining a presence queue",
             channel.basic_consume(
@@ -97,7 +98,7 @@ async fn present(shared: &Shared, queue: &str) -> Result<Channel, BusError> {
             ),
         )
         .await?;
-    Ok(channel)
+    Ok((channel, consumer))
 }
 
 impl Inner {
@@ -108,7 +109,7 @@ impl Inner {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
-            .is_some_and(|c| c.status().connected());
+            .is_some_and(|(c, _)| c.status().connected());
         if !alive {
             let channel = present(&self.shared, &self.queue).await?;
             *self.presence.lock().unwrap_or_else(PoisonError::into_inner) = Some(channel);
@@ -300,7 +301,7 @@ impl Drop for RabbitReceiver {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let Some(channel) = self
+        let Some((channel, consumer)) = self
             .inner
             .presence
             .lock()
@@ -316,6 +317,7 @@ impl Drop for RabbitReceiver {
                     .timed("leaving a presence queue", channel.close(200, "receiver dropped".into()))
                     .await;
             }
+            drop(consumer);
         });
         self.inner.shared.closing(task);
     }
