@@ -3,6 +3,9 @@
 #   - PostgreSQL: uses the server on $ARCHIVIST_TEST_PG_HOST:$ARCHIVIST_TEST_PG_PORT (default
 #     127.0.0.1:5432) if it answers; otherwise starts the machine's own cluster, or failing that
 #     a throwaway one made with initdb in a temporary directory.
+#   - RabbitMQ: uses the broker on $ARCHIVIST_TEST_AMQP_HOST:5672 (guest/guest) if it answers;
+#     otherwise installs Debian's rabbitmq-server if missing and starts it. With rabbitmqctl,
+#     each run gets a virtual host of its own, deleted on exit (its queues with it).
 #   - An SQS-compatible server: moto_server (PyPI `moto[server]`) in a virtualenv under
 #     ~/.cache/archivist, started on a free loopback port and stopped on exit.
 # Then: formatting, clippy with warnings as errors, and every test of the workspace.
@@ -74,6 +77,39 @@ done
 export ARCHIVIST_TEST_SQS_ENDPOINT=http://127.0.0.1:$MOTO_PORT
 export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
 log "PostgreSQL at $PG_HOST:$PG_PORT, moto_server at $ARCHIVIST_TEST_SQS_ENDPOINT"
+
+# ---------------------------------------------------------------- RabbitMQ
+AMQP_HOST=${ARCHIVIST_TEST_AMQP_HOST:-127.0.0.1}
+amqp_up() { (exec 3<>"/dev/tcp/$AMQP_HOST/5672") 2>/dev/null; }
+if [ -z "${ARCHIVIST_TEST_AMQP_URL:-}" ]; then
+  if ! amqp_up; then
+    if ! command -v rabbitmq-server >/dev/null; then
+      log "installing RabbitMQ (apt)"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null
+    fi
+    log "starting RabbitMQ"
+    rabbitmq-server -detached >/dev/null 2>&1 || true
+    for _ in $(seq 1 120); do amqp_up && break; sleep 0.5; done
+    amqp_up || { echo "RabbitMQ did not start on $AMQP_HOST:5672" >&2; exit 1; }
+    # The port answers before the broker accepts connections.
+    rabbitmqctl await_startup >/dev/null 2>&1 || true
+  fi
+  VHOST=/
+  if [ "$AMQP_HOST" = 127.0.0.1 ] && command -v rabbitmqctl >/dev/null; then
+    # A virtual host per run: concurrent runs never see each other's queues, and deleting
+    # it on exit removes every queue the tests made.
+    VHOST=archivist_test_$$_$RANDOM
+    if rabbitmqctl add_vhost "$VHOST" >/dev/null 2>&1 \
+      && rabbitmqctl set_permissions -p "$VHOST" guest '.*' '.*' '.*' >/dev/null 2>&1; then
+      cleanup_cmds+=("rabbitmqctl delete_vhost '$VHOST' >/dev/null 2>&1")
+    else
+      VHOST=/
+    fi
+  fi
+  VHOST_ENC=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$VHOST")
+  export ARCHIVIST_TEST_AMQP_URL=amqp://guest:guest@$AMQP_HOST:5672/$VHOST_ENC
+fi
+log "RabbitMQ at ${ARCHIVIST_TEST_AMQP_URL%%//*}//…@${ARCHIVIST_TEST_AMQP_URL#*@}"
 
 # ---------------------------------------------------------------- checks and tests
 log "cargo fmt --check"

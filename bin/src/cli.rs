@@ -47,13 +47,14 @@ pub(crate) struct GlobalArgs {
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub(crate) database_url: Option<String>,
 
-    /// The message bus: sqlite or postgres (queues in that database), sqs, or memory (one
-    /// process: `demo`) [default: the database bus, in ARCHIVIST_BUS_URL's database; for
-    /// `demo`, memory]
+    /// The message bus: sqlite or postgres (queues in that database), sqs, rabbitmq (at
+    /// ARCHIVIST_BUS_URL), or memory (one process: `demo`) [default: the kind of
+    /// ARCHIVIST_BUS_URL, by default the database bus in DATABASE_URL; for `demo`, memory]
     #[arg(long, env = "ARCHIVIST_BUS", global = true, hide_env_values = true)]
     pub(crate) bus: Option<String>,
 
-    /// The database bus's database, sqlite://PATH or postgres://… [default: DATABASE_URL]
+    /// The database bus's database, sqlite://PATH or postgres://…, or RabbitMQ's
+    /// amqp://USER:PASSWORD@HOST:PORT/VHOST [default: DATABASE_URL]
     #[arg(long, env = "ARCHIVIST_BUS_URL", global = true, hide_env_values = true)]
     pub(crate) bus_url: Option<String>,
 

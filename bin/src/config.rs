@@ -47,6 +47,8 @@ pub(crate) enum BusKind {
     Sqlite,
     /// Queues in a Postgres database (the bus URL's).
     Postgres,
+    /// RabbitMQ at the bus URL (`amqp://…`).
+    Rabbitmq,
 }
 
 impl BusKind {
@@ -61,10 +63,17 @@ impl BusKind {
             Some(BusKind::Sqlite)
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             Some(BusKind::Postgres)
+        } else if is_amqp_url(url) {
+            Some(BusKind::Rabbitmq)
         } else {
             None
         }
     }
+}
+
+/// Whether `url` is a RabbitMQ URL.
+fn is_amqp_url(url: &str) -> bool {
+    url.starts_with("amqp://") || url.starts_with("amqps://")
 }
 
 /// The four queue names.
@@ -147,15 +156,17 @@ impl Config {
             Some("sqs") => BusKind::Sqs,
             Some("sqlite") => BusKind::Sqlite,
             Some("postgres" | "postgresql") => BusKind::Postgres,
+            Some("rabbitmq" | "amqp") => BusKind::Rabbitmq,
             Some(other) => {
                 return Err(UsageError(format!(
-                    "invalid ARCHIVIST_BUS (--bus) {other:?}: expected sqlite, postgres, sqs \
-                     or memory"
+                    "invalid ARCHIVIST_BUS (--bus) {other:?}: expected sqlite, postgres, sqs, \
+                     rabbitmq or memory"
                 )))
             }
             None => BusKind::of_url(&effective_bus_url).ok_or_else(|| {
                 UsageError(format!(
-                    "ARCHIVIST_BUS_URL (--bus-url) {:?}: expected sqlite://… or postgres://…",
+                    "ARCHIVIST_BUS_URL (--bus-url) {:?}: expected sqlite://…, postgres://… or \
+                     amqp://…",
                     datastore::redact_url(&effective_bus_url)
                 ))
             })?,
@@ -171,6 +182,18 @@ impl Config {
                  DATABASE_URL), which must then be a {kind}:// URL, not {:?}",
                 datastore::redact_url(&effective_bus_url)
             )));
+        }
+        if bus == BusKind::Rabbitmq && !bus_url.as_deref().is_some_and(is_amqp_url) {
+            return Err(UsageError(match &bus_url {
+                Some(url) => format!(
+                    "ARCHIVIST_BUS=rabbitmq needs ARCHIVIST_BUS_URL (--bus-url) to be an \
+                     amqp://USER:PASSWORD@HOST:PORT/VHOST or amqps:// URL, not {:?}",
+                    datastore::redact_url(url)
+                ),
+                None => "ARCHIVIST_BUS=rabbitmq needs ARCHIVIST_BUS_URL (--bus-url): the \
+                         broker's amqp://USER:PASSWORD@HOST:PORT/VHOST URL"
+                    .to_string(),
+            }));
         }
         if let Some(url) = &bus_url {
             if bus.is_database() {

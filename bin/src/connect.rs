@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use datastore::{redact_url, DataStore, DataStoreError};
+use messagebus::rabbitmq::{RabbitBus, RabbitBusConfig};
 use messagebus::sql::{PgBus, SqlBusConfig, SqliteBus};
 use messagebus::sqs::{SqsBus, SqsConfig};
 use messagebus::{Bus, BusError, MemoryBus, MemoryBusConfig, Receiver, Sender};
@@ -208,6 +209,72 @@ pub(crate) async fn shared_bus(
             wait_for_bus(config, bus.as_ref(), token).await?;
             Ok(bus)
         }
+        BusKind::Rabbitmq => {
+            rabbitmq_bus(config, token, !matches!(subcommand, "status" | "queues")).await
+        }
+    }
+}
+
+/// The RabbitMQ bus at ARCHIVIST_BUS_URL. With `create`, the four queues (and their
+/// dead-letter queues and exchange) are declared, which is harmless when they exist. Passing
+/// failures are retried until `config.connect_timeout`; a refusal (credentials, virtual
+/// host, a queue with other arguments) is a usage error.
+pub(crate) async fn rabbitmq_bus(
+    config: &Config,
+    token: &CancellationToken,
+    create: bool,
+) -> anyhow::Result<Arc<dyn Bus>> {
+    let url = config.bus_url();
+    let shown = redact_url(&url);
+    let settings = RabbitBusConfig {
+        max_receives: config.max_receives,
+        ..RabbitBusConfig::default()
+    };
+    let deadline = Instant::now() + config.connect_timeout;
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let try_once = async {
+            let bus: Arc<dyn Bus> = Arc::new(RabbitBus::connect(&url, settings.clone()).await?);
+            if create {
+                for q in config.queues.all() {
+                    bus.create_queue(q).await?;
+                }
+            }
+            Ok::<_, BusError>(bus)
+        };
+        let outcome = tokio::select! {
+            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to RabbitMQ {shown}")),
+            r = tokio::time::timeout_at(deadline, try_once) => r,
+        };
+        let error = match outcome {
+            Ok(Ok(bus)) => return Ok(bus),
+            Ok(Err(e)) if !e.is_retryable() => {
+                return Err(usage(format!("ARCHIVIST_BUS_URL {shown}: {e}")))
+            }
+            Ok(Err(e)) => e,
+            Err(_) => {
+                return Err(anyhow!(
+                    "RabbitMQ at {shown} is unreachable: no answer within {} \
+                     (ARCHIVIST_CONNECT_TIMEOUT)",
+                    humantime::format_duration(config.connect_timeout)
+                ))
+            }
+        };
+        if Instant::now() + backoff >= deadline {
+            return Err(anyhow::Error::new(error).context(format!(
+                "RabbitMQ at {shown} is unreachable after {attempt} attempts over {} \
+                 (ARCHIVIST_CONNECT_TIMEOUT)",
+                humantime::format_duration(config.connect_timeout)
+            )));
+        }
+        tracing::warn!(bus = %shown, attempt, error = %error, retry_in = ?backoff, "RabbitMQ not reachable yet");
+        tokio::select! {
+            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to RabbitMQ {shown}")),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

@@ -12,11 +12,14 @@ use tracing_subscriber::EnvFilter;
 use crate::config::UsageError;
 
 /// The log filter when RUST_LOG is not set. sqlx logs Postgres notices ("relation already
-/// exists, skipping" on every migration check) at info.
-const LOG_FILTER: &str = "info,sqlx=warn";
+/// exists, skipping" on every migration check) at info; lapin logs every channel the broker
+/// closes as an error, and the RabbitMQ bus closes one on purpose each time it asks whether
+/// a queue exists (its errors reach the archivist as results, said where they matter).
+const LOG_FILTER: &str = "info,sqlx=warn,lapin=off";
 /// The demo's log filter when RUST_LOG is not set: its archivists run many short runs a
 /// second, so it shows only their warnings; its own progress lines stay at `info`.
-const DEMO_LOG_FILTER: &str = "info,sqlx=warn,archivist::runner=warn,archivist::ingest=warn,\
+const DEMO_LOG_FILTER: &str =
+    "info,sqlx=warn,lapin=off,archivist::runner=warn,archivist::ingest=warn,\
 archivist::pending_research=warn,archivist::completed_research=warn";
 
 /// The progress bar on standard error, if one is drawn: log lines suspend it.

@@ -26,10 +26,10 @@ mod delivery;
 mod error;
 pub mod fail_point;
 pub mod memory;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub mod sql;
 #[cfg(feature = "rabbitmq")]
 pub mod rabbitmq;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub mod sql;
 #[cfg(feature = "sqs")]
 pub mod sqs;
 #[cfg(any(test, feature = "test-utils"))]

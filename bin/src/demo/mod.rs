@@ -32,7 +32,7 @@ use uuid::Uuid;
 
 use crate::cli::DemoArgs;
 use crate::commands::archivists::{spawn_all, AllTotals, Pipeline};
-use crate::config::{to_chrono, usage, Config};
+use crate::config::{to_chrono, usage, BusKind, Config};
 use crate::connect;
 use crate::tasks::{self, Totals};
 
@@ -105,6 +105,8 @@ pub(crate) async fn run(
         let mut bus_config = config.clone();
         bus_config.bus_url.get_or_insert_with(|| url.clone());
         connect::database_bus(&bus_config, &token, true).await?
+    } else if config.bus == BusKind::Rabbitmq {
+        connect::rabbitmq_bus(config, &token, true).await?
     } else {
         connect::memory_bus_with(
             config,

@@ -191,6 +191,44 @@ impl BusEnv {
         env
     }
 
+    /// RabbitMQ at ARCHIVIST_TEST_AMQP_URL (which scripts/test.sh sets, starting a broker
+    /// if none answers); fails (never skips) without it. Queue names of this test's own.
+    pub(crate) fn rabbitmq() -> Self {
+        let url = std::env::var("ARCHIVIST_TEST_AMQP_URL").unwrap_or_else(|_| {
+            panic!(
+                "ARCHIVIST_TEST_AMQP_URL is not set: run scripts/test.sh, which starts RabbitMQ \
+                 if none answers on 127.0.0.1:5672 and exports it"
+            )
+        });
+        let tag = format!("t_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let queue = |name: &str| format!("{tag}_{name}");
+        let mut env = BusEnv {
+            vars: vec![
+                ("ARCHIVIST_BUS".to_string(), "rabbitmq".to_string()),
+                ("ARCHIVIST_BUS_URL".to_string(), url),
+            ],
+            episodes_queue: queue("curated_episodes"),
+            clips_queue: queue("curated_clips"),
+            pending_queue: queue("pending_research"),
+            completed_queue: queue("completed_research"),
+        };
+        for (var, name) in [
+            ("ARCHIVIST_EPISODES_QUEUE", env.episodes_queue.clone()),
+            ("ARCHIVIST_CLIPS_QUEUE", env.clips_queue.clone()),
+            (
+                "ARCHIVIST_PENDING_RESEARCH_QUEUE",
+                env.pending_queue.clone(),
+            ),
+            (
+                "ARCHIVIST_COMPLETED_RESEARCH_QUEUE",
+                env.completed_queue.clone(),
+            ),
+        ] {
+            env.set(var, &name);
+        }
+        env
+    }
+
     /// Sets `name` for every run with this environment.
     pub(crate) fn set(&mut self, name: &str, value: &str) {
         self.vars.retain(|(k, _)| k != name);

@@ -111,6 +111,12 @@ impl Scenario {
         Self::new(BusEnv::sqs(), database_url)
     }
 
+    /// On RabbitMQ, with a datastore at `database_url` (None: SQLite in the working
+    /// directory).
+    pub(crate) fn rabbitmq(database_url: Option<&str>) -> Self {
+        Self::new(BusEnv::rabbitmq(), database_url)
+    }
+
     /// On the database bus in the datastore at `database_url` (None: SQLite in the working
     /// directory).
     pub(crate) fn database(database_url: Option<&str>) -> Self {

@@ -22,8 +22,8 @@
 //! ready count, and a batch is never capped by deliveries still held from earlier batches.
 //!
 //! The broker counts consumers, but a receiver between two receives is consuming nothing.
-//! So while it lives each receiver also holds a consumer on `<queue>_consumers`, an
-//! auto-deleted presence queue that never holds a message, and `inspect` reports the larger
+//! So while it lives each receiver also holds a consumer on `<queue>_consumers`, a
+//! presence queue that never holds a message (declared with the queue), and `inspect` reports the larger
 //! of the two consumer counts: the presence queue's (receivers of this bus) and the queue's
 //! own (researchers written against any other AMQP client, which simply consume the queue
 //! with a prefetch; our receivers show there only inside a receive). The pending-research
@@ -78,6 +78,7 @@ use tokio::time::Instant;
 
 use crate::{dead_letter_queue_name, redact_url, Bus, BusError, QueueStats, Receiver, Sender};
 
+use receiver::presence_arguments;
 pub use receiver::{presence_queue_name, RabbitReceiver};
 pub use sender::RabbitSender;
 
@@ -247,9 +248,7 @@ impl Shared {
     /// A fresh channel on the live connection.
     pub(crate) async fn channel(&self) -> Result<(Channel, u64), BusError> {
         let (c, generation) = self.connection().await?;
-        let ch = self
-            .timed("opening a channel", c.create_channel())
-            .await?;
+        let ch = self.timed("opening a channel", c.create_channel()).await?;
         Ok((ch, generation))
     }
 
@@ -279,9 +278,7 @@ impl Shared {
                         | AMQPSoftError::PRECONDITIONFAILED
                         | AMQPSoftError::NOTFOUND
                         | AMQPSoftError::RESOURCELOCKED
-                ) | AMQPErrorKind::Hard(
-                    AMQPHardError::NOTALLOWED
-                )
+                ) | AMQPErrorKind::Hard(AMQPHardError::NOTALLOWED)
             ),
             ErrorKind::InvalidProtocolVersion(_)
             | ErrorKind::AuthProviderError(_)
@@ -349,9 +346,8 @@ impl Shared {
     }
 
     async fn closed_receivers(&self) {
-        let tasks: Vec<JoinHandle<()>> = std::mem::take(
-            &mut *self.closing.lock().unwrap_or_else(PoisonError::into_inner),
-        );
+        let tasks: Vec<JoinHandle<()>> =
+            std::mem::take(&mut *self.closing.lock().unwrap_or_else(PoisonError::into_inner));
         for t in tasks {
             let _ = tokio::time::timeout(self.config.request_timeout, t).await;
         }
@@ -425,7 +421,10 @@ fn queue_arguments(queue: &str, config: &RabbitBusConfig) -> FieldTable {
     );
     // At-least-once dead-lettering: the broker keeps a message until the dead-letter queue
     // has it (it requires reject-publish overflow).
-    args.insert("x-dead-letter-strategy".into(), long_string("at-least-once"));
+    args.insert(
+        "x-dead-letter-strategy".into(),
+        long_string("at-least-once"),
+    );
     args.insert("x-overflow".into(), long_string("reject-publish"));
     args
 }
@@ -459,10 +458,10 @@ fn is_precondition_failed(e: &BusError) -> bool {
     match e {
         BusError::Rejected {
             source: Some(s), ..
-        } => s
-            .downcast_ref::<lapin::Error>()
-            .is_some_and(|e| matches!(e.kind(), lapin::ErrorKind::ProtocolError(p)
-                if matches!(p.kind(), AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED)))),
+        } => s.downcast_ref::<lapin::Error>().is_some_and(|e| {
+            matches!(e.kind(), lapin::ErrorKind::ProtocolError(p)
+                if matches!(p.kind(), AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED)))
+        }),
         _ => false,
     }
 }
@@ -536,6 +535,15 @@ impl Bus for RabbitBus {
         )
         .await
         .map_err(|e| settings_differ(e, queue))?;
+        s.timed(
+            "declaring a presence queue",
+            ch.queue_declare(
+                short(&presence_queue_name(queue))?,
+                durable,
+                presence_arguments(),
+            ),
+        )
+        .await?;
         let _ = ch.close(200, "done".into()).await;
         Ok(())
     }

@@ -15,8 +15,8 @@ use lapin::Channel;
 use tokio::task::AbortHandle;
 
 use super::{body_id, short, LocalCounts, Shared, REASON_HEADER};
-use lapin::options::QueueDeclareOptions;
 use crate::{Acknowledger, BusError, Delivery, Receiver};
+use lapin::options::QueueDeclareOptions;
 
 /// Takes messages off one queue of a [`RabbitBus`](super::RabbitBus). While it lives it
 /// holds a consumer on the queue's presence queue (so the broker counts it); each `receive`
@@ -80,7 +80,7 @@ async fn present(shared: &Shared, queue: &str) -> Result<(Channel, lapin::Consum
             channel.queue_declare(
                 short(&name)?,
                 QueueDeclareOptions {
-                    auto_delete: true,
+                    durable: true,
                     ..Default::default()
                 },
                 presence_arguments(),
@@ -184,9 +184,10 @@ pub fn presence_queue_name(queue: &str) -> String {
     format!("{queue}_consumers")
 }
 
-/// A presence queue never holds a message (nothing is sent to it; anything that is, is
-/// dropped) and disappears with its last receiver.
-fn presence_arguments() -> FieldTable {
+/// A presence queue never holds a message: nothing is sent to it, and anything that is, is
+/// dropped. It is declared with the queue, so that counting its consumers never asks about
+/// a missing queue.
+pub(crate) fn presence_arguments() -> FieldTable {
     let mut args = FieldTable::default();
     args.insert("x-max-length".into(), AMQPValue::LongLongInt(0));
     args
@@ -314,7 +315,10 @@ impl Drop for RabbitReceiver {
         let task = rt.spawn(async move {
             if channel.status().connected() {
                 let _ = shared
-                    .timed("leaving a presence queue", channel.close(200, "receiver dropped".into()))
+                    .timed(
+                        "leaving a presence queue",
+                        channel.close(200, "receiver dropped".into()),
+                    )
                     .await;
             }
             drop(consumer);

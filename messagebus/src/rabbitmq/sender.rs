@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::{Confirmation, PublisherConfirm};
 use lapin::{BasicProperties, Channel};
+use lapin::{Confirmation, PublisherConfirm};
 
 use super::{inspect, short, Shared};
 use crate::{BusError, QueueStats, Sender, MAX_BODY_BYTES};
@@ -43,7 +43,10 @@ pub(crate) async fn confirmed(
     confirm: PublisherConfirm,
     queue: &str,
 ) -> Result<(), BusError> {
-    match shared.timed("waiting for a publisher confirm", confirm).await? {
+    match shared
+        .timed("waiting for a publisher confirm", confirm)
+        .await?
+    {
         Confirmation::Ack(None) => Ok(()),
         Confirmation::Ack(Some(_)) => Err(BusError::QueueNotFound(queue.to_string())),
         Confirmation::Nack(_) => Err(BusError::unavailable(format!(
