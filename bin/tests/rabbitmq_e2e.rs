@@ -55,3 +55,147 @@ fn an_unreachable_broker_is_exit_1_and_its_password_is_never_shown() {
     assert!(!run.stderr.contains("hunter2"), "{}", run.stderr);
     assert!(!run.stdout.contains("hunter2"), "{}", run.stdout);
 }
+
+/// Researchers attached to the broker (here `archivist receive` processes waiting on
+/// `pending_research`) are what `pending-research` counts: no ARCHIVIST_RESEARCHERS, and the
+/// work it hands out follows them as they come.
+#[test]
+fn pending_research_capacity_follows_the_researchers_attached_to_the_broker() {
+    use std::process::{Child, Stdio};
+    use std::time::{Duration, Instant};
+
+    let s = Scenario::rabbitmq(None);
+    s.curate();
+    let pending = s.bus.pending_queue.clone();
+    let attach = |n: usize| -> Vec<Child> {
+        (0..n)
+            .map(|_| {
+                common::command(
+                    s.path(),
+                    &["receive", &pending, "--max", "1", "--wait", "60s"],
+                    &s.bus.with(&[]),
+                )
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+            })
+            .collect()
+    };
+    let wait_for_consumers = |n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let consumers = s.queue_depths()[pending.as_str()]["consumers"].as_u64();
+            if consumers == Some(n) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the broker counts {consumers:?} consumers of {pending}, expected {n}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let items_taken = |researchers: Vec<Child>| -> usize {
+        researchers
+            .into_iter()
+            .map(|r| {
+                let run = common::Run::from_output(r.wait_with_output().unwrap()).expect_code(0);
+                run.stdout.lines().count()
+            })
+            .sum()
+    };
+    let no_researcher_count = [("ARCHIVIST_START_JITTER", "0s")];
+
+    let two = attach(2);
+    wait_for_consumers(2);
+    s.run(&["pending-research"], &no_researcher_count)
+        .expect_code(0);
+    assert_eq!(items_taken(two), 2);
+    assert_eq!(s.status()["active_leases"], 2);
+
+    let three = attach(3);
+    wait_for_consumers(3);
+    s.run(&["pending-research"], &no_researcher_count)
+        .expect_code(0);
+    assert_eq!(items_taken(three), 3);
+    assert_eq!(s.status()["active_leases"], 5);
+    wait_for_consumers(0);
+}
+
+/// The demo runs on RabbitMQ (`--bus rabbitmq`): every pair researched once, poison set aside.
+#[test]
+fn demo_on_rabbitmq_researches_every_pair_once() {
+    let s = Scenario::rabbitmq(None);
+    let url = s
+        .bus
+        .with(&[])
+        .into_iter()
+        .find(|(k, _)| *k == "ARCHIVIST_BUS_URL")
+        .map(|(_, v)| v.to_string())
+        .unwrap();
+    let demo = s
+        .run(
+            &["demo", "--json", "--bus", "rabbitmq", "--bus-url", &url],
+            &[("ARCHIVIST_MAX_CLIPS", ""), ("ARCHIVIST_BUS", "")],
+        )
+        .expect_code(0);
+    let summary: serde_json::Value = serde_json::from_str(demo.stdout.trim()).unwrap();
+    assert_eq!(summary["all_researched_once"], true, "{summary}");
+    assert_eq!(summary["pairs_researched_more_than_once"], 0, "{summary}");
+    assert_eq!(summary["messages_dead_lettered"], 2, "{summary}");
+}
+
+/// The broker's password never reaches any output of any subcommand, with debug logs, when
+/// the broker refuses it and when the broker cannot be reached.
+#[test]
+fn the_broker_password_never_reaches_any_output() {
+    let s = Scenario::rabbitmq(None);
+    let good = s
+        .bus
+        .with(&[])
+        .into_iter()
+        .find(|(k, _)| *k == "ARCHIVIST_BUS_URL")
+        .map(|(_, v)| v.to_string())
+        .unwrap();
+    let refused = good.replacen(":guest@", ":Secret-Amqp-Pw-4@", 1);
+    assert_ne!(refused, good, "expected guest:guest in {good}");
+    let unreachable = url::Url::parse(&refused)
+        .map(|mut u| {
+            u.set_port(Some(1)).unwrap();
+            u.to_string()
+        })
+        .unwrap();
+    let runs: &[&[&str]] = &[
+        &["queues"],
+        &["status"],
+        &["episodes", "--once"],
+        &["pending-research"],
+        &["completed-research"],
+        &["receive", "curated_clips", "--wait", "0s"],
+        &["run", "--help"],
+    ];
+    for url in [&refused, &unreachable] {
+        for args in runs {
+            let run = s.run(
+                args,
+                &[
+                    ("ARCHIVIST_BUS_URL", url),
+                    ("RUST_LOG", "debug"),
+                    ("ARCHIVIST_CONNECT_TIMEOUT", "1s"),
+                ],
+            );
+            assert!(
+                !run.stdout.contains("Secret-Amqp-Pw-4")
+                    && !run.stderr.contains("Secret-Amqp-Pw-4"),
+                "{args:?} printed the password:\n{}\n{}",
+                run.stdout,
+                run.stderr
+            );
+            if !args.contains(&"--help") && !args.contains(&"status") {
+                assert_ne!(run.code, 0, "{args:?}: {}", run.stderr);
+            }
+        }
+    }
+}

@@ -55,10 +55,11 @@ pub enum Kind {
     Underway,
     Apalis,
     OursSqlite,
+    OursRabbit,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Ours,
         Kind::OursAckIn,
         Kind::Baseline,
@@ -67,6 +68,7 @@ impl Kind {
         Kind::Underway,
         Kind::Apalis,
         Kind::OursSqlite,
+        Kind::OursRabbit,
     ];
 
     pub fn id(self) -> &'static str {
@@ -79,6 +81,7 @@ impl Kind {
             Kind::Underway => "underway",
             Kind::Apalis => "apalis",
             Kind::OursSqlite => "ours_sqlite",
+            Kind::OursRabbit => "ours_rabbitmq",
         }
     }
 
@@ -92,6 +95,7 @@ impl Kind {
             Kind::Underway => "underway 0.2",
             Kind::Apalis => "apalis-postgres 1.0",
             Kind::OursSqlite => "archivist SqliteBus (ours)",
+            Kind::OursRabbit => "archivist RabbitBus (ours)",
         }
     }
 
@@ -103,12 +107,18 @@ impl Kind {
     pub fn is_sqlite(self) -> bool {
         matches!(self, Kind::OursSqlite)
     }
+
+    /// Not on Postgres: on the RabbitMQ broker at `--amqp-url`.
+    pub fn is_rabbitmq(self) -> bool {
+        matches!(self, Kind::OursRabbit)
+    }
 }
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub admin_url: String,
+    pub amqp_url: String,
     pub only: Vec<Kind>,
     pub million: bool,
     pub throwaway: bool,
@@ -128,6 +138,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             admin_url: "postgres://postgres@127.0.0.1:5432/test".into(),
+            amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
             only: Kind::ALL.to_vec(),
             million: false,
             throwaway: false,
@@ -150,11 +161,15 @@ fn parse_args() -> Result<Settings> {
     if let Ok(url) = std::env::var("BUS_BENCH_ADMIN_URL") {
         s.admin_url = url;
     }
+    if let Ok(url) = std::env::var("BUS_BENCH_AMQP_URL") {
+        s.amqp_url = url;
+    }
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = |name: &str| args.next().with_context(|| format!("{name} needs a value"));
         match a.as_str() {
             "--admin-url" => s.admin_url = val("--admin-url")?,
+            "--amqp-url" => s.amqp_url = val("--amqp-url")?,
             "--only" => {
                 let v = val("--only")?;
                 s.only = v

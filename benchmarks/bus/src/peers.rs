@@ -49,6 +49,14 @@ impl Opened<'_> {
 }
 
 pub async fn open<'a>(kind: Kind, server: &'a Server, s: &Settings) -> Result<Opened<'a>> {
+    if kind.is_rabbitmq() {
+        return Ok(Opened {
+            queue: open_rabbitmq(s).await?,
+            server,
+            db: None,
+            _dir: None,
+        });
+    }
     if kind.is_sqlite() {
         let dir = tempfile::tempdir()?;
         let queue = open_sqlite(&dir, s).await?;
@@ -83,7 +91,7 @@ pub async fn open<'a>(kind: Kind, server: &'a Server, s: &Settings) -> Result<Op
             pool.close().await;
             open_ours_pg(&url, true).await?
         }
-        Kind::OursSqlite => unreachable!(),
+        Kind::OursSqlite | Kind::OursRabbit => unreachable!(),
     };
     Ok(Opened {
         queue,
@@ -585,6 +593,16 @@ async fn open_sqlite(_dir: &tempfile::TempDir, _s: &Settings) -> Result<Arc<dyn 
 }
 
 #[cfg(feature = "ours")]
+async fn open_rabbitmq(s: &Settings) -> Result<Arc<dyn BenchQueue>> {
+    Ok(Arc::new(ours::OursRabbit::open(&s.amqp_url).await?))
+}
+
+#[cfg(not(feature = "ours"))]
+async fn open_rabbitmq(_s: &Settings) -> Result<Arc<dyn BenchQueue>> {
+    bail!("built without feature `ours` (messagebus::rabbitmq)")
+}
+
+#[cfg(feature = "ours")]
 pub fn sqlite_worker_main() -> Result<()> {
     ours::sqlite_worker_main()
 }
@@ -706,6 +724,67 @@ mod ours {
 
         async fn after_load(&self) -> Result<()> {
             super::analyze(&self.pool).await
+        }
+    }
+
+    /// Our bus on RabbitMQ: a fresh quorum queue per measurement (deleted afterwards),
+    /// sends with publisher confirms, receivers in this process.
+    pub(super) struct OursRabbit {
+        bus: messagebus::rabbitmq::RabbitBus,
+        queue: String,
+        tx: Arc<dyn Sender>,
+    }
+
+    impl OursRabbit {
+        pub(super) async fn open(url: &str) -> Result<Self> {
+            let bus = messagebus::rabbitmq::RabbitBus::connect(
+                url,
+                messagebus::rabbitmq::RabbitBusConfig::default(),
+            )
+            .await?;
+            let queue = format!("bus_bench_{:08x}", rand_suffix());
+            bus.create_queue(&queue).await?;
+            let tx = bus.sender(&queue).await?;
+            Ok(OursRabbit { bus, queue, tx })
+        }
+    }
+
+    fn rand_suffix() -> u32 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() ^ (d.as_secs() as u32))
+    }
+
+    #[async_trait]
+    impl BenchQueue for OursRabbit {
+        async fn send_batch(&self, bodies: &[String]) -> Result<()> {
+            self.tx
+                .send_batch(bodies.iter().map(|b| b.as_bytes().to_vec()).collect())
+                .await?;
+            Ok(())
+        }
+
+        async fn receive_ack(
+            &self,
+            n: usize,
+            batch: usize,
+            receivers: usize,
+        ) -> Result<(usize, Duration)> {
+            let mut loops = Vec::new();
+            for _ in 0..receivers {
+                let rx = self.bus.receiver(&self.queue).await?;
+                loops.push(move |_left: usize| {
+                    let rx = rx.clone();
+                    async move { receive_ack_once(rx.as_ref(), batch).await }
+                });
+            }
+            pull(n, loops).await
+        }
+
+        async fn close(&self) {
+            if let Err(e) = self.bus.delete_queue(&self.queue).await {
+                eprintln!("    could not delete {}: {e:#}", self.queue);
+            }
         }
     }
 

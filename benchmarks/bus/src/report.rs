@@ -40,7 +40,11 @@ pub fn print(s: &Settings, server: &str, rows: &[Row]) {
     // The best *queue* on Postgres per column: the plain-SQL baseline is a ceiling, not a queue.
     let best = |col: Col| {
         rows.iter()
-            .filter(|r| !matches!(r.kind, Kind::Baseline | Kind::OursAckIn) && !r.kind.is_sqlite())
+            .filter(|r| {
+                !matches!(r.kind, Kind::Baseline | Kind::OursAckIn)
+                    && !r.kind.is_sqlite()
+                    && !r.kind.is_rabbitmq()
+            })
             .filter_map(|r| rate(r, col))
             .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
     };

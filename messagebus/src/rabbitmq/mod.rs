@@ -11,38 +11,37 @@
 //! itself is published to the same exchange with its reason in the [`REASON_HEADER`] header
 //! (confirmed) and then acknowledged.
 //!
-//! # Receiving: a consumer per receive, prefetch = the batch; a presence consumer between
+//! # Receiving: a real consumer with the batch as prefetch; a presence consumer for the count
 //!
-//! Each `receive(max, wait)` is a real `basic.consume` on a fresh channel with prefetch
-//! (`basic.qos`) `max`: the broker pushes at most the batch asked for. The call waits up to
-//! `wait` for the first delivery, then cancels the consumer and takes everything the broker
-//! pushed before its cancel-ok. The channel stays open until every delivery from it is
-//! settled. So nothing is pushed to a receiver that is not asking: a receiver that stops
-//! receiving holds nothing it was not handed, `inspect`'s waiting count is the broker's
-//! ready count, and a batch is never capped by deliveries still held from earlier batches.
+//! A receiver's first `receive(max, …)` starts a `basic.consume` on the queue, on the
+//! receiver's own channel, with prefetch (`basic.qos`) `max`: the batch it receives. The
+//! consumer then stays until the receiver is dropped; the broker pushes up to the prefetch of
+//! unacknowledged messages, a pump task moves them into the receiver's buffer, and each
+//! `receive` hands out what is buffered (waiting up to `wait` for the first). So an archivist
+//! that acknowledges a batch finds the next one already there. A receiver holding a whole
+//! prefetch of deliveries that asks for more takes them with `basic.get` (the broker pushes
+//! nothing more until some are settled).
 //!
-//! The broker counts consumers, but a receiver between two receives is consuming nothing.
-//! So while it lives each receiver also holds a consumer on `<queue>_consumers`, a
-//! presence queue that never holds a message (declared with the queue), and `inspect` reports the larger
-//! of the two consumer counts: the presence queue's (receivers of this bus) and the queue's
-//! own (researchers written against any other AMQP client, which simply consume the queue
-//! with a prefetch; our receivers show there only inside a receive). The pending-research
-//! archivist's capacity rule reads it, so it needs no `ARCHIVIST_RESEARCHERS`.
+//! Why not consume only inside each `receive` and cancel when idle: a message the broker
+//! sends at the moment of the cancel is returned by it, which counts as one receive of the
+//! message (`x-delivery-count`), so an idle queue's messages would drift towards the
+//! dead-letter queue. Why not `basic.get` alone: no prefetch, and waiting means polling. The
+//! standing consumer's price: up to `prefetch` messages wait in a receiver's buffer, with no
+//! visibility clock, until its next `receive`; `inspect` counts this process's buffered
+//! messages as waiting; a dropped receiver returns them (a receive each, as any AMQP consumer
+//! that goes away). Size the prefetch to the batch: a researcher receives one at a time.
 //!
-//! Alternatives weighed: a standing consumer per receiver (the broker's count for free)
-//! lets the broker push up to the prefetch to a receiver that is busy or idle, where the
-//! messages wait unseen, invisible to other receivers and with no visibility clock, and it
-//! caps what a receiver may hold at once by its prefetch; `basic.get` polling has no
-//! prefetch and wakes late. The price of cancelling: a message the broker sends at the very
-//! moment of the cancel is returned by it, which counts as one receive of that message.
+//! The broker counts consumers, but a receiver that has not received yet consumes nothing:
+//! so while it lives each receiver also holds a consumer on `<queue>_consumers`, a presence
+//! queue that never holds a message (declared with the queue), and `inspect` reports the
+//! larger of the two consumer counts: the presence queue's (receivers of this bus) and the
+//! queue's own (those that have received, and researchers written against any other AMQP
+//! client, which simply consume the queue). The pending-research archivist's capacity rule
+//! reads it, so it needs no `ARCHIVIST_RESEARCHERS`.
 //!
 //! AMQP 0-9-1 reports a queue's ready messages and consumers, not its unacknowledged ones:
-//! `in_flight` counts the deliveries this process holds.
-//!
-//! Acknowledgement belongs to the delivery (manual acks, `basic.ack` / `basic.nack`). The
-//! visibility timeout is the receiver's: a delivery neither settled nor released within
-//! [`RabbitBusConfig::visibility_timeout`] is returned to the queue (`basic.nack` with
-//! requeue), which counts as a receive, as on SQS; settling it afterwards fails.
+//! `in_flight` counts the deliveries this process holds, and `waiting` adds what this
+//! process's receivers buffered to the broker's ready count.
 //!
 //! # Sending
 //!
@@ -147,6 +146,8 @@ struct Link {
 /// One queue's messages held by this process.
 #[derive(Default)]
 pub(crate) struct LocalCounts {
+    /// Pushed by the broker to a receiver, not yet handed out.
+    pub(crate) buffered: AtomicU64,
     /// Handed out, not yet settled.
     pub(crate) held: AtomicU64,
 }
@@ -188,12 +189,24 @@ impl RabbitBus {
         &self.shared.config
     }
 
-    /// Drops the connection as if the network had cut it (for tests of reconnection).
-    pub async fn drop_connection(&self) {
-        let mut link = self.shared.link.lock().await;
-        if let Some(c) = link.connection.take() {
-            let _ = c.close(320, "test: connection dropped".into()).await;
+    /// Deletes `queue`, its dead-letter queue and its presence queue, with what they hold
+    /// (benchmarks and tests clean up with it; archivist never deletes a queue).
+    pub async fn delete_queue(&self, queue: &str) -> Result<(), BusError> {
+        let (ch, _) = self.shared.channel().await?;
+        for name in [
+            queue.to_string(),
+            dead_letter_queue_name(queue),
+            presence_queue_name(queue),
+        ] {
+            self.shared
+                .timed(
+                    "deleting a queue",
+                    ch.queue_delete(short(&name)?, lapin::options::QueueDeleteOptions::default()),
+                )
+                .await?;
         }
+        let _ = ch.close(200, "done".into()).await;
+        Ok(())
     }
 }
 
@@ -627,18 +640,20 @@ pub(crate) async fn inspect(shared: &Shared, queue: &str) -> Result<QueueStats, 
     let dead = shared.check_exists(&dead_name).await?;
     let local = shared.counts(queue);
     let local_dead = shared.counts(&dead_name);
-    // Receivers wait on the presence queue and consume the queue only inside a receive;
-    // a researcher on another AMQP client consumes the queue itself. Each counts once where
-    // all consumers are of one kind.
+    // Every receiver is on the presence queue, and on the queue itself once it has
+    // received; a researcher on another AMQP client consumes the queue only. Each counts
+    // once where all consumers are of one kind.
     let present = match shared.check_exists(&presence_queue_name(queue)).await {
         Ok(q) => q.consumer_count(),
         Err(BusError::QueueNotFound(_)) => 0,
         Err(e) => return Err(e),
     };
     Ok(QueueStats {
-        waiting: u64::from(main.message_count()),
+        waiting: u64::from(main.message_count()) + local.buffered.load(Ordering::SeqCst),
         in_flight: local.held.load(Ordering::SeqCst),
         consumers: Some(u64::from(main.consumer_count().max(present))),
-        dead_letters: u64::from(dead.message_count()) + local_dead.held.load(Ordering::SeqCst),
+        dead_letters: u64::from(dead.message_count())
+            + local_dead.buffered.load(Ordering::SeqCst)
+            + local_dead.held.load(Ordering::SeqCst),
     })
 }

@@ -1,26 +1,30 @@
-//! [`RabbitReceiver`]: a consumer per receive with the batch as its prefetch, a presence
-//! consumer while it lives, and deliveries that carry their own acknowledgement and
-//! visibility timer.
+//! [`RabbitReceiver`]: a presence consumer while it lives, a consumer on the queue from its
+//! first receive with that batch as its prefetch, and deliveries that carry their own
+//! acknowledgement and visibility timer.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions,
+    BasicQosOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::Channel;
-use tokio::task::AbortHandle;
+use tokio::sync::Notify;
+use tokio::task::{AbortHandle, JoinHandle};
 
 use super::{body_id, short, LocalCounts, Shared, REASON_HEADER};
 use crate::{Acknowledger, BusError, Delivery, Receiver};
 use lapin::options::QueueDeclareOptions;
 
 /// Takes messages off one queue of a [`RabbitBus`](super::RabbitBus). While it lives it
-/// holds a consumer on the queue's presence queue (so the broker counts it); each `receive`
-/// is a consumer on the queue itself, with the call's `max` as its prefetch.
+/// holds a consumer on the queue's presence queue (so the broker counts it from the start);
+/// from its first `receive` on, it also consumes the queue itself, with that call's `max` as
+/// the prefetch.
 pub struct RabbitReceiver {
     inner: Arc<Inner>,
 }
@@ -32,12 +36,32 @@ struct Inner {
     /// The channel holding the presence consumer (dropping the consumer would cancel it);
     /// closed when the receiver is dropped.
     presence: Mutex<Option<(Channel, lapin::Consumer)>>,
-    /// One receive at a time: a receiver is one consumer.
-    receiving: tokio::sync::Mutex<()>,
+    /// Deliveries pushed by the broker, not yet handed out.
+    buffer: Arc<Buffer>,
+    /// The consumer on the queue; one receive at a time uses it.
+    consuming: tokio::sync::Mutex<Option<Consuming>>,
 }
 
-/// Closes a receive's channel once no delivery from it needs it (closing it earlier would
-/// return held deliveries to the queue).
+/// Filled by the pump task, emptied by `receive`.
+struct Buffer {
+    deliveries: Mutex<VecDeque<(lapin::message::Delivery, Arc<ChannelGuard>)>>,
+    arrived: Notify,
+    /// The consumer stopped (connection lost, queue deleted): start another.
+    broken: AtomicBool,
+    /// Consumer deliveries buffered or handed out and not yet settled: the broker pushes
+    /// more only while this is below the prefetch.
+    unsettled: Arc<AtomicU64>,
+}
+
+struct Consuming {
+    guard: Arc<ChannelGuard>,
+    tag: String,
+    prefetch: u16,
+    pump: JoinHandle<()>,
+}
+
+/// Closes a channel once neither the receiver nor any delivery from it needs it (closing it
+/// earlier would return held deliveries to the queue).
 struct ChannelGuard {
     channel: Channel,
 }
@@ -48,7 +72,7 @@ impl Drop for ChannelGuard {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 if channel.status().connected() {
-                    let _ = channel.close(200, "receive done".into()).await;
+                    let _ = channel.close(200, "receiver done".into()).await;
                 }
             });
         }
@@ -64,7 +88,13 @@ impl RabbitReceiver {
                 shared,
                 queue: queue.to_string(),
                 presence: Mutex::new(Some(presence)),
-                receiving: tokio::sync::Mutex::new(()),
+                buffer: Arc::new(Buffer {
+                    deliveries: Mutex::new(VecDeque::new()),
+                    arrived: Notify::new(),
+                    broken: AtomicBool::new(false),
+                    unsettled: Arc::new(AtomicU64::new(0)),
+                }),
+                consuming: tokio::sync::Mutex::new(None),
             }),
         }))
     }
@@ -117,7 +147,101 @@ impl Inner {
         Ok(())
     }
 
-    fn delivery(&self, d: lapin::message::Delivery, guard: Arc<ChannelGuard>) -> Delivery {
+    /// A new channel with a consumer on the queue, and its pump.
+    async fn consume(&self, prefetch: u16) -> Result<Consuming, BusError> {
+        let (channel, _) = self.shared.channel().await?;
+        let s = &self.shared;
+        s.timed(
+            "setting the prefetch",
+            channel.basic_qos(prefetch, BasicQosOptions::default()),
+        )
+        .await?;
+        let consumer = s
+            .timed(
+                "starting a consumer",
+                channel.basic_consume(
+                    short(&self.queue)?,
+                    "".into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                ),
+            )
+            .await?;
+        let tag = consumer.tag().to_string();
+        let guard = Arc::new(ChannelGuard { channel });
+        self.buffer.broken.store(false, Ordering::SeqCst);
+        self.buffer.unsettled.store(0, Ordering::SeqCst);
+        let pump = tokio::spawn(pump(
+            consumer,
+            Arc::clone(&self.buffer),
+            Arc::clone(&self.counts),
+            Arc::downgrade(&guard),
+        ));
+        Ok(Consuming {
+            guard,
+            tag,
+            prefetch,
+            pump,
+        })
+    }
+
+    /// Empties the buffer: the deliveries of a consumer that is gone (the broker returned
+    /// them), or of one being stopped.
+    fn drain_buffer(&self) -> Vec<(lapin::message::Delivery, Arc<ChannelGuard>)> {
+        let mut buf = self
+            .buffer
+            .deliveries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let out: Vec<_> = buf.drain(..).collect();
+        LocalCounts::sub(&self.counts.buffered, out.len() as u64);
+        out
+    }
+
+    fn take(&self, max: usize) -> Vec<(lapin::message::Delivery, Arc<ChannelGuard>)> {
+        let mut buf = self
+            .buffer
+            .deliveries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let n = max.min(buf.len());
+        let out: Vec<_> = buf.drain(..n).collect();
+        LocalCounts::sub(&self.counts.buffered, out.len() as u64);
+        out
+    }
+
+    /// Up to `max` messages by `basic.get`, for a receiver whose consumer has no credit left
+    /// (it holds a whole prefetch of deliveries and asks for more).
+    async fn get(
+        &self,
+        channel: &Channel,
+        guard: &Arc<ChannelGuard>,
+        max: usize,
+    ) -> Result<Vec<Delivery>, BusError> {
+        let mut out = Vec::new();
+        while out.len() < max {
+            let got = self
+                .shared
+                .timed(
+                    "getting a message",
+                    channel.basic_get(short(&self.queue)?, BasicGetOptions::default()),
+                )
+                .await?;
+            match got {
+                Some(m) => out.push(self.delivery(m.delivery, Arc::clone(guard), None)),
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Hands out `d`. `unsettled` is the consumer's credit count, for consumer deliveries.
+    fn delivery(
+        &self,
+        d: lapin::message::Delivery,
+        guard: Arc<ChannelGuard>,
+        unsettled: Option<Arc<AtomicU64>>,
+    ) -> Delivery {
         self.counts.held.fetch_add(1, Ordering::SeqCst);
         let headers = d.properties.headers().clone().unwrap_or_default();
         let count = headers
@@ -149,10 +273,14 @@ impl Inner {
             let counts = Arc::clone(&self.counts);
             let timeout = self.shared.config.visibility_timeout;
             let guard = Arc::clone(&guard);
+            let unsettled = unsettled.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(timeout).await;
                 if !settled.swap(true, Ordering::SeqCst) {
                     LocalCounts::sub(&counts.held, 1);
+                    if let Some(u) = &unsettled {
+                        LocalCounts::sub(u, 1);
+                    }
                     let _ = acker
                         .nack(BasicNackOptions {
                             requeue: true,
@@ -173,6 +301,7 @@ impl Inner {
             timer,
             message_id: message_id.clone(),
             body: d.data.clone(),
+            unsettled,
             _guard: guard,
         };
         Delivery::new(d.data, message_id, receive_count, reason, Box::new(acker))
@@ -214,11 +343,43 @@ fn header_text(headers: &FieldTable, key: &str) -> Option<String> {
     }
 }
 
+/// Moves the consumer's deliveries into the buffer as they come.
+async fn pump(
+    mut consumer: lapin::Consumer,
+    buffer: Arc<Buffer>,
+    counts: Arc<LocalCounts>,
+    guard: std::sync::Weak<ChannelGuard>,
+) {
+    while let Some(next) = consumer.next().await {
+        match next {
+            Ok(d) => {
+                let Some(guard) = guard.upgrade() else { break };
+                counts.buffered.fetch_add(1, Ordering::SeqCst);
+                buffer.unsettled.fetch_add(1, Ordering::SeqCst);
+                buffer
+                    .deliveries
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push_back((d, guard));
+                buffer.arrived.notify_one();
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "RabbitMQ consumer stopped");
+                break;
+            }
+        }
+    }
+    buffer.broken.store(true, Ordering::SeqCst);
+    buffer.arrived.notify_one();
+}
+
+/// How often a receiver whose consumer has no credit asks again with `basic.get`.
+const GET_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+
 #[async_trait]
 impl Receiver for RabbitReceiver {
-    /// A consumer on the queue with prefetch `max`, for this call only: it waits up to
-    /// `wait` for the first delivery, then cancels, taking what the broker pushed before the
-    /// cancel was done (never more than `max`).
+    /// Hands out what the consumer has buffered, waiting up to `wait` for the first
+    /// delivery. The first call starts the consumer with `max` as its prefetch.
     async fn receive(
         &self,
         max: usize,
@@ -228,67 +389,56 @@ impl Receiver for RabbitReceiver {
             return Ok(Vec::new());
         }
         let inner = &self.inner;
-        let _one = inner.receiving.lock().await;
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut slot = inner.consuming.lock().await;
         inner.keep_present().await?;
-        let s = &inner.shared;
-        let prefetch = u16::try_from(max).unwrap_or(u16::MAX);
-        let (channel, _) = s.channel().await?;
-        s.timed(
-            "setting the prefetch",
-            channel.basic_qos(prefetch, BasicQosOptions::default()),
-        )
-        .await?;
-        let mut consumer = s
-            .timed(
-                "starting a consumer",
-                channel.basic_consume(
-                    short(&inner.queue)?,
-                    "".into(),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                ),
-            )
-            .await?;
-        let guard = Arc::new(ChannelGuard {
-            channel: channel.clone(),
-        });
-        let mut got = Vec::new();
-        let mut failed = None;
-        match tokio::time::timeout(wait, consumer.next()).await {
-            Ok(Some(Ok(d))) => got.push(d),
-            Ok(Some(Err(e))) => failed = Some(s.error("receiving", e)),
-            Ok(None) | Err(_) => {}
-        }
-        if failed.is_none() {
-            // Cancel, then take everything pushed before the cancel: the stream ends at
-            // the broker's cancel-ok.
-            let cancelled = s
-                .timed(
-                    "cancelling a consumer",
-                    channel.basic_cancel(consumer.tag(), BasicCancelOptions::default()),
-                )
-                .await;
-            match cancelled {
-                Ok(()) => {
-                    while let Ok(Some(Ok(d))) =
-                        tokio::time::timeout(s.config.request_timeout, consumer.next()).await
-                    {
-                        got.push(d);
-                    }
+        loop {
+            let taken = inner.take(max);
+            if !taken.is_empty() {
+                let unsettled = Arc::clone(&inner.buffer.unsettled);
+                return Ok(taken
+                    .into_iter()
+                    .map(|(d, g)| inner.delivery(d, g, Some(Arc::clone(&unsettled))))
+                    .collect());
+            }
+            let broken = inner.buffer.broken.load(Ordering::SeqCst)
+                || slot
+                    .as_ref()
+                    .is_some_and(|c| !c.guard.channel.status().connected());
+            if broken || slot.is_none() {
+                if let Some(old) = slot.take() {
+                    old.pump.abort();
+                    // Its deliveries went back to the queue with its channel.
+                    drop(inner.drain_buffer());
                 }
-                Err(e) => failed = Some(e),
+                let prefetch = u16::try_from(max).unwrap_or(u16::MAX);
+                *slot = Some(inner.consume(prefetch).await?);
+                continue;
             }
-        }
-        if let Some(e) = failed {
-            if got.is_empty() {
-                return Err(e);
+            let Some(consuming) = slot.as_ref() else {
+                continue;
+            };
+            let no_credit =
+                inner.buffer.unsettled.load(Ordering::SeqCst) >= u64::from(consuming.prefetch);
+            if no_credit {
+                let got = inner
+                    .get(&consuming.guard.channel, &consuming.guard, max)
+                    .await?;
+                if !got.is_empty() {
+                    return Ok(got);
+                }
             }
-            tracing::debug!(error = %e, "RabbitMQ receive ended early");
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let until = if no_credit {
+                deadline.min(now + GET_INTERVAL)
+            } else {
+                deadline
+            };
+            let _ = tokio::time::timeout_at(until, inner.buffer.arrived.notified()).await;
         }
-        Ok(got
-            .into_iter()
-            .map(|d| inner.delivery(d, Arc::clone(&guard)))
-            .collect())
     }
 
     fn queue(&self) -> &str {
@@ -297,31 +447,58 @@ impl Receiver for RabbitReceiver {
 }
 
 impl Drop for RabbitReceiver {
-    /// Leaves the presence queue: the broker stops counting this receiver.
+    /// Leaves the presence queue (the broker stops counting this receiver), cancels the
+    /// consumer and gives back what it had buffered; deliveries already handed out keep
+    /// their channel open until settled.
     fn drop(&mut self) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let Some((channel, consumer)) = self
+        let presence = self
             .inner
             .presence
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        else {
-            return;
-        };
-        let shared = Arc::clone(&self.inner.shared);
+            .take();
+        let inner = Arc::clone(&self.inner);
         let task = rt.spawn(async move {
+            let s = &inner.shared;
+            if let Some((channel, consumer)) = presence {
+                if channel.status().connected() {
+                    let _ = s
+                        .timed(
+                            "leaving a presence queue",
+                            channel.close(200, "receiver dropped".into()),
+                        )
+                        .await;
+                }
+                drop(consumer);
+            }
+            let Some(consuming) = inner.consuming.lock().await.take() else {
+                return;
+            };
+            let channel = consuming.guard.channel.clone();
             if channel.status().connected() {
-                let _ = shared
+                let _ = s
                     .timed(
-                        "leaving a presence queue",
-                        channel.close(200, "receiver dropped".into()),
+                        "cancelling a consumer",
+                        channel.basic_cancel(
+                            consuming.tag.as_str().into(),
+                            BasicCancelOptions::default(),
+                        ),
                     )
                     .await;
             }
-            drop(consumer);
+            consuming.pump.abort();
+            for (d, _guard) in inner.drain_buffer() {
+                let _ = d
+                    .acker
+                    .nack(BasicNackOptions {
+                        requeue: true,
+                        multiple: false,
+                    })
+                    .await;
+            }
         });
         self.inner.shared.closing(task);
     }
@@ -337,6 +514,8 @@ struct RabbitAcker {
     timer: AbortHandle,
     message_id: String,
     body: Vec<u8>,
+    /// The consumer's count of unsettled deliveries, for deliveries it pushed.
+    unsettled: Option<Arc<AtomicU64>>,
     _guard: Arc<ChannelGuard>,
 }
 
@@ -355,6 +534,9 @@ impl RabbitAcker {
         }
         self.timer.abort();
         LocalCounts::sub(&self.counts.held, 1);
+        if let Some(u) = &self.unsettled {
+            LocalCounts::sub(u, 1);
+        }
         Ok(())
     }
 
