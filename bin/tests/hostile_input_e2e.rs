@@ -301,3 +301,8 @@ fn hostile_corpus_on_sqs_with_postgres() {
     let db = PgDatabase::create();
     corpus_through_the_binary("SQS, Postgres datastore", Scenario::sqs(Some(&db.url)));
 }
+
+#[test]
+fn hostile_corpus_on_rabbitmq_with_sqlite() {
+    corpus_through_the_binary("RabbitMQ, SQLite datastore", Scenario::rabbitmq(None));
+}
