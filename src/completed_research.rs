@@ -28,6 +28,7 @@ use uuid::Uuid;
 
 use crate::messages::CompletedResearchItem;
 use crate::runner::{self, Run, StoreBatch};
+use crate::telemetry::{self, DeadLetterClass};
 use crate::{ArchivistError, ArchivistHandle, Ended, RetryError, RetryPolicy};
 
 /// Settings of a result-recording run.
@@ -145,11 +146,14 @@ async fn drain(
             match outcome {
                 RecordOutcome::Recorded => {
                     run.report.stored += 1;
+                    telemetry::count(telemetry::STORED, run.name, 1);
                     settled.push(delivery);
                 }
                 RecordOutcome::Duplicate => {
                     run.report.stored += 1;
                     run.report.duplicates += 1;
+                    telemetry::count(telemetry::STORED, run.name, 1);
+                    telemetry::count(telemetry::DUPLICATES, run.name, 1);
                     settled.push(delivery);
                 }
                 RecordOutcome::UnknownEpisode | RecordOutcome::UnknownClip => {
@@ -157,7 +161,7 @@ async fn drain(
                 }
             }
         }
-        run.dead_letter_all(unknown).await;
+        run.dead_letter_all(unknown, DeadLetterClass::Unknown).await;
         tracing::debug!(
             received,
             recorded = settled.len(),
@@ -189,8 +193,14 @@ async fn update_leases(
             })
             .await;
         match out {
-            Ok(true) if revoke => run.report.leases_revoked += 1,
-            Ok(true) => run.report.leases_renewed += 1,
+            Ok(true) if revoke => {
+                run.report.leases_revoked += 1;
+                telemetry::leases("revoked", 1);
+            }
+            Ok(true) => {
+                run.report.leases_renewed += 1;
+                telemetry::leases("renewed", 1);
+            }
             Ok(false) => tracing::debug!(%lease_id, revoke, "lease unknown, expired or ended"),
             Err(RetryError::Cancelled(_)) => return Err(Ended::Cancelled),
             Err(RetryError::Failed(e)) => return Err(Ended::Failed(ArchivistError::DataStore(e))),

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::messages::{ClipInfo, EpisodeInfo, Message};
 use crate::runner::{self, Run, StoreBatch};
+use crate::telemetry;
 use crate::{ArchivistHandle, Ended, RetryPolicy};
 
 /// Settings of an ingestion archivist.
@@ -167,6 +168,7 @@ async fn ingest<M: Curated>(
             Err(stop) => return stop,
         };
         run.report.stored += stored.len() as u64;
+        telemetry::count(telemetry::STORED, run.name, stored.len() as u64);
         tracing::debug!(received, stored = stored.len(), "batch upserted");
         run.ack_all(stored.into_iter().map(|(d, _, _)| d).collect())
             .await;

@@ -27,6 +27,7 @@ pub mod messages;
 pub mod pending_research;
 mod retry;
 mod runner;
+mod telemetry;
 
 pub use handle::{ArchivistError, ArchivistHandle, Ended, Report, ERROR_CHANNEL_CAPACITY};
 pub use retry::{RetryError, RetryPolicy};

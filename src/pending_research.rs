@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use crate::messages::{self, PendingResearchItem};
 use crate::runner::{self, Run};
+use crate::telemetry;
 use crate::{ArchivistError, ArchivistHandle, Ended, RetryError, RetryPolicy};
 
 /// Settings of a work-assignment run.
@@ -154,6 +155,10 @@ async fn assign(
                     run.report.leases_created += 1;
                     run.report.pairs_reclaimed += u64::from(lease.reclaimed_pairs);
                     run.report.published += 1;
+                telemetry::count(telemetry::PUBLISHED, run.name, 1);
+                    telemetry::leases("created", 1);
+                    telemetry::leases("reclaimed_pairs", u64::from(lease.reclaimed_pairs));
+                    telemetry::count(telemetry::PUBLISHED, run.name, 1);
                     to_publish -= 1;
                     tracing::debug!(lease_id = %lease.id, clips = lease.clips.len(), "work item published");
                     continue;
@@ -193,6 +198,8 @@ async fn assign(
         };
         run.report.leases_created += 1;
         run.report.pairs_reclaimed += u64::from(lease.reclaimed_pairs);
+        telemetry::leases("created", 1);
+        telemetry::leases("reclaimed_pairs", u64::from(lease.reclaimed_pairs));
         // Leased, not yet published: a shutdown here must still publish (or cancel) it.
         messagebus::fail_point("pending-research-publish").await;
         let (lease_id, clips) = (lease.id, lease.clips.len());
@@ -251,7 +258,10 @@ async fn cancel_unpublished(run: &mut Run, store: &dyn DataStore, lease_id: Uuid
         })
         .await
     {
-        Ok(true) => run.report.leases_revoked += 1,
+        Ok(true) => {
+            run.report.leases_revoked += 1;
+            telemetry::leases("revoked", 1);
+        }
         Ok(false) => tracing::debug!(%lease_id, "lease already ended"),
         Err(RetryError::Failed(e) | RetryError::Cancelled(e)) => {
             tracing::warn!(%lease_id, error = %e, "could not cancel the lease; it ends when it expires");

@@ -21,6 +21,7 @@ use tracing::Instrument;
 
 use crate::handle::ERROR_CHANNEL_CAPACITY;
 use crate::messages::{self, Message};
+use crate::telemetry::{self, DeadLetterClass};
 use crate::{ArchivistError, ArchivistHandle, Ended, Report, RetryError, RetryPolicy};
 
 /// The sending side of a run's errors channel. Never blocks: a full (or abandoned) channel
@@ -236,6 +237,7 @@ impl Run {
                     if let Err(e) = &out {
                         if will_retry && retryable(e) {
                             tracing::warn!(attempt, error = %e, "{what} failed, will retry");
+                            telemetry::count(telemetry::RETRIES, self.name, 1);
                             self.errors
                                 .report(ArchivistError::Transient(format!("{what}: {e}")));
                         }
@@ -291,6 +293,7 @@ impl Run {
         deliveries: Vec<Delivery>,
     ) -> Vec<(Delivery, M)> {
         self.report.received += deliveries.len() as u64;
+        telemetry::count(telemetry::RECEIVED, self.name, deliveries.len() as u64);
         let mut valid = Vec::with_capacity(deliveries.len());
         let mut poison = Vec::new();
         for delivery in deliveries {
@@ -299,12 +302,16 @@ impl Run {
                 Err(e) => poison.push((delivery, e.to_string())),
             }
         }
-        self.dead_letter_all(poison).await;
+        self.dead_letter_all(poison, DeadLetterClass::Invalid).await;
         valid
     }
 
     /// Sets each delivery aside in the dead-letter queue with its reason.
-    pub(crate) async fn dead_letter_all(&mut self, poison: Vec<(Delivery, String)>) {
+    pub(crate) async fn dead_letter_all(
+        &mut self,
+        poison: Vec<(Delivery, String)>,
+        class: DeadLetterClass,
+    ) {
         if poison.is_empty() {
             return;
         }
@@ -318,6 +325,7 @@ impl Run {
             match out {
                 Ok(()) => {
                     self.report.dead_lettered += 1;
+                    telemetry::dead_lettered(self.name, class);
                     tracing::warn!(%message_id, %reason, "dead-lettered");
                     self.errors
                         .report(ArchivistError::DeadLettered { message_id, reason });
@@ -361,7 +369,10 @@ impl Run {
         .await;
         for (message_id, out) in outcomes {
             match out {
-                Ok(()) => self.report.released += 1,
+                Ok(()) => {
+                    self.report.released += 1;
+                    telemetry::count(telemetry::RELEASED, self.name, 1);
+                }
                 Err(e) => {
                     // It comes back anyway when its visibility runs out.
                     tracing::warn!(%message_id, error = %e, "could not release");
@@ -422,7 +433,7 @@ impl Run {
                 .into_iter()
                 .map(|d| (d, rejected.to_string()))
                 .collect();
-            self.dead_letter_all(poison).await;
+            self.dead_letter_all(poison, DeadLetterClass::Rejected).await;
             return Ok(Vec::new());
         }
         tracing::debug!(
@@ -465,11 +476,11 @@ impl Run {
             let mut release: Vec<Delivery> = stored.into_iter().map(|(d, _, _)| d).collect();
             release.push(delivery);
             release.extend(pending.map(|(d, _)| d));
-            self.dead_letter_all(poison).await;
+            self.dead_letter_all(poison, DeadLetterClass::Rejected).await;
             self.release_all(release).await;
             return Err(stop);
         }
-        self.dead_letter_all(poison).await;
+        self.dead_letter_all(poison, DeadLetterClass::Rejected).await;
         Ok(stored)
     }
 }

@@ -180,6 +180,16 @@ pub(crate) struct GlobalArgs {
         default_value = DEFAULT_START_JITTER
     )]
     pub(crate) start_jitter: String,
+
+    /// Serve Prometheus metrics (/metrics) and health checks (/healthz, /readyz) on this
+    /// address, as 127.0.0.1:9898, while the process runs [default: none]
+    #[arg(
+        long,
+        env = "ARCHIVIST_METRICS_ADDR",
+        global = true,
+        hide_env_values = true
+    )]
+    pub(crate) metrics_addr: Option<String>,
 }
 
 /// The subcommands.
@@ -374,11 +384,20 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
             CONNECT,
             SHUTDOWN,
             RETRY,
+            METRICS,
         ],
     ),
     (
         "clips",
-        &[DATASTORE, BUS, &["clips_queue"], CONNECT, SHUTDOWN, RETRY],
+        &[
+            DATASTORE,
+            BUS,
+            &["clips_queue"],
+            CONNECT,
+            SHUTDOWN,
+            RETRY,
+            METRICS,
+        ],
     ),
     (
         "pending-research",
@@ -390,6 +409,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
             CONNECT,
             SHUTDOWN,
             RETRY,
+            METRICS,
         ],
     ),
     (
@@ -401,9 +421,13 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
             CONNECT,
             SHUTDOWN,
             RETRY,
+            METRICS,
         ],
     ),
-    ("run", &[DATASTORE, BUS, QUEUES, LEASING, CONNECT, SHUTDOWN]),
+    (
+        "run",
+        &[DATASTORE, BUS, QUEUES, LEASING, CONNECT, SHUTDOWN, METRICS],
+    ),
     (
         "demo",
         &[
@@ -433,6 +457,7 @@ const LEASING: &[&str] = &["researchers", "lease_duration", "max_clips", "start_
 const CONNECT: &[&str] = &["connect_timeout"];
 const SHUTDOWN: &[&str] = &["shutdown_timeout"];
 const RETRY: &[&str] = &["retry_budget"];
+const METRICS: &[&str] = &["metrics_addr"];
 
 /// The command line, with each subcommand's help listing only the options it reads.
 pub(crate) fn command() -> clap::Command {

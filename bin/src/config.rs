@@ -121,6 +121,8 @@ pub(crate) struct Config {
     pub(crate) retry_budget: Duration,
     /// The longest random wait before a pending-research run.
     pub(crate) start_jitter: Duration,
+    /// Where to serve /metrics, /healthz and /readyz (ARCHIVIST_METRICS_ADDR), if anywhere.
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl Config {
@@ -294,7 +296,17 @@ impl Config {
                 humantime::format_duration(MAX_START_JITTER)
             )));
         }
+        let metrics_addr = match args.metrics_addr.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(s) => Some(s.parse::<std::net::SocketAddr>().map_err(|_| {
+                UsageError(format!(
+                    "invalid ARCHIVIST_METRICS_ADDR (--metrics-addr) {s:?}: expected HOST:PORT \
+                     with an IP address, as 127.0.0.1:9898 or [::]:9898"
+                ))
+            })?),
+        };
         Ok(Config {
+            metrics_addr,
             database_url,
             bus,
             bus_chosen: chosen.is_some(),

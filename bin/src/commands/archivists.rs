@@ -47,6 +47,20 @@ async fn supervise_then_close(
     out
 }
 
+/// With `--metrics-addr`, serves metrics and health checks while the subcommand runs.
+async fn serve_metrics(
+    config: &Config,
+    store: &Arc<dyn DataStore>,
+    bus: &Arc<dyn Bus>,
+    token: &CancellationToken,
+) -> anyhow::Result<()> {
+    let Some(addr) = config.metrics_addr else {
+        return Ok(());
+    };
+    let queues = config.queues.all().iter().map(|q| q.to_string()).collect();
+    crate::metrics_server::spawn(addr, store.clone(), bus.clone(), queues, token).await
+}
+
 /// `archivist episodes`.
 pub(crate) async fn episodes(
     config: &Config,
@@ -89,6 +103,7 @@ async fn ingest(
         connect::Open::Migrate,
     )
     .await?;
+    serve_metrics(config, &store, &bus, &token).await?;
     let mut set = JoinSet::new();
     let ingest = IngestConfig {
         once,
@@ -156,6 +171,7 @@ pub(crate) async fn pending_research(
         connect::Open::Migrate,
     )
     .await?;
+    serve_metrics(config, &store, &bus, &token).await?;
     let mut set = JoinSet::new();
     let pending = PendingResearchConfig {
         lease_duration: config.lease(),
@@ -232,6 +248,7 @@ pub(crate) async fn completed_research(
         connect::Open::Migrate,
     )
     .await?;
+    serve_metrics(config, &store, &bus, &token).await?;
     let mut set = JoinSet::new();
     let completed = CompletedResearchConfig {
         receive_wait: DRAIN_WAIT,
@@ -376,6 +393,7 @@ pub(crate) async fn run(
         connect::Open::Migrate,
     )
     .await?;
+    serve_metrics(config, &store, &bus, &token).await?;
     let mut set = JoinSet::new();
     let pipeline = Pipeline {
         every,

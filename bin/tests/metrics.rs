@@ -1,0 +1,143 @@
+//! `--metrics-addr`: a running `archivist run` serves Prometheus metrics that count what it
+//! does (scraped here over HTTP as Prometheus would), `/healthz` and `/readyz`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::pipeline::{episode_json, Scenario, POISON};
+
+/// How long the process may take to do what the test waits for (a loaded machine).
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Kills the child when the test ends, passed or not.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One HTTP/1.1 GET: the status code and the body.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (code, body.to_string())
+}
+
+/// The value of the sample `series` (name and labels, as rendered) in a scrape.
+fn sample(scrape: &str, series: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[test]
+fn run_serves_metrics_and_health_checks() {
+    let s = Scenario::database(None);
+    let episode = episode_json("Episode 1: Metrics", "2026-01-01T00:00:00Z", 5, 1).to_string();
+    s.run_with_input(&["send", "curated_episodes"], &format!("{episode}\n"))
+        .expect_code(0);
+    s.run_with_input(&["send", "--raw", "curated_episodes"], &format!("{POISON}\n"))
+        .expect_code(0);
+
+    let mut child = common::command(
+        s.path(),
+        &["run", "--metrics-addr", "127.0.0.1:0"],
+        &s.bus.with(&[]),
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _running = Running(child);
+    // The log names the bound port; the reader keeps draining so the pipe never fills.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some((_, rest)) = line.split_once("on http://") {
+                let _ = tx.send(rest.trim().to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(DEADLINE)
+        .expect("the process never said where it serves metrics");
+
+    assert_eq!(get(&addr, "/healthz"), (200, "ok\n".to_string()));
+    let (code, body) = get(&addr, "/readyz");
+    assert_eq!((code, body.as_str()), (200, "ready\n"));
+
+    // Poll the scrape (as Prometheus would) until the archivists have taken both messages.
+    let started = Instant::now();
+    let scrape = loop {
+        let (code, scrape) = get(&addr, "/metrics");
+        assert_eq!(code, 200);
+        let received =
+            sample(&scrape, r#"archivist_messages_received_total{archivist="episodes"}"#);
+        let dead = sample(
+            &scrape,
+            r#"archivist_messages_dead_lettered_total{archivist="episodes",reason="invalid_message"}"#,
+        );
+        if received == Some(2.0) && dead == Some(1.0) {
+            break scrape;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the counters never reached 2 received, 1 dead-lettered:\n{scrape}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let expect = |series: &str, value: f64| {
+        assert_eq!(sample(&scrape, series), Some(value), "{series} in\n{scrape}");
+    };
+    expect(
+        r#"archivist_messages_stored_total{archivist="episodes"}"#,
+        1.0,
+    );
+    expect("archivist_episodes", 1.0);
+    expect(
+        r#"archivist_queue_dead_letters{queue="curated_episodes"}"#,
+        1.0,
+    );
+    expect(
+        r#"archivist_queue_messages{queue="curated_episodes",state="waiting"}"#,
+        0.0,
+    );
+    expect(
+        &format!(
+            r#"archivist_build_info{{version="{}"}}"#,
+            env!("CARGO_PKG_VERSION")
+        ),
+        1.0,
+    );
+    assert!(
+        scrape.contains("# TYPE archivist_datastore_call_duration_seconds histogram"),
+        "{scrape}"
+    );
+    assert!(
+        scrape.contains("# TYPE archivist_messages_received_total counter"),
+        "{scrape}"
+    );
+    assert!(!scrape.contains("sqlite://"), "no datastore URL in metrics");
+}
