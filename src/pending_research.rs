@@ -155,7 +155,7 @@ async fn assign(
                     run.report.leases_created += 1;
                     run.report.pairs_reclaimed += u64::from(lease.reclaimed_pairs);
                     run.report.published += 1;
-                telemetry::count(telemetry::PUBLISHED, run.name, 1);
+                    telemetry::count(telemetry::PUBLISHED, run.name, 1);
                     telemetry::leases("created", 1);
                     telemetry::leases("reclaimed_pairs", u64::from(lease.reclaimed_pairs));
                     telemetry::count(telemetry::PUBLISHED, run.name, 1);

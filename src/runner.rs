@@ -433,7 +433,8 @@ impl Run {
                 .into_iter()
                 .map(|d| (d, rejected.to_string()))
                 .collect();
-            self.dead_letter_all(poison, DeadLetterClass::Rejected).await;
+            self.dead_letter_all(poison, DeadLetterClass::Rejected)
+                .await;
             return Ok(Vec::new());
         }
         tracing::debug!(
@@ -476,11 +477,13 @@ impl Run {
             let mut release: Vec<Delivery> = stored.into_iter().map(|(d, _, _)| d).collect();
             release.push(delivery);
             release.extend(pending.map(|(d, _)| d));
-            self.dead_letter_all(poison, DeadLetterClass::Rejected).await;
+            self.dead_letter_all(poison, DeadLetterClass::Rejected)
+                .await;
             self.release_all(release).await;
             return Err(stop);
         }
-        self.dead_letter_all(poison, DeadLetterClass::Rejected).await;
+        self.dead_letter_all(poison, DeadLetterClass::Rejected)
+            .await;
         Ok(stored)
     }
 }

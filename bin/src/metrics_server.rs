@@ -51,10 +51,12 @@ pub(crate) async fn spawn(
         .install_recorder()
         .context("cannot install the metrics recorder")?;
     metrics::gauge!("archivist_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on ARCHIVIST_METRICS_ADDR (--metrics-addr) {addr}"))?;
-    let bound = listener.local_addr().context("the metrics listener's address")?;
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!("cannot listen on ARCHIVIST_METRICS_ADDR (--metrics-addr) {addr}")
+    })?;
+    let bound = listener
+        .local_addr()
+        .context("the metrics listener's address")?;
     let shared = Arc::new(Shared {
         prometheus,
         store,
@@ -101,7 +103,9 @@ async fn refresh_gauges(shared: &Shared) -> Result<(), String> {
     metrics::histogram!("archivist_datastore_call_duration_seconds", "call" => "status")
         .record(started.elapsed().as_secs_f64());
     let status = status.map_err(|e| format!("datastore: {e}"))?;
-    let pairs_to_do = status.research_pairs.saturating_sub(status.researched_pairs);
+    let pairs_to_do = status
+        .research_pairs
+        .saturating_sub(status.researched_pairs);
     for (name, value) in [
         ("archivist_episodes", status.episodes),
         ("archivist_clips", status.clips),
@@ -164,7 +168,10 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     };
     match tokio::time::timeout(CHECK_TIMEOUT, check).await {
         Ok(Ok(())) => (StatusCode::OK, "ready\n".to_string()),
-        Ok(Err(why)) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+        Ok(Err(why)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
         Err(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: the datastore or the bus did not answer in time\n".to_string(),

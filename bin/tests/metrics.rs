@@ -45,9 +45,13 @@ fn get(addr: &str, path: &str) -> (u16, String) {
 
 /// The value of the sample `series` (name and labels, as rendered) in a scrape.
 fn sample(scrape: &str, series: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+    scrape.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 #[test]
@@ -56,8 +60,11 @@ fn run_serves_metrics_and_health_checks() {
     let episode = episode_json("Episode 1: Metrics", "2026-01-01T00:00:00Z", 5, 1).to_string();
     s.run_with_input(&["send", "curated_episodes"], &format!("{episode}\n"))
         .expect_code(0);
-    s.run_with_input(&["send", "--raw", "curated_episodes"], &format!("{POISON}\n"))
-        .expect_code(0);
+    s.run_with_input(
+        &["send", "--raw", "curated_episodes"],
+        &format!("{POISON}\n"),
+    )
+    .expect_code(0);
 
     let mut child = common::command(
         s.path(),
@@ -93,8 +100,10 @@ fn run_serves_metrics_and_health_checks() {
     let scrape = loop {
         let (code, scrape) = get(&addr, "/metrics");
         assert_eq!(code, 200);
-        let received =
-            sample(&scrape, r#"archivist_messages_received_total{archivist="episodes"}"#);
+        let received = sample(
+            &scrape,
+            r#"archivist_messages_received_total{archivist="episodes"}"#,
+        );
         let dead = sample(
             &scrape,
             r#"archivist_messages_dead_lettered_total{archivist="episodes",reason="invalid_message"}"#,
@@ -109,7 +118,11 @@ fn run_serves_metrics_and_health_checks() {
         std::thread::sleep(Duration::from_millis(200));
     };
     let expect = |series: &str, value: f64| {
-        assert_eq!(sample(&scrape, series), Some(value), "{series} in\n{scrape}");
+        assert_eq!(
+            sample(&scrape, series),
+            Some(value),
+            "{series} in\n{scrape}"
+        );
     };
     expect(
         r#"archivist_messages_stored_total{archivist="episodes"}"#,
