@@ -188,7 +188,7 @@ async fn update_leases(
             }
         };
         let out = run
-            .retrying("update lease", DataStoreError::is_retryable, || {
+            .retrying("update_lease", DataStoreError::is_retryable, || {
                 store.update_lease(lease_id, update())
             })
             .await;

@@ -146,7 +146,7 @@ async fn assign(
         if let Some((bus_id, tx)) = in_store {
             let encode = |lease: &Lease| messages::encode(&item(lease.clone()));
             match run
-                .retrying("lease and publish", DataStoreError::is_retryable, || {
+                .retrying("lease_and_publish", DataStoreError::is_retryable, || {
                     tx.lease_next_and_publish(request(), bus_id, sender.queue(), &encode)
                 })
                 .await
@@ -253,7 +253,7 @@ fn item(lease: Lease) -> PendingResearchItem {
 async fn cancel_unpublished(run: &mut Run, store: &dyn DataStore, lease_id: Uuid, why: &BusError) {
     tracing::warn!(%lease_id, error = %why, "could not publish the work item, cancelling its lease");
     match run
-        .retrying("cancel lease", DataStoreError::is_retryable, || {
+        .retrying("cancel_lease", DataStoreError::is_retryable, || {
             store.update_lease(lease_id, LeaseUpdate::Cancel)
         })
         .await

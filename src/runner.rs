@@ -9,7 +9,7 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use datastore::{DataStore, DataStoreError};
@@ -81,7 +81,7 @@ where
     };
     let task = body(run);
     // Every event of the run carries the archivist's name through this span.
-    let span = tracing::info_span!("archivist", name);
+    let span = tracing::info_span!("archivist", archivist = name);
     tokio::spawn(
         async move {
             let mut done_tx = done_tx;
@@ -216,14 +216,14 @@ impl Run {
     /// [`RetryPolicy::run`], reporting each failure that will be retried to the host.
     pub(crate) async fn retrying<T, E, F, Fut>(
         &self,
-        what: &str,
+        what: &'static str,
         retryable: fn(&E) -> bool,
         mut op: F,
     ) -> Result<T, RetryError<E>>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
-        E: Display,
+        E: Display + telemetry::CallSystem,
     {
         let max = self.retry.max_attempts.max(1);
         let mut attempt = 0u32;
@@ -233,7 +233,9 @@ impl Run {
                 let will_retry = attempt < max;
                 let fut = op();
                 async move {
+                    let started = Instant::now();
                     let out = fut.await;
+                    telemetry::call_took::<E>(what, started.elapsed());
                     if let Err(e) = &out {
                         if will_retry && retryable(e) {
                             tracing::warn!(attempt, error = %e, "{what} failed, will retry");

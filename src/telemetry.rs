@@ -24,6 +24,30 @@ pub(crate) const PUBLISHED: &str = "archivist_work_items_published_total";
 /// from expired leases).
 pub(crate) const LEASES: &str = "archivist_leases_total";
 
+/// Latency of the archivists' datastore calls, by call (`lease`, `store`, `update lease`, …).
+pub(crate) const DATASTORE_CALL_SECONDS: &str = "archivist_datastore_call_duration_seconds";
+/// Latency of the archivists' bus calls, by call (`receive` includes its long-poll wait).
+pub(crate) const BUS_CALL_SECONDS: &str = "archivist_bus_call_duration_seconds";
+
+/// The system an error type comes from: its calls' latencies go to that system's histogram.
+pub(crate) trait CallSystem {
+    /// The histogram's name.
+    const HISTOGRAM: &'static str;
+}
+
+impl CallSystem for datastore::DataStoreError {
+    const HISTOGRAM: &'static str = DATASTORE_CALL_SECONDS;
+}
+
+impl CallSystem for messagebus::BusError {
+    const HISTOGRAM: &'static str = BUS_CALL_SECONDS;
+}
+
+/// One call of `call` to the system of `E` took `took`, whether it succeeded or not.
+pub(crate) fn call_took<E: CallSystem>(call: &'static str, took: std::time::Duration) {
+    metrics::histogram!(E::HISTOGRAM, "call" => call).record(took.as_secs_f64());
+}
+
 /// Why a message was dead-lettered, as a label value of few distinct values.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum DeadLetterClass {

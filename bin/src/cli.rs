@@ -43,7 +43,7 @@ pub(crate) struct Cli {
 #[command(next_help_heading = "Configuration (every option also from its environment variable)")]
 pub(crate) struct GlobalArgs {
     /// The datastore: sqlite://PATH (created if missing) or postgres://USER@HOST/DB
-    /// [default: sqlite://archivist.sqlite; for `demo`, a temporary SQLite file]
+    /// [default: sqlite://archivist.sqlite, in the working directory]
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub(crate) database_url: Option<String>,
 
@@ -190,6 +190,17 @@ pub(crate) struct GlobalArgs {
         hide_env_values = true
     )]
     pub(crate) metrics_addr: Option<String>,
+
+    /// Log lines as `text` (for people; coloured on a terminal) or `json` (one object a line,
+    /// for a log system: the archivist's name, message and lease ids as fields)
+    #[arg(
+        long,
+        env = "ARCHIVIST_LOG_FORMAT",
+        global = true,
+        hide_env_values = true,
+        default_value = "text"
+    )]
+    pub(crate) log_format: String,
 }
 
 /// The subcommands.
@@ -235,10 +246,17 @@ pub(crate) enum Command {
     #[command(after_help = "Examples:\n  \
         archivist matches --clip 'Intro Jingle'\n  \
         archivist matches --episode 'Episode 4012: The Archive' --limit 10\n  \
+        archivist matches --format table --limit 20             # for reading\n  \
         archivist matches | jq -r '.clip_title' | sort | uniq -c")]
     Matches(MatchesArgs),
     /// Create the queues and their dead-letter queues if missing, and show their depths
     Queues(QueuesArgs),
+    /// Print a shell completion script for bash, zsh, fish, elvish or powershell
+    #[command(after_help = "Examples:\n  \
+        archivist completions bash > ~/.local/share/bash-completion/completions/archivist\n  \
+        archivist completions zsh > \"${fpath[1]}/_archivist\"\n  \
+        archivist completions fish > ~/.config/fish/completions/archivist.fish")]
+    Completions(CompletionsArgs),
 }
 
 const DEMO_ABOUT: &str = "The whole pipeline in one process, on an in-memory bus: built-in \
@@ -247,9 +265,10 @@ built-in researchers do a deterministic fake analysis, one of them crashes mid-l
 lease expires and its work is taken over, and the four archivists run as in production. Ends \
 with a summary, and checks that every research pair was researched exactly once (exit 0 only \
 then).\n\n\
-The datastore is DATABASE_URL when it is set (it must be empty: a new SQLite file or a new \
-Postgres database), otherwise a temporary SQLite file that is removed afterwards. The lease \
-is 5s, so that the crashed researcher's work comes back quickly, unless --lease-duration is \
+The datastore is DATABASE_URL, by default archivist.sqlite in the working directory; it must \
+be new or empty (a demo never mixes with real data), and the results stay there to explore \
+with `status`, `matches` and the status page (`serve`). The lease is 5s, so that the crashed \
+researcher's work comes back quickly, unless --lease-duration is \
 given on the command line (ARCHIVIST_LEASE_DURATION, meant for production runs, is ignored).";
 
 /// Options of the ingestion archivists.
@@ -343,6 +362,24 @@ pub(crate) struct MatchesArgs {
     /// At most this many (latest aired episodes first)
     #[arg(long)]
     pub(crate) limit: Option<u64>,
+    /// `json`: one JSON object a line, for scripts; `table`: aligned columns, for people
+    #[arg(long, value_enum, default_value_t = MatchesFormat::Json)]
+    pub(crate) format: MatchesFormat,
+}
+
+/// How `matches` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum MatchesFormat {
+    Json,
+    Table,
+}
+
+/// Options of `completions`.
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell
+    #[arg(value_enum)]
+    pub(crate) shell: clap_complete::Shell,
 }
 
 /// Options of `queues`.
@@ -374,7 +411,7 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 /// The configuration options each subcommand reads, by argument id: its `--help` lists only
 /// these (the others are accepted, and ignored, so that one environment serves every command).
 const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
-    ("migrate", &[DATASTORE, BUS, QUEUES, CONNECT]),
+    ("migrate", &[DATASTORE, BUS, QUEUES, CONNECT, LOGS]),
     (
         "episodes",
         &[
@@ -385,6 +422,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
             SHUTDOWN,
             RETRY,
             METRICS,
+            LOGS,
         ],
     ),
     (
@@ -397,6 +435,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
             SHUTDOWN,
             RETRY,
             METRICS,
+            LOGS,
         ],
     ),
     (
@@ -410,6 +449,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
             SHUTDOWN,
             RETRY,
             METRICS,
+            LOGS,
         ],
     ),
     (
@@ -422,11 +462,14 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
             SHUTDOWN,
             RETRY,
             METRICS,
+            LOGS,
         ],
     ),
     (
         "run",
-        &[DATASTORE, BUS, QUEUES, LEASING, CONNECT, SHUTDOWN, METRICS],
+        &[
+            DATASTORE, BUS, QUEUES, LEASING, CONNECT, SHUTDOWN, METRICS, LOGS,
+        ],
     ),
     (
         "demo",
@@ -437,13 +480,15 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
             &["lease_duration", "max_clips"],
             CONNECT,
             SHUTDOWN,
+            LOGS,
         ],
     ),
-    ("send", &[DATASTORE, BUS, CONNECT]),
-    ("receive", &[DATASTORE, BUS, CONNECT]),
-    ("status", &[DATASTORE, BUS, QUEUES, CONNECT]),
-    ("matches", &[DATASTORE, CONNECT]),
-    ("queues", &[DATASTORE, BUS, QUEUES, CONNECT]),
+    ("send", &[DATASTORE, BUS, CONNECT, LOGS]),
+    ("receive", &[DATASTORE, BUS, CONNECT, LOGS]),
+    ("status", &[DATASTORE, BUS, QUEUES, CONNECT, LOGS]),
+    ("matches", &[DATASTORE, CONNECT, LOGS]),
+    ("queues", &[DATASTORE, BUS, QUEUES, CONNECT, LOGS]),
+    ("completions", &[]),
 ];
 const DATASTORE: &[&str] = &["database_url"];
 const BUS: &[&str] = &["bus", "bus_url", "max_receives"];
@@ -458,6 +503,7 @@ const CONNECT: &[&str] = &["connect_timeout"];
 const SHUTDOWN: &[&str] = &["shutdown_timeout"];
 const RETRY: &[&str] = &["retry_budget"];
 const METRICS: &[&str] = &["metrics_addr"];
+const LOGS: &[&str] = &["log_format"];
 
 /// The command line, with each subcommand's help listing only the options it reads.
 pub(crate) fn command() -> clap::Command {

@@ -1,5 +1,6 @@
-//! Logs: standard error, filtered by RUST_LOG (default `info`), coloured only on a terminal
-//! and never with NO_COLOR set; standard output is kept for the commands' output. A closed
+//! Logs: standard error, filtered by RUST_LOG (default `info`), as text coloured only on a
+//! terminal and never with NO_COLOR set, or with ARCHIVIST_LOG_FORMAT=json as one JSON object
+//! a line for a log system; standard output is kept for the commands' output. A closed
 //! standard error drops log lines instead of panicking, and the demo's progress bar is
 //! cleared around each line so that no stale frame is left.
 
@@ -25,21 +26,43 @@ archivist::pending_research=warn,archivist::completed_research=warn";
 /// The progress bar on standard error, if one is drawn: log lines suspend it.
 static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
-/// Starts logging. An invalid RUST_LOG is a usage error naming it.
-pub(crate) fn init(demo: bool) -> Result<(), UsageError> {
+/// Starts logging in `format` (`text` or `json`). An invalid RUST_LOG or format is a usage
+/// error naming it.
+pub(crate) fn init(demo: bool, format: &str) -> Result<(), UsageError> {
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) if !v.trim().is_empty() => EnvFilter::try_new(v.trim())
             .map_err(|e| UsageError(format!("invalid RUST_LOG {v:?}: {e}")))?,
         _ => EnvFilter::new(if demo { DEMO_LOG_FILTER } else { LOG_FILTER }),
     };
-    // https://no-color.org: set and not empty means no colour.
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(|| QuietStderr)
-        .with_ansi(std::io::stderr().is_terminal() && !no_color)
-        .with_target(false)
-        .init();
+    match format.trim() {
+        "" | "text" => {
+            // https://no-color.org: set and not empty means no colour.
+            let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+            tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(|| QuietStderr)
+                .with_ansi(std::io::stderr().is_terminal() && !no_color)
+                .with_target(false)
+                .init();
+        }
+        "json" => {
+            // Event fields (`message_id`, `lease_id`, …) at the top level; the archivist's
+            // name is its span's field (`span.archivist`).
+            tracing_subscriber::fmt()
+                .json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .with_span_list(false)
+                .with_env_filter(filter)
+                .with_writer(|| QuietStderr)
+                .init();
+        }
+        other => {
+            return Err(UsageError(format!(
+                "invalid ARCHIVIST_LOG_FORMAT (--log-format) {other:?}: expected text or json"
+            )))
+        }
+    }
     Ok(())
 }
 

@@ -46,11 +46,25 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
+    // Completions need no configuration: print them before anything is read or checked.
+    if let cli::Command::Completions(args) = &cli.command {
+        // Into memory first: clap_complete panics on a failed write (`… | head`).
+        let mut script = Vec::new();
+        clap_complete::generate(args.shell, &mut cli::command(), "archivist", &mut script);
+        let mut out = std::io::stdout().lock();
+        return match out.write_all(&script).and_then(|()| out.flush()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&anyhow::Error::new(e)),
+        };
+    }
     panic_hook::install(&[
         cli.global.database_url.as_deref(),
         cli.global.bus_url.as_deref(),
     ]);
-    if let Err(e) = logging::init(matches!(cli.command, cli::Command::Demo(_))) {
+    if let Err(e) = logging::init(
+        matches!(cli.command, cli::Command::Demo(_)),
+        &cli.global.log_format,
+    ) {
         return fail(&anyhow::Error::new(e));
     }
     let config = match Config::from_args(&cli.global) {

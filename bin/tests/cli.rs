@@ -775,3 +775,98 @@ fn secrets_never_reach_any_output() {
         &archivist(dir.path(), &["status"], &down),
     );
 }
+
+/// `--version`, and completion scripts that need no configuration and no datastore.
+#[test]
+fn version_and_completions_need_no_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let version = archivist(dir.path(), &["--version"], &[]).expect_code(0);
+    assert!(
+        version
+            .stdout
+            .starts_with(&format!("archivist {}", env!("CARGO_PKG_VERSION"))),
+        "{}",
+        version.stdout
+    );
+    // A broken setting elsewhere does not stop a completion script from being printed.
+    let broken = [("ARCHIVIST_MAX_CLIPS", "many"), ("RUST_LOG", "=x=y")];
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let run = archivist(dir.path(), &["completions", shell], &broken).expect_code(0);
+        for word in ["pending-research", "database-url", "table"] {
+            assert!(run.stdout.contains(word), "{shell}: {word}");
+        }
+    }
+    let bash = archivist(dir.path(), &["completions", "bash"], &[]).expect_code(0);
+    let script = dir.path().join("archivist.bash");
+    std::fs::write(&script, &bash.stdout).unwrap();
+    let syntax = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        syntax.status.success(),
+        "{}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    archivist(dir.path(), &["completions", "tcsh"], &[]).expect_code(2);
+    assert!(!dir.path().join("archivist.sqlite").exists());
+}
+
+/// ARCHIVIST_LOG_FORMAT=json: one object a line, the archivist's name and the message and
+/// lease ids as fields; anything else is a usage error naming the variable.
+#[test]
+fn json_logs_carry_the_archivist_message_and_lease_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad =
+        archivist(dir.path(), &["status"], &[("ARCHIVIST_LOG_FORMAT", "yaml")]).expect_code(2);
+    assert!(
+        bad.stderr.contains("ARCHIVIST_LOG_FORMAT"),
+        "{}",
+        bad.stderr
+    );
+
+    let env = [
+        ("ARCHIVIST_LOG_FORMAT", "json"),
+        ("RUST_LOG", "info,archivist=debug"),
+        ("ARCHIVIST_RESEARCHERS", "1"),
+        ("ARCHIVIST_START_JITTER", "0s"),
+    ];
+    let episode = r#"{"initial_date_curated":"2026-01-02T03:04:05Z","last_date_curated":"2026-01-02T03:04:05Z","curator_information":"c","title":"Episode","date_aired":"2026-01-01T00:00:00Z","description":"d","media_uri":"https://x/e.mp3","media_type":"mp3","priority":0}"#;
+    let clip = r#"{"initial_date_curated":"2026-01-02T03:04:05Z","last_date_curated":"2026-01-02T03:04:05Z","curator_information":"c","title":"Clip","description":"d","media_uri":"https://x/c.mp3","media_type":"mp3","priority":0}"#;
+    common::archivist_with_input(
+        dir.path(),
+        &["send", "--raw", "curated_episodes"],
+        &env,
+        &format!("{episode}\nnot json\n"),
+    )
+    .expect_code(0);
+    common::archivist_with_input(dir.path(), &["send", "curated_clips"], &env, clip).expect_code(0);
+    let episodes = archivist(dir.path(), &["episodes", "--once"], &env).expect_code(0);
+    archivist(dir.path(), &["clips", "--once"], &env).expect_code(0);
+    let pending = archivist(dir.path(), &["pending-research"], &env).expect_code(0);
+
+    let lines = |stderr: &str| -> Vec<serde_json::Value> {
+        stderr
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    };
+    let dead = lines(&episodes.stderr)
+        .into_iter()
+        .find(|l| l["message"] == "dead-lettered")
+        .unwrap_or_else(|| panic!("{}", episodes.stderr));
+    assert_eq!(dead["span"]["archivist"], "episodes", "{dead}");
+    assert!(dead["message_id"].as_str().is_some_and(|id| !id.is_empty()));
+    assert!(dead["reason"].as_str().is_some_and(|r| r.contains("JSON")));
+    assert!(dead["timestamp"].is_string() && dead["level"] == "WARN");
+
+    let published = lines(&pending.stderr)
+        .into_iter()
+        .find(|l| l["message"] == "work item published")
+        .unwrap_or_else(|| panic!("{}", pending.stderr));
+    assert_eq!(published["span"]["archivist"], "pending-research");
+    assert!(published["lease_id"]
+        .as_str()
+        .is_some_and(|id| uuid::Uuid::parse_str(id).is_ok()));
+}

@@ -102,6 +102,34 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
         assert!(offsets.iter().all(|o| o.as_i64().unwrap() >= 0), "{m}");
     }
 
+    // The same matches as a table for people: a header, then one row a match in the same
+    // order, its offsets as h:mm:ss.mmm.
+    let table = archivist(dir, &["matches", "--format", "table"], env).expect_code(0);
+    let rows: Vec<&str> = table
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.contains(" episode "))
+        .collect();
+    assert!(table.stdout.lines().nth(1).unwrap().contains(" episode "));
+    assert_eq!(rows.len(), all.len(), "{}", table.stdout);
+    for (row, m) in rows.iter().zip(&all) {
+        assert!(row.contains(m["episode_title"].as_str().unwrap()), "{row}");
+        assert!(row.contains(m["clip_title"].as_str().unwrap()), "{row}");
+        assert!(
+            row.contains(&m["episode_date_aired"].as_str().unwrap()[..10]),
+            "{row}"
+        );
+        let first = m["clip_offsets_ns"][0].as_i64().unwrap() / 1_000_000;
+        let shown = format!(
+            "{}:{:02}:{:02}.{:03}",
+            first / 3_600_000,
+            first / 60_000 % 60,
+            first / 1000 % 60,
+            first % 1000
+        );
+        assert!(row.contains(&shown), "{row} lacks {shown}");
+    }
+
     let intro = archivist(dir, &["matches", "--clip", "Intro Jingle"], env)
         .expect_code(0)
         .json_lines();
@@ -179,12 +207,43 @@ fn demo_on_postgres_researches_every_pair_once_and_leaves_a_consistent_datastore
 }
 
 #[test]
-fn demo_without_database_url_uses_a_temporary_datastore() {
+fn demo_without_database_url_leaves_its_results_in_the_default_datastore_to_explore() {
     let dir = tempfile::tempdir().unwrap();
-    let run = archivist(dir.path(), &["demo", "--json"], &[]).expect_code(0);
-    let s: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
-    assert_eq!(s["temporary_datastore"], true);
-    assert_eq!(s["all_researched_once"], true);
-    // Nothing left in the working directory.
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // A store that exists but is empty (as `migrate` leaves it) is fine for the demo.
+    archivist(dir.path(), &["migrate"], &[]).expect_code(0);
+    let run = archivist(dir.path(), &["demo"], &[]).expect_code(0);
+    assert!(dir.path().join("archivist.sqlite").exists());
+    for command in [
+        "archivist status",
+        "archivist matches --format table",
+        "archivist serve",
+    ] {
+        assert!(run.stdout.contains(command), "{command}: {}", run.stdout);
+    }
+
+    // The next commands a new user types see what the demo did.
+    let status: serde_json::Value = serde_json::from_str(
+        archivist(dir.path(), &["status", "--json"], &[])
+            .expect_code(0)
+            .stdout
+            .trim(),
+    )
+    .unwrap();
+    assert!(status["research_pairs"].as_u64().unwrap() > 0);
+    assert_eq!(status["researched_pairs"], status["research_pairs"]);
+    let matches = archivist(dir.path(), &["matches"], &[])
+        .expect_code(0)
+        .json_lines();
+    assert_eq!(
+        matches.len() as u64,
+        status["matched_pairs"].as_u64().unwrap()
+    );
+
+    // A second demo would mix with the first one's results: refused, saying what to do.
+    let again = archivist(dir.path(), &["demo"], &[]).expect_code(2);
+    assert!(
+        again.stderr.contains("empty datastore") && again.stderr.contains("remove it"),
+        "{}",
+        again.stderr
+    );
 }

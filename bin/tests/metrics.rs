@@ -141,5 +141,15 @@ fn run_serves_metrics_and_health_checks() {
         scrape.contains("# TYPE archivist_messages_received_total counter"),
         "{scrape}"
     );
+    // The archivist's own calls are timed, not only the scrape's.
+    for series in [
+        r#"archivist_datastore_call_duration_seconds_count{call="store"}"#,
+        r#"archivist_bus_call_duration_seconds_count{call="receive"}"#,
+    ] {
+        assert!(
+            sample(&scrape, series).is_some_and(|n| n >= 1.0),
+            "{series}:\n{scrape}"
+        );
+    }
     assert!(!scrape.contains("sqlite://"), "no datastore URL in metrics");
 }

@@ -1,17 +1,18 @@
-//! `archivist matches`: recorded matches as JSON lines.
+//! `archivist matches`: recorded matches as JSON lines (for scripts) or a table (for people).
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use anyhow::Context;
-use datastore::MatchFilter;
+use comfy_table::{presets, ContentArrangement, Table};
+use datastore::{Match, MatchFilter};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::MatchesArgs;
+use crate::cli::{MatchesArgs, MatchesFormat};
 use crate::config::Config;
 use crate::connect;
 
-/// Prints one JSON object a line: `episode_title`, `episode_date_aired`, `clip_title`,
-/// `clip_offsets_ns`, `research_date`.
+/// Prints the matches: one JSON object a line (`episode_title`, `episode_date_aired`,
+/// `clip_title`, `clip_offsets_ns`, `research_date`), or a table with `--format table`.
 pub(crate) async fn run(
     config: &Config,
     token: &CancellationToken,
@@ -34,11 +35,87 @@ pub(crate) async fn run(
         .await
         .context("cannot read the matches")?;
     let mut out = std::io::stdout().lock();
-    for m in &matches {
-        serde_json::to_writer(&mut out, m)?;
-        writeln!(out)?;
+    match args.format {
+        MatchesFormat::Json => {
+            for m in &matches {
+                serde_json::to_writer(&mut out, m)?;
+                writeln!(out)?;
+            }
+        }
+        MatchesFormat::Table => writeln!(out, "{}", table(&matches))?,
     }
     out.flush()?;
     tracing::debug!(count = matches.len(), "matches listed");
     Ok(())
+}
+
+/// The matches as a table: aired date, episode, clip, and where the clip occurs.
+fn table(matches: &[Match]) -> Table {
+    let mut table = Table::new();
+    table
+        .load_preset(presets::ASCII_BORDERS_ONLY_CONDENSED)
+        .set_header(["aired", "episode", "clip", "at"]);
+    // Wrapped to the terminal's width when there is one; a pipe gets whole lines.
+    if std::io::stdout().is_terminal() {
+        table.set_content_arrangement(ContentArrangement::Dynamic);
+    }
+    for m in matches {
+        table.add_row([
+            m.episode_date_aired.format("%Y-%m-%d").to_string(),
+            printable(&m.episode_title),
+            printable(&m.clip_title),
+            m.clip_offsets_ns
+                .iter()
+                .map(|&ns| offset(ns))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ]);
+    }
+    table
+}
+
+/// A title as it can be shown on a terminal: control characters (which curators may send, and
+/// which could move the cursor or change colours) and the explicit direction overrides (which
+/// could reorder the rest of the line) are written as escapes; right-to-left script stays.
+fn printable(title: &str) -> String {
+    title
+        .chars()
+        .map(|c| {
+            if c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// An offset in nanoseconds as `H:MM:SS.mmm`.
+fn offset(ns: i64) -> String {
+    let ms = ns.max(0) / 1_000_000;
+    let (h, rest) = (ms / 3_600_000, ms % 3_600_000);
+    let (m, rest) = (rest / 60_000, rest % 60_000);
+    let (s, ms) = (rest / 1000, rest % 1000);
+    format!("{h}:{m:02}:{s:02}.{ms:03}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_read_as_hours_minutes_seconds() {
+        assert_eq!(offset(0), "0:00:00.000");
+        assert_eq!(offset(61_500_000_000), "0:01:01.500");
+        assert_eq!(offset(3_723_004_000_000), "1:02:03.004");
+    }
+
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_kept() {
+        assert_eq!(printable("a\u{1b}[31mb\n"), "a\\u{1b}[31mb\\n");
+        assert_eq!(
+            printable("Épisode \u{2067}عربي\u{2069} 🎙"),
+            "Épisode \\u{2067}عربي\\u{2069} 🎙"
+        );
+    }
 }

@@ -36,5 +36,7 @@ pub(crate) async fn dispatch(
         Command::Status(args) => status::run(&config, &token, args.json).await,
         Command::Matches(args) => matches::run(&config, &token, &args).await,
         Command::Queues(args) => queues::run(&config, &token, args.json, args.update).await,
+        // Answered in main, before the configuration is read.
+        Command::Completions(_) => Ok(()),
     }
 }

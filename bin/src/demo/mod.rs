@@ -7,9 +7,11 @@
 //!   research executions per pair.
 //! - `progress.rs`: the progress bar or log lines, and the [`Summary`].
 //!
-//! The datastore is DATABASE_URL when set (it must be empty), else a temporary SQLite file
-//! removed at the end, so that demos never collide. The lease is ARCHIVIST_LEASE_DURATION when
-//! set, else [`DEMO_LEASE`], short so that the crashed researcher's work comes back quickly.
+//! The datastore is DATABASE_URL, by default `archivist.sqlite` in the working directory, as
+//! for every other subcommand: the demo's results stay there for `status`, `matches` and the
+//! status page. It must be new or empty, so that a demo never mixes with real data. The lease
+//! is [`DEMO_LEASE`] unless `--lease-duration` is given, short so that the crashed
+//! researcher's work comes back quickly.
 
 mod analysis;
 mod curators;
@@ -66,28 +68,20 @@ pub(crate) async fn run(
     args: &DemoArgs,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    // Kept alive until the end: dropping it removes the temporary datastore.
-    let mut temp_dir = None;
-    let url = match &config.database_url {
-        Some(url) => url.clone(),
-        None => {
-            let dir = tempfile::Builder::new()
-                .prefix("archivist-demo-")
-                .tempdir()
-                .context("cannot create a temporary directory for the demo's datastore")?;
-            let url = format!("sqlite://{}", dir.path().join("demo.sqlite").display());
-            temp_dir = Some(dir);
-            url
-        }
-    };
+    let url = config.database_url();
     let shown = redact_url(&url);
     let store = connect::datastore(config, &url, &token, connect::Open::Migrate).await?;
     let before = store.status(chrono::Utc::now()).await?;
     if before.episodes > 0 || before.clips > 0 {
+        let remedy = if config.database_url.is_none() {
+            "remove it (it holds an earlier demo's results, or real data), or point \
+             DATABASE_URL at a new SQLite file or a new Postgres database"
+        } else {
+            "point DATABASE_URL at a new SQLite file or a new Postgres database"
+        };
         return Err(usage(format!(
             "the demo needs an empty datastore, and DATABASE_URL {shown} already holds {} \
-             episodes and {} clips: point DATABASE_URL at a new SQLite file or a new Postgres \
-             database, or unset it for a temporary one",
+             episodes and {} clips: {remedy}",
             before.episodes, before.clips
         )));
     }
@@ -189,14 +183,12 @@ pub(crate) async fn run(
         totals: &totals,
         status,
         shown,
-        temporary: temp_dir.is_some(),
         lease,
         elapsed: started.elapsed(),
     })
     .await;
     summary.print(args.json)?;
     drop(store);
-    drop(temp_dir);
     if summary.all_researched_once {
         Ok(())
     } else {
@@ -290,6 +282,24 @@ fn is_done(s: &Status, data: &DataSet) -> bool {
         && s.researched_pairs >= data.pairs()
 }
 
+/// The commands that show what the demo left in the datastore. They read DATABASE_URL as the
+/// demo did, so with a DATABASE_URL of one's own they need it set again.
+fn explore_commands(config: &Config) -> Vec<String> {
+    let prefix = if config.database_url.is_some() {
+        "DATABASE_URL=… "
+    } else {
+        ""
+    };
+    [
+        "archivist status",
+        "archivist matches --format table",
+        "archivist serve --addr 127.0.0.1:8080",
+    ]
+    .iter()
+    .map(|c| format!("{prefix}{c}"))
+    .collect()
+}
+
 struct SummaryInput<'a> {
     config: &'a Config,
     args: &'a DemoArgs,
@@ -299,7 +309,6 @@ struct SummaryInput<'a> {
     totals: &'a AllTotals,
     status: Status,
     shown: String,
-    temporary: bool,
     lease: Duration,
     elapsed: Duration,
 }
@@ -385,7 +394,7 @@ async fn summarize(i: SummaryInput<'_>) -> Summary {
     let crash = i.ledger.crash();
     Summary {
         datastore: i.shown,
-        temporary_datastore: i.temporary,
+        explore: explore_commands(i.config),
         episodes: i.status.episodes,
         clips: i.status.clips,
         research_pairs: i.status.research_pairs,

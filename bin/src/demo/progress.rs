@@ -79,7 +79,6 @@ impl Progress {
 #[derive(Debug, Serialize)]
 pub(crate) struct Summary {
     pub(crate) datastore: String,
-    pub(crate) temporary_datastore: bool,
     pub(crate) episodes: u64,
     pub(crate) clips: u64,
     pub(crate) research_pairs: u64,
@@ -103,6 +102,8 @@ pub(crate) struct Summary {
     pub(crate) elapsed_ms: u64,
     pub(crate) all_researched_once: bool,
     pub(crate) problems: Vec<String>,
+    /// Commands to explore the results with (the datastore stays).
+    pub(crate) explore: Vec<String>,
 }
 
 impl Summary {
@@ -131,16 +132,7 @@ impl Summary {
             .map(|(q, n)| format!("{q}: {n}"))
             .collect();
         writeln!(out, "archivist demo: summary")?;
-        writeln!(
-            out,
-            "  datastore        {}{}",
-            self.datastore,
-            if self.temporary_datastore {
-                " (temporary, removed now)"
-            } else {
-                ""
-            }
-        )?;
+        writeln!(out, "  datastore        {}", self.datastore)?;
         writeln!(
             out,
             "  data set         {} episodes x {} clips = {} research pairs",
@@ -195,6 +187,11 @@ impl Summary {
             for p in &self.problems {
                 writeln!(out, "                   - {p}")?;
             }
+        }
+        writeln!(out)?;
+        writeln!(out, "The results stay in the datastore. Explore them with:")?;
+        for command in &self.explore {
+            writeln!(out, "  {command}")?;
         }
         Ok(())
     }
