@@ -226,8 +226,12 @@ pub(crate) enum Command {
         DATABASE_URL=postgres://archivist@db/archive archivist run --every 30s")]
     Run(RunArgs),
     /// The whole pipeline on an in-memory bus with built-in curators and researchers, ending
-    /// with a summary
+    /// with a summary; the results stay in the datastore
     #[command(long_about = DEMO_ABOUT)]
+    #[command(after_help = "Examples:\n  \
+        archivist demo                              # in ./archivist.sqlite, then: archivist status\n  \
+        archivist demo --json | jq .matched_pairs\n  \
+        DATABASE_URL=sqlite://try.sqlite archivist demo   # somewhere else (new or empty)")]
     Demo(DemoArgs),
     /// Publish each line of standard input (JSON) as one message to QUEUE
     #[command(after_help = "Examples:\n  \
@@ -241,6 +245,9 @@ pub(crate) enum Command {
         archivist receive curated_clips --dead-letters          # what was set aside, and why")]
     Receive(ReceiveArgs),
     /// Counts of episodes, clips, pairs, researched pairs, matches, leases and queue depths
+    #[command(after_help = "Examples:\n  \
+        archivist status                            # a table\n  \
+        archivist status --json | jq '.researched_pairs / .research_pairs'")]
     Status(StatusArgs),
     /// Recorded matches as JSON lines (episode, clip, offsets)
     #[command(after_help = "Examples:\n  \

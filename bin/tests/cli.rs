@@ -659,7 +659,16 @@ fn help_lists_what_each_subcommand_uses_with_examples() {
     ] {
         assert!(pending.stdout.contains(used), "{used}: {}", pending.stdout);
     }
-    for sub in ["send", "receive", "run", "pending-research", "matches"] {
+    for sub in [
+        "send",
+        "receive",
+        "run",
+        "pending-research",
+        "matches",
+        "demo",
+        "status",
+        "completions",
+    ] {
         let help = archivist(dir.path(), &[sub, "--help"], &env).expect_code(0);
         assert!(help.stdout.contains("Examples:"), "{sub}: {}", help.stdout);
         assert!(!help.stdout.contains("=]"), "{sub}: {}", help.stdout);
