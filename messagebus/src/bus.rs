@@ -8,6 +8,10 @@ use crate::{BusError, Delivery};
 /// The largest message body any archivist bus accepts, in bytes (SQS's limit: 1 MiB).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// The most dead letters one [`Bus::redrive`] call moves on a bus that moves them a batch at a
+/// time (RabbitMQ; SQS moves ten, its batch limit).
+pub const REDRIVE_BATCH: u64 = 100;
+
 /// The name of `queue`'s dead-letter queue.
 pub fn dead_letter_queue_name(queue: &str) -> String {
     format!("{queue}_dead_letter")
@@ -95,6 +99,26 @@ pub trait Bus: Send + Sync {
         let _ = queue;
         Ok(())
     }
+
+    /// Moves up to `max` of the dead letters waiting in `queue`'s dead-letter queue back onto
+    /// `queue` (after the fault that set them aside was fixed), and returns how many it moved.
+    ///
+    /// A moved message is received as if it were new: its receive count starts again (its
+    /// next receive is its first, so one more failure does not send it straight back) and
+    /// it carries no dead-letter reason. Dead letters a reader holds (`receive` on the
+    /// dead-letter queue) are not moved. Each call is one step that an interruption leaves
+    /// whole or undone as far as the bus allows: the database bus and the in-memory bus move
+    /// everything in one transaction (every message moved once, or none); SQS moves one
+    /// batch of at most ten per call and RabbitMQ at most [`REDRIVE_BATCH`] (each message
+    /// sent, confirmed, then deleted from the dead-letter queue, so a crash between the two
+    /// leaves that batch in both queues: at least once, never lost). So a call may move
+    /// fewer than `max` while more wait: call again until enough moved or it returns 0.
+    async fn redrive(&self, queue: &str, max: u64) -> Result<u64, BusError>;
+
+    /// How many dead letters of `queue` a [`redrive`](Self::redrive) would move now: those
+    /// waiting in its dead-letter queue (on SQS, SQS's approximate count), not those a
+    /// reader holds. Moves nothing.
+    async fn redrivable(&self, queue: &str) -> Result<u64, BusError>;
 
     /// Lets go of what this process holds in the bus beyond messages: a bus that counts its
     /// consumers from another process (the database bus) stops counting this process's

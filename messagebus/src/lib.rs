@@ -36,7 +36,9 @@ pub mod sqs;
 pub mod testing;
 mod url;
 
-pub use bus::{dead_letter_queue_name, Bus, QueueStats, Receiver, Sender, MAX_BODY_BYTES};
+pub use bus::{
+    dead_letter_queue_name, Bus, QueueStats, Receiver, Sender, MAX_BODY_BYTES, REDRIVE_BATCH,
+};
 pub use delivery::{Acknowledger, Delivery, SqlReceipt};
 pub use error::BusError;
 pub use fail_point::fail_point;

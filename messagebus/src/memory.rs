@@ -154,6 +154,42 @@ impl Bus for MemoryBus {
             .or_insert_with(|| QueueState::new(Some(dead_letter)));
         Ok(())
     }
+
+    /// One locked step: the oldest waiting dead letters go to the back of the queue, with a
+    /// fresh receive count and no reason.
+    async fn redrive(&self, queue: &str, max: u64) -> Result<u64, BusError> {
+        let now = Instant::now();
+        let mut state = self.shared.lock();
+        let dlq_name = state.redrive_source(queue)?;
+        let dlq = state.queue(&dlq_name)?;
+        dlq.expire(now);
+        let take = usize::try_from(max)
+            .unwrap_or(usize::MAX)
+            .min(dlq.waiting.len());
+        let moved: Vec<Message> = dlq
+            .waiting
+            .drain(..take)
+            .map(|mut m| {
+                m.receive_count = 0;
+                m.dead_letter_reason = None;
+                m.duplicate = false;
+                m
+            })
+            .collect();
+        let q = state.queue(queue)?;
+        q.waiting.extend(moved);
+        q.notify.notify_waiters();
+        Ok(take as u64)
+    }
+
+    async fn redrivable(&self, queue: &str) -> Result<u64, BusError> {
+        let now = Instant::now();
+        let mut state = self.shared.lock();
+        let dlq_name = state.redrive_source(queue)?;
+        let dlq = state.queue(&dlq_name)?;
+        dlq.expire(now);
+        Ok(dlq.waiting.len() as u64)
+    }
 }
 
 /// What every handle of one bus shares.
@@ -187,6 +223,16 @@ impl State {
     fn next_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
+    }
+
+    /// The name of `queue`'s dead-letter queue, for a redrive: `queue` must exist and not be
+    /// a dead-letter queue itself.
+    fn redrive_source(&mut self, queue: &str) -> Result<String, BusError> {
+        self.queue(queue)?.dead_letter.clone().ok_or_else(|| {
+            BusError::Unsupported(format!(
+                "queue {queue:?} is a dead-letter queue: redrive the queue it belongs to"
+            ))
+        })
     }
 
     /// Puts dead-lettered messages on `queue`'s dead-letter queue and wakes its receivers.

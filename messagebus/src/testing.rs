@@ -78,6 +78,9 @@ macro_rules! bus_conformance_tests {
             oversized_body_rejected,
             missing_queue,
             concurrent_receivers_no_duplicates,
+            redrive_moves_dead_letters_back,
+            redrive_counts_without_moving,
+            redriven_message_starts_afresh,
         );
     };
     (@cases $module:ident, $fresh:path; $($case:ident),* $(,)?) => {
@@ -575,4 +578,183 @@ where
     let stats = tx.inspect().await.unwrap();
     assert_eq!((stats.waiting, stats.in_flight), (0, MESSAGES as u64));
     ack_all(held).await;
+}
+
+/// Sends `bodies`, receives them and dead-letters each with `reason`; returns once the
+/// dead-letter queue counts them.
+pub async fn dead_letter_all(
+    tx: &dyn Sender,
+    rx: &dyn Receiver,
+    bodies: Vec<Vec<u8>>,
+    reason: &str,
+) {
+    let n = bodies.len();
+    tx.send_batch(bodies).await.unwrap();
+    for d in receive_n(rx, n).await {
+        d.dead_letter(reason).await.unwrap();
+    }
+    assert_counts(tx, (0, 0, n as u64)).await;
+}
+
+/// Waits until [`Bus::redrivable`] says `n` (a broker may count a settlement a moment late),
+/// failing after [`PATIENCE`].
+pub async fn assert_redrivable(bus: &dyn Bus, queue: &str, n: u64) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let got = bus.redrivable(queue).await.unwrap();
+        if got == n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "redrivable dead letters of {queue}: {got}, expected {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Redrives until `n` messages moved, each call asked for what is left and moving no more
+/// (a bus may move one batch a call); fails after [`PATIENCE`].
+pub async fn redrive_n(bus: &dyn Bus, queue: &str, n: u64) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut moved = 0;
+    while moved < n {
+        let left = n - moved;
+        let step = bus.redrive(queue, left).await.unwrap();
+        assert!(step <= left, "asked to move {left}, moved {step}");
+        moved += step;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "redrove only {moved} of {n} within {PATIENCE:?}"
+        );
+    }
+}
+
+/// Redrives until a call moves nothing; returns how many moved in all.
+pub async fn redrive_all(bus: &dyn Bus, queue: &str) -> u64 {
+    let mut moved = 0;
+    loop {
+        let step = bus.redrive(queue, 1_000).await.unwrap();
+        if step == 0 {
+            return moved;
+        }
+        moved += step;
+    }
+}
+
+/// Dead letters go back to their queue: at most as many as asked, their bodies intact, each
+/// received as new (receive count 1, no reason), and none left behind or moved twice.
+pub async fn redrive_moves_dead_letters_back<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (bus, queue, tx, rx) = setup(fresh, QueueSettings::default(), "redrive_back").await;
+    let bodies: Vec<Vec<u8>> = (0..5)
+        .map(|i| format!(r#"{{"n":{i},"title":"Čaj — 東京 🎧"}}"#).into_bytes())
+        .collect();
+    dead_letter_all(
+        tx.as_ref(),
+        rx.as_ref(),
+        bodies.clone(),
+        "poison before the fix",
+    )
+    .await;
+    assert_redrivable(bus.as_ref(), &queue, 5).await;
+
+    redrive_n(bus.as_ref(), &queue, 2).await;
+    assert_counts(tx.as_ref(), (2, 0, 3)).await;
+    let mut got = receive_n(rx.as_ref(), 2).await;
+    redrive_n(bus.as_ref(), &queue, 3).await;
+    assert_eq!(
+        bus.redrive(&queue, 10).await.unwrap(),
+        0,
+        "nothing is left to move"
+    );
+    got.extend(receive_n(rx.as_ref(), 3).await);
+    assert_eq!(body_set(&got), bodies.into_iter().collect());
+    for d in &got {
+        assert_eq!(d.receive_count(), 1, "{d:?}");
+        assert_eq!(d.dead_letter_reason(), None, "{d:?}");
+    }
+    ack_all(got).await;
+    assert_empty(rx.as_ref()).await;
+    assert_counts(tx.as_ref(), (0, 0, 0)).await;
+    assert_eq!(bus.redrivable(&queue).await.unwrap(), 0);
+}
+
+/// `redrivable` counts the waiting dead letters and moves nothing (what `--dry-run` shows);
+/// a dead letter a reader holds is neither counted nor moved; a queue that does not exist
+/// is `QueueNotFound`.
+pub async fn redrive_counts_without_moving<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (bus, queue, tx, rx) = setup(fresh, QueueSettings::default(), "redrive_count").await;
+    let bodies: Vec<Vec<u8>> = (0..3).map(|i| format!("dry{i}").into_bytes()).collect();
+    dead_letter_all(tx.as_ref(), rx.as_ref(), bodies, "poison").await;
+    assert_redrivable(bus.as_ref(), &queue, 3).await;
+    assert_eq!(bus.redrivable(&queue).await.unwrap(), 3);
+    assert_counts(tx.as_ref(), (0, 0, 3)).await;
+    assert_empty(rx.as_ref()).await;
+
+    let dlq = bus.receiver(&dead_letter_queue_name(&queue)).await.unwrap();
+    let held = receive_n(dlq.as_ref(), 1).await;
+    assert_redrivable(bus.as_ref(), &queue, 2).await;
+    assert_eq!(redrive_all(bus.as_ref(), &queue).await, 2);
+    let back = receive_n(rx.as_ref(), 2).await;
+    assert!(
+        !body_set(&back).contains(held[0].body()),
+        "a held dead letter was moved"
+    );
+    ack_all(back).await;
+    ack_all(held).await;
+    assert_empty(rx.as_ref()).await;
+    assert_counts(tx.as_ref(), (0, 0, 0)).await;
+
+    let missing = unique_queue_name("missing");
+    match bus.redrive(&missing, 1).await {
+        Err(BusError::QueueNotFound(_)) => {}
+        other => panic!("expected QueueNotFound, got {other:?}"),
+    }
+    match bus.redrivable(&missing).await {
+        Err(BusError::QueueNotFound(_)) => {}
+        other => panic!("expected QueueNotFound, got {other:?}"),
+    }
+}
+
+/// A message dead-lettered for going over its receive limit comes back with its count
+/// started again: one more failure releases it, it is not dead-lettered at once.
+pub async fn redriven_message_starts_afresh<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let settings = QueueSettings {
+        max_receives: 2,
+        ..QueueSettings::default()
+    };
+    let (bus, queue, tx, rx) = setup(fresh, settings, "redrive_afresh").await;
+    tx.send(b"failed twice".to_vec()).await.unwrap();
+    for _ in 1..=2 {
+        receive_n(rx.as_ref(), 1)
+            .await
+            .remove(0)
+            .release()
+            .await
+            .unwrap();
+    }
+    assert_empty(rx.as_ref()).await;
+    assert_redrivable(bus.as_ref(), &queue, 1).await;
+    assert_eq!(redrive_all(bus.as_ref(), &queue).await, 1);
+    let first = receive_n(rx.as_ref(), 1).await.remove(0);
+    assert_eq!(first.body(), b"failed twice");
+    assert_eq!(first.receive_count(), 1);
+    assert_eq!(first.dead_letter_reason(), None);
+    first.release().await.unwrap();
+    let second = receive_n(rx.as_ref(), 1).await.remove(0);
+    assert_eq!(second.receive_count(), 2);
+    second.ack().await.unwrap();
+    assert_counts(tx.as_ref(), (0, 0, 0)).await;
 }

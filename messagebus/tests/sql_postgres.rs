@@ -32,6 +32,12 @@ impl Bus for TestBus {
     async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
         self.bus.create_queue(queue).await
     }
+    async fn redrive(&self, queue: &str, max: u64) -> Result<u64, BusError> {
+        self.bus.redrive(queue, max).await
+    }
+    async fn redrivable(&self, queue: &str) -> Result<u64, BusError> {
+        self.bus.redrivable(queue).await
+    }
     async fn close(&self) -> Result<(), BusError> {
         self.bus.close().await
     }

@@ -48,6 +48,11 @@
 //! Senders publish on a channel in confirm mode: a batch is published whole, then every
 //! confirm is awaited, so `send_batch` returns once the broker has stored every message.
 //!
+//! # Redrive
+//!
+//! Dead letters go back to their queue by `basic.get` from the dead-letter queue, a confirmed
+//! publish to the queue, then the acknowledgement (`redrive.rs`).
+//!
 //! # Connection
 //!
 //! One connection per bus. When it drops (the broker restarts, a proxy cuts it), the next
@@ -57,6 +62,7 @@
 //! come again), so nothing acknowledged is lost and nothing unacknowledged is lost.
 
 mod receiver;
+mod redrive;
 mod sender;
 
 use std::collections::hash_map::DefaultHasher;
@@ -604,6 +610,16 @@ impl Bus for RabbitBus {
                 source: None,
             }),
         }
+    }
+
+    /// A batch (at most [`REDRIVE_BATCH`](crate::REDRIVE_BATCH)) per call, each message
+    /// confirmed on the queue before it leaves the dead-letter queue (see `redrive.rs`).
+    async fn redrive(&self, queue: &str, max: u64) -> Result<u64, BusError> {
+        redrive::redrive(&self.shared, queue, max).await
+    }
+
+    async fn redrivable(&self, queue: &str) -> Result<u64, BusError> {
+        redrive::redrivable(&self.shared, queue).await
     }
 
     async fn close(&self) -> Result<(), BusError> {

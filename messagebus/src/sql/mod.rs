@@ -145,6 +145,17 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         dead_letter_queue: &str,
         reason: &str,
     ) -> Result<bool, BusError>;
+    /// Moves up to `max` waiting rows of `dead_letter_queue` to `queue`, oldest first, in one
+    /// transaction that commits durably: received as new (receive count 0, receipt 0, so that
+    /// a stale delivery from the dead-letter queue settles nothing), without their reason.
+    async fn redrive(
+        &self,
+        queue: &str,
+        dead_letter_queue: &str,
+        max: u64,
+    ) -> Result<u64, BusError>;
+    /// Waiting rows of `dead_letter_queue`.
+    async fn redrivable(&self, dead_letter_queue: &str) -> Result<u64, BusError>;
     /// Pushes each row's visibility out to `visibility` from now.
     async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError>;
     /// Waiting, in-flight and dead-letter counts, and consumers seen within `consumer_ttl`.
@@ -267,6 +278,19 @@ impl<D: Dialect> Shared<D> {
             .queue(name)
             .await?
             .ok_or_else(|| BusError::QueueNotFound(name.to_owned()))
+    }
+
+    /// The name of `queue`'s dead-letter queue, for a redrive: `queue` must exist and not be
+    /// a dead-letter queue itself.
+    async fn redrive_source(&self, queue: &str) -> Result<String, BusError> {
+        self.existing_queue(queue)
+            .await?
+            .dead_letter_queue
+            .ok_or_else(|| {
+                BusError::Unsupported(format!(
+                    "queue {queue:?} is a dead-letter queue: redrive the queue it belongs to"
+                ))
+            })
     }
 
     /// Deletes the rows of dropped receivers and refreshes live ones.
@@ -528,6 +552,24 @@ impl<D: Dialect> Bus for SqlBus<D> {
             return Ok(());
         }
         self.shared.dialect.consumers(&[], &all).await
+    }
+
+    /// One transaction: every message it moves is moved once, or none is.
+    async fn redrive(&self, queue: &str, max: u64) -> Result<u64, BusError> {
+        let dlq = self.shared.redrive_source(queue).await?;
+        if max == 0 {
+            return Ok(0);
+        }
+        let moved = self.shared.dialect.redrive(queue, &dlq, max).await?;
+        if moved > 0 {
+            self.shared.wake(queue);
+        }
+        Ok(moved)
+    }
+
+    async fn redrivable(&self, queue: &str) -> Result<u64, BusError> {
+        let dlq = self.shared.redrive_source(queue).await?;
+        self.shared.dialect.redrivable(&dlq).await
     }
 
     async fn create_queue(&self, queue: &str) -> Result<(), BusError> {

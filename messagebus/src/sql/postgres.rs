@@ -297,6 +297,62 @@ impl Dialect for Pg {
         Ok(done.rows_affected() > 0)
     }
 
+    async fn redrive(
+        &self,
+        queue: &str,
+        dead_letter_queue: &str,
+        max: u64,
+    ) -> Result<u64, BusError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| db_error("redriving", e))?;
+        // Told "moved" means moved: a server crash must not bring the dead letters back.
+        sqlx::query("SET LOCAL synchronous_commit TO on")
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| db_error("redriving", e))?;
+        let moved = sqlx::query(
+            "UPDATE bus_messages m
+             SET queue = $1, visible_at = now(), receive_count = 0, receipt = 0,
+                 dead_letter_reason = NULL
+             FROM (SELECT id FROM bus_messages
+                   WHERE queue = $2 AND visible_at <= now()
+                   ORDER BY visible_at, id LIMIT $3
+                   FOR UPDATE SKIP LOCKED) AS d
+             WHERE m.id = d.id",
+        )
+        .bind(queue)
+        .bind(dead_letter_queue)
+        .bind(i64::try_from(max).unwrap_or(i64::MAX))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db_error("redriving", e))?
+        .rows_affected();
+        // Moved inside the transaction, not committed.
+        fail_point("bus-redrive-in-transaction").await;
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(CHANNEL)
+            .bind(queue)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| db_error("redriving", e))?;
+        tx.commit().await.map_err(|e| db_error("redriving", e))?;
+        Ok(moved)
+    }
+
+    async fn redrivable(&self, dead_letter_queue: &str) -> Result<u64, BusError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM bus_messages WHERE queue = $1 AND visible_at <= now()",
+        )
+        .bind(dead_letter_queue)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db_error("counting dead letters", e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError> {
         let ids: Vec<i64> = held.iter().map(|h| h.0).collect();
         let receipts: Vec<i64> = held.iter().map(|h| h.1).collect();

@@ -330,6 +330,52 @@ impl Dialect for Lite {
         Ok(done.rows_affected() > 0)
     }
 
+    async fn redrive(
+        &self,
+        queue: &str,
+        dead_letter_queue: &str,
+        max: u64,
+    ) -> Result<u64, BusError> {
+        let now = now_micros();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| db_error("redriving", e))?;
+        let moved = sqlx::query(
+            "UPDATE bus_messages
+             SET queue = ?1, visible_at = ?4, receive_count = 0, receipt = 0,
+                 dead_letter_reason = NULL
+             WHERE id IN (SELECT id FROM bus_messages
+                          WHERE queue = ?2 AND visible_at <= ?4
+                          ORDER BY visible_at, id LIMIT ?3)",
+        )
+        .bind(queue)
+        .bind(dead_letter_queue)
+        .bind(i64::try_from(max).unwrap_or(i64::MAX))
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db_error("redriving", e))?
+        .rows_affected();
+        // Moved inside the transaction, not committed.
+        fail_point("bus-redrive-in-transaction").await;
+        tx.commit().await.map_err(|e| db_error("redriving", e))?;
+        Ok(moved)
+    }
+
+    async fn redrivable(&self, dead_letter_queue: &str) -> Result<u64, BusError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM bus_messages WHERE queue = ?1 AND visible_at <= ?2",
+        )
+        .bind(dead_letter_queue)
+        .bind(now_micros())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db_error("counting dead letters", e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError> {
         let now = now_micros();
         let mut tx = self

@@ -22,6 +22,7 @@
 //! - `config.rs`: [`SqsConfig`].
 //! - `sender.rs`: [`SqsSender`], body checks and batch packing.
 //! - `receiver.rs`: [`SqsReceiver`] and the acknowledger of its deliveries.
+//! - `redrive.rs`: dead letters back to their queue (receive, send, then delete).
 //! - `batcher.rs`: the background batcher for acknowledgements and releases.
 //! - `heartbeat.rs`: the visibility heartbeat.
 //! - `counter.rs`: [`RequestCounts`] and the SDK interceptor that fills them.
@@ -33,6 +34,7 @@ mod counter;
 mod error;
 mod heartbeat;
 mod receiver;
+mod redrive;
 mod sender;
 
 use std::collections::HashMap;
@@ -226,6 +228,21 @@ impl Bus for SqsBus {
 
     async fn sender(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
         Ok(Arc::new(self.sqs_sender(queue).await?))
+    }
+
+    /// One batch (at most ten) per call: received from the dead-letter queue, sent to the
+    /// queue, then deleted (see `redrive.rs`).
+    async fn redrive(&self, queue: &str, max: u64) -> Result<u64, BusError> {
+        redrive::redrive(&self.inner, queue, max).await
+    }
+
+    /// `ApproximateNumberOfMessages` of the dead-letter queue.
+    async fn redrivable(&self, queue: &str) -> Result<u64, BusError> {
+        self.inner.queue_url(queue).await?;
+        let dlq = dead_letter_queue_name(queue);
+        let url = self.inner.queue_url(&dlq).await?;
+        let [waiting, _] = self.inner.counts(&dlq, &url).await?;
+        Ok(waiting)
     }
 
     async fn receiver(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError> {

@@ -247,7 +247,8 @@ impl ReceiverShared {
     }
 }
 
-async fn change_visibility(
+/// Sets the visibility of up to ten messages of `queue` to `secs` from now.
+pub(crate) async fn change_visibility(
     bus: &BusInner,
     queue: &str,
     url: &str,

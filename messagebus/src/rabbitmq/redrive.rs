@@ -1,0 +1,144 @@
+//! Redrive on RabbitMQ: a batch of dead letters taken from `<queue>_dead_letter` with
+//! `basic.get` (unacknowledged), published to the queue on a channel in confirm mode, and each
+//! acknowledged in the dead-letter queue only once the broker confirmed its copy.
+//!
+//! Why not a shovel: the shovel plugin is not enabled on every broker (nor on the one the
+//! tests start), and it is managed over the HTTP API, not AMQP. Over AMQP alone the move
+//! cannot be one transaction (RabbitMQ's AMQP transactions are atomic only within one
+//! queue), so a crash between a confirm and the acknowledgement leaves that message in both
+//! queues: at least once, never lost. Whatever was taken and not moved returns to the
+//! dead-letter queue when the channel closes.
+//!
+//! A republished message is new to the queue: no `x-delivery-count` (its receive count starts
+//! again), none of the dead letter's headers (no reason, no `x-death`); it keeps its message
+//! id, so the same message has the same id before and after.
+
+use lapin::options::{
+    BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions,
+};
+use lapin::Channel;
+
+use super::{body_id, sender, short, Shared};
+use crate::{dead_letter_queue_name, BusError, REDRIVE_BATCH};
+
+/// Moves up to `min(max, REDRIVE_BATCH)` waiting dead letters of `queue` back onto it.
+pub(crate) async fn redrive(shared: &Shared, queue: &str, max: u64) -> Result<u64, BusError> {
+    shared.check_exists(queue).await?;
+    let dlq = dead_letter_queue_name(queue);
+    shared.check_exists(&dlq).await?;
+    if max == 0 {
+        return Ok(0);
+    }
+    let (channel, _) = shared.channel().await?;
+    let moved = move_batch(shared, &channel, queue, &dlq, max.min(REDRIVE_BATCH)).await;
+    // Returns to the dead-letter queue whatever was taken and not acknowledged.
+    if channel.status().connected() {
+        let _ = shared
+            .timed(
+                "closing a channel",
+                channel.close(200, "redrive done".into()),
+            )
+            .await;
+    }
+    moved
+}
+
+/// How many dead letters `queue` has waiting: the dead-letter queue's ready messages.
+pub(crate) async fn redrivable(shared: &Shared, queue: &str) -> Result<u64, BusError> {
+    shared.check_exists(queue).await?;
+    let dlq = shared.check_exists(&dead_letter_queue_name(queue)).await?;
+    Ok(u64::from(dlq.message_count()))
+}
+
+async fn move_batch(
+    shared: &Shared,
+    channel: &Channel,
+    queue: &str,
+    dlq: &str,
+    max: u64,
+) -> Result<u64, BusError> {
+    shared
+        .timed(
+            "enabling publisher confirms",
+            channel.confirm_select(ConfirmSelectOptions::default()),
+        )
+        .await?;
+    let mut taken = Vec::new();
+    while (taken.len() as u64) < max {
+        let got = shared
+            .timed(
+                "getting a dead letter",
+                channel.basic_get(short(dlq)?, BasicGetOptions::default()),
+            )
+            .await?;
+        match got {
+            Some(m) => taken.push(m.delivery),
+            None => break,
+        }
+    }
+    let mut first_error = None;
+    let mut confirms = Vec::with_capacity(taken.len());
+    for d in &taken {
+        let id = d
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|m| m.to_string())
+            .unwrap_or_else(|| body_id(&d.data));
+        let published = shared
+            .timed(
+                "publishing a redriven message",
+                channel.basic_publish(
+                    "".into(),
+                    short(queue)?,
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..Default::default()
+                    },
+                    &d.data,
+                    sender::properties(&id),
+                ),
+            )
+            .await;
+        match published {
+            Ok(confirm) => confirms.push(confirm),
+            Err(e) => {
+                first_error = Some(e);
+                break;
+            }
+        }
+    }
+    let mut moved = 0u64;
+    for (d, confirm) in taken.iter().zip(confirms) {
+        if let Err(e) = sender::confirmed(shared, confirm, queue).await {
+            first_error.get_or_insert(e);
+            let _ = d
+                .acker
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    multiple: false,
+                })
+                .await;
+            continue;
+        }
+        moved += 1;
+        match d.acker.ack(BasicAckOptions::default()).await {
+            Ok(true) => {}
+            outcome => tracing::warn!(
+                queue = %dlq,
+                error = ?outcome.err(),
+                "a dead letter sent back to its queue could not be removed from the dead-letter \
+                 queue: it will be there again as well (a duplicate; handling it twice is \
+                 harmless)"
+            ),
+        }
+    }
+    match first_error {
+        Some(e) if moved == 0 => Err(e),
+        Some(e) => {
+            tracing::debug!(queue, error = %e, moved, "redrive stopped part-way");
+            Ok(moved)
+        }
+        None => Ok(moved),
+    }
+}
