@@ -244,6 +244,18 @@ pub(crate) enum Command {
         archivist receive pending_research --max 1 --wait 1m   # a researcher takes one work item\n  \
         archivist receive curated_clips --dead-letters          # what was set aside, and why")]
     Receive(ReceiveArgs),
+    /// Move QUEUE's dead letters back onto it (after the fault that set them aside is
+    /// fixed), and say how many
+    #[command(after_help = "Examples:\n  \
+        archivist redrive curated_clips --dry-run   # how many would move; nothing moves\n  \
+        archivist redrive curated_clips --max 2     # try two first\n  \
+        archivist redrive curated_clips             # then the rest\n\n\
+Each message goes back as new: its receive count starts again, its reason is dropped. Dead \
+letters taken off with `archivist receive QUEUE --dead-letters` are gone: there is nothing left \
+to redrive of them. On the database bus the move is one transaction (interrupted: all moved or none); on SQS and RabbitMQ \
+it goes a batch at a time, each message sent before it leaves the dead-letter queue (a crash in \
+between can leave that batch in both: delivered twice, never lost).")]
+    Redrive(RedriveArgs),
     /// Counts of episodes, clips, pairs, researched pairs, matches, leases and queue depths
     #[command(after_help = "Examples:\n  \
         archivist status                            # a table\n  \
@@ -347,6 +359,23 @@ pub(crate) struct ReceiveArgs {
     /// Read the queue's dead-letter queue instead; each line is then {"body": …, "reason": …}
     #[arg(long)]
     pub(crate) dead_letters: bool,
+}
+
+/// Options of `redrive`.
+#[derive(Debug, Args)]
+pub(crate) struct RedriveArgs {
+    /// The queue whose dead letters go back onto it (its name, not its dead-letter queue's)
+    pub(crate) queue: String,
+    /// The most dead letters to move [default: every one waiting when it starts]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max: Option<u64>,
+    /// Count the dead letters that would move, and move none
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Print one JSON object (queue, dead_letter_queue, dead_letters, would_move, moved,
+    /// dry_run, interrupted) instead of a sentence
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// Options of `status`.
@@ -492,6 +521,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
     ),
     ("send", &[DATASTORE, BUS, CONNECT, LOGS]),
     ("receive", &[DATASTORE, BUS, CONNECT, LOGS]),
+    ("redrive", &[DATASTORE, BUS, CONNECT, RETRY, LOGS]),
     ("status", &[DATASTORE, BUS, QUEUES, CONNECT, LOGS]),
     ("matches", &[DATASTORE, CONNECT, LOGS]),
     ("queues", &[DATASTORE, BUS, QUEUES, CONNECT, LOGS]),

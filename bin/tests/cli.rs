@@ -16,6 +16,7 @@ const SUBCOMMANDS: &[&str] = &[
     "demo",
     "send",
     "receive",
+    "redrive",
     "status",
     "matches",
     "queues",

@@ -5,6 +5,7 @@ mod matches;
 mod migrate;
 mod queues;
 mod receive;
+mod redrive;
 mod send;
 mod status;
 
@@ -33,6 +34,7 @@ pub(crate) async fn dispatch(
         Command::Demo(args) => crate::demo::run(&config, token, &args).await,
         Command::Send(args) => send::run(&config, &token, &args).await,
         Command::Receive(args) => receive::run(&config, &token, &args).await,
+        Command::Redrive(args) => redrive::run(&config, &token, &args).await,
         Command::Status(args) => status::run(&config, &token, args.json).await,
         Command::Matches(args) => matches::run(&config, &token, &args).await,
         Command::Queues(args) => queues::run(&config, &token, args.json, args.update).await,

@@ -1,0 +1,221 @@
+//! End-to-end tests of `archivist redrive` through the binary, on the default SQLite database
+//! bus, on Postgres, on RabbitMQ and on SQS: researchers' results that arrive before their
+//! episode and clips were curated are dead-lettered by a real `completed-research` run
+//! (poison: unknown episode or clip); `--dry-run` counts them and moves nothing; once the
+//! episode and clips are curated (the fix), `redrive --max 2` puts two back, the next
+//! `completed-research` records them, and a second `redrive` the last one. On the database
+//! bus, a redrive killed inside its transaction moves nothing and loses nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use common::pipeline::{assert_depth, clip_json, episode_json, results_for, Scenario, CLIPS};
+use common::PgDatabase;
+use serde_json::{json, Value};
+
+/// Results for Episode 2 against clips A, B and C, under a lease nobody made (recorded all
+/// the same, as the contract says), sent before either was curated.
+fn send_early_results(s: &Scenario) {
+    let item = json!({
+        "lease_id": "00000000-0000-4000-8000-000000000001",
+        "episode": episode_json("Episode 2: High", "2026-01-02T00:00:00Z", 9, 1),
+        "clips": CLIPS[..3]
+            .iter()
+            .enumerate()
+            .map(|(n, (t, p))| clip_json(t, *p, n))
+            .collect::<Vec<_>>(),
+    });
+    let lines: Vec<String> = results_for(&item).iter().map(Value::to_string).collect();
+    s.run_with_input(
+        &["send", &s.bus.completed_queue],
+        &(lines.join("\n") + "\n"),
+    )
+    .expect_code(0);
+}
+
+fn redrive_json(s: &Scenario, extra: &[&str]) -> Value {
+    let mut args = vec!["redrive", s.bus.completed_queue.as_str(), "--json"];
+    args.extend_from_slice(extra);
+    let run = s.run(&args, &[]).expect_code(0);
+    serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
+}
+
+/// The whole story on one bus.
+fn dead_letters_go_back_after_the_fix(s: &Scenario) {
+    let completed = s.bus.completed_queue.clone();
+    s.run(&["queues"], &[]).expect_code(0);
+    send_early_results(s);
+    s.run(&["completed-research"], &[]).expect_code(0);
+    let depths = s.queue_depths();
+    assert_depth(&depths, &completed, 0, 3);
+    assert_eq!(s.status()["researched_pairs"], 0);
+
+    // A dry run says how many would move, and moves nothing.
+    let run = s
+        .run(&["redrive", &completed, "--dry-run"], &[])
+        .expect_code(0);
+    assert_eq!(
+        run.stdout.trim(),
+        format!(
+            "would move 3 of the 3 dead letters in {completed}_dead_letter back to {completed} \
+             (dry run: nothing moved)"
+        )
+    );
+    let dry = redrive_json(s, &["--dry-run", "--max", "2"]);
+    assert_eq!(dry["dead_letters"], 3, "{dry}");
+    assert_eq!(dry["would_move"], 2, "{dry}");
+    assert_eq!(dry["moved"], 0, "{dry}");
+    assert_eq!(dry["dry_run"], true, "{dry}");
+    assert_depth(&s.queue_depths(), &completed, 0, 3);
+
+    // The fix: the episode and clips are curated. Two results go back and are recorded.
+    s.curate();
+    let run = s
+        .run(&["redrive", &completed, "--max", "2"], &[])
+        .expect_code(0);
+    assert_eq!(
+        run.stdout.trim(),
+        format!("moved 2 of the 3 dead letters in {completed}_dead_letter back to {completed}")
+    );
+    assert_depth(&s.queue_depths(), &completed, 2, 1);
+    s.run(&["completed-research"], &[]).expect_code(0);
+    assert_eq!(s.status()["researched_pairs"], 2);
+    assert_depth(&s.queue_depths(), &completed, 0, 1);
+
+    // The rest; then nothing is left to move.
+    let last = redrive_json(s, &[]);
+    assert_eq!(last["moved"], 1, "{last}");
+    assert_eq!(last["interrupted"], false, "{last}");
+    s.run(&["completed-research"], &[]).expect_code(0);
+    assert_eq!(s.status()["researched_pairs"], 3);
+    assert_depth(&s.queue_depths(), &completed, 0, 0);
+    let run = s.run(&["redrive", &completed], &[]).expect_code(0);
+    assert_eq!(
+        run.stdout.trim(),
+        format!("0 dead letters wait in {completed}_dead_letter: nothing to move")
+    );
+
+    // `receive --dead-letters` works as before: a poison clip, read off with its reason.
+    s.run_with_input(
+        &["send", &s.bus.clips_queue],
+        "{\"title\":\"poison: not a clip\"}\n",
+    )
+    .expect_code(0);
+    s.run(&["clips", "--once"], &[]).expect_code(0);
+    let dead = s
+        .run(
+            &[
+                "receive",
+                &s.bus.clips_queue,
+                "--dead-letters",
+                "--wait",
+                "5s",
+            ],
+            &[],
+        )
+        .expect_code(0)
+        .json_lines();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["body"], "{\"title\":\"poison: not a clip\"}");
+    assert!(dead[0]["reason"].is_string(), "{dead:?}");
+}
+
+#[test]
+fn redrive_on_the_sqlite_bus() {
+    dead_letters_go_back_after_the_fix(&Scenario::database(None));
+}
+
+#[test]
+fn redrive_on_the_postgres_bus() {
+    let db = PgDatabase::create();
+    dead_letters_go_back_after_the_fix(&Scenario::database(Some(&db.url)));
+}
+
+#[test]
+fn redrive_on_rabbitmq() {
+    dead_letters_go_back_after_the_fix(&Scenario::rabbitmq(None));
+}
+
+#[test]
+fn redrive_on_sqs() {
+    dead_letters_go_back_after_the_fix(&Scenario::sqs(None));
+}
+
+/// Usage errors exit 2 and say what is wrong; nothing is moved.
+#[test]
+fn redrive_usage_errors() {
+    let s = Scenario::database(None);
+    s.run(&["queues"], &[]).expect_code(0);
+    let run = s
+        .run(&["redrive", "curated_clips_dead_letter"], &[])
+        .expect_code(2);
+    assert!(
+        run.stderr.contains("is a dead-letter queue")
+            && run.stderr.contains("redrive curated_clips"),
+        "{}",
+        run.stderr
+    );
+    let run = s.run(&["redrive", "no_such_queue"], &[]).expect_code(2);
+    assert!(run.stderr.contains("does not exist"), "{}", run.stderr);
+    s.run(&["redrive", "curated_clips", "--max", "0"], &[])
+        .expect_code(2);
+}
+
+/// Killed inside its transaction, a redrive on the database bus has moved nothing and lost
+/// nothing; run again, it moves them all.
+fn killed_mid_redrive_moves_all_or_nothing(s: &Scenario) {
+    let completed = s.bus.completed_queue.clone();
+    s.run(&["queues"], &[]).expect_code(0);
+    send_early_results(s);
+    s.run(&["completed-research"], &[]).expect_code(0);
+    assert_depth(&s.queue_depths(), &completed, 0, 3);
+
+    let point = "bus-redrive-in-transaction";
+    let mut env = s.bus.with(&[]);
+    env.push(("ARCHIVIST_FAIL_POINT", point));
+    let mut child = common::command(s.path(), &["redrive", &completed], &env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let marker = format!("fail point {point} reached");
+    let mut seen = Vec::new();
+    let mut lines = BufReader::new(stderr).lines();
+    loop {
+        let Some(line) = lines.next() else {
+            panic!(
+                "redrive ended without reaching {point}: {:?}\n{}",
+                child.wait(),
+                seen.join("\n")
+            );
+        };
+        let line = line.unwrap();
+        if line.contains(&marker) {
+            break;
+        }
+        seen.push(line);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_depth(&s.queue_depths(), &completed, 0, 3);
+
+    let again = redrive_json(s, &[]);
+    assert_eq!(again["moved"], 3, "{again}");
+    assert_depth(&s.queue_depths(), &completed, 3, 0);
+}
+
+#[test]
+fn killed_mid_redrive_on_the_sqlite_bus() {
+    killed_mid_redrive_moves_all_or_nothing(&Scenario::database(None));
+}
+
+#[test]
+fn killed_mid_redrive_on_the_postgres_bus() {
+    let db = PgDatabase::create();
+    killed_mid_redrive_moves_all_or_nothing(&Scenario::database(Some(&db.url)));
+}
