@@ -4,7 +4,9 @@
 //! (poison: unknown episode or clip); `--dry-run` counts them and moves nothing; once the
 //! episode and clips are curated (the fix), `redrive --max 2` puts two back, the next
 //! `completed-research` records them, and a second `redrive` the last one. On the database
-//! bus, a redrive killed inside its transaction moves nothing and loses nothing.
+//! bus, a redrive killed inside its transaction moves nothing and loses nothing; on SQS and
+//! RabbitMQ, which move a batch at a time, SIGINT between two batches stops the redrive with
+//! the first batch moved and the rest where they were.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -218,4 +220,106 @@ fn killed_mid_redrive_on_the_sqlite_bus() {
 fn killed_mid_redrive_on_the_postgres_bus() {
     let db = PgDatabase::create();
     killed_mid_redrive_moves_all_or_nothing(&Scenario::database(Some(&db.url)));
+}
+
+/// `n` poison clips, dead-lettered by a real `clips --once` run; redrive is signalled (SIGINT)
+/// once its first step has moved `first_step` of them: it says so, exits 0, and every message
+/// is in one queue or the other, none twice.
+fn sigint_between_steps(s: &Scenario, n: usize, first_step: u64) {
+    let clips = s.bus.clips_queue.clone();
+    s.run(&["queues"], &[]).expect_code(0);
+    let poison: Vec<String> = (0..n)
+        .map(|i| json!({ "title": format!("poison {i}") }).to_string())
+        .collect();
+    s.run_with_input(&["send", &clips], &(poison.join("\n") + "\n"))
+        .expect_code(0);
+    s.run(&["clips", "--once"], &[]).expect_code(0);
+    assert_depth(&s.queue_depths(), &clips, 0, n as u64);
+
+    let point = "redrive-step-done";
+    let mut env = s.bus.with(&[]);
+    env.push(("ARCHIVIST_PAUSE_POINT", point));
+    let mut child = common::command(s.path(), &["redrive", &clips, "--json"], &env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    loop {
+        let Some(line) = lines.next() else {
+            panic!(
+                "redrive ended without reaching {point}: {:?}\n{}",
+                child.wait(),
+                seen.join("\n")
+            );
+        };
+        let line = line.unwrap();
+        let reached = line.contains(&format!("pause point {point} reached"));
+        seen.push(line);
+        if reached {
+            break;
+        }
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // The rest of the log, so that the process never blocks on a full pipe.
+    seen.extend(lines.map_while(Result::ok));
+    let out = child.wait_with_output().unwrap();
+    let log = seen.join("\n");
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(outcome["moved"], first_step, "{outcome}\n{log}");
+    assert_eq!(outcome["would_move"], n, "{outcome}");
+    assert_eq!(outcome["interrupted"], true, "{outcome}");
+    let left = n as u64 - first_step;
+    assert_depth(&s.queue_depths(), &clips, first_step, left);
+
+    // Every body once: the moved ones on the queue, the rest still dead letters.
+    let mut bodies: Vec<String> = s
+        .run(
+            &["receive", &clips, "--max", &n.to_string(), "--wait", "2s"],
+            &[],
+        )
+        .expect_code(0)
+        .stdout
+        .lines()
+        .map(str::to_string)
+        .collect();
+    bodies.extend(
+        s.run(
+            &[
+                "receive",
+                &clips,
+                "--dead-letters",
+                "--max",
+                &n.to_string(),
+                "--wait",
+                "2s",
+            ],
+            &[],
+        )
+        .expect_code(0)
+        .json_lines()
+        .iter()
+        .map(|d| d["body"].as_str().unwrap().to_string()),
+    );
+    bodies.sort();
+    let mut expected = poison;
+    expected.sort();
+    assert_eq!(bodies, expected);
+}
+
+#[test]
+fn sigint_between_batches_on_sqs() {
+    sigint_between_steps(&Scenario::sqs(None), 25, 10);
+}
+
+#[test]
+fn sigint_between_batches_on_rabbitmq() {
+    sigint_between_steps(&Scenario::rabbitmq(None), 120, messagebus::REDRIVE_BATCH);
 }

@@ -71,7 +71,11 @@ pub(crate) async fn run(
                 .await;
             match step {
                 Ok(0) => break,
-                Ok(n) => moved += n,
+                Ok(n) => {
+                    moved += n;
+                    // Test builds: a signal at the moment between two steps.
+                    messagebus::fail_point("redrive-step-done").await;
+                }
                 Err(e) => {
                     return Err(anyhow!(retry_error(e)).context(format!(
                         "cannot redrive {queue}: moved {moved} of {would_move} dead letters \
