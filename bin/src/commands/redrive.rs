@@ -56,8 +56,13 @@ pub(crate) async fn run(
     let dead_letters = retry
         .run(token, BusError::is_retryable, || bus.redrivable(&queue))
         .await
-        .map_err(|e| {
-            anyhow!(retry_error(e)).context(format!("cannot count the dead letters of {queue}"))
+        .map_err(|e| match retry_error(e) {
+            // The queue exists (checked above): its dead-letter queue is what is missing.
+            BusError::QueueNotFound(_) => usage(format!(
+                "queue {queue:?} has no dead-letter queue {dlq:?}: create it with \
+                 `archivist queues`"
+            )),
+            e => anyhow!(e).context(format!("cannot count the dead letters of {queue}")),
         })?;
     let would_move = args.max.map_or(dead_letters, |m| m.min(dead_letters));
     let mut moved = 0u64;
