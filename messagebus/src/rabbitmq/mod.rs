@@ -138,6 +138,8 @@ pub(crate) struct Shared {
     closing: Mutex<Vec<JoinHandle<()>>>,
     /// The channel used to publish dead letters (confirm mode).
     dead_letter_channel: tokio::sync::Mutex<Option<Channel>>,
+    /// The channel redrives use (confirm mode), one step at a time; see `redrive.rs`.
+    redrive_channel: tokio::sync::Mutex<Option<Channel>>,
 }
 
 /// The connection and the reconnection backoff.
@@ -184,6 +186,7 @@ impl RabbitBus {
                 counts: Mutex::new(HashMap::new()),
                 closing: Mutex::new(Vec::new()),
                 dead_letter_channel: tokio::sync::Mutex::new(None),
+                redrive_channel: tokio::sync::Mutex::new(None),
             }),
         };
         bus.shared.connection().await?;

@@ -6,8 +6,8 @@
 //! tests start), and it is managed over the HTTP API, not AMQP. Over AMQP alone the move
 //! cannot be one transaction (RabbitMQ's AMQP transactions are atomic only within one
 //! queue), so a crash between a confirm and the acknowledgement leaves that message in both
-//! queues: at least once, never lost. Whatever was taken and not moved returns to the
-//! dead-letter queue when the channel closes.
+//! queues: at least once, never lost. What a step took and did not move it gives back
+//! (`basic.nack` with requeue), or, when the step failed, closes its channel, which returns it.
 //!
 //! A republished message is new to the queue: no `x-delivery-count` (its receive count starts
 //! again), none of the dead letter's headers (no reason, no `x-death`); it keeps its message
@@ -29,14 +29,34 @@ pub(crate) async fn redrive(shared: &Shared, queue: &str, max: u64) -> Result<u6
     if max == 0 {
         return Ok(0);
     }
-    let (channel, _) = shared.channel().await?;
+    // One channel for every step, kept open: RabbitMQ may ignore acknowledgements sent to a
+    // quorum queue just before their channel closes (rabbitmq/rabbitmq-server#10327), and a
+    // dead letter whose acknowledgement was ignored returns to the dead-letter queue after
+    // its copy was published: moved twice. Closing a channel per step did that to about one
+    // message in ten here.
+    let mut slot = shared.redrive_channel.lock().await;
+    let channel = match slot.as_ref().filter(|c| c.status().connected()) {
+        Some(c) => c.clone(),
+        None => {
+            let (channel, _) = shared.channel().await?;
+            shared
+                .timed(
+                    "enabling publisher confirms",
+                    channel.confirm_select(ConfirmSelectOptions::default()),
+                )
+                .await?;
+            *slot = Some(channel.clone());
+            channel
+        }
+    };
     let moved = move_batch(shared, &channel, queue, &dlq, max.min(REDRIVE_BATCH)).await;
-    // Returns to the dead-letter queue whatever was taken and not acknowledged.
-    if channel.status().connected() {
+    if moved.is_err() && channel.status().connected() {
+        // Whatever the failed step still holds goes back to the dead-letter queue.
+        *slot = None;
         let _ = shared
             .timed(
                 "closing a channel",
-                channel.close(200, "redrive done".into()),
+                channel.close(200, "redrive failed".into()),
             )
             .await;
     }
@@ -57,12 +77,6 @@ async fn move_batch(
     dlq: &str,
     max: u64,
 ) -> Result<u64, BusError> {
-    shared
-        .timed(
-            "enabling publisher confirms",
-            channel.confirm_select(ConfirmSelectOptions::default()),
-        )
-        .await?;
     let mut taken = Vec::new();
     while (taken.len() as u64) < max {
         let got = shared
@@ -108,17 +122,19 @@ async fn move_batch(
             }
         }
     }
+    let requeue = BasicNackOptions {
+        requeue: true,
+        multiple: false,
+    };
+    // Taken but not published (a publish failed): back to the dead-letter queue.
+    for d in &taken[confirms.len()..] {
+        let _ = d.acker.nack(requeue).await;
+    }
     let mut moved = 0u64;
     for (d, confirm) in taken.iter().zip(confirms) {
         if let Err(e) = sender::confirmed(shared, confirm, queue).await {
             first_error.get_or_insert(e);
-            let _ = d
-                .acker
-                .nack(BasicNackOptions {
-                    requeue: true,
-                    multiple: false,
-                })
-                .await;
+            let _ = d.acker.nack(requeue).await;
             continue;
         }
         moved += 1;
