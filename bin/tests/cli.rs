@@ -669,6 +669,7 @@ fn help_lists_what_each_subcommand_uses_with_examples() {
         "demo",
         "status",
         "completions",
+        "redrive",
     ] {
         let help = archivist(dir.path(), &[sub, "--help"], &env).expect_code(0);
         assert!(help.stdout.contains("Examples:"), "{sub}: {}", help.stdout);
