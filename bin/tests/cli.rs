@@ -349,8 +349,9 @@ fn read_only_commands_never_create_a_datastore() {
     }
     let run = archivist(dir.path(), &["migrate"], &[]).expect_code(0);
     assert!(
-        run.stderr
-            .contains("applied 2 migrations: 0001 schema, 0002 lease duration"),
+        run.stderr.contains(
+            "applied 3 migrations: 0001 schema, 0002 lease duration, 0003 recent matches"
+        ),
         "{}",
         run.stderr
     );

@@ -53,8 +53,8 @@ pub mod testing_pg;
 pub use connect::{connect, redact_url};
 pub use error::DataStoreError;
 pub use model::{
-    ClipInfo, EpisodeInfo, EpisodeKey, Lease, LeaseRequest, LeaseUpdate, Match, MatchFilter,
-    RecordOutcome, ResearchResult, Status,
+    ClipInfo, EpisodeInfo, EpisodeKey, Lease, LeaseRequest, LeaseState, LeaseSummary, LeaseUpdate,
+    Match, MatchFilter, RecordOutcome, ResearchResult, Status,
 };
 #[cfg(feature = "postgres")]
 pub use postgres::PgDataStore;

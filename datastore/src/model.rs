@@ -203,6 +203,50 @@ pub struct Match {
     pub research_date: DateTime<Utc>,
 }
 
+/// Where a lease stands, judged at a given time (the states [`Status`] counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseState {
+    /// Not expired, not revoked: a researcher is on it.
+    Active,
+    /// Revoked, not expired, still holding pairs whose results have not arrived.
+    AwaitingLateResults,
+    /// Past its expiry, still holding pairs not yet taken over.
+    Expired,
+}
+
+impl LeaseState {
+    /// Where a lease that holds pairs stands at `now`, as [`Status`] counts it.
+    pub(crate) fn at(expires_at: DateTime<Utc>, revoked: bool, now: DateTime<Utc>) -> Self {
+        if expires_at <= now {
+            LeaseState::Expired
+        } else if revoked {
+            LeaseState::AwaitingLateResults
+        } else {
+            LeaseState::Active
+        }
+    }
+}
+
+/// A lease that holds pairs, as the status page lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseSummary {
+    /// The lease's id (the work item's `lease_id`).
+    pub id: Uuid,
+    /// The title of the leased episode.
+    pub episode_title: String,
+    /// When the leased episode aired.
+    pub episode_date_aired: DateTime<Utc>,
+    /// When the lease was taken.
+    pub created_at: DateTime<Utc>,
+    /// When it expires (or expired) unless renewed.
+    pub expires_at: DateTime<Utc>,
+    /// Pairs it still holds.
+    pub held_pairs: u64,
+    /// Where it stands at the time asked.
+    pub state: LeaseState,
+}
+
 /// Which matches to list. Empty filters match everything.
 #[derive(Debug, Clone, Default)]
 pub struct MatchFilter {

@@ -44,8 +44,8 @@ use uuid::Uuid;
 use crate::store::EncodeWorkItem;
 use crate::{
     redact_url, ClipInfo, DataStore, DataStoreError, EpisodeInfo, EpisodeKey, Lease, LeaseRequest,
-    LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Result, Status,
-    TransactionalBus,
+    LeaseState, LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult,
+    Result, Status, TransactionalBus,
 };
 
 /// The schema's migrations. The database bus keeps its own (versions from 1000001) in the same
@@ -1336,7 +1336,33 @@ WHERE r.matched
 ORDER BY e.date_aired DESC, e.title, c.title
 LIMIT $3";
 
+// Walks research_results_matched_recent (0006) from its newest end.
+const RECENT_MATCHES: &str = "
+SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date
+FROM research_results r
+JOIN episodes e ON e.id = r.episode_id
+JOIN clips c ON c.id = r.clip_id
+WHERE r.matched
+ORDER BY r.research_date DESC, e.title, c.title
+LIMIT $1";
+
+const LEASES: &str = "
+SELECT l.id, e.title, e.date_aired, l.created_at, l.expires_at, l.held_pairs::int8, l.revoked
+FROM leases l JOIN episodes e ON e.id = l.episode_id
+WHERE l.held_pairs > 0
+ORDER BY l.expires_at <= $1 DESC, l.created_at, l.id
+LIMIT $2";
+
 type StatusRow = (i64, i64, i64, i64, i64, i64, i64, i64);
+type LeaseRow = (
+    Uuid,
+    String,
+    DateTime<Utc>,
+    DateTime<Utc>,
+    DateTime<Utc>,
+    i64,
+    bool,
+);
 type MatchRow = (String, DateTime<Utc>, String, Vec<i64>, DateTime<Utc>);
 
 #[async_trait]
@@ -1452,6 +1478,65 @@ impl DataStore for PgDataStore {
                             clip_title,
                             clip_offsets_ns: offsets,
                             research_date,
+                        }
+                    },
+                )
+                .collect())
+        })
+        .await
+    }
+
+    async fn recent_matches(&self, limit: u32) -> Result<Vec<Match>> {
+        retrying("recent_matches", Replay::Harmless, || async {
+            let rows: Vec<MatchRow> = sqlx::query_as(RECENT_MATCHES)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(
+                    |(episode_title, episode_date_aired, clip_title, offsets, research_date)| {
+                        Match {
+                            episode_title,
+                            episode_date_aired,
+                            clip_title,
+                            clip_offsets_ns: offsets,
+                            research_date,
+                        }
+                    },
+                )
+                .collect())
+        })
+        .await
+    }
+
+    async fn leases(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<LeaseSummary>> {
+        retrying("leases", Replay::Harmless, || async {
+            let rows: Vec<LeaseRow> = sqlx::query_as(LEASES)
+                .bind(now)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(
+                    |(
+                        id,
+                        episode_title,
+                        episode_date_aired,
+                        created_at,
+                        expires_at,
+                        held,
+                        revoked,
+                    )| {
+                        LeaseSummary {
+                            id,
+                            episode_title,
+                            episode_date_aired,
+                            created_at,
+                            expires_at,
+                            held_pairs: count(held),
+                            state: LeaseState::at(expires_at, revoked, now),
                         }
                     },
                 )

@@ -37,8 +37,9 @@ use uuid::Uuid;
 
 use crate::store::EncodeWorkItem;
 use crate::{
-    redact_url, ClipInfo, DataStore, DataStoreError, EpisodeInfo, Lease, LeaseRequest, LeaseUpdate,
-    Match, MatchFilter, RecordOutcome, ResearchResult, Result, Status, TransactionalBus,
+    redact_url, ClipInfo, DataStore, DataStoreError, EpisodeInfo, Lease, LeaseRequest, LeaseState,
+    LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Result, Status,
+    TransactionalBus,
 };
 
 /// The schema's migrations. The database bus keeps its own (versions from 1000001) in the same
@@ -302,6 +303,66 @@ impl DataStore for SqliteDataStore {
                     clip_offsets_ns: serde_json::from_str(&offsets)
                         .map_err(|e| corrupt(format!("clip_offsets_ns {offsets:?}: {e}")))?,
                     research_date: time(row.try_get(4)?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn recent_matches(&self, limit: u32) -> Result<Vec<Match>> {
+        // Walks research_results_matched_recent (0003) from its newest end.
+        let rows = sqlx::query(
+            "SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date \
+             FROM research_results r \
+             JOIN episodes e ON e.id = r.episode_id \
+             JOIN clips c ON c.id = r.clip_id \
+             WHERE r.matched = 1 \
+             ORDER BY r.research_date DESC, e.title, c.title \
+             LIMIT ?1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let offsets: String = row.try_get(3)?;
+                Ok(Match {
+                    episode_title: row.try_get(0)?,
+                    episode_date_aired: time(row.try_get(1)?)?,
+                    clip_title: row.try_get(2)?,
+                    clip_offsets_ns: serde_json::from_str(&offsets)
+                        .map_err(|e| corrupt(format!("clip_offsets_ns {offsets:?}: {e}")))?,
+                    research_date: time(row.try_get(4)?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn leases(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<LeaseSummary>> {
+        let rows = sqlx::query(
+            "SELECT l.id, e.title, e.date_aired, l.created_at, l.expires_at, l.held_pairs, \
+                    l.revoked \
+             FROM leases l JOIN episodes e ON e.id = l.episode_id \
+             WHERE l.held_pairs > 0 \
+             ORDER BY l.expires_at <= ?1 DESC, l.created_at, l.id \
+             LIMIT ?2",
+        )
+        .bind(micros(now))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let expires_at = time(row.try_get(4)?)?;
+                let revoked: bool = row.try_get(6)?;
+                let held: i64 = row.try_get(5)?;
+                Ok(LeaseSummary {
+                    id: row.try_get(0)?,
+                    episode_title: row.try_get(1)?,
+                    episode_date_aired: time(row.try_get(2)?)?,
+                    created_at: time(row.try_get(3)?)?,
+                    expires_at,
+                    held_pairs: u64::try_from(held).unwrap_or(0),
+                    state: LeaseState::at(expires_at, revoked, now),
                 })
             })
             .collect()

@@ -4,8 +4,8 @@ use messagebus::SqlReceipt;
 use uuid::Uuid;
 
 use crate::{
-    ClipInfo, EpisodeInfo, Lease, LeaseRequest, LeaseUpdate, Match, MatchFilter, RecordOutcome,
-    ResearchResult, Result, Status,
+    ClipInfo, EpisodeInfo, Lease, LeaseRequest, LeaseSummary, LeaseUpdate, Match, MatchFilter,
+    RecordOutcome, ResearchResult, Result, Status,
 };
 
 /// Everything archivists store and ask. Object-safe: archivists hold an `Arc<dyn DataStore>`.
@@ -65,6 +65,15 @@ pub trait DataStore: Send + Sync {
 
     /// Recorded matches (results with at least one offset).
     async fn matches(&self, filter: &MatchFilter) -> Result<Vec<Match>>;
+
+    /// The `limit` most recently researched matches, latest `research_date` first (ties:
+    /// episode title, clip title). Reads one index entry per match returned.
+    async fn recent_matches(&self, limit: u32) -> Result<Vec<Match>>;
+
+    /// Leases that hold pairs (those [`status`](Self::status) counts as active, awaiting late
+    /// results or expired), judged at `now`, with their episode: expired ones first, then the
+    /// oldest; at most `limit`. Reads only.
+    async fn leases(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<LeaseSummary>>;
 
     /// Inserts or updates one episode.
     async fn upsert_episode(&self, episode: &EpisodeInfo) -> Result<()> {

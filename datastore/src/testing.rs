@@ -78,6 +78,8 @@ macro_rules! datastore_conformance_tests {
             researched_prefix_does_not_hide_new_or_raised_episodes,
             status_counts_each_step,
             matches_lists_and_filters,
+            recent_matches_newest_first,
+            leases_listed_with_episode_and_state,
             concurrent_leases_never_overlap,
             times_round_trip_at_microseconds,
             episode_identity_is_title_and_date_aired,
@@ -178,8 +180,8 @@ pub mod cases {
 
     use super::{clip, episode, result, t0};
     use crate::{
-        ClipInfo, DataStore, DataStoreError, EpisodeInfo, Lease, LeaseRequest, LeaseUpdate,
-        MatchFilter, RecordOutcome, Status,
+        ClipInfo, DataStore, DataStoreError, EpisodeInfo, Lease, LeaseRequest, LeaseState,
+        LeaseUpdate, MatchFilter, RecordOutcome, Status,
     };
 
     fn request(max_clips: u32, now: DateTime<Utc>) -> LeaseRequest {
@@ -1342,6 +1344,117 @@ pub mod cases {
             .await
             .unwrap();
         assert!(none.is_empty());
+    }
+
+    /// Recent matches: results with offsets only, latest research date first, at most the
+    /// limit asked.
+    pub async fn recent_matches_newest_first(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 2, 3).await;
+        let id = Uuid::new_v4();
+        let at = |r: crate::ResearchResult, minutes: i64| crate::ResearchResult {
+            research_date: t0() + Duration::minutes(minutes),
+            ..r
+        };
+        assert!(store.recent_matches(10).await.unwrap().is_empty());
+        store
+            .record_results(&[
+                at(result(id, &es[1], &cs[0], &[5]), 1),
+                at(result(id, &es[0], &cs[1], &[6]), 3),
+                at(result(id, &es[0], &cs[2], &[]), 4),
+                at(result(id, &es[1], &cs[2], &[7, 8]), 2),
+            ])
+            .await
+            .unwrap();
+        let recent = store.recent_matches(10).await.unwrap();
+        let got: Vec<_> = recent
+            .iter()
+            .map(|m| (m.episode_title.as_str(), m.clip_title.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("Episode 0", "Clip 1"),
+                ("Episode 1", "Clip 2"),
+                ("Episode 1", "Clip 0"),
+            ]
+        );
+        assert_eq!(recent[1].clip_offsets_ns, vec![7, 8]);
+        assert_eq!(recent[0].research_date, t0() + Duration::minutes(3));
+        assert_eq!(store.recent_matches(2).await.unwrap(), recent[..2].to_vec());
+    }
+
+    /// Leases holding pairs are listed with their episode, times, held pairs and state at the
+    /// time asked: expired first, then the oldest; an emptied or ended lease is not listed.
+    pub async fn leases_listed_with_episode_and_state(store: Arc<dyn DataStore>) {
+        let (_, cs) = seed(&*store, 3, 2).await;
+        assert!(store.leases(t0(), 10).await.unwrap().is_empty());
+        let a = lease(&*store, 2, t0()).await.unwrap();
+        let b = lease(&*store, 2, t0() + Duration::minutes(10))
+            .await
+            .unwrap();
+        let c = lease(&*store, 2, t0() + Duration::minutes(20))
+            .await
+            .unwrap();
+        // c is revoked with one result in: it awaits the other.
+        store
+            .record_results(&[result(c.id, &c.episode, &cs[0], &[])])
+            .await
+            .unwrap();
+        assert!(store.update_lease(c.id, LeaseUpdate::Revoke).await.unwrap());
+
+        let now = t0() + Duration::minutes(30);
+        let listed = store.leases(now, 10).await.unwrap();
+        let got: Vec<_> = listed
+            .iter()
+            .map(|l| (l.id, l.state, l.held_pairs))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (a.id, LeaseState::Active, 2),
+                (b.id, LeaseState::Active, 2),
+                (c.id, LeaseState::AwaitingLateResults, 1),
+            ]
+        );
+        assert_eq!(listed[0].episode_title, a.episode.title);
+        assert_eq!(listed[0].episode_date_aired, a.episode.date_aired);
+        assert_eq!(listed[0].created_at, t0());
+        assert_eq!(listed[0].expires_at, a.expires_at);
+        assert_eq!(listed[1].created_at, t0() + Duration::minutes(10));
+
+        // An hour and five minutes in, a has expired (listed first); b and c have not.
+        let later = t0() + Duration::minutes(65);
+        let listed = store.leases(later, 10).await.unwrap();
+        let got: Vec<_> = listed.iter().map(|l| (l.id, l.state)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (a.id, LeaseState::Expired),
+                (b.id, LeaseState::Active),
+                (c.id, LeaseState::AwaitingLateResults),
+            ]
+        );
+        assert_eq!(store.leases(later, 1).await.unwrap().len(), 1);
+        let status = store.status(later).await.unwrap();
+        assert_eq!(
+            (
+                status.active_leases,
+                status.awaiting_late_results,
+                status.expired_leases
+            ),
+            (1, 1, 1)
+        );
+
+        // Cancelled, b holds nothing and is not listed.
+        assert!(store.update_lease(b.id, LeaseUpdate::Cancel).await.unwrap());
+        let ids: Vec<_> = store
+            .leases(later, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|l| l.id)
+            .collect();
+        assert_eq!(ids, vec![a.id, c.id]);
     }
 
     /// Many tasks leasing at once never lease a pair twice, and together lease exactly the

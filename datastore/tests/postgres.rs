@@ -245,7 +245,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0002 lease duration",
             "0003 lease frontier",
             "0004 leased pairs unchecked lease",
-            "0005 episodes hot counters"
+            "0005 episodes hot counters",
+            "0006 recent matches"
         ]
     );
     store.migrate().await.unwrap();
@@ -324,7 +325,8 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
         [
             "0003 lease frontier",
             "0004 leased pairs unchecked lease",
-            "0005 episodes hot counters"
+            "0005 episodes hot counters",
+            "0006 recent matches"
         ]
     );
     store.migrate().await.unwrap();

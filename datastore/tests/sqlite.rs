@@ -251,7 +251,7 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
     let store = SqliteDataStore::connect(&url).await.unwrap();
     assert_eq!(
         store.missing_migrations().await.unwrap(),
-        ["0002 lease duration"]
+        ["0002 lease duration", "0003 recent matches"]
     );
     store.migrate().await.unwrap();
     assert!(store.missing_migrations().await.unwrap().is_empty());

@@ -319,6 +319,16 @@ impl DataStore for HookedStore {
     async fn matches(&self, filter: &MatchFilter) -> datastore::Result<Vec<Match>> {
         self.inner.matches(filter).await
     }
+    async fn recent_matches(&self, limit: u32) -> datastore::Result<Vec<Match>> {
+        self.inner.recent_matches(limit).await
+    }
+    async fn leases(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> datastore::Result<Vec<datastore::LeaseSummary>> {
+        self.inner.leases(now, limit).await
+    }
 }
 
 /// A sender that fails every send with `error()`, and can hide the consumer count.
@@ -463,6 +473,16 @@ impl DataStore for CuratedOnlyStore {
         })
     }
     async fn matches(&self, _: &MatchFilter) -> datastore::Result<Vec<Match>> {
+        Ok(Vec::new())
+    }
+    async fn recent_matches(&self, _: u32) -> datastore::Result<Vec<Match>> {
+        Ok(Vec::new())
+    }
+    async fn leases(
+        &self,
+        _: DateTime<Utc>,
+        _: u32,
+    ) -> datastore::Result<Vec<datastore::LeaseSummary>> {
         Ok(Vec::new())
     }
 }
