@@ -30,6 +30,17 @@ pub struct QueueStats {
     pub dead_letters: u64,
 }
 
+/// A message in a dead-letter queue, as [`Sender::peek_dead_letters`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The bus's id of the message.
+    pub message_id: String,
+    /// The body as it was sent.
+    pub body: Vec<u8>,
+    /// Why it was set aside, where the bus recorded a reason.
+    pub reason: Option<String>,
+}
+
 /// Publishes messages to one queue. Cheap to clone behind an `Arc`; shared by many tasks.
 #[async_trait]
 pub trait Sender: Send + Sync {
@@ -45,6 +56,19 @@ pub trait Sender: Send + Sync {
 
     /// Counts of waiting, in-flight and dead-lettered messages, and consumers where known.
     async fn inspect(&self) -> Result<QueueStats, BusError>;
+
+    /// Up to `limit` messages of the queue's dead-letter queue, without taking them: a
+    /// read-only look for people (the status page). `None` where the bus cannot look without
+    /// taking messages in a way that could cost one (RabbitMQ); the count is in
+    /// [`inspect`](Self::inspect). What each bus shows, and what a look costs:
+    ///
+    /// - the in-memory and database buses: the oldest first, whether or not someone holds
+    ///   them; nothing changes;
+    /// - SQS: a receive with a visibility timeout of zero, so no message is hidden from
+    ///   others; it shows a sample (up to ten, as SQS samples its servers) and adds one to
+    ///   each shown message's receive count, which a dead-letter queue (it has no redrive
+    ///   policy) never acts on.
+    async fn peek_dead_letters(&self, limit: usize) -> Result<Option<Vec<DeadLetter>>, BusError>;
 
     /// The queue's name.
     fn queue(&self) -> &str;

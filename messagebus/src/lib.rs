@@ -37,7 +37,8 @@ pub mod testing;
 mod url;
 
 pub use bus::{
-    dead_letter_queue_name, Bus, QueueStats, Receiver, Sender, MAX_BODY_BYTES, REDRIVE_BATCH,
+    dead_letter_queue_name, Bus, DeadLetter, QueueStats, Receiver, Sender, MAX_BODY_BYTES,
+    REDRIVE_BATCH,
 };
 pub use delivery::{Acknowledger, Delivery, SqlReceipt};
 pub use error::BusError;

@@ -24,8 +24,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::{
-    dead_letter_queue_name, Acknowledger, Bus, BusError, Delivery, QueueStats, Receiver, Sender,
-    MAX_BODY_BYTES,
+    dead_letter_queue_name, Acknowledger, Bus, BusError, DeadLetter, Delivery, QueueStats,
+    Receiver, Sender, MAX_BODY_BYTES,
 };
 
 /// Settings of a [`MemoryBus`].
@@ -367,6 +367,28 @@ impl Sender for MemorySender {
             stats.dead_letters = (dlq.waiting.len() + dlq.in_flight.len()) as u64;
         }
         Ok(stats)
+    }
+
+    async fn peek_dead_letters(&self, limit: usize) -> Result<Option<Vec<DeadLetter>>, BusError> {
+        let mut state = self.shared.lock();
+        let Some(dlq_name) = state.queue(&self.queue)?.dead_letter.clone() else {
+            return Ok(Some(Vec::new()));
+        };
+        let dlq = state.queue(&dlq_name)?;
+        // Held ones too (someone is reading them off), oldest first: ids are `mem-N`, so a
+        // shorter id is older.
+        let mut all: Vec<&Message> = dlq.waiting.iter().chain(dlq.in_flight.values()).collect();
+        all.sort_by_key(|m| (m.id.len(), m.id.clone()));
+        Ok(Some(
+            all.into_iter()
+                .take(limit)
+                .map(|m| DeadLetter {
+                    message_id: m.id.clone(),
+                    body: m.body.clone(),
+                    reason: m.dead_letter_reason.clone(),
+                })
+                .collect(),
+        ))
     }
 
     fn queue(&self) -> &str {

@@ -72,6 +72,7 @@ macro_rules! bus_conformance_tests {
             release_redelivers,
             visibility_timeout_redelivers,
             dead_letter_with_reason,
+            peek_dead_letters_takes_nothing,
             max_receives_redrives,
             inspect_counts,
             consumers_counted,
@@ -386,6 +387,69 @@ where
     d.ack().await.unwrap();
     let stats = tx.inspect().await.unwrap();
     assert_eq!(stats.dead_letters, 0);
+}
+
+/// `peek_dead_letters` shows dead letters with their reasons and takes none: they are still
+/// counted and still received afterwards. A bus that cannot look (`None`) still counts them.
+pub async fn peek_dead_letters_takes_nothing<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (bus, queue, tx, rx) = setup(fresh, QueueSettings::default(), "peek").await;
+    let empty = tx.peek_dead_letters(10).await.unwrap();
+    assert!(empty.as_ref().is_none_or(Vec::is_empty), "{empty:?}");
+    let poison: HashMap<Vec<u8>, String> = HashMap::from([
+        (b"{not json".to_vec(), "invalid JSON «one»".to_string()),
+        (
+            "ünïcödé".as_bytes().to_vec(),
+            "invalid JSON two".to_string(),
+        ),
+    ]);
+    tx.send_batch(poison.keys().cloned().collect())
+        .await
+        .unwrap();
+    for d in receive_n(rx.as_ref(), 2).await {
+        let reason = poison[d.body()].clone();
+        d.dead_letter(&reason).await.unwrap();
+    }
+    assert_counts(tx.as_ref(), (0, 0, 2)).await;
+
+    // SQS shows a sample at each look: look until every one was seen.
+    let mut seen: HashMap<Vec<u8>, Option<String>> = HashMap::new();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut looks = 0;
+    while seen.len() < 2 {
+        let Some(letters) = tx.peek_dead_letters(10).await.unwrap() else {
+            break;
+        };
+        looks += 1;
+        assert!(letters.len() <= 2, "{letters:?}");
+        for l in letters {
+            seen.insert(l.body, l.reason);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "saw {} of 2 dead letters in {looks} looks",
+            seen.len()
+        );
+    }
+    if looks > 0 {
+        for (body, reason) in &seen {
+            assert_eq!(reason.as_deref(), Some(poison[body].as_str()));
+        }
+        let one = tx.peek_dead_letters(1).await.unwrap().unwrap();
+        assert!(one.len() <= 1, "{one:?}");
+    }
+    // Nothing was taken: the counts, and a receive of the dead-letter queue, find both.
+    assert_counts(tx.as_ref(), (0, 0, 2)).await;
+    let dlq = bus.receiver(&dead_letter_queue_name(&queue)).await.unwrap();
+    let dead = receive_n(dlq.as_ref(), 2).await;
+    for d in dead {
+        assert_eq!(d.dead_letter_reason(), Some(poison[d.body()].as_str()));
+        d.ack().await.unwrap();
+    }
+    assert_counts(tx.as_ref(), (0, 0, 0)).await;
 }
 
 /// A message received `max_receives` times and released each time goes to the dead-letter

@@ -375,6 +375,12 @@ impl Sender for FailingSender {
         }
         Ok(stats)
     }
+    async fn peek_dead_letters(
+        &self,
+        limit: usize,
+    ) -> Result<Option<Vec<messagebus::DeadLetter>>, BusError> {
+        self.inner.peek_dead_letters(limit).await
+    }
     fn queue(&self) -> &str {
         self.inner.queue()
     }

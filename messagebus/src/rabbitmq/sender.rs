@@ -8,7 +8,7 @@ use lapin::{BasicProperties, Channel};
 use lapin::{Confirmation, PublisherConfirm};
 
 use super::{inspect, short, Shared};
-use crate::{BusError, QueueStats, Sender, MAX_BODY_BYTES};
+use crate::{BusError, DeadLetter, QueueStats, Sender, MAX_BODY_BYTES};
 
 /// Publishes to one queue of a [`RabbitBus`](super::RabbitBus) through the default exchange,
 /// on its own channel in confirm mode. `send_batch` publishes every body, then waits for all
@@ -125,6 +125,13 @@ impl Sender for RabbitSender {
 
     async fn inspect(&self) -> Result<QueueStats, BusError> {
         inspect(&self.shared, &self.queue).await
+    }
+
+    async fn peek_dead_letters(&self, _: usize) -> Result<Option<Vec<DeadLetter>>, BusError> {
+        // AMQP 0-9-1 cannot look without taking: a `basic.get` and a requeue would count as a
+        // delivery in the quorum dead-letter queue, whose default delivery limit (RabbitMQ 4:
+        // 20) then drops the message. Only the count (`inspect`) is safe.
+        Ok(None)
     }
 
     fn queue(&self) -> &str {

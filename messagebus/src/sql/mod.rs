@@ -44,8 +44,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::{
-    dead_letter_queue_name, Acknowledger, Bus, BusError, Delivery, QueueStats, Receiver, Sender,
-    SqlReceipt, MAX_BODY_BYTES,
+    dead_letter_queue_name, Acknowledger, Bus, BusError, DeadLetter, Delivery, QueueStats,
+    Receiver, Sender, SqlReceipt, MAX_BODY_BYTES,
 };
 
 #[cfg(feature = "postgres")]
@@ -164,6 +164,12 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         queue: &QueueRow,
         consumer_ttl: Duration,
     ) -> Result<QueueStats, BusError>;
+    /// Up to `limit` rows of `dead_letter_queue`, oldest first, held or not. Reads only.
+    async fn peek(
+        &self,
+        dead_letter_queue: &str,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, BusError>;
     /// Marks `alive` consumers seen now and deletes `gone` ones.
     async fn consumers(&self, alive: &[(Uuid, String)], gone: &[Uuid]) -> Result<(), BusError>;
 }
@@ -627,6 +633,13 @@ impl<D: Dialect> Sender for SqlSender<D> {
             stats.consumers = Some(0);
         }
         Ok(stats)
+    }
+
+    async fn peek_dead_letters(&self, limit: usize) -> Result<Option<Vec<DeadLetter>>, BusError> {
+        let Some(dlq) = &self.queue.dead_letter_queue else {
+            return Ok(Some(Vec::new()));
+        };
+        Ok(Some(self.shared.dialect.peek(dlq, limit).await?))
     }
 
     fn queue(&self) -> &str {

@@ -22,7 +22,7 @@ use super::{
     check_bodies, db_error, fail_point, migrate_error, millis, over_limit_reason, Claimed,
     ClaimedRow, Dialect, QueueRow, Shared, SqlBus, SqlBusConfig,
 };
-use crate::{BusError, QueueStats, SqlReceipt};
+use crate::{BusError, DeadLetter, QueueStats, SqlReceipt};
 
 /// The bus's migrations; versions from 1000001 so that they never meet the datastore's.
 static MIGRATOR: Migrator = Migrator {
@@ -402,6 +402,30 @@ impl Dialect for Pg {
             dead_letters: count(2)?,
             consumers: Some(count(3)?),
         })
+    }
+
+    async fn peek(
+        &self,
+        dead_letter_queue: &str,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, BusError> {
+        let rows: Vec<(i64, String, Option<String>)> = sqlx::query_as(
+            "SELECT id, body, dead_letter_reason FROM bus_messages
+             WHERE queue = $1 ORDER BY id LIMIT $2",
+        )
+        .bind(dead_letter_queue)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| db_error("reading dead letters", e))?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, body, reason)| DeadLetter {
+                message_id: id.to_string(),
+                body: body.into_bytes(),
+                reason,
+            })
+            .collect())
     }
 
     async fn consumers(&self, alive: &[(Uuid, String)], gone: &[Uuid]) -> Result<(), BusError> {

@@ -122,13 +122,18 @@ impl SqsReceiver {
 
     /// The reason given to messages the redrive policy moved to this (dead-letter) queue.
     fn redrive_reason(&self, source_arn: Option<&str>) -> String {
-        let source = source_arn.map_or_else(String::new, |arn| format!(" from {arn}"));
-        format!(
-            "moved{source} by the redrive policy: received more than the maximum receive count \
-             ({}) without being handled",
-            self.shared.bus.config.max_receives
-        )
+        redrive_reason(self.shared.bus.config.max_receives, source_arn)
     }
+}
+
+/// The reason given to messages the redrive policy moved to a dead-letter queue (they carry
+/// no reason attribute of ours).
+pub(crate) fn redrive_reason(max_receives: u32, source_arn: Option<&str>) -> String {
+    let source = source_arn.map_or_else(String::new, |arn| format!(" from {arn}"));
+    format!(
+        "moved{source} by the redrive policy: received more than the maximum receive count \
+         ({max_receives}) without being handled"
+    )
 }
 
 #[async_trait]

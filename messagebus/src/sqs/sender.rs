@@ -6,12 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::{
+    MessageSystemAttributeName, QueueAttributeName, SendMessageBatchRequestEntry,
+};
 
 use super::batcher::MAX_BATCH;
 use super::error::classify_code;
+use super::receiver::{redrive_reason, DEAD_LETTER_REASON_ATTRIBUTE};
 use super::BusInner;
-use crate::{dead_letter_queue_name, BusError, QueueStats, Sender, MAX_BODY_BYTES};
+use crate::{dead_letter_queue_name, BusError, DeadLetter, QueueStats, Sender, MAX_BODY_BYTES};
 
 /// SQS's limit on the whole of one `SendMessageBatch` (bodies and attributes): 1 MiB.
 pub const MAX_BATCH_BYTES: usize = MAX_BODY_BYTES;
@@ -154,6 +157,63 @@ impl Sender for SqsSender {
             consumers: None,
             dead_letters,
         })
+    }
+
+    async fn peek_dead_letters(&self, limit: usize) -> Result<Option<Vec<DeadLetter>>, BusError> {
+        if limit == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        let dlq = dead_letter_queue_name(&self.queue);
+        let url = match self.bus.queue_url(&dlq).await {
+            Ok(url) => url,
+            Err(BusError::QueueNotFound(_)) => return Ok(Some(Vec::new())),
+            Err(e) => return Err(e),
+        };
+        // SQS cannot look without receiving. A visibility timeout of zero leaves every message
+        // visible to other receivers at once; nothing needs releasing, and the receive count
+        // it adds is never acted on (a dead-letter queue has no redrive policy of its own).
+        let out = self
+            .bus
+            .client
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(i32::try_from(limit.min(10)).unwrap_or(10))
+            .wait_time_seconds(0)
+            .visibility_timeout(0)
+            .message_system_attribute_names(MessageSystemAttributeName::DeadLetterQueueSourceArn)
+            .message_attribute_names(DEAD_LETTER_REASON_ATTRIBUTE)
+            .send()
+            .await
+            .map_err(|e| self.bus.map_err("ReceiveMessage", &dlq, e))?;
+        let mut payload = 0;
+        let letters = out
+            .messages()
+            .iter()
+            .map(|m| {
+                let body = m.body().unwrap_or_default().to_owned();
+                payload += body.len();
+                let reason = m
+                    .message_attributes()
+                    .and_then(|a| a.get(DEAD_LETTER_REASON_ATTRIBUTE))
+                    .and_then(|v| v.string_value())
+                    .map_or_else(
+                        || {
+                            let source = m.attributes().and_then(|a| {
+                                a.get(&MessageSystemAttributeName::DeadLetterQueueSourceArn)
+                            });
+                            redrive_reason(self.bus.config.max_receives, source.map(String::as_str))
+                        },
+                        str::to_owned,
+                    );
+                DeadLetter {
+                    message_id: m.message_id().unwrap_or_default().to_owned(),
+                    body: body.into_bytes(),
+                    reason: Some(reason),
+                }
+            })
+            .collect();
+        self.bus.counter.payload("ReceiveMessage", payload);
+        Ok(Some(letters))
     }
 
     fn queue(&self) -> &str {
