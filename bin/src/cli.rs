@@ -20,6 +20,7 @@ pub(crate) const DEFAULT_CONNECT_TIMEOUT: &str = "30s";
 pub(crate) const DEFAULT_SHUTDOWN_TIMEOUT: &str = "30s";
 pub(crate) const DEFAULT_RETRY_BUDGET: &str = "30s";
 pub(crate) const DEFAULT_START_JITTER: &str = "5s";
+pub(crate) const DEFAULT_SERVE_ADDR: &str = "127.0.0.1:9898";
 
 /// The archivist: stores curated episodes and clips, hands research work to researchers a
 /// lease at a time, and records what they find.
@@ -182,7 +183,8 @@ pub(crate) struct GlobalArgs {
     pub(crate) start_jitter: String,
 
     /// Serve Prometheus metrics (/metrics) and health checks (/healthz, /readyz) on this
-    /// address, as 127.0.0.1:9898, while the process runs [default: none]
+    /// address, as 127.0.0.1:9898, while the process runs; `run` serves the status page and
+    /// its JSON (/api/…) there too [default: none]
     #[arg(
         long,
         env = "ARCHIVIST_METRICS_ADDR",
@@ -276,6 +278,13 @@ between can leave that batch in both: delivered twice, never lost).")]
         archivist completions zsh > \"${fpath[1]}/_archivist\"\n  \
         archivist completions fish > ~/.config/fish/completions/archivist.fish")]
     Completions(CompletionsArgs),
+    /// Serve the status page, its JSON (/api/…), metrics and health checks on --addr until
+    /// SIGINT/SIGTERM; reads only
+    #[command(after_help = "Examples:\n  \
+        archivist serve                             # http://127.0.0.1:9898/ on ./archivist.sqlite\n  \
+        archivist serve --addr 0.0.0.0:9898         # reachable from other hosts\n  \
+        curl -s 127.0.0.1:9898/api/status")]
+    Serve(ServeArgs),
 }
 
 const DEMO_ABOUT: &str = "The whole pipeline in one process, on an in-memory bus: built-in \
@@ -384,6 +393,31 @@ pub(crate) struct StatusArgs {
     /// Print one JSON object instead of a table
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// Options of `serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Where to serve, HOST:PORT with an IP address (port 0 picks a free one, named in the log)
+    #[arg(
+        long,
+        env = "ARCHIVIST_SERVE_ADDR",
+        hide_env_values = true,
+        default_value = DEFAULT_SERVE_ADDR,
+        value_parser = parse_addr
+    )]
+    pub(crate) addr: std::net::SocketAddr,
+}
+
+/// Parses HOST:PORT with an IP address.
+fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    let s = if s.trim().is_empty() {
+        DEFAULT_SERVE_ADDR
+    } else {
+        s.trim()
+    };
+    s.parse()
+        .map_err(|_| "expected HOST:PORT with an IP address, as 127.0.0.1:9898 or [::]:9898".into())
 }
 
 /// Options of `matches`.
@@ -526,6 +560,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
     ("matches", &[DATASTORE, CONNECT, LOGS]),
     ("queues", &[DATASTORE, BUS, QUEUES, CONNECT, LOGS]),
     ("completions", &[]),
+    ("serve", &[DATASTORE, BUS, QUEUES, CONNECT, LOGS]),
 ];
 const DATASTORE: &[&str] = &["database_url"];
 const BUS: &[&str] = &["bus", "bus_url", "max_receives"];

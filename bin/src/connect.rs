@@ -199,10 +199,15 @@ pub(crate) async fn shared_bus(
              by every process), set ARCHIVIST_BUS=sqs, or run `archivist demo` to see the \
              whole pipeline in one process"
         ))),
-        // `status` reads: it creates no table and no queue; `queues` creates them itself,
+        // `status` and `serve` read: they create no table and no queue; `queues` creates them itself,
         // saying which.
         BusKind::Sqlite | BusKind::Postgres => {
-            database_bus(config, token, !matches!(subcommand, "status" | "queues")).await
+            database_bus(
+                config,
+                token,
+                !matches!(subcommand, "status" | "serve" | "queues"),
+            )
+            .await
         }
         BusKind::Sqs => {
             let bus = sqs_bus(config).await?;
@@ -210,7 +215,12 @@ pub(crate) async fn shared_bus(
             Ok(bus)
         }
         BusKind::Rabbitmq => {
-            rabbitmq_bus(config, token, !matches!(subcommand, "status" | "queues")).await
+            rabbitmq_bus(
+                config,
+                token,
+                !matches!(subcommand, "status" | "serve" | "queues"),
+            )
+            .await
         }
     }
 }

@@ -8,7 +8,8 @@
 //! - `connect.rs`: opening the datastore (with retries) and the bus.
 //! - `tasks.rs`: waiting for archivists, repeating runs, supervising tasks until shutdown.
 //! - `logging.rs`: logs on standard error (RUST_LOG, NO_COLOR, a closed pipe, the demo's bar).
-//! - `metrics_server.rs`: `--metrics-addr`: Prometheus `/metrics`, `/healthz`, `/readyz`.
+//! - `web/`: the HTTP server: the status page and its JSON API (`serve`, `run`), Prometheus
+//!   `/metrics`, `/healthz`, `/readyz` (`--metrics-addr`).
 //! - `signals.rs`: SIGINT/SIGTERM cancel the token.
 //! - `panic_hook.rs`: a panic printed as an error, credentials masked.
 //! - `commands/`: one file per subcommand or group.
@@ -20,10 +21,10 @@ mod config;
 mod connect;
 mod demo;
 mod logging;
-mod metrics_server;
 mod panic_hook;
 mod signals;
 mod tasks;
+mod web;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -32,6 +32,22 @@ pub(crate) fn install(urls: &[Option<&str>]) {
     }));
 }
 
+/// Masks the credentials of known URLs (and the AWS secrets) in a text shown to someone:
+/// the status page's error messages.
+pub(crate) struct Redactor(Vec<(String, String)>);
+
+impl Redactor {
+    /// A redactor for `urls` (the database and bus URLs in use).
+    pub(crate) fn new(urls: &[Option<&str>]) -> Self {
+        Redactor(replacements(urls))
+    }
+
+    /// `text` with every known credential masked.
+    pub(crate) fn apply(&self, text: &str) -> String {
+        mask(text, &self.0)
+    }
+}
+
 /// `text` with each `(from, to)` replaced, in order.
 fn mask(text: &str, replacements: &[(String, String)]) -> String {
     let mut text = text.to_string();

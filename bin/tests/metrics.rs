@@ -1,5 +1,6 @@
 //! `--metrics-addr`: a running `archivist run` serves Prometheus metrics that count what it
-//! does (scraped here over HTTP as Prometheus would), `/healthz` and `/readyz`.
+//! does (scraped here over HTTP as Prometheus would), `/healthz`, `/readyz`, and the status
+//! page with its JSON (`bin/tests/status_page.rs` tests those in full).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -152,4 +153,13 @@ fn run_serves_metrics_and_health_checks() {
         );
     }
     assert!(!scrape.contains("sqlite://"), "no datastore URL in metrics");
+
+    // `run` serves the status page and its JSON on the same address.
+    let (code, page) = get(&addr, "/");
+    assert_eq!(code, 200);
+    assert!(page.contains(r#"<meta http-equiv="refresh""#), "{page}");
+    let (code, status) = get(&addr, "/api/status");
+    assert_eq!(code, 200);
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["episodes"], 1, "{status}");
 }

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{usage, BusKind, Config};
 use crate::connect;
 use crate::tasks::{self, SharedTotals};
+use crate::web;
 
 /// How long a long-running ingestion archivist waits in one receive (SQS's longest poll).
 const INGEST_WAIT: Duration = Duration::from_secs(20);
@@ -47,18 +48,28 @@ async fn supervise_then_close(
     out
 }
 
-/// With `--metrics-addr`, serves metrics and health checks while the subcommand runs.
+/// With `--metrics-addr`, serves metrics and health checks while the subcommand runs (and
+/// with `routes` everything, the status page and its API too).
 async fn serve_metrics(
     config: &Config,
     store: &Arc<dyn DataStore>,
     bus: &Arc<dyn Bus>,
     token: &CancellationToken,
+    routes: web::Routes,
 ) -> anyhow::Result<()> {
     let Some(addr) = config.metrics_addr else {
         return Ok(());
     };
-    let queues = config.queues.all().iter().map(|q| q.to_string()).collect();
-    crate::metrics_server::spawn(addr, store.clone(), bus.clone(), queues, token).await
+    let sources = web::Sources::new(config, store.clone(), Some(bus.clone()));
+    web::spawn(
+        addr,
+        "ARCHIVIST_METRICS_ADDR (--metrics-addr)",
+        sources,
+        routes,
+        token,
+    )
+    .await?;
+    Ok(())
 }
 
 /// `archivist episodes`.
@@ -103,7 +114,7 @@ async fn ingest(
         connect::Open::Migrate,
     )
     .await?;
-    serve_metrics(config, &store, &bus, &token).await?;
+    serve_metrics(config, &store, &bus, &token, web::Routes::MetricsAndHealth).await?;
     let mut set = JoinSet::new();
     let ingest = IngestConfig {
         once,
@@ -171,7 +182,7 @@ pub(crate) async fn pending_research(
         connect::Open::Migrate,
     )
     .await?;
-    serve_metrics(config, &store, &bus, &token).await?;
+    serve_metrics(config, &store, &bus, &token, web::Routes::MetricsAndHealth).await?;
     let mut set = JoinSet::new();
     let pending = PendingResearchConfig {
         lease_duration: config.lease(),
@@ -248,7 +259,7 @@ pub(crate) async fn completed_research(
         connect::Open::Migrate,
     )
     .await?;
-    serve_metrics(config, &store, &bus, &token).await?;
+    serve_metrics(config, &store, &bus, &token, web::Routes::MetricsAndHealth).await?;
     let mut set = JoinSet::new();
     let completed = CompletedResearchConfig {
         receive_wait: DRAIN_WAIT,
@@ -393,7 +404,7 @@ pub(crate) async fn run(
         connect::Open::Migrate,
     )
     .await?;
-    serve_metrics(config, &store, &bus, &token).await?;
+    serve_metrics(config, &store, &bus, &token, web::Routes::Everything).await?;
     let mut set = JoinSet::new();
     let pipeline = Pipeline {
         every,

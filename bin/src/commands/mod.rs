@@ -7,7 +7,8 @@ mod queues;
 mod receive;
 mod redrive;
 mod send;
-mod status;
+mod serve;
+pub(crate) mod status;
 
 use tokio_util::sync::CancellationToken;
 
@@ -38,6 +39,7 @@ pub(crate) async fn dispatch(
         Command::Status(args) => status::run(&config, &token, args.json).await,
         Command::Matches(args) => matches::run(&config, &token, &args).await,
         Command::Queues(args) => queues::run(&config, &token, args.json, args.update).await,
+        Command::Serve(args) => serve::run(&config, &token, args.addr).await,
         // Answered in main, before the configuration is read.
         Command::Completions(_) => Ok(()),
     }

@@ -14,7 +14,7 @@ use crate::config::{BusKind, Config, UsageError};
 use crate::connect;
 
 /// One queue's depth, as `status --json` and `queues --json` print it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub(crate) struct QueueDepth {
     pub(crate) queue: String,
     pub(crate) dead_letter_queue: String,

@@ -27,6 +27,7 @@ const OUR_VARS: &[&str] = &[
     "ARCHIVIST_START_JITTER",
     "ARCHIVIST_EVERY",
     "ARCHIVIST_METRICS_ADDR",
+    "ARCHIVIST_SERVE_ADDR",
     "RUST_LOG",
 ];
 

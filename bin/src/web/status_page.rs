@@ -1,0 +1,378 @@
+//! `/`: the status page. Server-rendered HTML (maud escapes every value), no script; it
+//! reloads itself every [`REFRESH_SECONDS`]. Laid out for a phone's width first, and it
+//! says everything in words and numbers: nothing depends on colour.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use chrono::{DateTime, SecondsFormat, Utc};
+use datastore::{LeaseState, Match};
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+
+use super::history::{rate_per_minute, Sample};
+use super::snapshot::{self, Counts, LeaseRow, QueueView, Queues, Section};
+use super::App;
+
+/// How often the page reloads itself.
+const REFRESH_SECONDS: u32 = 5;
+/// Progress samples listed in the table under the chart (the chart has them all).
+const SAMPLES_LISTED: usize = 10;
+
+const CSS: &str = "\
+body{font-family:system-ui,sans-serif;line-height:1.4;margin:0 auto;max-width:64rem;padding:.5rem 1rem}\
+h1{font-size:1.4rem}h2{font-size:1.2rem;border-bottom:1px solid;margin-top:1.5rem}h3{font-size:1rem}\
+table{border-collapse:collapse;width:100%}\
+th,td{border:1px solid;padding:.2rem .4rem;text-align:left;vertical-align:top}\
+.n{text-align:right;font-variant-numeric:tabular-nums}\
+.scroll{overflow-x:auto}\
+pre{white-space:pre-wrap;overflow-wrap:anywhere;border:1px dashed;padding:.3rem;margin:.2rem 0}\
+progress{width:100%;height:1.4rem;accent-color:CanvasText}code{overflow-wrap:anywhere}\
+svg{width:100%;height:5rem;border:1px solid}\
+dl{display:grid;grid-template-columns:1fr auto;gap:.1rem 1rem}dd{margin:0}\
+.why{font-style:italic}\
+@media (max-width:30rem){body{font-size:.9rem;padding:.5rem}th,td{padding:.15rem .25rem}}";
+
+/// The page, read now.
+pub(super) async fn page(State(app): State<Arc<App>>) -> Markup {
+    let (counts, leases, queues, matches) = tokio::join!(
+        snapshot::counts(&app),
+        snapshot::leases(&app),
+        snapshot::queues(&app, true),
+        snapshot::recent_matches(&app),
+    );
+    let samples = app.history.samples();
+    let now = Utc::now();
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta http-equiv="refresh" content=(REFRESH_SECONDS);
+                title { "archivist status" }
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                header {
+                    h1 { "archivist status" }
+                    p {
+                        "Read at " time datetime=(rfc3339(now)) { (when(now)) }
+                        ". This page reloads itself every " (REFRESH_SECONDS) " seconds."
+                    }
+                    p {
+                        "Datastore: " code { (app.sources.datastore_shown) } ". "
+                        "Bus: " code { (app.sources.bus_shown) } "."
+                    }
+                }
+                main {
+                    (research_section(&counts, &samples))
+                    (leases_section(&counts, &leases))
+                    (queues_section(&queues))
+                    (dead_letters_section(&queues))
+                    (matches_section(&matches))
+                }
+                footer {
+                    h2 { "The same as JSON" }
+                    p {
+                        @for path in ["/api/status", "/api/progress", "/api/leases", "/api/queues", "/api/dead-letters", "/api/matches"] {
+                            a href=(path) { (path) } " "
+                        }
+                        "· " a href="/metrics" { "/metrics" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn unavailable(why: &str) -> Markup {
+    html! { p.why { "Not available now: " (why) } }
+}
+
+fn research_section(counts: &Section<Counts>, samples: &[Sample]) -> Markup {
+    html! {
+        section #research {
+            h2 { "Research" }
+            @match counts {
+                Err(why) => (unavailable(why)),
+                Ok(c) => {
+                    @let s = &c.status;
+                    p {
+                        strong #researched-pairs { (s.researched_pairs) } " of "
+                        span #research-pairs { (s.research_pairs) }
+                        " pairs researched ("
+                        span #percent-researched { (format!("{:.1}", c.percent_researched)) } "%)."
+                        @if let Some(rate) = rate_per_minute(samples) {
+                            " Lately " (format!("{rate:.1}")) " pairs a minute."
+                        }
+                    }
+                    progress value=(s.researched_pairs) max=(s.research_pairs.max(1)) {
+                        (format!("{:.1}%", c.percent_researched))
+                    }
+                    dl {
+                        dt { "Episodes" } dd.n #episodes { (s.episodes) }
+                        dt { "Clips" } dd.n #clips { (s.clips) }
+                        dt { "Matches (pairs where the clip was found)" } dd.n #matched-pairs { (s.matched_pairs) }
+                        dt { "Pairs under lease" } dd.n #leased-pairs { (s.leased_pairs) }
+                        dt { "Pairs to lease" } dd.n #unresearched-pairs { (c.unresearched_pairs) }
+                    }
+                }
+            }
+            h3 { "Over time" }
+            (progress_chart(samples))
+            @if samples.is_empty() {
+                p { "No samples yet." }
+            } @else {
+                div.scroll {
+                    table #progress-samples {
+                        caption { "The latest readings, newest first (one every 10 seconds, and one at each load)" }
+                        thead { tr { th { "time (UTC)" } th.n { "researched" } th.n { "of" } th.n { "matches" } } }
+                        tbody {
+                            @for sample in samples.iter().rev().take(SAMPLES_LISTED) {
+                                tr {
+                                    td { time datetime=(rfc3339(sample.at)) { (when(sample.at)) } }
+                                    td.n { (sample.researched_pairs) }
+                                    td.n { (sample.research_pairs) }
+                                    td.n { (sample.matched_pairs) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Pairs researched (as a share of all pairs) against time: one line, drawn in the text's
+/// own colour, with the numbers also in the table beside it.
+fn progress_chart(samples: &[Sample]) -> Markup {
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        return html! {};
+    };
+    let span = (last.at - first.at).num_milliseconds().max(1) as f64;
+    let mut points = String::new();
+    for s in samples {
+        let x = 300.0 * (s.at - first.at).num_milliseconds() as f64 / span;
+        let share = if s.research_pairs == 0 {
+            0.0
+        } else {
+            s.researched_pairs as f64 / s.research_pairs as f64
+        };
+        let y = 60.0 - 58.0 * share;
+        let _ = write!(points, "{x:.1},{y:.1} ");
+    }
+    let label = format!(
+        "Pairs researched from {} ({} of {}) to {} ({} of {})",
+        when(first.at),
+        first.researched_pairs,
+        first.research_pairs,
+        when(last.at),
+        last.researched_pairs,
+        last.research_pairs
+    );
+    html! {
+        svg viewBox="0 0 300 62" preserveAspectRatio="none" role="img" aria-label=(label) {
+            title { (label) }
+            polyline points=(points.trim_end()) fill="none" stroke="currentColor" stroke-width="2" vector-effect="non-scaling-stroke" {}
+        }
+        p { (label) "; the chart's top is every pair researched." }
+    }
+}
+
+fn leases_section(counts: &Section<Counts>, leases: &Section<Vec<LeaseRow>>) -> Markup {
+    html! {
+        section #leases {
+            h2 { "Leases" }
+            @if let Ok(c) = counts {
+                p {
+                    (c.status.active_leases) " active, "
+                    (c.status.awaiting_late_results) " awaiting late results, "
+                    (c.status.expired_leases) " expired (their pairs are taken over by the next work assignment)."
+                }
+            }
+            @match leases {
+                Err(why) => (unavailable(why)),
+                Ok(rows) if rows.is_empty() => p { "No lease holds pairs." },
+                Ok(rows) => div.scroll {
+                    table {
+                        caption { "Expired first, then the oldest (at most " (snapshot::LEASES_SHOWN) ")" }
+                        thead { tr { th { "state" } th { "episode" } th.n { "age" } th.n { "expiry" } th.n { "pairs held" } th { "lease" } } }
+                        tbody {
+                            @for row in rows {
+                                tr {
+                                    td { (state_words(row.lease.state)) }
+                                    td { (row.lease.episode_title) " (aired " (row.lease.episode_date_aired.format("%Y-%m-%d")) ")" }
+                                    td.n { (seconds(row.age_seconds)) }
+                                    td.n {
+                                        @if row.expires_in_seconds >= 0 {
+                                            "in " (seconds(row.expires_in_seconds))
+                                        } @else {
+                                            (seconds(-row.expires_in_seconds)) " ago"
+                                        }
+                                    }
+                                    td.n { (row.lease.held_pairs) }
+                                    td { code { (row.lease.id) } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn queues_section(queues: &Section<Option<Queues>>) -> Markup {
+    html! {
+        section #queues {
+            h2 { "Queues" }
+            @match queues {
+                Err(why) => (unavailable(why)),
+                Ok(None) => p { "Unknown here: the in-memory bus's queues live inside the process that runs it." },
+                Ok(Some(Queues { views, missing })) => {
+                    @if !missing.is_empty() {
+                        p { "Not created yet: " (missing.join(", ")) " (" code { "archivist queues" } " creates them)." }
+                    }
+                    @if !views.is_empty() { div.scroll {
+                    table {
+                        thead { tr { th { "queue" } th.n { "waiting" } th.n { "in flight" } th.n { "dead letters" } th.n { "consumers" } } }
+                        tbody {
+                            @for v in views {
+                                tr {
+                                    td { (v.depth.queue) }
+                                    td.n { (v.depth.waiting) }
+                                    td.n { (v.depth.in_flight) }
+                                    td.n { (v.depth.dead_letters) }
+                                    td.n {
+                                        @match v.depth.consumers {
+                                            Some(n) => (n),
+                                            None => "not counted",
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    } }
+                }
+            }
+        }
+    }
+}
+
+fn dead_letters_section(queues: &Section<Option<Queues>>) -> Markup {
+    let Ok(Some(Queues { views, .. })) = queues else {
+        // The queues section already says why.
+        return html! {};
+    };
+    let with_letters: Vec<&QueueView> = views.iter().filter(|v| v.depth.dead_letters > 0).collect();
+    html! {
+        section #dead-letters {
+            h2 { "Dead letters" }
+            @if with_letters.is_empty() {
+                p { "None: no message was set aside." }
+            }
+            @for v in with_letters {
+                h3 { (v.depth.dead_letter_queue) ": " (v.depth.dead_letters) }
+                @match &v.dead_letters {
+                    None => p { "This bus cannot show dead letters without taking them off their queue; only the count is shown. "
+                        code { "archivist receive " (v.depth.queue) " --dead-letters" } " takes them." },
+                    Some(letters) => {
+                        @if (letters.len() as u64) < v.depth.dead_letters {
+                            p { "The first " (letters.len()) " shown." }
+                        }
+                        ol {
+                            @for letter in letters {
+                                li {
+                                    p { "Reason: " (letter.reason.as_deref().unwrap_or("none recorded")) }
+                                    pre { (letter.body) }
+                                    @if letter.body_truncated {
+                                        p { "(the first part of " (letter.body_bytes) " bytes)" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn matches_section(matches: &Section<Vec<Match>>) -> Markup {
+    html! {
+        section #matches {
+            h2 { "Recent matches" }
+            @match matches {
+                Err(why) => (unavailable(why)),
+                Ok(ms) if ms.is_empty() => p { "No match recorded yet." },
+                Ok(ms) => div.scroll {
+                    table {
+                        caption { "The latest researched first (at most " (snapshot::MATCHES_SHOWN) ")" }
+                        thead { tr { th { "researched (UTC)" } th { "episode" } th { "clip" } th { "found at" } } }
+                        tbody {
+                            @for m in ms {
+                                tr {
+                                    td { time datetime=(rfc3339(m.research_date)) { (when(m.research_date)) } }
+                                    td { (m.episode_title) " (aired " (m.episode_date_aired.format("%Y-%m-%d")) ")" }
+                                    td { (m.clip_title) }
+                                    td { (m.clip_offsets_ns.iter().map(|&ns| offset(ns)).collect::<Vec<_>>().join(", ")) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn state_words(state: LeaseState) -> &'static str {
+    match state {
+        LeaseState::Active => "active",
+        LeaseState::AwaitingLateResults => "awaiting late results",
+        LeaseState::Expired => "expired",
+    }
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn when(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+/// A length of time in words, to the second: `1h 2m 3s`.
+fn seconds(s: i64) -> String {
+    humantime::format_duration(Duration::from_secs(s.unsigned_abs())).to_string()
+}
+
+/// An offset into an episode as `H:MM:SS.mmm`.
+fn offset(ns: i64) -> String {
+    let ms = ns / 1_000_000;
+    let (h, rest) = (ms / 3_600_000, ms % 3_600_000);
+    format!(
+        "{h}:{:02}:{:02}.{:03}",
+        rest / 60_000,
+        rest / 1000 % 60,
+        rest % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_and_ages_read_as_people_write_them() {
+        assert_eq!(offset(0), "0:00:00.000");
+        assert_eq!(offset(3_723_500_000_000), "1:02:03.500");
+        assert_eq!(seconds(0), "0s");
+        assert_eq!(seconds(3723), "1h 2m 3s");
+        assert_eq!(seconds(-90), "1m 30s");
+    }
+}

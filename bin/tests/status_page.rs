@@ -1,0 +1,493 @@
+//! The status page through the binary, as a person would watch it: `archivist serve` on a
+//! store while `archivist run` and a researcher (this test) work through the pipeline, the
+//! page loaded again and again in a real headless browser (Debian's `chromium`, which
+//! `scripts/test.sh` installs; without it these tests fail, they never skip), its numbers
+//! seen to move, screenshots kept under the test's output directory; the same data as JSON
+//! under `/api/…`; and no secret of the URLs anywhere.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::pipeline::{item_pairs, results_for, Scenario, CLIPS, EPISODES};
+use common::PgDatabase;
+use serde_json::Value;
+
+/// How long the processes may take to do what the test waits for (a loaded machine).
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// The passwords put in the datastore's URL (Postgres trusts any password here).
+const SECRETS: &[&str] = &["Secret-Page-Pw-1", "Secret-Page-Pw-2"];
+
+/// A poison clip whose body is markup: the page must show it as text.
+const MARKUP_POISON: &str = r#"<script>alert("not a clip")</script>"#;
+
+/// Kills the child when the test ends, passed or not.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a long-running subcommand and returns it with the address its log names.
+fn start_serving(s: &Scenario, args: &[&str], extra: &[(&str, &str)]) -> (Running, String) {
+    let mut child = common::command(s.path(), args, &s.bus.with(extra))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let running = Running(child);
+    // The reader keeps draining so the pipe never fills.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some((_, rest)) = line.split_once("on http://") {
+                let _ = tx.send(rest.trim().to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(DEADLINE)
+        .unwrap_or_else(|_| panic!("`archivist {args:?}` never said where it serves"));
+    (running, addr)
+}
+
+/// Starts a long-running subcommand that serves nothing (its log drained).
+fn start(s: &Scenario, args: &[&str], extra: &[(&str, &str)]) -> Running {
+    let mut child = common::command(s.path(), args, &s.bus.with(extra))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    Running(child)
+}
+
+/// One HTTP/1.1 request: the status code and the body.
+fn request(addr: &str, method: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (code, body.to_string())
+}
+
+/// GET `path` as JSON, expecting 200.
+fn api(addr: &str, path: &str) -> Value {
+    let (code, body) = request(addr, "GET", path);
+    assert_eq!(code, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+}
+
+/// Debian's headless Chromium, driven as a person's browser: each load a fresh profile.
+struct Browser {
+    binary: PathBuf,
+    profiles: tempfile::TempDir,
+    loads: u32,
+}
+
+impl Browser {
+    /// The machine's `chromium`. Missing, the test fails: `scripts/test.sh` installs it.
+    fn new() -> Self {
+        let binary = std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join("chromium"))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no `chromium` on PATH: the status page is tested in a real browser; \
+                     scripts/test.sh installs it (apt-get install chromium)"
+                )
+            });
+        Browser {
+            binary,
+            profiles: tempfile::tempdir().unwrap(),
+            loads: 0,
+        }
+    }
+
+    /// Runs the browser on `url` with `args`, within the deadline; its standard output.
+    fn run(&mut self, url: &str, args: &[&str]) -> String {
+        self.loads += 1;
+        let profile = self.profiles.path().join(self.loads.to_string());
+        let mut child = Command::new(&self.binary)
+            .args([
+                "--headless",
+                // Root in a container has no user namespace for the sandbox.
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars",
+                &format!("--user-data-dir={}", profile.display()),
+            ])
+            .args(args)
+            .arg(url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut out = String::new();
+            let _ = stdout.read_to_string(&mut out);
+            out
+        });
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.success(), "chromium {args:?} {url}: {status}");
+                break;
+            }
+            if started.elapsed() > DEADLINE {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("chromium {args:?} {url} did not finish within {DEADLINE:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        reader.join().unwrap()
+    }
+
+    /// The page as the browser built it.
+    fn dom(&mut self, url: &str) -> String {
+        let dom = self.run(url, &["--dump-dom"]);
+        assert!(dom.contains("archivist status"), "not the page: {dom}");
+        dom
+    }
+
+    /// A screenshot of the page at a phone's width (`width` × `height` CSS pixels).
+    fn screenshot(&mut self, url: &str, path: &Path, width: u32, height: u32) {
+        let _ = std::fs::remove_file(path);
+        self.run(
+            url,
+            &[
+                &format!("--screenshot={}", path.display()),
+                &format!("--window-size={width},{height}"),
+            ],
+        );
+        let png = std::fs::read(path).unwrap();
+        assert!(
+            png.starts_with(b"\x89PNG\r\n\x1a\n"),
+            "{} is no PNG",
+            path.display()
+        );
+        assert!(png.len() > 10_000, "{} is nearly empty", path.display());
+        println!("screenshot: {}", path.display());
+    }
+}
+
+/// The number in the element with `id` (`<… id="ID">123</…>`).
+fn number(dom: &str, id: &str) -> u64 {
+    let marker = format!("id=\"{id}\">");
+    let start = dom
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no #{id} in the page: {dom}"))
+        + marker.len();
+    let digits: String = dom[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("#{id} holds no number: {}", &dom[start..]))
+}
+
+/// The part of the page inside `<section id="ID">`.
+fn section<'a>(dom: &'a str, id: &str) -> &'a str {
+    let marker = format!("<section id=\"{id}\">");
+    let start = dom
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no section #{id}: {dom}"));
+    let rest = &dom[start..];
+    &rest[..rest.find("</section>").unwrap()]
+}
+
+/// Where this test keeps its screenshots: under the test's output directory.
+fn screenshot_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status_page");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Loads the page until `done` holds for it (the archivists act on their own clock).
+fn load_until(browser: &mut Browser, url: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let started = Instant::now();
+    loop {
+        let dom = browser.dom(url);
+        if done(&dom) {
+            return dom;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the page never showed {what}:\n{dom}"
+        );
+    }
+}
+
+fn assert_no_secret(what: &str, text: &str) {
+    for secret in SECRETS {
+        assert!(!text.contains(secret), "{what} shows a secret: {text}");
+    }
+}
+
+#[test]
+fn a_person_watches_the_pipeline_in_a_browser() {
+    let mut browser = Browser::new();
+    let db = PgDatabase::create();
+    let url = db
+        .url
+        .replacen("postgres@", &format!("postgres:{}@", SECRETS[0]), 1)
+        + &format!("?password={}", SECRETS[1]);
+    let s = Scenario::database(Some(&url));
+    s.run_with_input(
+        &["send", "--raw", &s.bus.clips_queue],
+        &format!("{MARKUP_POISON}\n"),
+    )
+    .expect_code(0);
+    s.curate();
+    let pairs = (EPISODES.len() * CLIPS.len()) as u64;
+
+    let (_serve, addr) = start_serving(&s, &["serve", "--addr", "127.0.0.1:0"], &[]);
+    let page = format!("http://{addr}/");
+    let first = browser.dom(&page);
+    assert_eq!(number(&first, "research-pairs"), pairs);
+    assert_eq!(number(&first, "researched-pairs"), 0);
+    assert!(
+        first.contains(r#"<meta http-equiv="refresh" content="5">"#),
+        "{first}"
+    );
+    assert!(first.contains(r#"name="viewport""#), "{first}");
+    // The datastore is named, its passwords masked.
+    assert!(first.contains("postgres://postgres:***@"), "{first}");
+    assert_no_secret("the page", &first);
+    // The poison clip is shown as text with its reason, never as markup.
+    let dead = section(&first, "dead-letters");
+    assert!(dead.contains("curated_clips_dead_letter: 1"), "{dead}");
+    assert!(dead.contains("Reason: "), "{dead}");
+    assert!(
+        dead.contains("&lt;script&gt;alert(\"not a clip\")&lt;/script&gt;"),
+        "{dead}"
+    );
+    assert!(!first.contains("<script>"), "{first}");
+    let shots = screenshot_dir();
+    browser.screenshot(&page, &shots.join("1-before-research.png"), 412, 2200);
+
+    // The archivists run; this test is the researcher, one work item at a time, and
+    // watches each lease and each result arrive on the page.
+    let _run = start(
+        &s,
+        &["run", "--every", "1s"],
+        &[("ARCHIVIST_START_JITTER", "0s")],
+    );
+    let mut researched = 0;
+    let mut seen = vec![0];
+    while researched < pairs {
+        let items = s.receive_work("1", "30s");
+        assert_eq!(
+            items.len(),
+            1,
+            "no work item while {researched} of {pairs} researched"
+        );
+        let item = &items[0];
+        let (episode, clips) = item_pairs(item);
+        let lease = item["lease_id"].as_str().unwrap().to_string();
+        let dom = load_until(&mut browser, &page, "the lease", |dom| {
+            section(dom, "leases").contains(&lease)
+        });
+        let leases = section(&dom, "leases");
+        assert!(leases.contains(&episode), "{leases}");
+        assert!(leases.contains("<td>active</td>"), "{leases}");
+        if researched == 0 {
+            browser.screenshot(&page, &shots.join("2-first-lease.png"), 412, 2200);
+        }
+
+        let results: Vec<String> = results_for(item).iter().map(Value::to_string).collect();
+        s.run_with_input(
+            &["send", &s.bus.completed_queue],
+            &(results.join("\n") + "\n"),
+        )
+        .expect_code(0);
+        let want = researched + clips.len() as u64;
+        let dom = load_until(&mut browser, &page, "the results recorded", |dom| {
+            number(dom, "researched-pairs") >= want
+        });
+        researched = number(&dom, "researched-pairs");
+        assert_eq!(researched, want, "results recorded once each");
+        seen.push(researched);
+        assert_no_secret("the page", &dom);
+    }
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    println!("researched pairs on successive loads: {seen:?}");
+
+    let last = load_until(&mut browser, &page, "every lease ended", |dom| {
+        section(dom, "leases").contains("No lease holds pairs.")
+    });
+    assert_eq!(number(&last, "researched-pairs"), pairs);
+    assert_eq!(number(&last, "percent-researched"), 100);
+    let matched = number(&last, "matched-pairs");
+    assert_eq!(matched, common::pipeline::FOUND.len() as u64);
+    let matches = section(&last, "matches");
+    for (episode, clip, _) in common::pipeline::FOUND {
+        assert!(
+            matches.contains(episode) && matches.contains(clip),
+            "{matches}"
+        );
+    }
+    // "Episode 2: High" × "Clip B" was found at 2 min and at 40 min.
+    assert!(matches.contains("0:02:00.000, 0:40:00.000"), "{matches}");
+    // Over time: the readings taken while the research went on, from none to all pairs.
+    let research = section(&last, "research");
+    let samples = &research[research.find("id=\"progress-samples\"").unwrap()..];
+    let rows = samples.matches("<tr>").count() - 1;
+    assert!(rows >= 3, "{samples}");
+    assert!(research.contains("(0 of 12) to "), "{research}");
+    assert!(research.contains("(12 of 12)"), "{research}");
+    assert!(research.contains("<svg"), "{research}");
+    browser.screenshot(&page, &shots.join("3-all-researched.png"), 412, 2600);
+    browser.screenshot(&page, &shots.join("4-all-researched-wide.png"), 1280, 1800);
+
+    // The same through the JSON API, with no secret either.
+    for path in [
+        "/api/status",
+        "/api/progress",
+        "/api/leases",
+        "/api/queues",
+        "/api/dead-letters",
+        "/api/matches",
+    ] {
+        let (code, body) = request(&addr, "GET", path);
+        assert_eq!(code, 200, "{path}: {body}");
+        assert_no_secret(path, &body);
+    }
+    let status = api(&addr, "/api/status");
+    assert_eq!(status["researched_pairs"], pairs);
+    assert_eq!(status["matched_pairs"], matched);
+}
+
+#[test]
+fn the_api_serves_the_page_data_as_json_and_changes_nothing() {
+    let s = Scenario::database(None);
+    s.run_with_input(
+        &["send", "--raw", &s.bus.episodes_queue],
+        &format!("{}\n", common::pipeline::POISON),
+    )
+    .expect_code(0);
+    s.curate();
+    s.run(&["pending-research"], &[("ARCHIVIST_START_JITTER", "0s")])
+        .expect_code(0);
+    let status_before = s.status();
+    let queues_before = s.queue_depths();
+
+    let (serve, addr) = start_serving(&s, &["serve", "--addr", "127.0.0.1:0"], &[]);
+
+    let status = api(&addr, "/api/status");
+    for field in [
+        "episodes",
+        "clips",
+        "research_pairs",
+        "researched_pairs",
+        "matched_pairs",
+        "active_leases",
+        "expired_leases",
+        "awaiting_late_results",
+        "leased_pairs",
+        "unresearched_pairs",
+    ] {
+        assert_eq!(status[field], status_before[field], "{field}: {status}");
+    }
+    assert_eq!(status["active_leases"], 1);
+    assert!(status["read_at"].is_string(), "{status}");
+
+    let leases = api(&addr, "/api/leases");
+    let leases = leases.as_array().unwrap();
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    let lease = &leases[0];
+    assert_eq!(lease["episode_title"], "Episode 2: High");
+    assert_eq!(lease["state"], "active");
+    assert_eq!(lease["held_pairs"], 2);
+    assert!(lease["age_seconds"].as_i64().unwrap() >= 0, "{lease}");
+    assert!(lease["expires_in_seconds"].as_i64().unwrap() > 0, "{lease}");
+
+    let queues = api(&addr, "/api/queues");
+    assert_eq!(queues["missing"], serde_json::json!([]), "{queues}");
+    let pending = queues["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == "pending_research")
+        .unwrap();
+    assert_eq!(pending["waiting"], 1, "{queues}");
+
+    let dead = api(&addr, "/api/dead-letters");
+    let episodes = dead
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == "curated_episodes")
+        .unwrap();
+    assert_eq!(episodes["dead_letters"], 1, "{dead}");
+    assert_eq!(
+        episodes["dead_letter_queue"],
+        "curated_episodes_dead_letter"
+    );
+    let shown = &episodes["shown"][0];
+    assert_eq!(shown["body"], common::pipeline::POISON, "{dead}");
+    assert!(!shown["reason"].as_str().unwrap().is_empty(), "{dead}");
+    assert_eq!(shown["body_truncated"], false);
+
+    assert_eq!(api(&addr, "/api/matches"), serde_json::json!([]));
+    let progress = api(&addr, "/api/progress");
+    let samples = progress["samples"].as_array().unwrap();
+    assert!(!samples.is_empty(), "{progress}");
+    assert_eq!(samples.last().unwrap()["research_pairs"], 12);
+
+    // Read-only: nothing but GET, and after all those reads (dead letters looked at
+    // included) the datastore and the queues are as they were.
+    for path in ["/", "/api/status", "/api/dead-letters"] {
+        let (code, _) = request(&addr, "POST", path);
+        assert_eq!(code, 405, "POST {path}");
+    }
+    let (code, page) = request(&addr, "GET", "/");
+    assert_eq!(code, 200);
+    assert!(page.contains("curated_episodes_dead_letter: 1"), "{page}");
+    drop(serve);
+    assert_eq!(s.status(), status_before);
+    assert_eq!(s.queue_depths(), queues_before);
+}
+
+#[test]
+fn serve_reads_only_a_missing_store_is_not_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = common::archivist(dir.path(), &["serve", "--addr", "127.0.0.1:0"], &[]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("archivist migrate"), "{}", run.stderr);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+    let run = common::archivist(dir.path(), &["serve", "--addr", "not an address"], &[]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("--addr"), "{}", run.stderr);
+}
