@@ -8,6 +8,7 @@
 #     each run gets a virtual host of its own, deleted on exit (its queues with it).
 #   - An SQS-compatible server: moto_server (PyPI `moto[server]`) in a virtualenv under
 #     ~/.cache/archivist, started on a free loopback port and stopped on exit.
+#   - A browser for the status page's test: Debian's chromium, installed if missing.
 # Then: formatting, clippy with warnings as errors, and every test of the workspace.
 # Backend tests never skip: without these variables they fail and say to run this script.
 set -euo pipefail
@@ -110,6 +111,15 @@ if [ -z "${ARCHIVIST_TEST_AMQP_URL:-}" ]; then
   export ARCHIVIST_TEST_AMQP_URL=amqp://guest:guest@$AMQP_HOST:5672/$VHOST_ENC
 fi
 log "RabbitMQ at ${ARCHIVIST_TEST_AMQP_URL%%//*}//…@${ARCHIVIST_TEST_AMQP_URL#*@}"
+
+# ---------------------------------------------------------------- a browser
+# The status page is tested in a real headless browser (bin/tests/status_page.rs): Debian's
+# Chromium, installed when missing. Without it that test fails; it never skips.
+if ! command -v chromium >/dev/null; then
+  log "installing Chromium (apt)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+log "$(chromium --version 2>/dev/null | head -n 1)"
 
 # ---------------------------------------------------------------- checks and tests
 log "cargo fmt --check"

@@ -321,8 +321,8 @@ fn a_person_watches_the_pipeline_in_a_browser() {
         let leases = section(&dom, "leases");
         assert!(leases.contains(&episode), "{leases}");
         assert!(leases.contains("<td>active</td>"), "{leases}");
-        if researched == 0 {
-            browser.screenshot(&page, &shots.join("2-first-lease.png"), 412, 2200);
+        if researched == pairs / 2 {
+            browser.screenshot(&page, &shots.join("2-half-researched.png"), 412, 2400);
         }
 
         let results: Vec<String> = results_for(item).iter().map(Value::to_string).collect();

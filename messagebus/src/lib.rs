@@ -7,7 +7,8 @@
 //!
 //! # Layout
 //!
-//! - `bus.rs`: the [`Bus`], [`Sender`] and [`Receiver`] traits and [`QueueStats`].
+//! - `bus.rs`: the [`Bus`], [`Sender`] and [`Receiver`] traits, [`QueueStats`] and
+//!   [`DeadLetter`] (what [`Sender::peek_dead_letters`] shows).
 //! - `delivery.rs`: [`Delivery`] and the [`Acknowledger`] trait adapters implement for it.
 //! - `error.rs`: [`BusError`] and its [`BusError::is_retryable`] classification.
 //! - `fail_point.rs`: test-only points where a process stops or pauses (feature `fail-points`).
