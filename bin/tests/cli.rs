@@ -20,6 +20,7 @@ const SUBCOMMANDS: &[&str] = &[
     "status",
     "matches",
     "queues",
+    "serve",
 ];
 
 #[test]
@@ -451,7 +452,8 @@ fn status_on_an_old_schema_names_the_missing_migration() {
     );
     let run = archivist(dir.path(), &["migrate"], &env).expect_code(0);
     assert!(
-        run.stderr.contains("applied 1 migration: 0002"),
+        run.stderr
+            .contains("applied 2 migrations: 0002 lease duration, 0003 recent matches"),
         "{}",
         run.stderr
     );
