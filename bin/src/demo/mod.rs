@@ -293,7 +293,7 @@ fn explore_commands(config: &Config) -> Vec<String> {
     [
         "archivist status",
         "archivist matches --format table",
-        "archivist serve --addr 127.0.0.1:8080",
+        "archivist serve   # the status page, on http://127.0.0.1:9898",
     ]
     .iter()
     .map(|c| format!("{prefix}{c}"))
