@@ -5,44 +5,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::pipeline::{episode_json, Scenario, POISON};
+use common::serving::{get, start_serving};
 
 /// How long the process may take to do what the test waits for (a loaded machine).
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// Kills the child when the test ends, passed or not.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// One HTTP/1.1 GET: the status code and the body.
-fn get(addr: &str, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (code, body.to_string())
-}
 
 /// The value of the sample `series` (name and labels, as rendered) in a scrape.
 fn sample(scrape: &str, series: &str) -> Option<f64> {
@@ -67,30 +36,8 @@ fn run_serves_metrics_and_health_checks() {
     )
     .expect_code(0);
 
-    let mut child = common::command(
-        s.path(),
-        &["run", "--metrics-addr", "127.0.0.1:0"],
-        &s.bus.with(&[]),
-    )
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let _running = Running(child);
-    // The log names the bound port; the reader keeps draining so the pipe never fills.
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some((_, rest)) = line.split_once("on http://") {
-                let _ = tx.send(rest.trim().to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(DEADLINE)
-        .expect("the process never said where it serves metrics");
+    let (_running, addr) =
+        start_serving(&s, &["run", "--metrics-addr", "127.0.0.1:0"], &[], DEADLINE);
 
     assert_eq!(get(&addr, "/healthz"), (200, "ok\n".to_string()));
     let (code, body) = get(&addr, "/readyz");

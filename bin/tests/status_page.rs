@@ -8,14 +8,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::pipeline::{item_pairs, results_for, Scenario, CLIPS, EPISODES};
+use common::serving::{request, start_serving, Running};
 use common::PgDatabase;
 use serde_json::Value;
 
@@ -28,41 +27,6 @@ const SECRETS: &[&str] = &["Secret-Page-Pw-1", "Secret-Page-Pw-2"];
 /// A poison clip whose body is markup: the page must show it as text.
 const MARKUP_POISON: &str = r#"<script>alert("not a clip")</script>"#;
 
-/// Kills the child when the test ends, passed or not.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts a long-running subcommand and returns it with the address its log names.
-fn start_serving(s: &Scenario, args: &[&str], extra: &[(&str, &str)]) -> (Running, String) {
-    let mut child = common::command(s.path(), args, &s.bus.with(extra))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let running = Running(child);
-    // The reader keeps draining so the pipe never fills.
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some((_, rest)) = line.split_once("on http://") {
-                let _ = tx.send(rest.trim().to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(DEADLINE)
-        .unwrap_or_else(|_| panic!("`archivist {args:?}` never said where it serves"));
-    (running, addr)
-}
-
 /// Starts a long-running subcommand that serves nothing (its log drained).
 fn start(s: &Scenario, args: &[&str], extra: &[(&str, &str)]) -> Running {
     let mut child = common::command(s.path(), args, &s.bus.with(extra))
@@ -74,24 +38,6 @@ fn start(s: &Scenario, args: &[&str], extra: &[(&str, &str)]) -> Running {
     let mut stderr = child.stderr.take().unwrap();
     std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
     Running(child)
-}
-
-/// One HTTP/1.1 request: the status code and the body.
-fn request(addr: &str, method: &str, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (code, body.to_string())
 }
 
 /// GET `path` as JSON, expecting 200.
@@ -271,7 +217,7 @@ fn a_person_watches_the_pipeline_in_a_browser() {
     s.curate();
     let pairs = (EPISODES.len() * CLIPS.len()) as u64;
 
-    let (_serve, addr) = start_serving(&s, &["serve", "--addr", "127.0.0.1:0"], &[]);
+    let (_serve, addr) = start_serving(&s, &["serve", "--addr", "127.0.0.1:0"], &[], DEADLINE);
     let page = format!("http://{addr}/");
     let first = browser.dom(&page);
     assert_eq!(number(&first, "research-pairs"), pairs);
@@ -402,7 +348,7 @@ fn the_api_serves_the_page_data_as_json_and_changes_nothing() {
     let status_before = s.status();
     let queues_before = s.queue_depths();
 
-    let (serve, addr) = start_serving(&s, &["serve", "--addr", "127.0.0.1:0"], &[]);
+    let (serve, addr) = start_serving(&s, &["serve", "--addr", "127.0.0.1:0"], &[], DEADLINE);
 
     let status = api(&addr, "/api/status");
     for field in [

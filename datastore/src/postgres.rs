@@ -1365,6 +1365,18 @@ type LeaseRow = (
 );
 type MatchRow = (String, DateTime<Utc>, String, Vec<i64>, DateTime<Utc>);
 
+fn match_from_row(
+    (episode_title, episode_date_aired, clip_title, clip_offsets_ns, research_date): MatchRow,
+) -> Match {
+    Match {
+        episode_title,
+        episode_date_aired,
+        clip_title,
+        clip_offsets_ns,
+        research_date,
+    }
+}
+
 #[async_trait]
 impl DataStore for PgDataStore {
     async fn migrate(&self) -> Result<()> {
@@ -1468,20 +1480,7 @@ impl DataStore for PgDataStore {
                 .bind(limit)
                 .fetch_all(&self.pool)
                 .await?;
-            Ok(rows
-                .into_iter()
-                .map(
-                    |(episode_title, episode_date_aired, clip_title, offsets, research_date)| {
-                        Match {
-                            episode_title,
-                            episode_date_aired,
-                            clip_title,
-                            clip_offsets_ns: offsets,
-                            research_date,
-                        }
-                    },
-                )
-                .collect())
+            Ok(rows.into_iter().map(match_from_row).collect())
         })
         .await
     }
@@ -1492,20 +1491,7 @@ impl DataStore for PgDataStore {
                 .bind(i64::from(limit))
                 .fetch_all(&self.pool)
                 .await?;
-            Ok(rows
-                .into_iter()
-                .map(
-                    |(episode_title, episode_date_aired, clip_title, offsets, research_date)| {
-                        Match {
-                            episode_title,
-                            episode_date_aired,
-                            clip_title,
-                            clip_offsets_ns: offsets,
-                            research_date,
-                        }
-                    },
-                )
-                .collect())
+            Ok(rows.into_iter().map(match_from_row).collect())
         })
         .await
     }

@@ -311,19 +311,7 @@ impl DataStore for SqliteDataStore {
                 .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
         }
         let rows = query.build().fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|row| {
-                let offsets: String = row.try_get(3)?;
-                Ok(Match {
-                    episode_title: row.try_get(0)?,
-                    episode_date_aired: time(row.try_get(1)?)?,
-                    clip_title: row.try_get(2)?,
-                    clip_offsets_ns: serde_json::from_str(&offsets)
-                        .map_err(|e| corrupt(format!("clip_offsets_ns {offsets:?}: {e}")))?,
-                    research_date: time(row.try_get(4)?)?,
-                })
-            })
-            .collect()
+        rows.iter().map(match_from_row).collect()
     }
 
     async fn recent_matches(&self, limit: u32) -> Result<Vec<Match>> {
@@ -340,19 +328,7 @@ impl DataStore for SqliteDataStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                let offsets: String = row.try_get(3)?;
-                Ok(Match {
-                    episode_title: row.try_get(0)?,
-                    episode_date_aired: time(row.try_get(1)?)?,
-                    clip_title: row.try_get(2)?,
-                    clip_offsets_ns: serde_json::from_str(&offsets)
-                        .map_err(|e| corrupt(format!("clip_offsets_ns {offsets:?}: {e}")))?,
-                    research_date: time(row.try_get(4)?)?,
-                })
-            })
-            .collect()
+        rows.iter().map(match_from_row).collect()
     }
 
     async fn leases(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<LeaseSummary>> {
@@ -1069,6 +1045,19 @@ fn json_ids(ids: &[i64]) -> String {
 
 fn json_string<T: serde::Serialize + ?Sized>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(|e| DataStoreError::Invalid(e.to_string()))
+}
+
+/// A match from a row of (episode title, aired, clip title, offsets as JSON, research date).
+fn match_from_row(row: &SqliteRow) -> Result<Match> {
+    let offsets: String = row.try_get(3)?;
+    Ok(Match {
+        episode_title: row.try_get(0)?,
+        episode_date_aired: time(row.try_get(1)?)?,
+        clip_title: row.try_get(2)?,
+        clip_offsets_ns: serde_json::from_str(&offsets)
+            .map_err(|e| corrupt(format!("clip_offsets_ns {offsets:?}: {e}")))?,
+        research_date: time(row.try_get(4)?)?,
+    })
 }
 
 fn len_i64(n: usize) -> i64 {

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 
 pub(crate) mod pipeline;
+pub(crate) mod serving;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -1,0 +1,74 @@
+//! A long-running subcommand that serves HTTP (`serve`, `run --metrics-addr`), and plain
+//! HTTP/1.1 requests to it: what `metrics.rs` and `status_page.rs` share.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use super::pipeline::Scenario;
+
+/// Kills the child when the test ends, passed or not.
+pub(crate) struct Running(pub(crate) Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a long-running subcommand on the scenario's bus and returns it with the address its
+/// log names (`… on http://ADDR`), waiting at most `deadline` for that line.
+pub(crate) fn start_serving(
+    s: &Scenario,
+    args: &[&str],
+    extra: &[(&str, &str)],
+    deadline: Duration,
+) -> (Running, String) {
+    let mut child = super::command(s.path(), args, &s.bus.with(extra))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let running = Running(child);
+    // The reader keeps draining so the pipe never fills.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some((_, rest)) = line.split_once("on http://") {
+                let _ = tx.send(rest.trim().to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(deadline)
+        .unwrap_or_else(|_| panic!("`archivist {args:?}` never said where it serves"));
+    (running, addr)
+}
+
+/// One HTTP/1.1 request: the status code and the body.
+pub(crate) fn request(addr: &str, method: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (code, body.to_string())
+}
+
+/// One GET: the status code and the body.
+pub(crate) fn get(addr: &str, path: &str) -> (u16, String) {
+    request(addr, "GET", path)
+}
