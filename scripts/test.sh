@@ -9,6 +9,8 @@
 #   - An SQS-compatible server: moto_server (PyPI `moto[server]`) in a virtualenv under
 #     ~/.cache/archivist, started on a free loopback port and stopped on exit.
 #   - A browser for the status page's test: Debian's chromium, installed if missing.
+#   - ffmpeg for the analyser's tests (MP3, AAC, Ogg and FLAC made from generated WAVs):
+#     Debian's ffmpeg, installed if missing.
 # Then: formatting, clippy with warnings as errors, and every test of the workspace.
 # Backend tests never skip: without these variables they fail and say to run this script.
 set -euo pipefail
@@ -93,16 +95,18 @@ if [ -z "${ARCHIVIST_TEST_AMQP_URL:-}" ]; then
     for _ in $(seq 1 120); do amqp_up && break; sleep 0.5; done
     amqp_up || { echo "RabbitMQ did not start on $AMQP_HOST:5672" >&2; exit 1; }
     # The port answers before the broker accepts connections.
-    rabbitmqctl await_startup >/dev/null 2>&1 || true
+    timeout 120 rabbitmqctl await_startup >/dev/null 2>&1 || true
   fi
   VHOST=/
   if [ "$AMQP_HOST" = 127.0.0.1 ] && command -v rabbitmqctl >/dev/null; then
     # A virtual host per run: concurrent runs never see each other's queues, and deleting
     # it on exit removes every queue the tests made.
     VHOST=archivist_test_$$_$RANDOM
-    if rabbitmqctl add_vhost "$VHOST" >/dev/null 2>&1 \
-      && rabbitmqctl set_permissions -p "$VHOST" guest '.*' '.*' '.*' >/dev/null 2>&1; then
-      cleanup_cmds+=("rabbitmqctl delete_vhost '$VHOST' >/dev/null 2>&1")
+    # Bounded: a broker busy deleting many quorum queues can leave rabbitmqctl waiting, and
+    # neither the tests nor their exit should hang on it.
+    if timeout 60 rabbitmqctl add_vhost "$VHOST" >/dev/null 2>&1 \
+      && timeout 60 rabbitmqctl set_permissions -p "$VHOST" guest '.*' '.*' '.*' >/dev/null 2>&1; then
+      cleanup_cmds+=("timeout 120 rabbitmqctl delete_vhost '$VHOST' >/dev/null 2>&1")
     else
       VHOST=/
     fi
@@ -120,6 +124,15 @@ if ! command -v chromium >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 log "$(chromium --version 2>/dev/null | head -n 1)"
+
+# ---------------------------------------------------------------- ffmpeg
+# The analyser's tests (analysis/tests/formats.rs, bin/tests/analyse.rs) encode their
+# generated audio with ffmpeg. Without it those tests fail; they never skip.
+if ! command -v ffmpeg >/dev/null; then
+  log "installing ffmpeg (apt)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null
+fi
+log "$(ffmpeg -version 2>/dev/null | head -n 1)"
 
 # ---------------------------------------------------------------- checks and tests
 log "cargo fmt --check"

@@ -31,3 +31,4 @@ mod telemetry;
 
 pub use handle::{ArchivistError, ArchivistHandle, Ended, Report, ERROR_CHANNEL_CAPACITY};
 pub use retry::{RetryError, RetryPolicy};
+pub use telemetry::describe as describe_metrics;

@@ -42,14 +42,20 @@ pub struct PendingResearchItem {
     pub clips: Vec<ClipInfo>,
 }
 
-/// One researched clip (queue `completed_research`).
+/// One researched clip (queue `completed_research`), or one that could not be researched
+/// (`failure`, the contract's *Failed research*).
+///
+/// On the wire, a failed clip carries `"failure": "reason"` in place of `clip_offsets_ns`, and
+/// its durations and hashes may be absent (they are 0 and `""` here then); a researched clip
+/// must carry its durations and hashes, and `clip_offsets_ns` (absent: `[]`). Giving both
+/// `failure` and `clip_offsets_ns` is poison.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "CompletedWire", into = "CompletedWire")]
 pub struct CompletedResearchItem {
     /// The lease the work was done under.
     pub lease_id: Uuid,
     /// True on the researcher's last item for the lease: the lease ends once all its results
     /// are recorded (items may arrive in any order; see [`datastore::LeaseUpdate::Revoke`]).
-    #[serde(default)]
     pub revoke_lease: bool,
     /// When the research was done.
     pub research_date: DateTime<Utc>,
@@ -65,9 +71,127 @@ pub struct CompletedResearchItem {
     pub clip_duration_ns: i64,
     /// The researcher's hash of the clip audio.
     pub clip_hash: String,
-    /// Where the clip occurs in the episode; empty when it does not.
-    #[serde(default)]
+    /// Where the clip occurs in the episode; empty when it does not (and on a failure).
     pub clip_offsets_ns: Vec<i64>,
+    /// Why the pair could not be researched, for a reason that will not pass; `None` for a
+    /// researched pair.
+    pub failure: Option<String>,
+}
+
+/// [`CompletedResearchItem`] as it travels: which fields are present matters.
+#[derive(Serialize, Deserialize)]
+struct CompletedWire {
+    lease_id: Uuid,
+    #[serde(default)]
+    revoke_lease: bool,
+    research_date: DateTime<Utc>,
+    episode: EpisodeInfo,
+    clip: ClipInfo,
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    episode_duration_ns: Option<i64>,
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    episode_hash: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    clip_duration_ns: Option<i64>,
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    clip_hash: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    clip_offsets_ns: Option<Vec<i64>>,
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    failure: Option<String>,
+}
+
+/// A field that may be absent but, when present, must hold a value of its type (`null` is
+/// not "absent": it is poison, as it was before these fields became optional).
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+impl TryFrom<CompletedWire> for CompletedResearchItem {
+    type Error = String;
+
+    fn try_from(w: CompletedWire) -> Result<Self, String> {
+        if w.failure.is_some() && w.clip_offsets_ns.is_some() {
+            return Err("give either `clip_offsets_ns` or `failure`, not both".into());
+        }
+        if w.failure.is_none() {
+            for (field, present) in [
+                ("episode_duration_ns", w.episode_duration_ns.is_some()),
+                ("episode_hash", w.episode_hash.is_some()),
+                ("clip_duration_ns", w.clip_duration_ns.is_some()),
+                ("clip_hash", w.clip_hash.is_some()),
+            ] {
+                if !present {
+                    return Err(format!(
+                        "missing field `{field}` (required unless `failure`)"
+                    ));
+                }
+            }
+        }
+        Ok(CompletedResearchItem {
+            lease_id: w.lease_id,
+            revoke_lease: w.revoke_lease,
+            research_date: w.research_date,
+            episode: w.episode,
+            clip: w.clip,
+            episode_duration_ns: w.episode_duration_ns.unwrap_or(0),
+            episode_hash: w.episode_hash.unwrap_or_default(),
+            clip_duration_ns: w.clip_duration_ns.unwrap_or(0),
+            clip_hash: w.clip_hash.unwrap_or_default(),
+            clip_offsets_ns: w.clip_offsets_ns.unwrap_or_default(),
+            failure: w.failure,
+        })
+    }
+}
+
+impl From<CompletedResearchItem> for CompletedWire {
+    fn from(c: CompletedResearchItem) -> Self {
+        let failed = c.failure.is_some();
+        // A failure says what the researcher knew: nothing of what it did not.
+        let known_ns = |ns: i64| (!failed || ns != 0).then_some(ns);
+        let known_hash = |h: String| (!failed || !h.is_empty()).then_some(h);
+        CompletedWire {
+            lease_id: c.lease_id,
+            revoke_lease: c.revoke_lease,
+            research_date: c.research_date,
+            episode: c.episode,
+            clip: c.clip,
+            episode_duration_ns: known_ns(c.episode_duration_ns),
+            episode_hash: known_hash(c.episode_hash),
+            clip_duration_ns: known_ns(c.clip_duration_ns),
+            clip_hash: known_hash(c.clip_hash),
+            clip_offsets_ns: (!failed).then_some(c.clip_offsets_ns),
+            failure: c.failure,
+        }
+    }
 }
 
 impl CompletedResearchItem {
@@ -86,6 +210,7 @@ impl CompletedResearchItem {
             clip_duration_ns: self.clip_duration_ns,
             clip_hash: self.clip_hash.clone(),
             clip_offsets_ns: self.clip_offsets_ns.clone(),
+            failure: self.failure.clone(),
         }
     }
 }
@@ -362,6 +487,12 @@ impl Message for CompletedResearchItem {
                 ));
             }
         }
+        if let Some(reason) = &self.failure {
+            check.text("failure", reason, MAX_SHORT_TEXT, true)?;
+            if !self.clip_offsets_ns.is_empty() {
+                return Err(check.fail("clip_offsets_ns", "must be absent with `failure`"));
+            }
+        }
         if self.clip_offsets_ns.len() > MAX_OFFSETS {
             return Err(check.fail(
                 "clip_offsets_ns",
@@ -458,6 +589,70 @@ mod tests {
         });
         let err = decode::<CompletedResearchItem>(item.to_string().as_bytes()).unwrap_err();
         assert!(err.to_string().contains("clip_offsets_ns"), "{err}");
+    }
+
+    fn completed_json() -> serde_json::Value {
+        serde_json::json!({
+            "lease_id": "7d0c0b7e-4a55-4d4e-9a43-3c7a2f8d9b10", "revoke_lease": true,
+            "research_date": "2026-01-03T00:00:00Z", "episode": episode_json(),
+            "clip": { "initial_date_curated": "2026-01-02T03:04:05Z", "last_date_curated": "2026-01-02T03:04:05Z",
+                      "curator_information": "c", "title": "Clip", "description": "", "media_uri": "m", "media_type": "mp3", "priority": 1 },
+            "episode_duration_ns": 10, "episode_hash": "h", "clip_duration_ns": 1, "clip_hash": "h",
+            "clip_offsets_ns": [5]
+        })
+    }
+
+    #[test]
+    fn failure_in_place_of_offsets() {
+        let mut v = completed_json();
+        let obj = v.as_object_mut().unwrap();
+        for field in [
+            "clip_offsets_ns",
+            "episode_duration_ns",
+            "episode_hash",
+            "clip_duration_ns",
+            "clip_hash",
+        ] {
+            obj.remove(field);
+        }
+        obj.insert("failure".into(), serde_json::json!("media gone: HTTP 404"));
+        let failed: CompletedResearchItem = decode(v.to_string().as_bytes()).unwrap();
+        assert_eq!(failed.failure.as_deref(), Some("media gone: HTTP 404"));
+        assert!(failed.clip_offsets_ns.is_empty());
+        assert_eq!(failed.to_result().failure, failed.failure);
+        // Encoded as it came: no offsets, no durations or hashes it did not know.
+        let text = String::from_utf8(encode(&failed)).unwrap();
+        assert!(
+            !text.contains("clip_offsets_ns") && !text.contains("clip_hash"),
+            "{text}"
+        );
+        assert_eq!(
+            decode::<CompletedResearchItem>(text.as_bytes()).unwrap(),
+            failed
+        );
+
+        // Both, an empty reason, or a success without its durations: poison.
+        let mut both = completed_json();
+        both["failure"] = serde_json::json!("gone");
+        let err = decode::<CompletedResearchItem>(both.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("not both"), "{err}");
+        let mut empty = v.clone();
+        empty["failure"] = serde_json::json!("  ");
+        let err = decode::<CompletedResearchItem>(empty.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("failure"), "{err}");
+        let mut long = v.clone();
+        long["failure"] = serde_json::json!("x".repeat(MAX_SHORT_TEXT + 1));
+        assert!(decode::<CompletedResearchItem>(long.to_string().as_bytes()).is_err());
+        let mut bare = completed_json();
+        bare.as_object_mut().unwrap().remove("clip_hash");
+        let err = decode::<CompletedResearchItem>(bare.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("clip_hash"), "{err}");
+
+        // A success without offsets is still one without a match, as before.
+        let mut none = completed_json();
+        none.as_object_mut().unwrap().remove("clip_offsets_ns");
+        let ok: CompletedResearchItem = decode(none.to_string().as_bytes()).unwrap();
+        assert!(ok.clip_offsets_ns.is_empty() && ok.failure.is_none());
     }
 
     #[test]

@@ -138,10 +138,14 @@ async fn assign(
         if run.token.is_cancelled() {
             return Ended::Cancelled;
         }
+        // Chosen once for every try of this work item: a try whose commit's outcome was lost
+        // with its connection is then answered by the lease it made, never a second one.
+        let lease_id = Uuid::new_v4();
         let request = || LeaseRequest {
             max_clips,
             duration: config.lease_duration,
             now: Utc::now(),
+            lease_id,
         };
         if let Some((bus_id, tx)) = in_store {
             let encode = |lease: &Lease| messages::encode(&item(lease.clone()));
@@ -158,7 +162,6 @@ async fn assign(
                     telemetry::count(telemetry::PUBLISHED, run.name, 1);
                     telemetry::leases("created", 1);
                     telemetry::leases("reclaimed_pairs", u64::from(lease.reclaimed_pairs));
-                    telemetry::count(telemetry::PUBLISHED, run.name, 1);
                     to_publish -= 1;
                     tracing::debug!(lease_id = %lease.id, clips = lease.clips.len(), "work item published");
                     continue;
@@ -212,6 +215,7 @@ async fn assign(
         {
             Ok(()) => {
                 run.report.published += 1;
+                telemetry::count(telemetry::PUBLISHED, run.name, 1);
                 to_publish -= 1;
                 tracing::debug!(%lease_id, clips, "work item published");
                 continue;

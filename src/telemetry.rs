@@ -43,6 +43,90 @@ impl CallSystem for messagebus::BusError {
     const HISTOGRAM: &'static str = BUS_CALL_SECONDS;
 }
 
+/// The archivists' names, as the `archivist` label carries them.
+pub(crate) const ARCHIVISTS: [&str; 4] = [
+    "episodes",
+    "clips",
+    "pending-research",
+    "completed-research",
+];
+
+/// Describes every metric the archivists record (the exporter's `# HELP` lines), and
+/// registers at 0 every counter series that `archivists` (names of [`ARCHIVISTS`]; unknown
+/// names are ignored) can increment, so that a series exists, and an alert on its rate has
+/// data, before the first event. Call it once the host has installed its recorder.
+pub fn describe(archivists: &[&str]) {
+    for (name, help) in [
+        (RECEIVED, "Messages taken off the archivist's queue."),
+        (
+            STORED,
+            "Messages whose content was stored (duplicates included).",
+        ),
+        (
+            DUPLICATES,
+            "Results that were already recorded (redeliveries).",
+        ),
+        (
+            DEAD_LETTERED,
+            "Messages set aside in the dead-letter queue, by reason.",
+        ),
+        (RELEASED, "Messages released for another try."),
+        (
+            RETRIES,
+            "Datastore or bus calls tried again after a passing failure.",
+        ),
+        (PUBLISHED, "Work items published to researchers."),
+        (
+            LEASES,
+            "Lease events: created, renewed, revoked (or cancelled), and reclaimed_pairs \
+             (pairs taken over from expired leases).",
+        ),
+    ] {
+        metrics::describe_counter!(name, metrics::Unit::Count, help);
+    }
+    metrics::describe_histogram!(
+        DATASTORE_CALL_SECONDS,
+        metrics::Unit::Seconds,
+        "Latency of each datastore call (each try, failed ones included), by call."
+    );
+    metrics::describe_histogram!(
+        BUS_CALL_SECONDS,
+        metrics::Unit::Seconds,
+        "Latency of each bus call (receive includes its long-poll wait), by call."
+    );
+    let mut leases = false;
+    for &name in ARCHIVISTS.iter().filter(|n| archivists.contains(n)) {
+        let (counters, reasons): (&[&'static str], &[DeadLetterClass]) = match name {
+            "episodes" | "clips" => (
+                &[RECEIVED, STORED, RELEASED, RETRIES],
+                &[DeadLetterClass::Invalid, DeadLetterClass::Rejected],
+            ),
+            "completed-research" => (
+                &[RECEIVED, STORED, DUPLICATES, RELEASED, RETRIES],
+                &[
+                    DeadLetterClass::Invalid,
+                    DeadLetterClass::Rejected,
+                    DeadLetterClass::Unknown,
+                ],
+            ),
+            _ => (&[PUBLISHED, RETRIES], &[]),
+        };
+        for counter in counters {
+            count(counter, name, 0);
+        }
+        for class in reasons {
+            metrics::counter!(DEAD_LETTERED, "archivist" => name, "reason" => class.label())
+                .increment(0);
+        }
+        leases |= matches!(name, "pending-research" | "completed-research");
+    }
+    if leases {
+        for event in ["created", "renewed", "revoked", "reclaimed_pairs"] {
+            self::leases(event, 0);
+        }
+    }
+}
+
 /// One call of `call` to the system of `E` took `took`, whether it succeeded or not.
 pub(crate) fn call_took<E: CallSystem>(call: &'static str, took: std::time::Duration) {
     metrics::histogram!(E::HISTOGRAM, "call" => call).record(took.as_secs_f64());

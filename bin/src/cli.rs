@@ -49,8 +49,8 @@ pub(crate) struct GlobalArgs {
     pub(crate) database_url: Option<String>,
 
     /// The message bus: sqlite or postgres (queues in that database), sqs, rabbitmq (at
-    /// ARCHIVIST_BUS_URL), or memory (one process: `demo`) [default: the kind of
-    /// ARCHIVIST_BUS_URL, by default the database bus in DATABASE_URL; for `demo`, memory]
+    /// ARCHIVIST_BUS_URL), or memory (one process: `demo` and tests) [default: the kind of
+    /// ARCHIVIST_BUS_URL, by default the database bus in DATABASE_URL]
     #[arg(long, env = "ARCHIVIST_BUS", global = true, hide_env_values = true)]
     pub(crate) bus: Option<String>,
 
@@ -236,10 +236,8 @@ pub(crate) enum Command {
         DATABASE_URL=sqlite://try.sqlite archivist demo   # somewhere else (new or empty)")]
     Demo(DemoArgs),
     /// Publish each line of standard input (JSON) as one message to QUEUE
-    #[command(after_help = "Examples:\n  \
-        archivist send curated_episodes < episodes.jsonl\n  \
-        jq -c '.[]' clips.json | archivist send curated_clips   # one JSON message per line\n  \
-        echo 'not json' | archivist send --raw curated_clips    # try out poison handling")]
+    // Not wrapped: an example message is one line, to be copied whole.
+    #[command(after_help = SEND_HELP, term_width = 0)]
     Send(SendArgs),
     /// Take messages off QUEUE, print each body as one line, and acknowledge them
     #[command(after_help = "Examples:\n  \
@@ -285,6 +283,25 @@ between can leave that batch in both: delivered twice, never lost).")]
         archivist serve --addr 0.0.0.0:9898         # reachable from other hosts\n  \
         curl -s 127.0.0.1:9898/api/status")]
     Serve(ServeArgs),
+    /// Curators: send one EpisodeInfo per audio item of podcast feeds (`curate feed URL…`),
+    /// one ClipInfo per audio file (`curate clips PATH…`), each only when new or changed
+    Curate(crate::curate::CurateArgs),
+    /// Where each clip occurs in an episode, found from the audio by the reference analyser
+    /// (local files or URLs; no datastore, no bus)
+    #[command(long_about = crate::commands::analyse::ABOUT)]
+    #[command(after_help = crate::commands::analyse::EXAMPLES)]
+    Analyse(crate::commands::analyse::AnalyseArgs),
+    /// Make failed research pairs researchable again (all, or of --episode and/or --clip)
+    #[command(after_help = "Examples:\n  \
+        archivist status                            # failed pairs and their common reasons\n  \
+        archivist retry-failed --episode 'Episode 4012: The Archive'\n  \
+        archivist retry-failed --json               # every failed pair")]
+    RetryFailed(crate::commands::retry_failed::RetryFailedArgs),
+    /// A researcher: take work items off pending_research, fetch their media, run an analyser
+    /// on each and send one result per clip to completed_research (long-running)
+    #[command(long_about = crate::research::ABOUT)]
+    #[command(after_help = crate::research::EXAMPLES)]
+    Research(crate::research::ResearchArgs),
 }
 
 const DEMO_ABOUT: &str = "The whole pipeline in one process, on an in-memory bus: built-in \
@@ -344,14 +361,35 @@ pub(crate) struct DemoArgs {
     pub(crate) timeout: Duration,
 }
 
+/// `send --help`'s examples: the commands, then one complete message of each type a curator
+/// or researcher sends (the README's *Messages* shows the same lines; a test checks both).
+const SEND_HELP: &str = concat!(
+    "Examples:\n  \
+     archivist send curated_episodes < episodes.jsonl\n  \
+     jq -c '.[]' clips.json | archivist send curated_clips   # one JSON message per line\n  \
+     archivist send --check curated_clips < clips.jsonl      # validate only: nothing is sent\n  \
+     echo 'not json' | archivist send --raw curated_clips    # try out poison handling\n\n\
+     One message per line. An EpisodeInfo (curated_episodes):\n  ",
+    include_str!("examples/episode.json"),
+    "A ClipInfo (curated_clips):\n  ",
+    include_str!("examples/clip.json"),
+    "A CompletedResearchItem (completed_research; revoke_lease: true on a lease's last result; \
+     \"failure\": \"reason\" in place of clip_offsets_ns for a pair that cannot be researched):\n  ",
+    include_str!("examples/completed.json"),
+);
+
 /// Options of `send`.
 #[derive(Debug, Args)]
 pub(crate) struct SendArgs {
     /// The queue's name (on SQS, resolved to its URL)
     pub(crate) queue: String,
     /// Send lines as they are, without checking that each is JSON (to try out poison handling)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "check")]
     pub(crate) raw: bool,
+    /// Send nothing: check each line against QUEUE's message type with the archivists' own
+    /// rules, and print each one they would set aside, with their reason
+    #[arg(long)]
+    pub(crate) check: bool,
 }
 
 /// Options of `receive`.
@@ -398,7 +436,8 @@ pub(crate) struct StatusArgs {
 /// Options of `serve`.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// Where to serve, HOST:PORT with an IP address (port 0 picks a free one, named in the log)
+    /// Where to serve, HOST:PORT: an IP address or a host name of this machine, as
+    /// localhost:9898 (port 0 picks a free one, named in the log)
     #[arg(
         long,
         env = "ARCHIVIST_SERVE_ADDR",
@@ -409,15 +448,14 @@ pub(crate) struct ServeArgs {
     pub(crate) addr: std::net::SocketAddr,
 }
 
-/// Parses HOST:PORT with an IP address.
+/// Parses HOST:PORT, resolving a host name.
 fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     let s = if s.trim().is_empty() {
         DEFAULT_SERVE_ADDR
     } else {
         s.trim()
     };
-    s.parse()
-        .map_err(|_| "expected HOST:PORT with an IP address, as 127.0.0.1:9898 or [::]:9898".into())
+    crate::config::resolve_addr(s)
 }
 
 /// Options of `matches`.
@@ -561,8 +599,25 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
     ("queues", &[DATASTORE, BUS, QUEUES, CONNECT, LOGS]),
     ("completions", &[]),
     ("serve", &[DATASTORE, BUS, QUEUES, CONNECT, LOGS]),
+    ("curate", crate::curate::USED_OPTIONS),
+    ("analyse", &[LOGS]),
+    ("retry-failed", &[DATASTORE, CONNECT, LOGS]),
+    (
+        "research",
+        &[
+            DATASTORE,
+            BUS,
+            &["pending_research_queue", "completed_research_queue"],
+            CONNECT,
+            RETRY,
+            METRICS,
+            LOGS,
+        ],
+    ),
 ];
 const DATASTORE: &[&str] = &["database_url"];
+/// Subcommands that never create a datastore (a missing SQLite file is an error).
+const READ_ONLY: &[&str] = &["status", "matches", "serve", "send", "receive", "redrive"];
 const BUS: &[&str] = &["bus", "bus_url", "max_receives"];
 const QUEUES: &[&str] = &[
     "episodes_queue",
@@ -589,12 +644,23 @@ pub(crate) fn command() -> clap::Command {
         let used: Vec<&str> = groups.iter().flat_map(|g| g.iter().copied()).collect();
         cmd = cmd.mut_subcommand(*sub, |mut c| {
             // A subcommand's own copy of a global option wins over the propagated one: a
-            // hidden copy keeps it accepted (and read, with its variable) but out of --help.
+            // hidden copy keeps it accepted (and read, with its variable) but out of --help;
+            // global, so that it reaches nested subcommands (`curate feed`) too.
             for a in globals
                 .iter()
                 .filter(|a| !used.contains(&a.get_id().as_str()))
             {
-                c = c.arg(a.clone().global(false).hide(true));
+                c = c.arg(a.clone().global(true).hide(true));
+            }
+            // Subcommands that never create the datastore say so.
+            if READ_ONLY.contains(sub) {
+                if let Some(a) = globals.iter().find(|a| a.get_id() == "database_url") {
+                    c = c.arg(a.clone().global(false).help(
+                        "The datastore: sqlite://PATH (an existing file: `archivist migrate` \
+                         creates it) or postgres://USER@HOST/DB [default: \
+                         sqlite://archivist.sqlite, in the working directory]",
+                    ));
+                }
             }
             c
         });

@@ -103,8 +103,6 @@ pub(crate) struct Config {
     /// DATABASE_URL when it was given.
     pub(crate) database_url: Option<String>,
     pub(crate) bus: BusKind,
-    /// Whether ARCHIVIST_BUS was given (else the database bus; `demo` keeps the in-memory one).
-    pub(crate) bus_chosen: bool,
     /// ARCHIVIST_BUS_URL when it was given (only the database bus reads it).
     pub(crate) bus_url: Option<String>,
     pub(crate) researchers: Option<u64>,
@@ -298,10 +296,9 @@ impl Config {
         }
         let metrics_addr = match args.metrics_addr.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(s) => Some(s.parse::<std::net::SocketAddr>().map_err(|_| {
+            Some(s) => Some(resolve_addr(s).map_err(|why| {
                 UsageError(format!(
-                    "invalid ARCHIVIST_METRICS_ADDR (--metrics-addr) {s:?}: expected HOST:PORT \
-                     with an IP address, as 127.0.0.1:9898 or [::]:9898"
+                    "invalid ARCHIVIST_METRICS_ADDR (--metrics-addr) {s:?}: {why}"
                 ))
             })?),
         };
@@ -309,7 +306,6 @@ impl Config {
             metrics_addr,
             database_url,
             bus,
-            bus_chosen: chosen.is_some(),
             bus_url,
             researchers,
             lease_duration,
@@ -417,6 +413,30 @@ fn queue_name(name: &str, value: &str) -> Result<String, UsageError> {
 }
 
 /// Checks a queue name given on the command line (`send`, `receive`).
+/// HOST:PORT as a socket address: an IP address as it is, a host name (`localhost`) resolved,
+/// its IPv4 address preferred (what `localhost` means to most clients).
+pub(crate) fn resolve_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    let expected = "expected HOST:PORT, as 127.0.0.1:9898, [::]:9898 or localhost:9898";
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(expected.to_string());
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(expected.to_string());
+    }
+    let addrs: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s)
+        .map_err(|e| format!("cannot resolve {host:?} ({e}); {expected}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{host:?} resolves to no address; {expected}"))
+}
+
 pub(crate) fn check_queue_arg(value: &str) -> Result<String, UsageError> {
     queue_name("queue name", value)
 }
@@ -454,7 +474,6 @@ mod tests {
         let c = config(&["--database-url", "sqlite://x.db"]).unwrap();
         // The database bus, in the datastore's own database.
         assert_eq!(c.bus, BusKind::Sqlite);
-        assert!(!c.bus_chosen);
         assert_eq!(c.bus_url(), "sqlite://x.db");
         let c = config(&["--database-url", "postgres://h/db"]).unwrap();
         assert_eq!(c.bus, BusKind::Postgres);

@@ -2,7 +2,7 @@
 //! timeout) and the bus (SQS shared between processes, waited for until the same timeout;
 //! in-memory for the demo; or an explanation of why not).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,10 +63,14 @@ async fn open_datastore(
     open: Open,
 ) -> anyhow::Result<(Arc<dyn DataStore>, Vec<String>)> {
     let shown = redact_url(url);
-    if open == Open::ReadOnly && missing_sqlite_file(url) {
-        return Err(usage(format!(
-            "no datastore at DATABASE_URL {shown}: create it with `archivist migrate`"
-        )));
+    if open == Open::ReadOnly {
+        if let Some(path) = missing_sqlite_file(url) {
+            return Err(usage(format!(
+                "no datastore at {} (DATABASE_URL {shown}): create it with `archivist \
+                 migrate`, or run in the directory that holds it",
+                path.display()
+            )));
+        }
     }
     if let Some(dir) = missing_sqlite_dir(url) {
         return Err(usage(format!(
@@ -83,14 +87,35 @@ async fn open_datastore(
         let try_once = async {
             let store = datastore::connect(url).await?;
             let missing = store.missing_migrations().await?;
+            // Migrations to apply (or missing, read-only): the database may be another
+            // program's, whose migrations ours would be mixed into. Checked before anything
+            // is written; a database with nothing to apply is ours already.
+            if !missing.is_empty() {
+                let foreign = crate::foreign::foreign_migrations(url).await;
+                if !foreign.is_empty() {
+                    return Ok(Err(foreign));
+                }
+            }
             if open == Open::Migrate {
                 store.migrate().await?;
             }
-            Ok::<_, DataStoreError>((store, missing))
+            Ok::<_, DataStoreError>(Ok((store, missing)))
         };
         let outcome = tokio::select! {
             _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the datastore {shown}")),
             r = tokio::time::timeout_at(deadline, try_once) => r,
+        };
+        let outcome = match outcome {
+            Ok(Ok(Err(foreign))) => {
+                return Err(usage(crate::foreign::explain(
+                    "DATABASE_URL",
+                    &shown,
+                    &foreign,
+                )))
+            }
+            Ok(Ok(Ok(opened))) => Ok(Ok(opened)),
+            Ok(Err(e)) => Ok(Err(e)),
+            Err(elapsed) => Err(elapsed),
         };
         let error = match outcome {
             Ok(Ok((store, missing))) if missing.is_empty() || open == Open::Migrate => {
@@ -115,10 +140,15 @@ async fn open_datastore(
             Ok(Err(DataStoreError::Config(message))) => {
                 return Err(usage(format!("DATABASE_URL {shown}: {message}")))
             }
-            Ok(Err(e)) if !e.is_retryable() => {
-                return Err(anyhow::Error::new(e).context(format!("datastore {shown}")))
+            Ok(Err(e)) => {
+                if let Some(denied) = sqlite_permission_problem("DATABASE_URL", url) {
+                    return Err(denied);
+                }
+                if !e.is_retryable() {
+                    return Err(anyhow::Error::new(e).context(format!("datastore {shown}")));
+                }
+                e
             }
-            Ok(Err(e)) => e,
             Err(_) => {
                 return Err(anyhow!(
                     "datastore {shown} unreachable: no answer within {} \
@@ -143,16 +173,68 @@ async fn open_datastore(
     }
 }
 
-/// Whether `url` names an SQLite file that does not exist (in memory: never).
-pub(crate) fn missing_sqlite_file(url: &str) -> bool {
-    let Some(rest) = url
+/// The absolute path of the SQLite file `url` names when it does not exist (in memory: never).
+pub(crate) fn missing_sqlite_file(url: &str) -> Option<PathBuf> {
+    let rest = url
         .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-    else {
-        return false;
-    };
+        .or_else(|| url.strip_prefix("sqlite:"))?;
     let path = rest.split('?').next().unwrap_or_default();
-    !(path.is_empty() || path.contains(":memory:") || Path::new(path).exists())
+    if path.is_empty() || path.contains(":memory:") || Path::new(path).exists() {
+        return None;
+    }
+    Some(std::path::absolute(path).unwrap_or_else(|_| PathBuf::from(path)))
+}
+
+/// Why this user cannot open the SQLite file of `url` for writing, if that is why opening
+/// failed: SQLite says only "(code: 14) unable to open database file", with the path as given.
+/// Looked at after a failure only: it opens the file (or creates and removes a probe file
+/// beside it, for the file and its `-wal` and `-shm` companions).
+pub(crate) fn sqlite_permission_problem(var: &str, url: &str) -> Option<anyhow::Error> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or_default();
+    if path.is_empty() || path.contains(":memory:") {
+        return None;
+    }
+    let file = std::path::absolute(path).ok()?;
+    let dir = file.parent()?.to_path_buf();
+    let denied = |e: &std::io::Error| e.kind() == std::io::ErrorKind::PermissionDenied;
+    let shown = redact_url(url);
+    if file.exists() {
+        if let Err(e) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&file)
+        {
+            if denied(&e) {
+                return Some(usage(format!(
+                    "{var} {shown}: permission denied: this user cannot write {} ({e})",
+                    file.display()
+                )));
+            }
+        }
+    }
+    let probe = dir.join(format!(".archivist-probe-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            None
+        }
+        Err(e) if denied(&e) => Some(usage(format!(
+            "{var} {shown}: permission denied: this user cannot create files in {} (SQLite \
+             needs to create {}{} and its -wal and -shm files there); run where you may \
+             write, or point {var} at such a place",
+            dir.display(),
+            file.display(),
+            if file.exists() { "'s lock" } else { "" }
+        ))),
+        Err(_) => None,
+    }
 }
 
 /// The directory of an SQLite file that is missing: a configuration error, which SQLite would
@@ -196,16 +278,25 @@ pub(crate) async fn shared_bus(
              its queues would live inside this one process, so no curator, researcher or \
              other archivist outside it could send to or receive from them. Unset \
              ARCHIVIST_BUS for the database bus (queues in the datastore's database, shared \
-             by every process), set ARCHIVIST_BUS=sqs, or run `archivist demo` to see the \
-             whole pipeline in one process"
+             by every process), set ARCHIVIST_BUS=sqs (with the AWS settings) or \
+             ARCHIVIST_BUS=rabbitmq (with ARCHIVIST_BUS_URL=amqp://…), or run `archivist demo` \
+             to see the whole pipeline in one process"
         ))),
         // `status` and `serve` read: they create no table and no queue; `queues` creates them itself,
         // saying which.
         BusKind::Sqlite | BusKind::Postgres => {
+            // `send`, `receive` and `redrive` use queues that `migrate` made: a missing file
+            // means the wrong directory or URL, and a new empty file there would swallow what
+            // is sent (or wait forever on nothing).
+            if matches!(subcommand, "send" | "receive" | "redrive") {
+                refuse_missing_bus_file(config)?;
+            }
+            // `status` and `serve` read, and `redrive` moves what exists (even `--dry-run`
+            // must write nothing): none creates a table or a queue.
             database_bus(
                 config,
                 token,
-                !matches!(subcommand, "status" | "serve" | "queues"),
+                !matches!(subcommand, "status" | "serve" | "queues" | "redrive"),
             )
             .await
         }
@@ -225,6 +316,29 @@ pub(crate) async fn shared_bus(
     }
 }
 
+/// A usage error naming the absolute path when the database bus's SQLite file is missing.
+fn refuse_missing_bus_file(config: &Config) -> anyhow::Result<()> {
+    let url = config.bus_url();
+    let Some(path) = missing_sqlite_file(&url) else {
+        return Ok(());
+    };
+    let shown = redact_url(&url);
+    let what = if config.bus_url.is_some() {
+        format!(
+            "no bus database at {} (ARCHIVIST_BUS_URL {shown})",
+            path.display()
+        )
+    } else {
+        format!(
+            "no datastore (and so no bus queues) at {} (DATABASE_URL {shown})",
+            path.display()
+        )
+    };
+    Err(usage(format!(
+        "{what}: create it with `archivist migrate`, or run in the directory that holds it"
+    )))
+}
+
 /// The RabbitMQ bus at ARCHIVIST_BUS_URL. With `create`, the four queues (and their
 /// dead-letter queues and exchange) are declared, which is harmless when they exist. Passing
 /// failures are retried until `config.connect_timeout`; a refusal (credentials, virtual
@@ -234,10 +348,28 @@ pub(crate) async fn rabbitmq_bus(
     token: &CancellationToken,
     create: bool,
 ) -> anyhow::Result<Arc<dyn Bus>> {
+    rabbitmq_bus_with(
+        config,
+        token,
+        create,
+        RabbitBusConfig::default().visibility_timeout,
+    )
+    .await
+}
+
+/// [`rabbitmq_bus`] with deliveries held up to `visibility_timeout` before the bus returns
+/// them to the queue (a researcher holds a work item for as long as its analysis takes).
+pub(crate) async fn rabbitmq_bus_with(
+    config: &Config,
+    token: &CancellationToken,
+    create: bool,
+    visibility_timeout: Duration,
+) -> anyhow::Result<Arc<dyn Bus>> {
     let url = config.bus_url();
     let shown = redact_url(&url);
     let settings = RabbitBusConfig {
         max_receives: config.max_receives,
+        visibility_timeout,
         ..RabbitBusConfig::default()
     };
     let deadline = Instant::now() + config.connect_timeout;
@@ -305,6 +437,18 @@ pub(crate) async fn database_bus(
             dir.display()
         )));
     }
+    // Its tables go into that database: not into another program's (see `foreign.rs`).
+    if create {
+        let foreign = crate::foreign::foreign_migrations(&url).await;
+        if !foreign.is_empty() {
+            let var = if config.bus_url.is_some() {
+                "ARCHIVIST_BUS_URL"
+            } else {
+                "DATABASE_URL"
+            };
+            return Err(usage(crate::foreign::explain(var, &shown, &foreign)));
+        }
+    }
     let settings = SqlBusConfig {
         max_receives: config.max_receives,
         ..SqlBusConfig::default()
@@ -332,10 +476,20 @@ pub(crate) async fn database_bus(
         };
         let error = match outcome {
             Ok(Ok(bus)) => return Ok(bus),
-            Ok(Err(e)) if !e.is_retryable() => {
-                return Err(usage(format!("ARCHIVIST_BUS_URL {shown}: {e}")))
+            Ok(Err(e)) => {
+                let var = if config.bus_url.is_some() {
+                    "ARCHIVIST_BUS_URL"
+                } else {
+                    "DATABASE_URL"
+                };
+                if let Some(denied) = sqlite_permission_problem(var, &url) {
+                    return Err(denied);
+                }
+                if !e.is_retryable() {
+                    return Err(usage(format!("ARCHIVIST_BUS_URL {shown}: {e}")));
+                }
+                e
             }
-            Ok(Err(e)) => e,
             Err(_) => {
                 return Err(anyhow!(
                     "the bus database {shown} is unreachable: no answer within {} \
@@ -465,6 +619,45 @@ pub(crate) async fn sender(bus: &dyn Bus, queue: &str) -> anyhow::Result<Arc<dyn
 /// A receiver for `queue`; a missing queue is a configuration problem (exit 2).
 pub(crate) async fn receiver(bus: &dyn Bus, queue: &str) -> anyhow::Result<Arc<dyn Receiver>> {
     bus.receiver(queue).await.map_err(|e| queue_error(e, queue))
+}
+
+/// [`sender`] for a queue a person named (`send`, `redrive`): a missing queue that is not one
+/// of the configured ones is said so, with the configured ones named.
+pub(crate) async fn named_sender(
+    config: &Config,
+    bus: &dyn Bus,
+    queue: &str,
+) -> anyhow::Result<Arc<dyn Sender>> {
+    bus.sender(queue)
+        .await
+        .map_err(|e| named_queue_error(config, e, queue))
+}
+
+/// [`receiver`] for a queue a person named (`receive`), as [`named_sender`].
+pub(crate) async fn named_receiver(
+    config: &Config,
+    bus: &dyn Bus,
+    queue: &str,
+) -> anyhow::Result<Arc<dyn Receiver>> {
+    bus.receiver(queue)
+        .await
+        .map_err(|e| named_queue_error(config, e, queue))
+}
+
+fn named_queue_error(config: &Config, e: BusError, queue: &str) -> anyhow::Error {
+    let configured = config.queues.all();
+    let known = configured
+        .iter()
+        .any(|q| *q == queue || messagebus::dead_letter_queue_name(q) == queue);
+    match e {
+        BusError::QueueNotFound(_) if !known => usage(format!(
+            "queue {queue:?} does not exist, and it is not one of the configured queues: {} \
+             (each with its dead-letter queue, named with _dead_letter appended). Check the \
+             name, or the ARCHIVIST_*_QUEUE variables if yours are named otherwise",
+            configured.join(", ")
+        )),
+        e => queue_error(e, queue),
+    }
 }
 
 fn queue_error(e: BusError, queue: &str) -> anyhow::Error {

@@ -15,8 +15,10 @@ use crate::config::UsageError;
 /// The log filter when RUST_LOG is not set. sqlx logs Postgres notices ("relation already
 /// exists, skipping" on every migration check) at info; lapin logs every channel the broker
 /// closes as an error, and the RabbitMQ bus closes one on purpose each time it asks whether
-/// a queue exists (its errors reach the archivist as results, said where they matter).
-const LOG_FILTER: &str = "info,sqlx=warn,lapin=off";
+/// a queue exists (its errors reach the archivist as results, said where they matter);
+/// symphonia's probe logs each format it rules out as an error and its readers chat at info
+/// (`analyse` says once what went wrong, naming the file).
+const LOG_FILTER: &str = "info,sqlx=warn,lapin=off,symphonia=off";
 /// The demo's log filter when RUST_LOG is not set: its archivists run many short runs a
 /// second, so it shows only their warnings; its own progress lines stay at `info`.
 const DEMO_LOG_FILTER: &str =

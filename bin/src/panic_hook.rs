@@ -34,6 +34,7 @@ pub(crate) fn install(urls: &[Option<&str>]) {
 
 /// Masks the credentials of known URLs (and the AWS secrets) in a text shown to someone:
 /// the status page's error messages.
+#[derive(Clone)]
 pub(crate) struct Redactor(Vec<(String, String)>);
 
 impl Redactor {

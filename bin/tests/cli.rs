@@ -351,7 +351,8 @@ fn read_only_commands_never_create_a_datastore() {
     let run = archivist(dir.path(), &["migrate"], &[]).expect_code(0);
     assert!(
         run.stderr.contains(
-            "applied 3 migrations: 0001 schema, 0002 lease duration, 0003 recent matches"
+            "applied 4 migrations: 0001 schema, 0002 lease duration, 0003 recent matches, \
+             0004 failed research"
         ),
         "{}",
         run.stderr
@@ -452,8 +453,9 @@ fn status_on_an_old_schema_names_the_missing_migration() {
     );
     let run = archivist(dir.path(), &["migrate"], &env).expect_code(0);
     assert!(
-        run.stderr
-            .contains("applied 2 migrations: 0002 lease duration, 0003 recent matches"),
+        run.stderr.contains(
+            "applied 3 migrations: 0002 lease duration, 0003 recent matches, 0004 failed research"
+        ),
         "{}",
         run.stderr
     );
@@ -846,6 +848,7 @@ fn json_logs_carry_the_archivist_message_and_lease_ids() {
         ("ARCHIVIST_RESEARCHERS", "1"),
         ("ARCHIVIST_START_JITTER", "0s"),
     ];
+    archivist(dir.path(), &["migrate"], &env).expect_code(0);
     let episode = r#"{"initial_date_curated":"2026-01-02T03:04:05Z","last_date_curated":"2026-01-02T03:04:05Z","curator_information":"c","title":"Episode","date_aired":"2026-01-01T00:00:00Z","description":"d","media_uri":"https://x/e.mp3","media_type":"mp3","priority":0}"#;
     let clip = r#"{"initial_date_curated":"2026-01-02T03:04:05Z","last_date_curated":"2026-01-02T03:04:05Z","curator_information":"c","title":"Clip","description":"d","media_uri":"https://x/c.mp3","media_type":"mp3","priority":0}"#;
     common::archivist_with_input(
@@ -883,4 +886,417 @@ fn json_logs_carry_the_archivist_message_and_lease_ids() {
     assert!(published["lease_id"]
         .as_str()
         .is_some_and(|id| uuid::Uuid::parse_str(id).is_ok()));
+}
+
+/// `send`, `receive` and `redrive` (even `--dry-run`) in a directory with no datastore create
+/// none: exit 2, naming the absolute path and `archivist migrate`, and the directory stays
+/// empty; with an ARCHIVIST_BUS_URL file that is missing, the same names that file.
+#[test]
+fn bus_commands_never_create_a_datastore() {
+    let dir = tempfile::tempdir().unwrap();
+    let absolute = dir
+        .path()
+        .canonicalize()
+        .unwrap()
+        .join("archivist.sqlite")
+        .display()
+        .to_string();
+    let runs: &[&[&str]] = &[
+        &["send", "curated_clips"],
+        &["receive", "curated_clips", "--wait", "0s"],
+        &["receive", "curated_clips", "--dead-letters", "--wait", "0s"],
+        &["redrive", "curated_clips"],
+        &["redrive", "curated_clips", "--dry-run"],
+    ];
+    for args in runs {
+        let run = common::archivist_with_input(dir.path(), args, &[], "{}\n").expect_code(2);
+        assert!(
+            run.stderr.contains("archivist migrate"),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(run.stderr.contains(&absolute), "{args:?}: {}", run.stderr);
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "{args:?} wrote"
+        );
+    }
+    let bus = [("ARCHIVIST_BUS_URL", "sqlite://bus.sqlite")];
+    let run = archivist(
+        dir.path(),
+        &["receive", "curated_clips", "--wait", "0s"],
+        &bus,
+    )
+    .expect_code(2);
+    assert!(run.stderr.contains("ARCHIVIST_BUS_URL"), "{}", run.stderr);
+    assert!(run.stderr.contains("bus.sqlite"), "{}", run.stderr);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+    // Once migrated, a dry run changes nothing in the database. (Compared row by row, not
+    // byte by byte: the last connection to close checkpoints the write-ahead log into the
+    // file, which moves bytes without changing a row.)
+    archivist(dir.path(), &["migrate"], &[]).expect_code(0);
+    let file = dir.path().join("archivist.sqlite");
+    let before = sqlite_rows(&file);
+    let run = archivist(dir.path(), &["redrive", "curated_clips", "--dry-run"], &[]).expect_code(0);
+    assert!(run.stdout.contains("nothing to move"), "{}", run.stdout);
+    assert_eq!(sqlite_rows(&file), before, "a dry run wrote");
+    let sent = common::archivist_with_input(dir.path(), &["send", "curated_clips"], &[], "{}\n")
+        .expect_code(0);
+    assert!(sent.stderr.contains("sent 1 message"), "{}", sent.stderr);
+}
+
+/// Another program's sqlx migrations in `url`'s database: a table of its own and one
+/// migration, applied by sqlx's own migrator.
+fn migrate_another_program(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("1_create_users.sql"),
+        "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT);",
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let migrator = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
+        if url.starts_with("sqlite:") {
+            let options: sqlx::sqlite::SqliteConnectOptions = url.parse().unwrap();
+            let pool = sqlx::SqlitePool::connect_with(options.create_if_missing(true))
+                .await
+                .unwrap();
+            migrator.run(&pool).await.unwrap();
+        } else {
+            let pool = sqlx::PgPool::connect(url).await.unwrap();
+            migrator.run(&pool).await.unwrap();
+        }
+    });
+}
+
+/// A database another sqlx program migrated is refused before anything is written (exit 2),
+/// saying whose migrations are there and what archivist needs instead; a schema of its own,
+/// chosen with the URL's `options=-c search_path=…`, works.
+#[test]
+fn a_database_of_another_sqlx_program_is_named_and_a_schema_of_our_own_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::PgDatabase::create();
+    migrate_another_program(&db.url);
+    for args in [&["status"][..], &["migrate"], &["episodes", "--once"]] {
+        let run = archivist(dir.path(), args, &[("DATABASE_URL", &db.url)]).expect_code(2);
+        assert!(
+            run.stderr.contains("another program's migrations")
+                && run.stderr.contains("1 \"create users\"")
+                && run.stderr.contains("search_path"),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(
+            !run.stderr.contains("run `archivist migrate`"),
+            "{}",
+            run.stderr
+        );
+    }
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let tables = |schema: &str| -> i64 {
+        rt.block_on(async {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+            sqlx::query_scalar(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1",
+            )
+            .bind(schema)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+        })
+    };
+    // Nothing of ours was written: the other program's table and its migrations table only.
+    assert_eq!(tables("public"), 2);
+    rt.block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query("CREATE SCHEMA archivist")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    });
+    let sep = if db.url.contains('?') { '&' } else { '?' };
+    let in_schema = format!("{}{sep}options=-c%20search_path%3Darchivist", db.url);
+    let env = [("DATABASE_URL", in_schema.as_str())];
+    archivist(dir.path(), &["migrate"], &env).expect_code(0);
+    let clip = r#"{"initial_date_curated":"2026-01-02T03:04:05Z","last_date_curated":"2026-01-02T03:04:05Z","curator_information":"c","title":"Clip","description":"d","media_uri":"https://x/c.mp3","media_type":"mp3","priority":0}"#;
+    common::archivist_with_input(dir.path(), &["send", "curated_clips"], &env, clip).expect_code(0);
+    archivist(dir.path(), &["clips", "--once"], &env).expect_code(0);
+    let run = archivist(dir.path(), &["status", "--json"], &env).expect_code(0);
+    let status: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(status["clips"], 1, "{status}");
+    assert_eq!(tables("public"), 2, "archivist wrote outside its schema");
+    assert!(tables("archivist") > 5);
+
+    // SQLite: another file.
+    let other = format!("sqlite://{}", dir.path().join("other.sqlite").display());
+    migrate_another_program(&other);
+    let run = archivist(dir.path(), &["migrate"], &[("DATABASE_URL", &other)]).expect_code(2);
+    assert!(
+        run.stderr.contains("another program's migrations")
+            && run.stderr.contains("another SQLite file"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// The example messages in the README's *Messages* and in `send --help` are complete: each
+/// passes `send --check` on its queue; `--check` gives the archivists' own reason for a bad
+/// line, names the line, sends nothing, and needs no datastore.
+#[test]
+fn the_example_messages_are_valid_and_send_check_uses_the_archivists_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let messages = readme.split("\n## Messages").nth(1).unwrap();
+    let block = messages
+        .split("```jsonl\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let readme_lines: Vec<&str> = block.lines().collect();
+    assert_eq!(readme_lines.len(), 3, "{block}");
+    let help = archivist(dir.path(), &["send", "--help"], &[]).expect_code(0);
+    let queues = ["curated_episodes", "curated_clips", "completed_research"];
+    for (line, queue) in readme_lines.iter().zip(queues) {
+        assert!(help.stdout.contains(line), "send --help lacks {line}");
+        let run = common::archivist_with_input(
+            dir.path(),
+            &["send", "--check", queue],
+            &[],
+            &format!("{line}\n"),
+        )
+        .expect_code(0);
+        assert!(
+            run.stderr.contains("all 1 lines are valid"),
+            "{}",
+            run.stderr
+        );
+    }
+    // A clip where an episode is expected, a poison line, an empty title: each named with
+    // the archivists' reason.
+    let input = format!(
+        "{}\n\n{}\n{}\n",
+        readme_lines[0],
+        readme_lines[1],
+        readme_lines[0].replace("\"title\":\"Episode 4012: The Archive\"", "\"title\":\"\"")
+    );
+    let run = common::archivist_with_input(
+        dir.path(),
+        &["send", "--check", "curated_episodes"],
+        &[],
+        &input,
+    )
+    .expect_code(2);
+    let expected = |body: &str| {
+        archivist::messages::decode::<datastore::EpisodeInfo>(body.as_bytes())
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        run.stdout,
+        format!(
+            "line 3: {}\nline 4: {}\n",
+            expected(readme_lines[1]),
+            expected(&readme_lines[0].replace("Episode 4012: The Archive", ""))
+        )
+    );
+    assert!(
+        run.stdout.contains("title: must not be empty"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stderr.contains("nothing was sent"), "{}", run.stderr);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "wrote");
+}
+
+/// Runs the binary in `dir` as a user who may not write there: `postgres` when the tests run
+/// as root (root may write anywhere), else the current user with `dir` made read-only.
+fn archivist_without_write_access(dir: &std::path::Path, args: &[&str]) -> common::Run {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap();
+    if !root {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+        let run = archivist(dir, args, &[]);
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        return run;
+    }
+    let cmd = format!(
+        "cd '{}' && exec env -i PATH=/usr/bin:/bin NO_COLOR=1 '{}' {}",
+        dir.display(),
+        env!("CARGO_BIN_EXE_archivist"),
+        args.join(" ")
+    );
+    let out = std::process::Command::new("su")
+        .args(["postgres", "-s", "/bin/sh", "-c", &cmd])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    common::Run::from_output(out)
+}
+
+/// A directory this user may not write: permission denied, with the absolute path (not
+/// SQLite's "(code: 14) unable to open database file"), exit 2, whether the datastore or the
+/// bus opens the file first.
+#[test]
+fn an_unwritable_directory_is_permission_denied_naming_the_absolute_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let absolute = dir.path().canonicalize().unwrap().display().to_string();
+    for args in [&["migrate"][..], &["episodes", "--once"]] {
+        let run = archivist_without_write_access(dir.path(), args).expect_code(2);
+        assert!(
+            run.stderr.contains("permission denied") && run.stderr.contains(&absolute),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("code: 14"), "{}", run.stderr);
+    }
+}
+
+/// An address already in use is bad configuration: exit 2, naming the setting and the
+/// address.
+#[test]
+fn a_port_in_use_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    archivist(dir.path(), &["migrate"], &[]).expect_code(0);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let run = archivist(dir.path(), &["serve", "--addr", &addr], &[]).expect_code(2);
+    assert!(
+        run.stderr.contains("ARCHIVIST_SERVE_ADDR") && run.stderr.contains(&addr),
+        "{}",
+        run.stderr
+    );
+    let run = archivist(
+        dir.path(),
+        &["completed-research", "--metrics-addr", &addr],
+        &[],
+    )
+    .expect_code(2);
+    assert!(
+        run.stderr.contains("ARCHIVIST_METRICS_ADDR"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// Small things a first user meets: a byte-order mark is named as one; `serve --addr
+/// localhost:PORT` is resolved; the in-memory bus's refusal names every shared bus, RabbitMQ
+/// included; the read-only subcommands' help does not say the datastore is created.
+#[test]
+fn small_things_a_first_user_meets() {
+    let s = common::pipeline::Scenario::database(None);
+    s.run(&["migrate"], &[]).expect_code(0);
+    let run = s
+        .run_with_input(&["send", "curated_clips"], "\u{feff}{\"a\":1}\n")
+        .expect_code(2);
+    assert!(
+        run.stderr
+            .contains("line 1: starts with a byte-order mark (U+FEFF"),
+        "{}",
+        run.stderr
+    );
+
+    let (_serving, addr) = common::serving::start_serving(
+        &s,
+        &["serve", "--addr", "localhost:0"],
+        &[],
+        std::time::Duration::from_secs(60),
+    );
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let (code, _) = common::serving::get(&addr, "/healthz");
+    assert_eq!(code, 200);
+    let run = s
+        .run(&["serve", "--addr", "no-such-host.invalid:9898"], &[])
+        .expect_code(2);
+    assert!(run.stderr.contains("--addr"), "{}", run.stderr);
+
+    let run = s
+        .run(&["episodes"], &[("ARCHIVIST_BUS", "memory")])
+        .expect_code(2);
+    assert!(
+        run.stderr.contains("ARCHIVIST_BUS=rabbitmq") && run.stderr.contains("ARCHIVIST_BUS=sqs"),
+        "{}",
+        run.stderr
+    );
+
+    for sub in ["matches", "status", "serve", "send", "receive", "redrive"] {
+        let help = s.run(&[sub, "--help"], &[]).expect_code(0);
+        assert!(
+            !help.stdout.contains("created if missing"),
+            "{sub}: {}",
+            help.stdout
+        );
+        assert!(
+            help.stdout.contains("archivist migrate"),
+            "{sub}: {}",
+            help.stdout
+        );
+    }
+    let help = s.run(&["migrate", "--help"], &[]).expect_code(0);
+    assert!(
+        help.stdout.contains("created if missing"),
+        "{}",
+        help.stdout
+    );
+}
+
+/// Every row of every table of the SQLite file, as text, in a stable order.
+fn sqlite_rows(file: &std::path::Path) -> Vec<String> {
+    use sqlx::{Connection, Row};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let url = format!("sqlite://{}?mode=ro", file.display());
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        let tables: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+                .fetch_all(&mut conn)
+                .await
+                .unwrap();
+        let mut out = Vec::new();
+        for table in tables {
+            // A table name from sqlite_master, quoted: not a value, so it cannot be bound.
+            let rows = sqlx::query(&format!("SELECT * FROM \"{}\"", table.replace('"', "\"\"")))
+                .fetch_all(&mut conn)
+                .await
+                .unwrap();
+            for row in rows {
+                let cells: Vec<String> = (0..row.len())
+                    .map(|i| {
+                        row.try_get::<Option<String>, _>(i)
+                            .map(|v| format!("{v:?}"))
+                            .or_else(|_| row.try_get::<Option<i64>, _>(i).map(|v| format!("{v:?}")))
+                            .or_else(|_| {
+                                row.try_get::<Option<Vec<u8>>, _>(i)
+                                    .map(|v| format!("{v:?}"))
+                            })
+                            .unwrap_or_else(|e| format!("<{e}>"))
+                    })
+                    .collect();
+                out.push(format!("{table}: {}", cells.join(", ")));
+            }
+        }
+        out.sort();
+        out
+    })
 }

@@ -131,6 +131,7 @@ fn killed_while_recording_loses_nothing(s: &Scenario) {
 
 /// Storing and acknowledging curated messages are one transaction.
 fn killed_while_ingesting_loses_nothing(s: &Scenario) {
+    s.run(&["migrate"], &[]).expect_code(0);
     let episodes: Vec<String> = EPISODES
         .iter()
         .enumerate()
@@ -185,15 +186,37 @@ fn postgres_killed_while_ingesting_loses_nothing() {
 }
 
 /// With no ARCHIVIST_RESEARCHERS, work assignment publishes one item per researcher the bus
-/// counts (receivers waiting on `pending_research`), less the items already waiting.
+/// counts (receivers waiting on `pending_research`), less the items already waiting; with
+/// neither, one, which `status` shows waiting for the first researcher.
 #[test]
 fn work_assignment_follows_the_researchers_the_bus_counts() {
     let s = Scenario::database(None);
     s.curate();
     let no_jitter = [("ARCHIVIST_START_JITTER", "0s")];
-    // No researcher and nothing waiting: one item, for the first researcher to come.
-    s.run(&["pending-research"], &no_jitter).expect_code(0);
+    // No researcher and nothing waiting: one item, for the first researcher to come (the
+    // contract: "while capacity is positive, or while there are neither researchers nor
+    // waiting items"); the run says why, and `status` shows it waiting for a researcher.
+    let run = s
+        .run(
+            &["pending-research"],
+            &[("ARCHIVIST_START_JITTER", "0s"), ("RUST_LOG", "info")],
+        )
+        .expect_code(0);
+    assert!(
+        run.stderr.contains("researchers=0") && run.stderr.contains("to_publish=1"),
+        "{}",
+        run.stderr
+    );
     assert_depth(&s.queue_depths(), "pending_research", 1, 0);
+    assert_eq!(s.status()["active_leases"], 1);
+    let table = s.run(&["status"], &[]).expect_code(0);
+    assert!(
+        table
+            .stdout
+            .contains("1 work item waits on pending_research with no researcher consuming it"),
+        "{}",
+        table.stdout
+    );
     // It waits for a researcher: no capacity, still one.
     s.run(&["pending-research"], &no_jitter).expect_code(0);
     assert_depth(&s.queue_depths(), "pending_research", 1, 0);
@@ -238,18 +261,39 @@ fn work_assignment_follows_the_researchers_the_bus_counts() {
     assert_eq!(status["active_leases"], 4, "{status}");
 }
 
-/// A receive on a queue nobody created says which queue and how to create it.
+/// A queue that is not one of the configured ones is said so, naming them; a dead-letter queue
+/// takes no message by hand.
 #[test]
-fn a_missing_queue_is_named_with_how_to_create_it() {
+fn a_missing_queue_is_named_with_the_configured_ones() {
     let s = Scenario::database(None);
+    s.run(&["migrate"], &[]).expect_code(0);
+    // Not a configured queue: the configured ones are named.
     let run = s
         .run(&["receive", "no_such_queue", "--wait", "0s"], &[])
         .expect_code(2);
     assert!(
-        run.stderr.contains("no_such_queue") && run.stderr.contains("archivist queues"),
+        run.stderr.contains("no_such_queue")
+            && run.stderr.contains("not one of the configured queues")
+            && run
+                .stderr
+                .contains("curated_episodes, curated_clips, pending_research, completed_research"),
         "{}",
         run.stderr
     );
+    let run = s
+        .run_with_input(&["send", "curated_epsiodes"], "{}\n")
+        .expect_code(2);
+    assert!(run.stderr.contains("curated_episodes"), "{}", run.stderr);
+    // A dead-letter queue takes no message by hand: its dead letters would have no reason.
+    let run = s
+        .run_with_input(&["send", "curated_clips_dead_letter"], "{}\n")
+        .expect_code(2);
+    assert!(
+        run.stderr.contains("is a dead-letter queue") && run.stderr.contains("\"curated_clips\""),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(queue(&s.queue_depths(), "curated_clips")["dead_letters"], 0);
 }
 
 /// `archivist run` with no configuration at all, in an empty directory, works with curators
@@ -516,4 +560,91 @@ fn a_revoked_lease_awaits_late_results_and_is_not_active() {
     let table = s.run(&["status"], &[]).expect_code(0).stdout;
     assert!(table.contains("awaiting late results"), "{table}");
     assert!(table.contains("neither researched nor leased"), "{table}");
+}
+
+/// The datastore in one database and the bus in a copy of it (`cp`, `CREATE DATABASE …
+/// TEMPLATE`, a restored dump): the copy carries the bus's stored id, yet its queues are not
+/// the datastore's. Ingestion must acknowledge on the copy (not in the datastore's own
+/// queues, leaving the message to come back until dead-lettered), and work items must go to
+/// the copy's `pending_research`, where the researchers read.
+fn a_copied_database_is_another_bus(store_url: &str, bus_url: &str, dir: &std::path::Path) {
+    let env = [
+        ("DATABASE_URL", store_url),
+        ("ARCHIVIST_BUS_URL", bus_url),
+        ("ARCHIVIST_RESEARCHERS", "1"),
+        ("ARCHIVIST_START_JITTER", "0s"),
+        ("RUST_LOG", "info"),
+    ];
+    let episode = episode_json("Copied episode", "2026-01-01T00:00:00Z", 1, 1).to_string();
+    let clip = clip_json("Copied clip", 1, 1).to_string();
+    common::archivist_with_input(dir, &["send", "curated_episodes"], &env, &(episode + "\n"))
+        .expect_code(0);
+    common::archivist_with_input(dir, &["send", "curated_clips"], &env, &(clip + "\n"))
+        .expect_code(0);
+    common::archivist(dir, &["episodes", "--once"], &env).expect_code(0);
+    common::archivist(dir, &["clips", "--once"], &env).expect_code(0);
+    common::archivist(dir, &["pending-research"], &env).expect_code(0);
+
+    let depths = |bus: &str| -> HashMap<String, Value> {
+        let env = [("DATABASE_URL", store_url), ("ARCHIVIST_BUS_URL", bus)];
+        common::archivist(dir, &["queues", "--json"], &env)
+            .expect_code(0)
+            .json_lines()
+            .into_iter()
+            .map(|q| (q["queue"].as_str().unwrap().to_string(), q))
+            .collect()
+    };
+    let on_copy = depths(bus_url);
+    assert_depth(&on_copy, "curated_episodes", 0, 0);
+    assert_depth(&on_copy, "curated_clips", 0, 0);
+    assert_depth(&on_copy, "pending_research", 1, 0);
+    let in_store = depths(store_url);
+    assert_depth(&in_store, "pending_research", 0, 0);
+    let status = common::archivist(dir, &["status", "--json"], &env).expect_code(0);
+    let status: Value = serde_json::from_str(status.stdout.trim()).unwrap();
+    assert_eq!(
+        (&status["episodes"], &status["clips"]),
+        (&json!(1), &json!(1))
+    );
+    assert_eq!(status["active_leases"], 1, "{status}");
+}
+
+#[test]
+fn a_copied_sqlite_file_is_another_bus() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("archivist.sqlite");
+    let store_url = format!("sqlite://{}", store.display());
+    common::archivist(
+        dir.path(),
+        &["migrate"],
+        &[("DATABASE_URL", store_url.as_str())],
+    )
+    .expect_code(0);
+    // The whole database: the file and its write-ahead log (which may hold what `migrate`
+    // wrote, the bus's id included, not yet checkpointed into the file).
+    let copy = dir.path().join("bus.sqlite");
+    std::fs::copy(&store, &copy).unwrap();
+    let wal = dir.path().join("archivist.sqlite-wal");
+    if wal.exists() {
+        std::fs::copy(&wal, dir.path().join("bus.sqlite-wal")).unwrap();
+    }
+    a_copied_database_is_another_bus(
+        &store_url,
+        &format!("sqlite://{}", copy.display()),
+        dir.path(),
+    );
+}
+
+#[test]
+fn a_templated_postgres_database_is_another_bus() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = PgDatabase::create();
+    common::archivist(
+        dir.path(),
+        &["migrate"],
+        &[("DATABASE_URL", store.url.as_str())],
+    )
+    .expect_code(0);
+    let copy = store.copy();
+    a_copied_database_is_another_bus(&store.url, &copy.url, dir.path());
 }

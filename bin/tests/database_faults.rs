@@ -9,11 +9,12 @@ mod common;
 
 use std::io;
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::cluster::Cluster;
 use common::pipeline::{episode_json, Scenario};
 use common::{command, PgDatabase, Run};
 
@@ -289,97 +290,6 @@ fn cron_run_gives_up_past_the_retry_budget_and_loses_nothing() {
     eprintln!("database faults (retry budget): exit 1 in {took:?} with a 3 s budget; 30 of 30 stored by the next run");
 }
 
-/// A Postgres cluster of the test's own (initdb in a temporary directory), stopped on drop.
-struct Cluster {
-    dir: tempfile::TempDir,
-    bin: PathBuf,
-    port: u16,
-}
-
-fn as_postgres(cmd: &str) -> Command {
-    // initdb refuses to run as root: CI runs the tests as root, so as the postgres user.
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
-    if root {
-        let mut c = Command::new("su");
-        c.args(["postgres", "-s", "/bin/sh", "-c", cmd]);
-        c
-    } else {
-        let mut c = Command::new("sh");
-        c.args(["-c", cmd]);
-        c
-    }
-}
-
-impl Cluster {
-    fn start() -> Self {
-        let bin = std::fs::read_dir("/usr/lib/postgresql")
-            .ok()
-            .and_then(|d| {
-                d.filter_map(|e| e.ok())
-                    .map(|e| e.path().join("bin"))
-                    .filter(|p| p.join("initdb").exists())
-                    .max()
-            })
-            .expect("no /usr/lib/postgresql/*/bin/initdb: run scripts/test.sh, which installs PostgreSQL");
-        let dir = tempfile::tempdir().unwrap();
-        let _ = Command::new("chown")
-            .args(["postgres", dir.path().to_str().unwrap()])
-            .status();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let c = Cluster { dir, bin, port };
-        let ok = as_postgres(&format!(
-            "{}/initdb -D {}/data -U postgres -A trust >/dev/null",
-            c.bin.display(),
-            c.dir.path().display()
-        ))
-        .status()
-        .unwrap();
-        assert!(ok.success(), "initdb failed");
-        c.pg_ctl("start");
-        c
-    }
-
-    fn pg_ctl(&self, what: &str) {
-        let d = self.dir.path().display();
-        let cmd = match what {
-            "start" => format!(
-                "{}/pg_ctl -D {d}/data -o '-p {} -k {d} -c listen_addresses=127.0.0.1' -l {d}/log -w start >/dev/null",
-                self.bin.display(),
-                self.port
-            ),
-            _ => format!(
-                "{}/pg_ctl -D {d}/data -m immediate -w stop >/dev/null",
-                self.bin.display()
-            ),
-        };
-        let ok = as_postgres(&cmd).status().unwrap();
-        assert!(ok.success(), "pg_ctl {what} failed");
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = as_postgres(&format!(
-            "{}/pg_ctl -D {}/data -m immediate stop >/dev/null 2>&1",
-            self.bin.display(),
-            self.dir.path().display()
-        ))
-        .status();
-    }
-}
-
 /// The database bus on a cluster of the test's own, stopped hard (as a crash) and started
 /// again under a long-running `run`: episodes sent after the restart are stored, the process
 /// never exits, nothing is lost or stored twice.
@@ -407,10 +317,10 @@ fn long_running_archivists_ride_out_a_postgres_restart() {
         eventually(Duration::from_secs(60), "the batch stored", || {
             stored(&s, &[]) == sent as u64
         });
-        cluster.pg_ctl("stop");
+        cluster.crash();
         std::thread::sleep(Duration::from_secs(2 + restart * 3));
         alive(&mut child, &log);
-        cluster.pg_ctl("start");
+        cluster.start_again();
         s.run_with_input(&["send", &s.bus.episodes_queue], &episodes(sent, 10))
             .expect_code(0);
         sent += 10;

@@ -12,8 +12,8 @@ use common::{archivist, PgDatabase};
 const EPISODES: u64 = 261;
 const CLIPS: u64 = 32;
 
-/// Runs the demo on `url` (and on the database bus there when `bus` names it, else the
-/// in-memory bus) and checks everything the datastore then answers.
+/// Runs the demo on `url` with ARCHIVIST_BUS=`bus` (None: the default, the database bus in
+/// `url`'s database) and checks everything the datastore and the queues then answer.
 fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str>) {
     let mut vars = vec![("DATABASE_URL", url)];
     if let Some(bus) = bus {
@@ -71,7 +71,7 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
     assert_eq!(s["expired_leases"], 0);
     let matched = s["matched_pairs"].as_u64().unwrap();
     assert!(matched > 0 && matched < EPISODES * CLIPS, "{s}");
-    if bus.is_some() {
+    if bus != Some("memory") {
         // The demo's messages went through the database's own queues: the curated ones and
         // the results are all taken, the two poison messages kept with their reasons.
         let q = |name: &str| s["queues"][name].clone();
@@ -203,7 +203,7 @@ fn demo_on_the_postgres_bus_researches_every_pair_once() {
 fn demo_on_postgres_researches_every_pair_once_and_leaves_a_consistent_datastore() {
     let dir = tempfile::tempdir().unwrap();
     let db = PgDatabase::create();
-    demo_then_inspect(dir.path(), &db.url, true, None);
+    demo_then_inspect(dir.path(), &db.url, true, Some("memory"));
 }
 
 #[test]
@@ -231,6 +231,31 @@ fn demo_without_database_url_leaves_its_results_in_the_default_datastore_to_expl
     .unwrap();
     assert!(status["research_pairs"].as_u64().unwrap() > 0);
     assert_eq!(status["researched_pairs"], status["research_pairs"]);
+    // The demo ran on the default database bus: its queues exist, its two poison messages
+    // are there to look at, and nothing is said to be missing or unreachable.
+    let q = |name: &str| status["queues"][name].clone();
+    assert_eq!(q("curated_episodes")["dead_letters"], 1, "{status}");
+    assert_eq!(q("curated_clips")["dead_letters"], 1, "{status}");
+    assert_eq!(q("pending_research")["waiting"], 0, "{status}");
+    let table = archivist(dir.path(), &["status"], &[]).expect_code(0);
+    assert!(!table.stderr.contains("WARN"), "{}", table.stderr);
+    let dead = archivist(
+        dir.path(),
+        &[
+            "receive",
+            "curated_clips",
+            "--dead-letters",
+            "--wait",
+            "0s",
+            "--max",
+            "5",
+        ],
+        &[],
+    )
+    .expect_code(0)
+    .json_lines();
+    assert_eq!(dead.len(), 1);
+    assert!(dead[0]["reason"].is_string(), "{:?}", dead[0]);
     let matches = archivist(dir.path(), &["matches"], &[])
         .expect_code(0)
         .json_lines();

@@ -199,3 +199,90 @@ fn the_broker_password_never_reaches_any_output() {
         }
     }
 }
+
+/// The broker down: `serve` comes up at once with the datastore's sections and says that the
+/// queues cannot be read (naming the broker, never its password), and `/readyz` says the bus
+/// is unreachable.
+#[test]
+fn serve_starts_while_the_broker_is_down() {
+    let s = Scenario::rabbitmq(None);
+    s.run(&["migrate"], &[]).expect_code(0);
+    let down = [("ARCHIVIST_BUS_URL", "amqp://guest:hunter2@127.0.0.1:1/%2F")];
+    let started = std::time::Instant::now();
+    let (_serving, addr) = common::serving::start_serving(
+        &s,
+        &["serve", "--addr", "127.0.0.1:0"],
+        &down,
+        std::time::Duration::from_secs(60),
+    );
+    // Well before ARCHIVIST_CONNECT_TIMEOUT (30 s).
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    let (code, page) = common::serving::get(&addr, "/");
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("the bus cannot be read"), "{page}");
+    assert!(page.contains("RabbitMQ at"), "{page}");
+    assert!(!page.contains("hunter2"), "{page}");
+    let (code, status) = common::serving::get(&addr, "/api/status");
+    assert_eq!(code, 200, "{status}");
+    let (code, queues) = common::serving::get(&addr, "/api/queues");
+    assert_eq!(code, 503, "{queues}");
+    assert!(queues.contains("the bus cannot be read"), "{queues}");
+    let (code, ready) = common::serving::get(&addr, "/readyz");
+    assert_eq!(code, 503, "{ready}");
+    assert!(ready.contains("bus unreachable"), "{ready}");
+}
+
+/// A login the broker rejects: `status --json` still has `queues` (null) and says why in
+/// `queues_unknown`; the counts are printed and the exit code is 0.
+#[test]
+fn status_json_says_why_the_queues_are_unknown_when_the_login_is_rejected() {
+    let s = Scenario::rabbitmq(None);
+    s.run(&["migrate"], &[]).expect_code(0);
+    let url = std::env::var("ARCHIVIST_TEST_AMQP_URL").unwrap();
+    let wrong = url.replacen("guest:guest@", "guest:hunter2@", 1);
+    assert_ne!(wrong, url, "the test broker's URL carries guest:guest");
+    let run = s
+        .run(&["status", "--json"], &[("ARCHIVIST_BUS_URL", &wrong)])
+        .expect_code(0);
+    let status: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(
+        status.get("queues"),
+        Some(&serde_json::Value::Null),
+        "{status}"
+    );
+    assert!(
+        status["queues_unknown"]
+            .as_str()
+            .is_some_and(|w| !w.is_empty()),
+        "{status}"
+    );
+    assert_eq!(status["episodes"], 0, "{status}");
+    assert!(!run.stdout.contains("hunter2") && !run.stderr.contains("hunter2"));
+}
+
+/// Queues not created yet are missing, not unreachable: `serve` is ready (it only reads), its
+/// page names them as not created yet, and `status` says they do not exist.
+#[test]
+fn serve_is_ready_with_queues_not_created_yet() {
+    let s = Scenario::rabbitmq(None);
+    s.run(&["migrate"], &[]).expect_code(0);
+    let (_serving, addr) = common::serving::start_serving(
+        &s,
+        &["serve", "--addr", "127.0.0.1:0"],
+        &[],
+        std::time::Duration::from_secs(60),
+    );
+    let (code, ready) = common::serving::get(&addr, "/readyz");
+    assert_eq!((code, ready.as_str()), (200, "ready\n"));
+    let (code, page) = common::serving::get(&addr, "/");
+    assert_eq!(code, 200);
+    assert!(page.contains("Not created yet"), "{page}");
+    assert!(!page.contains("unreachable"), "{page}");
+    let status = s.run(&["status"], &[]).expect_code(0);
+    assert!(!status.stderr.contains("unreachable"), "{}", status.stderr);
+    assert!(
+        status.stderr.contains("does not exist"),
+        "{}",
+        status.stderr
+    );
+}

@@ -337,6 +337,7 @@ fn a_person_watches_the_pipeline_in_a_browser() {
 #[test]
 fn the_api_serves_the_page_data_as_json_and_changes_nothing() {
     let s = Scenario::database(None);
+    s.run(&["migrate"], &[]).expect_code(0);
     s.run_with_input(
         &["send", "--raw", &s.bus.episodes_queue],
         &format!("{}\n", common::pipeline::POISON),
@@ -436,4 +437,176 @@ fn serve_reads_only_a_missing_store_is_not_created() {
     let run = common::archivist(dir.path(), &["serve", "--addr", "not an address"], &[]);
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("--addr"), "{}", run.stderr);
+}
+
+/// One raw HTTP/1.1 exchange with `host` as the Host header: the status code.
+fn status_with_host(addr: &str, host: &str) -> u16 {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /api/status HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// The server keeps answering whoever else talks to it: a client that never finishes its
+/// request is cut off (and does not hold up others), a host name other than loopback's is
+/// refused on a loopback address (DNS rebinding), more connections than the bound are closed.
+#[test]
+fn the_server_bounds_slow_clients_and_answers_loopback_names_only() {
+    use std::io::Write;
+    let s = Scenario::database(None);
+    s.run(&["migrate"], &[]).expect_code(0);
+    let (_serving, addr) = start_serving(
+        &s,
+        &["serve", "--addr", "127.0.0.1:0"],
+        &[],
+        Duration::from_secs(60),
+    );
+    let port = addr.rsplit(':').next().unwrap();
+    assert_eq!(status_with_host(&addr, &format!("localhost:{port}")), 200);
+    assert_eq!(status_with_host(&addr, &addr), 200);
+    assert_eq!(
+        status_with_host(&addr, &format!("evil.example:{port}")),
+        421
+    );
+    assert_eq!(
+        status_with_host(&addr, &format!("127.0.0.1.nip.io:{port}")),
+        421
+    );
+
+    // Slow clients: each sends half a request head and waits.
+    let mut slow: Vec<std::net::TcpStream> = (0..20)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(&addr).unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n")
+                .unwrap();
+            c
+        })
+        .collect();
+    // Others are answered meanwhile.
+    let (code, _) = request(&addr, "GET", "/api/status");
+    assert_eq!(code, 200);
+    // And the server closes the slow ones (within the head's 5 s deadline, with room).
+    let started = Instant::now();
+    for c in &mut slow {
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut rest = Vec::new();
+        // An answer (408) or none, then the end: never a hang.
+        let _ = c.read_to_end(&mut rest);
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "a slow client held on"
+        );
+    }
+
+    // More connections than the bound: the ones past it are closed at once, and the server
+    // answers again once they are gone.
+    let held: Vec<std::net::TcpStream> = (0..80)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    let mut closed = 0;
+    for c in &held {
+        c.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let mut buf = [0u8; 1];
+        if matches!((&*c).read(&mut buf), Ok(0)) {
+            closed += 1;
+        }
+    }
+    assert!(
+        closed >= 80 - 64,
+        "only {closed} of 80 connections were refused"
+    );
+    drop(held);
+    let started = Instant::now();
+    loop {
+        // The held slots free as their heads time out.
+        if let Ok(mut c) = std::net::TcpStream::connect(&addr) {
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let _ = write!(
+                c,
+                "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+            );
+            let mut response = String::new();
+            if c.read_to_string(&mut response).is_ok() && response.contains(" 200 ") {
+                break;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never answered again"
+        );
+    }
+}
+
+/// Dead letters are read cut by the database (a 100 KB body is read as its first 2 KiB, its
+/// size said), and one that is not UTF-8 shows with replacement characters instead of
+/// blanking the queues.
+#[test]
+fn dead_letters_are_cut_in_the_database_and_bytes_that_are_not_utf8_shown() {
+    let s = Scenario::database(None);
+    s.run(&["migrate"], &[]).expect_code(0);
+    let url = s.database_url();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        // As a program in another language could write them: a body that is not UTF-8, and
+        // a large one.
+        for (body, reason) in [
+            (b"{\"title\":\"\xff\xfe\"}".to_vec(), "not UTF-8"),
+            (vec![b'x'; 100_000], "large"),
+        ] {
+            sqlx::query(
+                "INSERT INTO bus_messages (queue, body, sent_at, visible_at, dead_letter_reason) \
+                 VALUES ('curated_clips_dead_letter', CAST(?1 AS TEXT), 0, 0, ?2)",
+            )
+            .bind(body)
+            .bind(reason)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+    });
+    let (_serving, addr) = start_serving(
+        &s,
+        &["serve", "--addr", "127.0.0.1:0"],
+        &[],
+        Duration::from_secs(60),
+    );
+    let (code, body) = request(&addr, "GET", "/api/dead-letters");
+    assert_eq!(code, 200, "{body}");
+    let all: Value = serde_json::from_str(&body).unwrap();
+    let clips = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == "curated_clips")
+        .unwrap();
+    let shown = clips["shown"].as_array().unwrap();
+    assert_eq!(shown.len(), 2, "{clips}");
+    assert_eq!(
+        shown[0]["body"], "{\"title\":\"\u{fffd}\u{fffd}\"}",
+        "{clips}"
+    );
+    assert_eq!(shown[0]["body_truncated"], false);
+    assert_eq!(shown[1]["body_bytes"], 100_000);
+    assert_eq!(shown[1]["body_truncated"], true);
+    assert_eq!(shown[1]["body"].as_str().unwrap().len(), 2048);
+    let (code, page) = request(&addr, "GET", "/");
+    assert_eq!(code, 200);
+    assert!(page.contains("large"), "the dead letters are on the page");
+    let (code, body) = request(&addr, "GET", "/api/queues");
+    assert_eq!(code, 200, "{body}");
 }

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo bench -p datastore --bench datastore --all-features -- [small|reference|large]...
-//!     [--no-baseline] [--no-sqlite] [--baseline-large] [--keep]
+//!     [--no-baseline] [--no-sqlite] [--no-postgres] [--sqlite-sync] [--baseline-large] [--keep]
 //! ```
 //!
 //! For each size: a deterministic data set (seeded generator), then on Postgres (ours, in a
@@ -20,6 +20,10 @@
 //! and dropped afterwards, unless `--keep`). The baseline at the large size is 100 million
 //! backlog rows; it runs only with `--baseline-large`. With `ARCHIVIST_BENCH_LOG_STATEMENTS`
 //! set, the server logs every statement of ours with its duration (to see where time goes).
+//!
+//! `--sqlite-sync` also runs SQLite with no write synced at commit (`synchronous = NORMAL`, as
+//! before writes that precede an acknowledgement elsewhere were made durable) and prints what
+//! durability costs, side by side. `--no-postgres` leaves Postgres out (and so the baseline).
 //!
 //! After loading, each Postgres database gets `VACUUM ANALYZE`, as autovacuum would soon do:
 //! planner statistics, and the visibility map that index-only scans need.
@@ -51,6 +55,7 @@ fn request() -> LeaseRequest {
         max_clips: MAX_CLIPS,
         duration: Duration::hours(2),
         now: now(),
+        lease_id: uuid::Uuid::new_v4(),
     }
 }
 
@@ -797,6 +802,56 @@ fn verdict(value: Option<f64>, target: Option<f64>, higher_is_better: bool) -> &
     }
 }
 
+/// A figure of [`Figures`] with its label: a (median, p95) time, or a single value.
+type PairRow = (&'static str, fn(&Figures) -> Option<(f64, f64)>);
+type ValueRow = (&'static str, fn(&Figures) -> Option<f64>);
+
+/// What durable commits cost SQLite: the same operations synced at commit (ours) and not.
+fn sync_report(size: &Size, full: &Figures, normal: &Figures) -> String {
+    let mut out = format!(
+        "\n#### {}: SQLite, writes synced at commit (FULL, ours) and not (NORMAL)\n\n\
+         | operation | FULL | NORMAL | FULL / NORMAL |\n| --- | --- | --- | --- |\n",
+        size.name
+    );
+    let med = |v: Option<(f64, f64)>| v.map(|p| p.0);
+    let pairs: [PairRow; 4] = [
+        ("lease next work item, median / p95 ms", |f| f.lease_ms),
+        ("ingest one new clip, median / p95 ms", |f| f.new_clip_ms),
+        ("ingest one new episode, median / p95 ms", |f| {
+            f.new_episode_ms
+        }),
+        ("status, median / p95 ms", |f| f.status_ms),
+    ];
+    for (label, get) in pairs {
+        out.push_str(&format!(
+            "| {label} | {} | {} | {} |\n",
+            fmt_pair(get(full)),
+            fmt_pair(get(normal)),
+            ratio(med(get(full)), med(get(normal))),
+        ));
+    }
+    let rates: [ValueRow; 4] = [
+        ("load the data set, s", |f| f.load_s),
+        ("record results, batches of 10, one archivist, /s", |f| {
+            f.record_10_per_s
+        }),
+        ("record results, batches of 10, four archivists, /s", |f| {
+            f.record_10x4_per_s
+        }),
+        ("record results, batches of 500, /s", |f| f.record_500_per_s),
+    ];
+    for (label, get) in rates {
+        let show = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "—".into());
+        out.push_str(&format!(
+            "| {label} | {} | {} | {} |\n",
+            show(get(full)),
+            show(get(normal)),
+            ratio(get(full), get(normal)),
+        ));
+    }
+    out
+}
+
 fn report(size: &Size, pg: &Figures, base: Option<&Figures>, lite: Option<&Figures>) -> String {
     let t = targets(size);
     let none = Figures::default();
@@ -961,18 +1016,23 @@ fn main() {
             eprintln!("== {}: generating", size.name);
             let data = generate(size);
 
-            eprintln!("== {}: Postgres (ours)", size.name);
-            let (db, options) =
-                BenchDb::create(&format!("ours_{}", size.name), flag("--keep")).await;
-            let store = PgDataStore::connect_with(options, pool_options())
-                .await
-                .unwrap();
-            let backing = Backing::Pg(store.pool().clone());
-            let pg = measure_ours(Arc::new(store), &backing, size, &data).await;
-            drop(backing);
-            db.drop_now().await;
+            let pg = if flag("--no-postgres") {
+                Figures::default()
+            } else {
+                eprintln!("== {}: Postgres (ours)", size.name);
+                let (db, options) =
+                    BenchDb::create(&format!("ours_{}", size.name), flag("--keep")).await;
+                let store = PgDataStore::connect_with(options, pool_options())
+                    .await
+                    .unwrap();
+                let backing = Backing::Pg(store.pool().clone());
+                let pg = measure_ours(Arc::new(store), &backing, size, &data).await;
+                drop(backing);
+                db.drop_now().await;
+                pg
+            };
 
-            let base = if flag("--no-baseline") {
+            let base = if flag("--no-baseline") || flag("--no-postgres") {
                 None
             } else if size.name == "large" && !flag("--baseline-large") {
                 Some(Figures {
@@ -1011,6 +1071,19 @@ fn main() {
             let table = report(size, &pg, base.as_ref(), lite.as_ref());
             println!("{table}");
             tables.push_str(&table);
+            if let (true, Some(lite)) = (flag("--sqlite-sync"), lite.as_ref()) {
+                eprintln!("== {}: SQLite, no write synced", size.name);
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("bench.db");
+                let url = format!("sqlite://{}", path.display());
+                let store = SqliteDataStore::connect_without_sync(&url).await.unwrap();
+                let normal =
+                    measure_ours(Arc::new(store), &Backing::Sqlite(path.clone()), size, &data)
+                        .await;
+                let table = sync_report(size, lite, &normal);
+                println!("{table}");
+                tables.push_str(&table);
+            }
         }
         println!("\n---- all sizes ----\n{tables}");
     });

@@ -75,6 +75,7 @@ impl Clock {
             max_clips: MAX_CLIPS,
             duration: Duration::seconds(LEASE_LENGTH_S),
             now,
+            lease_id: uuid::Uuid::new_v4(),
         }
     }
 }

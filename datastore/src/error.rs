@@ -78,6 +78,14 @@ impl From<sqlx::Error> for DataStoreError {
             | sqlx::Error::PoolClosed
             | sqlx::Error::WorkerCrashed
             | sqlx::Error::Tls(_) => DataStoreError::Unavailable(e),
+            // The connection closed before the server answered the TLS request (sqlx reads
+            // the missing byte as 0x00): a server going away, as an I/O error would say (as
+            // messagebus::sql::is_transient says for the bus).
+            sqlx::Error::Protocol(ref m)
+                if m.starts_with("unexpected response from SSLRequest: 0x00") =>
+            {
+                DataStoreError::Unavailable(e)
+            }
             other => DataStoreError::Database(other),
         }
     }

@@ -7,6 +7,13 @@
 //! a new clip or episode costs one row however large the archive is (the project's
 //! `shared/SCALE.md`).
 //!
+//! A pair that cannot be researched for a reason that will not pass is recorded as *failed*
+//! ([`ResearchResult::failure`]): a result row with its reason, so that lease selection passes
+//! it over like a researched pair, counted apart (`failed_count` beside each episode's
+//! `researched_count`; partial indexes on the failures alone). A success replaces it; a new
+//! `media_uri` for its episode or clip (a trigger in the upsert's transaction) or
+//! [`DataStore::retry_failed`] forgets it, and it is leased again.
+//!
 //! A lease holds the pairs of its work item until they are recorded, it expires, or it is
 //! cancelled; a revoked lease (its researcher sent its last result) keeps the pairs whose
 //! results are still on their way.
@@ -53,8 +60,8 @@ pub mod testing_pg;
 pub use connect::{connect, redact_url};
 pub use error::DataStoreError;
 pub use model::{
-    ClipInfo, EpisodeInfo, EpisodeKey, Lease, LeaseRequest, LeaseState, LeaseSummary, LeaseUpdate,
-    Match, MatchFilter, RecordOutcome, ResearchResult, Status,
+    ClipInfo, EpisodeInfo, EpisodeKey, FailureReason, Lease, LeaseRequest, LeaseState,
+    LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Status,
 };
 #[cfg(feature = "postgres")]
 pub use postgres::PgDataStore;

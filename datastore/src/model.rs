@@ -76,6 +76,11 @@ pub struct LeaseRequest {
     pub duration: chrono::Duration,
     /// The time the lease starts; leases that expire at or before it are free.
     pub now: DateTime<Utc>,
+    /// The id the new lease gets, chosen by the caller before the call so that a call whose
+    /// outcome is unknown (the connection broke while committing) can be made again with the
+    /// same request: if a lease with this id exists, that lease is the answer and nothing
+    /// more is leased (or published). A fresh id for each work item.
+    pub lease_id: Uuid,
 }
 
 /// A lease on research pairs of one episode: the pending-research work item.
@@ -136,14 +141,32 @@ pub struct ResearchResult {
     pub clip_hash: String,
     /// Where the clip occurs in the episode, in nanoseconds from its start. Empty: nowhere.
     pub clip_offsets_ns: Vec<i64>,
+    /// Set when the pair could not be researched for a reason that will not pass (the media
+    /// is gone, it is not audio): why. The pair is recorded as failed, not researched, and is
+    /// not leased again until its episode or clip gets another `media_uri` or a person retries
+    /// it ([`DataStore::retry_failed`](crate::DataStore::retry_failed)). The offsets are then
+    /// empty, and the durations and hashes whatever the researcher knew (0 and `""` if
+    /// nothing). A later successful result for the pair replaces the failure.
+    pub failure: Option<String>,
+}
+
+/// How many failed pairs share one reason (see [`DataStore::failure_reasons`](crate::DataStore::failure_reasons)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureReason {
+    /// The reason the researcher gave.
+    pub reason: String,
+    /// Failed pairs with it.
+    pub pairs: u64,
 }
 
 /// What recording one result did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordOutcome {
-    /// The result was new and is now recorded.
+    /// The result was new and is now recorded (a success also when it replaced the pair's
+    /// recorded failure).
     Recorded,
-    /// The pair already had a result; nothing changed.
+    /// The pair already had a result (a success, or a failure and this is one too); nothing
+    /// changed.
     Duplicate,
     /// The episode is not in the datastore (the clip may not be either); nothing was
     /// recorded.
@@ -171,10 +194,13 @@ pub struct Status {
     pub clips: u64,
     /// `episodes × clips`: every pair that is to be researched.
     pub research_pairs: u64,
-    /// Pairs with a recorded result.
+    /// Pairs with a recorded successful result.
     pub researched_pairs: u64,
     /// Pairs whose result has at least one offset.
     pub matched_pairs: u64,
+    /// Pairs recorded as failed (see [`ResearchResult::failure`]): not leased until retried.
+    #[serde(default)]
+    pub failed_pairs: u64,
     /// Leases not yet expired, not revoked, that still hold unresearched pairs: work a
     /// researcher is on.
     pub active_leases: u64,

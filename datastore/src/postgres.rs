@@ -43,9 +43,9 @@ use uuid::Uuid;
 
 use crate::store::EncodeWorkItem;
 use crate::{
-    redact_url, ClipInfo, DataStore, DataStoreError, EpisodeInfo, EpisodeKey, Lease, LeaseRequest,
-    LeaseState, LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult,
-    Result, Status, TransactionalBus,
+    redact_url, ClipInfo, DataStore, DataStoreError, EpisodeInfo, EpisodeKey, FailureReason, Lease,
+    LeaseRequest, LeaseState, LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome,
+    ResearchResult, Result, Status, TransactionalBus,
 };
 
 /// The schema's migrations. The database bus keeps its own (versions from 1000001) in the same
@@ -399,17 +399,22 @@ fn is_media_uri_violation(e: &sqlx::Error) -> bool {
 
 // ------------------------------------------------------------------------------------ upserts
 
-/// The batch with one entry per identity, the later one winning, sorted by identity so that
-/// concurrent batches lock rows in the same order.
-fn dedupe_later_wins<T: Clone, K: Ord + Clone + std::hash::Hash>(
+/// The batch with one entry per identity, the newest curation (`curated`) winning and of
+/// equally new ones the later, sorted by identity so that concurrent batches lock rows in the
+/// same order.
+fn dedupe_newest<T: Clone, K: Ord + Clone + std::hash::Hash, C: Ord>(
     items: &[T],
     key: impl Fn(&T) -> K,
+    curated: impl Fn(&T) -> C,
 ) -> Vec<T> {
-    let mut last: HashMap<K, usize> = HashMap::with_capacity(items.len());
+    let mut newest: HashMap<K, usize> = HashMap::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        last.insert(key(item), i);
+        let slot = newest.entry(key(item)).or_insert(i);
+        if curated(&items[*slot]) <= curated(item) {
+            *slot = i;
+        }
     }
-    let mut keyed: Vec<(K, usize)> = last.into_iter().collect();
+    let mut keyed: Vec<(K, usize)> = newest.into_iter().collect();
     keyed.sort();
     keyed.into_iter().map(|(_, i)| items[i].clone()).collect()
 }
@@ -455,6 +460,7 @@ trait Curated: Clone + Sync {
     type Key: Ord + Clone + std::hash::Hash;
     fn key(&self) -> Self::Key;
     fn media_uri(&self) -> &str;
+    fn last_date_curated(&self) -> DateTime<Utc>;
     /// Last curated before first curated: only an item already stored may be so.
     fn is_suspect(&self) -> bool;
     fn bind_identities<'q>(items: &[&'q Self], query: NewAmong<'q>) -> NewAmong<'q>;
@@ -483,6 +489,9 @@ WITH up AS (
         media_uri = EXCLUDED.media_uri,
         media_type = EXCLUDED.media_type,
         priority = EXCLUDED.priority
+    -- Only a curation at least as new as the stored one: a release redelivered after a
+    -- newer curation changes nothing (and is not returned).
+    WHERE episodes.last_date_curated <= EXCLUDED.last_date_curated
     RETURNING id, priority, date_aired, initial_date_curated, researched_count
 ), batch AS (
     -- An aggregate: the whole upsert (and its row locks) is done before the frontier row is
@@ -514,6 +523,9 @@ LIMIT 1";
     }
     fn media_uri(&self) -> &str {
         &self.media_uri
+    }
+    fn last_date_curated(&self) -> DateTime<Utc> {
+        self.last_date_curated
     }
     fn is_suspect(&self) -> bool {
         self.last_date_curated < self.initial_date_curated
@@ -554,7 +566,8 @@ ON CONFLICT (title) DO UPDATE SET
     description = EXCLUDED.description,
     media_uri = EXCLUDED.media_uri,
     media_type = EXCLUDED.media_type,
-    priority = EXCLUDED.priority";
+    priority = EXCLUDED.priority
+WHERE clips.last_date_curated <= EXCLUDED.last_date_curated";
     const NEW_AMONG: &'static str = "
 SELECT u.t FROM unnest($1::text[]) AS u(t)
 WHERE NOT EXISTS (SELECT 1 FROM clips c WHERE c.title = u.t)
@@ -566,6 +579,9 @@ LIMIT 1";
     }
     fn media_uri(&self) -> &str {
         &self.media_uri
+    }
+    fn last_date_curated(&self) -> DateTime<Utc> {
+        self.last_date_curated
     }
     fn is_suspect(&self) -> bool {
         self.last_date_curated < self.initial_date_curated
@@ -593,7 +609,7 @@ async fn upsert<T: Curated>(pool: &PgPool, items: &[T], acks: &[SqlReceipt]) -> 
     if items.is_empty() {
         return Ok(());
     }
-    let batch = dedupe_later_wins(items, T::key);
+    let batch = dedupe_newest(items, T::key, T::last_date_curated);
     if let Some(uri) = batch_uri_conflict(&batch, T::key, T::media_uri) {
         return Err(DataStoreError::Conflict(format!(
             "media_uri {uri} is given to two {} in one batch",
@@ -708,8 +724,26 @@ FOR NO KEY UPDATE OF e";
 /// The frontier and the clip count it is compared with, in one round trip.
 const READ_FRONTIER: &str = "
 SELECT (SELECT count(*) FROM clips), f.generation, f.clips,
-       f.priority, f.date_aired, f.initial_date_curated, f.id
+       f.priority, f.date_aired, f.initial_date_curated, f.id,
+       EXISTS (SELECT 1 FROM leases WHERE id = $1) AS made_already
 FROM lease_frontier f";
+
+/// The lease `$1` as it stands: its expiry, episode and the clips it holds, most urgent first
+/// (for a lease call made again after its first try's commit was lost with the connection).
+const EXISTING_LEASE: &str = "
+SELECT l.expires_at AS lease_expires_at, c.id, c.title, c.initial_date_curated,
+       c.last_date_curated, c.curator_information, c.description, c.media_uri, c.media_type,
+       c.priority
+FROM leases l JOIN leased_pairs lp ON lp.lease_id = l.id JOIN clips c ON c.id = lp.clip_id
+WHERE l.id = $1
+ORDER BY c.priority DESC, c.initial_date_curated DESC, c.id DESC";
+
+/// The episode of the lease `$1`.
+const EXISTING_LEASE_EPISODE: &str = "
+SELECT e.title, e.date_aired, e.initial_date_curated, e.last_date_curated,
+       e.curator_information, e.description, e.media_uri, e.media_type, e.priority
+FROM leases l JOIN episodes e ON e.id = l.episode_id
+WHERE l.id = $1";
 
 /// Moves the frontier, unless an upsert changed it since it was read (then the next selection
 /// sets it). An upsert holding the row waits for us, then sees where we put it.
@@ -822,6 +856,7 @@ type FrontierRow = (
     Option<DateTime<Utc>>,
     Option<DateTime<Utc>>,
     Option<i64>,
+    bool,
 );
 
 /// What one lease selection came to.
@@ -847,8 +882,23 @@ async fn lease_next_once(
     let mut tx = pool.begin_with(BEGIN_LEASE).await?;
     // The clip count is bound as a value, so the walk in CHOOSE_EPISODE compares with a
     // constant.
-    let (clip_count, generation, frontier_clips, p, d, i, id): FrontierRow =
-        sqlx::query_as(READ_FRONTIER).fetch_one(&mut *tx).await?;
+    let (clip_count, generation, frontier_clips, p, d, i, id, made_already): FrontierRow =
+        sqlx::query_as(READ_FRONTIER)
+            .bind(request.lease_id)
+            .fetch_one(&mut *tx)
+            .await?;
+    if made_already {
+        // A call made again whose earlier try committed, its outcome lost with the
+        // connection: that lease (and its work item, published in its transaction) is the
+        // answer. Leasing again would strand the first lease's pairs or exceed the capacity.
+        let lease = existing_lease(&mut tx, request.lease_id).await?;
+        commit(tx).await?;
+        return Ok(match lease {
+            Some(lease) => Selection::Leased(Box::new(lease)),
+            // Made, then ended by its results before this call came back.
+            None => Selection::NoWork,
+        });
+    }
     let start = match (frontier_clips, p, d, i, id) {
         (Some(clips), Some(p), Some(d), Some(i), Some(id)) if clips == clip_count => (p, d, i, id),
         _ => top_of_urgency(),
@@ -931,7 +981,7 @@ async fn lease_next_once(
         }
     }
 
-    let lease_id = Uuid::new_v4();
+    let lease_id = request.lease_id;
     let rows: Vec<LeasedClipRow> = sqlx::query_as(INSERT_LEASE)
         .bind(lease_id)
         .bind(episode_id)
@@ -965,6 +1015,35 @@ async fn lease_next_once(
     }
     commit(tx).await?;
     Ok(Selection::Leased(Box::new(lease)))
+}
+
+/// The lease `id` as it stands, if it still holds pairs. `reclaimed_pairs` is 0: what it took
+/// over is not kept.
+async fn existing_lease(
+    tx: &mut Transaction<'_, Postgres>,
+    id: Uuid,
+) -> Result<Option<Lease>, Failure> {
+    let Some(episode) = sqlx::query_as::<_, EpisodeRow>(EXISTING_LEASE_EPISODE)
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let rows: Vec<LeasedClipRow> = sqlx::query_as(EXISTING_LEASE)
+        .bind(id)
+        .fetch_all(&mut **tx)
+        .await?;
+    let Some(expires_at) = rows.first().map(|r| r.lease_expires_at) else {
+        return Ok(None);
+    };
+    Ok(Some(Lease {
+        id,
+        expires_at,
+        episode: episode.into(),
+        clips: rows.into_iter().map(|r| ClipInfo::from(r.clip)).collect(),
+        reclaimed_pairs: 0,
+    }))
 }
 
 async fn update_lease_once(
@@ -1062,25 +1141,36 @@ SELECT false, id, title, NULL::timestamptz FROM clips WHERE title = ANY($3)";
 const BEGIN_RECORD: &str =
     "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_generic_plan";
 
-/// Records the batch in one statement. `ON CONFLICT DO NOTHING` makes a pair recorded once
-/// (the primary key decides, also against concurrent batches); only the rows it inserted free
-/// their leased pair and count in the episode's counters. Offsets come flattened: a result's
-/// offsets are `$11[start+1 : start+len]`.
+/// Records the batch in one statement. `ON CONFLICT` makes a pair recorded once (the primary
+/// key decides, also against concurrent batches): a recorded pair is left alone, except that a
+/// success replaces a recorded failure (`$12`, NULL for a success). Only the rows it wrote free
+/// their leased pair and count in the episode's counters (`xmax = 0` tells an inserted row from
+/// a replaced one). Offsets come flattened: a result's offsets are `$11[start+1 : start+len]`.
 const RECORD: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::int8[], $2::int8[], $3::uuid[], $4::timestamptz[], $5::int8[],
-                         $6::text[], $7::int8[], $8::text[], $9::int4[], $10::int4[])
+                         $6::text[], $7::int8[], $8::text[], $9::int4[], $10::int4[],
+                         $12::text[])
         AS u(episode_id, clip_id, lease_id, research_date, episode_duration_ns, episode_hash,
-             clip_duration_ns, clip_hash, off_start, off_len)
+             clip_duration_ns, clip_hash, off_start, off_len, failure)
 ), ins AS (
-    INSERT INTO research_results (episode_id, clip_id, lease_id, research_date,
-        episode_duration_ns, episode_hash, clip_duration_ns, clip_hash, clip_offsets_ns, matched)
+    INSERT INTO research_results AS r (episode_id, clip_id, lease_id, research_date,
+        episode_duration_ns, episode_hash, clip_duration_ns, clip_hash, clip_offsets_ns, matched,
+        failure)
     SELECT episode_id, clip_id, lease_id, research_date, episode_duration_ns, episode_hash,
            clip_duration_ns, clip_hash,
-           COALESCE(($11::int8[])[off_start + 1 : off_start + off_len], '{}'), off_len > 0
+           COALESCE(($11::int8[])[off_start + 1 : off_start + off_len], '{}'),
+           off_len > 0 AND failure IS NULL, failure
     FROM input
-    ON CONFLICT (episode_id, clip_id) DO NOTHING
-    RETURNING episode_id, clip_id, matched
+    ON CONFLICT (episode_id, clip_id) DO UPDATE SET
+        lease_id = EXCLUDED.lease_id, research_date = EXCLUDED.research_date,
+        episode_duration_ns = EXCLUDED.episode_duration_ns,
+        episode_hash = EXCLUDED.episode_hash, clip_duration_ns = EXCLUDED.clip_duration_ns,
+        clip_hash = EXCLUDED.clip_hash, clip_offsets_ns = EXCLUDED.clip_offsets_ns,
+        matched = EXCLUDED.matched, failure = NULL
+    WHERE r.failure IS NOT NULL AND EXCLUDED.failure IS NULL
+    RETURNING r.episode_id, r.clip_id, r.matched, r.failure IS NOT NULL AS failed,
+              r.xmax = 0 AS fresh
 ), freed AS (
     DELETE FROM leased_pairs lp USING ins
     WHERE lp.episode_id = ins.episode_id AND lp.clip_id = ins.clip_id
@@ -1092,8 +1182,12 @@ WITH input AS (
     RETURNING l.id, l.held_pairs, l.revoked
 ), episodes_done AS (
     UPDATE episodes e
-    SET researched_count = e.researched_count + s.n, matched_count = e.matched_count + s.m
-    FROM (SELECT episode_id, count(*)::int4 AS n, (count(*) FILTER (WHERE matched))::int4 AS m
+    SET researched_count = e.researched_count + s.n, matched_count = e.matched_count + s.m,
+        failed_count = e.failed_count + s.f
+    FROM (SELECT episode_id, (count(*) FILTER (WHERE fresh))::int4 AS n,
+                 (count(*) FILTER (WHERE matched))::int4 AS m,
+                 (count(*) FILTER (WHERE fresh AND failed))::int4
+                     - (count(*) FILTER (WHERE NOT fresh))::int4 AS f
           FROM ins GROUP BY episode_id) AS s
     WHERE e.id = s.episode_id
 )
@@ -1217,6 +1311,7 @@ async fn record_results_once(
             Vec::with_capacity(n),
             Vec::with_capacity(n),
             Vec::new(),
+            Vec::with_capacity(n),
         );
         for &(e, cl, i) in &rows {
             let r = &results[i];
@@ -1237,6 +1332,7 @@ async fn record_results_once(
             c.8.push(start);
             c.9.push(len);
             c.10.extend_from_slice(&r.clip_offsets_ns);
+            c.11.push(r.failure.as_deref());
         }
         let recorded: Vec<(Option<i64>, Option<i64>, Option<Uuid>)> = sqlx::query_as(RECORD)
             .bind(&c.0)
@@ -1250,6 +1346,7 @@ async fn record_results_once(
             .bind(&c.8)
             .bind(&c.9)
             .bind(&c.10)
+            .bind(&c.11)
             .fetch_all(&mut *tx)
             .await?;
         let mut ended = Vec::new();
@@ -1315,9 +1412,10 @@ SELECT
     (SELECT count(*) FROM episodes),
     (SELECT count(*) FROM clips),
     e.researched, e.matched,
-    l.active, l.expired, l.held, l.late
-FROM (SELECT COALESCE(sum(researched_count), 0)::int8 AS researched,
-             COALESCE(sum(matched_count), 0)::int8 AS matched FROM episodes) AS e,
+    l.active, l.expired, l.held, l.late, e.failed
+FROM (SELECT COALESCE(sum(researched_count - failed_count), 0)::int8 AS researched,
+             COALESCE(sum(matched_count), 0)::int8 AS matched,
+             COALESCE(sum(failed_count), 0)::int8 AS failed FROM episodes) AS e,
      (SELECT count(*) FILTER (WHERE expires_at > $1 AND held_pairs > 0 AND NOT revoked)
                  AS active,
              count(*) FILTER (WHERE expires_at > $1 AND held_pairs > 0 AND revoked) AS late,
@@ -1353,7 +1451,43 @@ WHERE l.held_pairs > 0
 ORDER BY l.expires_at <= $1 DESC, l.created_at, l.id
 LIMIT $2";
 
-type StatusRow = (i64, i64, i64, i64, i64, i64, i64, i64);
+/// Locks, in id order (the order recording takes them in), the episodes of the failed pairs
+/// [`RETRY_FAILED`] is about to forget. Reads failed pairs only (0007's partial indexes).
+const LOCK_FAILED: &str = "
+SELECT 1 FROM episodes
+WHERE id IN (SELECT r.episode_id FROM research_results r
+             WHERE r.failure IS NOT NULL
+               AND ($1::text IS NULL OR r.episode_id IN (SELECT id FROM episodes WHERE title = $1))
+               AND ($2::text IS NULL OR r.clip_id IN (SELECT id FROM clips WHERE title = $2)))
+ORDER BY id
+FOR NO KEY UPDATE";
+
+/// Forgets failed pairs (of episodes titled `$1`, of the clip `$2`, each if given) and takes
+/// them off their episodes' counters; returns how many.
+const RETRY_FAILED: &str = "
+WITH gone AS (
+    DELETE FROM research_results r
+    WHERE r.failure IS NOT NULL
+      AND ($1::text IS NULL OR r.episode_id IN (SELECT id FROM episodes WHERE title = $1))
+      AND ($2::text IS NULL OR r.clip_id IN (SELECT id FROM clips WHERE title = $2))
+    RETURNING r.episode_id
+), counted AS (
+    UPDATE episodes e
+    SET researched_count = e.researched_count - s.n, failed_count = e.failed_count - s.n
+    FROM (SELECT episode_id, count(*)::int4 AS n FROM gone GROUP BY episode_id) AS s
+    WHERE e.id = s.episode_id
+)
+SELECT count(*) FROM gone";
+
+/// The most common failure reasons; walks research_results_failed_reason (0007).
+const FAILURE_REASONS: &str = "
+SELECT failure, count(*) AS n FROM research_results
+WHERE failure IS NOT NULL
+GROUP BY failure
+ORDER BY n DESC, failure
+LIMIT $1";
+
+type StatusRow = (i64, i64, i64, i64, i64, i64, i64, i64, i64);
 type LeaseRow = (
     Uuid,
     String,
@@ -1451,7 +1585,7 @@ impl DataStore for PgDataStore {
     async fn status(&self, now: DateTime<Utc>) -> Result<Status> {
         retrying("status", Replay::Harmless, || async {
             // One statement: one snapshot, so the counts agree with each other.
-            let (episodes, clips, researched, matched, active, expired, held, late): StatusRow =
+            let (episodes, clips, researched, matched, active, expired, held, late, failed): StatusRow =
                 sqlx::query_as(STATUS)
                     .bind(now)
                     .fetch_one(&self.pool)
@@ -1466,7 +1600,55 @@ impl DataStore for PgDataStore {
                 expired_leases: count(expired),
                 leased_pairs: count(held),
                 awaiting_late_results: count(late),
+                failed_pairs: count(failed),
             })
+        })
+        .await
+    }
+
+    async fn retry_failed(
+        &self,
+        episode_title: Option<&str>,
+        clip_title: Option<&str>,
+    ) -> Result<u64> {
+        // A replay after an unknown commit would find nothing left and answer 0.
+        retrying("retry_failed", Replay::Unsafe, || async {
+            let mut tx = self.pool.begin_with(BEGIN).await?;
+            sqlx::query(LOCK_FAILED)
+                .bind(episode_title)
+                .bind(clip_title)
+                .execute(&mut *tx)
+                .await?;
+            let freed: i64 = sqlx::query_scalar(RETRY_FAILED)
+                .bind(episode_title)
+                .bind(clip_title)
+                .fetch_one(&mut *tx)
+                .await?;
+            if freed > 0 {
+                // Episodes before the lease frontier may have work again (0003).
+                sqlx::query("UPDATE lease_frontier SET clips = NULL, generation = generation + 1")
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            commit(tx).await?;
+            Ok(count(freed))
+        })
+        .await
+    }
+
+    async fn failure_reasons(&self, limit: u32) -> Result<Vec<FailureReason>> {
+        retrying("failure_reasons", Replay::Harmless, || async {
+            let rows: Vec<(String, i64)> = sqlx::query_as(FAILURE_REASONS)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(reason, n)| FailureReason {
+                    reason,
+                    pairs: count(n),
+                })
+                .collect())
         })
         .await
     }
@@ -1540,7 +1722,9 @@ impl PgDataStore {
         publish: Option<Publish<'_>>,
     ) -> Result<Option<Lease>> {
         for _ in 0..MAX_RESELECTS {
-            match retrying("lease_next", Replay::Unsafe, || {
+            // Harmless: a try made again after a commit whose outcome was lost finds the
+            // lease it made by its id (READ_FRONTIER) and answers with it.
+            match retrying("lease_next", Replay::Harmless, || {
                 lease_next_once(&self.pool, request, publish)
             })
             .await?
@@ -1646,10 +1830,18 @@ mod tests {
     }
 
     #[test]
-    fn later_duplicates_win_and_batches_are_sorted() {
-        let items = [("b", 1), ("a", 2), ("b", 3)];
-        let out = dedupe_later_wins(&items, |i| i.0);
-        assert_eq!(out, vec![("a", 2), ("b", 3)]);
+    fn newest_duplicates_win_and_batches_are_sorted() {
+        // (identity, curated, position)
+        let items = [
+            ("b", 1, 0),
+            ("a", 2, 1),
+            ("b", 3, 2),
+            ("a", 1, 3),
+            ("c", 5, 4),
+            ("c", 5, 5),
+        ];
+        let out = dedupe_newest(&items, |i| i.0, |i| i.1);
+        assert_eq!(out, vec![("a", 2, 1), ("b", 3, 2), ("c", 5, 5)]);
     }
 
     #[test]

@@ -37,9 +37,9 @@ use uuid::Uuid;
 
 use crate::store::EncodeWorkItem;
 use crate::{
-    redact_url, ClipInfo, DataStore, DataStoreError, EpisodeInfo, Lease, LeaseRequest, LeaseState,
-    LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Result, Status,
-    TransactionalBus,
+    redact_url, ClipInfo, DataStore, DataStoreError, EpisodeInfo, FailureReason, Lease,
+    LeaseRequest, LeaseState, LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome,
+    ResearchResult, Result, Status, TransactionalBus,
 };
 
 /// The schema's migrations. The database bus keeps its own (versions from 1000001) in the same
@@ -81,7 +81,24 @@ pub struct SqliteDataStore {
     writer: Arc<Mutex<()>>,
     /// The id of the database bus in this file, once seen (see [`TransactionalBus`]).
     bus_id: Arc<tokio::sync::OnceCell<String>>,
+    /// Whether writes that settle no bus message in their transaction sync at commit
+    /// (see [`BEGIN_DURABLE`]). Always, but for the benchmark that measures what it costs.
+    durable: bool,
 }
+
+/// Begins a write whose commit is durable across a power cut (`synchronous = FULL`: the WAL
+/// is synced at each commit). Archivists acknowledge a message on another bus (SQS, RabbitMQ,
+/// a bus in another file) once its write has committed: a commit still in the operating
+/// system's cache would be lost with a power cut after the message is gone. One round trip:
+/// SQLite runs both statements of the string.
+const BEGIN_DURABLE: &str = "PRAGMA synchronous = FULL; BEGIN IMMEDIATE";
+
+/// Begins a write that settles messages of the database bus in this file in the same
+/// transaction (`synchronous = NORMAL`: the WAL is not synced at commit; a process crash loses
+/// nothing, a power cut may lose the last commits). A commit lost so loses its
+/// acknowledgement or its work item with it: the message comes back, and no lease is left
+/// without its item.
+const BEGIN_WITH_BUS: &str = "PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE";
 
 /// A work item to publish in the lease's transaction: bus id, queue, encoder.
 type Publish<'a> = (&'a str, &'a str, &'a EncodeWorkItem);
@@ -108,9 +125,8 @@ impl SqliteDataStore {
             } else {
                 SqliteJournalMode::Wal
             })
-            // NORMAL is the recommended WAL setting: durable across process crashes, and a
-            // commit costs no fsync.
-            .synchronous(SqliteSynchronous::Normal)
+            // Each write sets its own (see BEGIN_DURABLE): FULL for any other statement.
+            .synchronous(SqliteSynchronous::Full)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
         let (pool, writes) = if in_memory {
@@ -140,6 +156,19 @@ impl SqliteDataStore {
             writes,
             writer: Arc::new(Mutex::new(())),
             bus_id: Arc::new(tokio::sync::OnceCell::new()),
+            durable: true,
+        })
+    }
+
+    /// [`connect`](Self::connect), but no write syncs at commit (`synchronous = NORMAL`, as
+    /// before writes were made durable): for the benchmark that measures what durability
+    /// costs, in the same run. Never for data anyone keeps.
+    #[cfg(feature = "test-utils")]
+    #[doc(hidden)]
+    pub async fn connect_without_sync(url: &str) -> Result<Self> {
+        Ok(Self {
+            durable: false,
+            ..Self::connect(url).await?
         })
     }
 
@@ -148,10 +177,17 @@ impl SqliteDataStore {
         Self::connect("sqlite::memory:").await
     }
 
-    /// Starts a transaction that holds the write lock from its first statement.
-    async fn begin_immediate(&self) -> Result<WriteTx> {
+    /// Starts a transaction that holds the write lock from its first statement, durable
+    /// (its commit reaches the disk) unless it settles `with_bus` messages of a database bus
+    /// in this same file.
+    async fn begin_immediate(&self, with_bus: bool) -> Result<WriteTx> {
         let turn = self.writer.clone().lock_owned().await;
-        Ok((self.writes.begin_with("BEGIN IMMEDIATE").await?, turn))
+        let begin = if with_bus || !self.durable {
+            BEGIN_WITH_BUS
+        } else {
+            BEGIN_DURABLE
+        };
+        Ok((self.writes.begin_with(begin).await?, turn))
     }
 }
 
@@ -160,7 +196,7 @@ impl DataStore for SqliteDataStore {
     async fn migrate(&self) -> Result<()> {
         // sqlx's SQLite migrator takes no lock: holding the write lock for the whole run makes
         // concurrent `migrate` calls (from several processes) wait, then find nothing to do.
-        let (mut tx, _turn) = self.begin_immediate().await?;
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
         // `run_direct` sidesteps `run`'s lifetime-specific `Acquire` bound, which `#[async_trait]`'s
         // `Send` check cannot prove.
         MIGRATOR.run_direct(&mut *tx).await?;
@@ -203,25 +239,26 @@ impl DataStore for SqliteDataStore {
     async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> Result<bool> {
         match update {
             LeaseUpdate::Renew { now } => {
-                // One statement: its own transaction, and it reads nothing first. A revoked
+                // One statement (in a transaction of its own only to set its durability). A revoked
                 // lease is not extended: its remaining pairs come back when it expires. The
                 // lease keeps the length it was created with.
-                let _turn = self.writer.lock().await;
+                let (mut tx, _turn) = self.begin_immediate(false).await?;
                 let renewed = sqlx::query(
                     "UPDATE leases SET expires_at = ?2 + duration_us \
                      WHERE id = ?1 AND expires_at > ?2 AND revoked = 0",
                 )
                 .bind(lease_id)
                 .bind(micros(now))
-                .execute(&self.writes)
+                .execute(&mut *tx)
                 .await?
                 .rows_affected();
+                tx.commit().await?;
                 Ok(renewed > 0)
             }
             LeaseUpdate::Revoke => {
                 // Reads what the mark left (held_pairs) before deciding to delete: one write
                 // transaction, so no recording can come between.
-                let (mut tx, _turn) = self.begin_immediate().await?;
+                let (mut tx, _turn) = self.begin_immediate(false).await?;
                 let held: Option<i64> = sqlx::query_scalar(
                     "UPDATE leases SET revoked = 1 WHERE id = ?1 AND revoked = 0 \
                      RETURNING held_pairs",
@@ -241,12 +278,13 @@ impl DataStore for SqliteDataStore {
             }
             LeaseUpdate::Cancel => {
                 // One statement; its leased_pairs rows go with it (ON DELETE CASCADE).
-                let _turn = self.writer.lock().await;
+                let (mut tx, _turn) = self.begin_immediate(false).await?;
                 let cancelled = sqlx::query("DELETE FROM leases WHERE id = ?1")
                     .bind(lease_id)
-                    .execute(&self.writes)
+                    .execute(&mut *tx)
                     .await?
                     .rows_affected();
+                tx.commit().await?;
                 Ok(cancelled > 0)
             }
         }
@@ -260,14 +298,15 @@ impl DataStore for SqliteDataStore {
         let row = sqlx::query(
             "SELECT (SELECT COUNT(*) FROM episodes), \
                     (SELECT COUNT(*) FROM clips), \
-                    (SELECT COALESCE(SUM(researched_count), 0) FROM episodes), \
+                    (SELECT COALESCE(SUM(researched_count - failed_count), 0) FROM episodes), \
                     (SELECT COALESCE(SUM(matched_count), 0) FROM episodes), \
                     (SELECT COUNT(*) FROM leases \
                      WHERE expires_at > ?1 AND held_pairs > 0 AND revoked = 0), \
                     (SELECT COUNT(*) FROM leases WHERE expires_at <= ?1 AND held_pairs > 0), \
                     (SELECT COALESCE(SUM(held_pairs), 0) FROM leases WHERE expires_at > ?1), \
                     (SELECT COUNT(*) FROM leases \
-                     WHERE expires_at > ?1 AND held_pairs > 0 AND revoked = 1)",
+                     WHERE expires_at > ?1 AND held_pairs > 0 AND revoked = 1), \
+                    (SELECT COALESCE(SUM(failed_count), 0) FROM episodes)",
         )
         .bind(micros(now))
         .fetch_one(&self.pool)
@@ -287,7 +326,65 @@ impl DataStore for SqliteDataStore {
             expired_leases: count(5)?,
             leased_pairs: count(6)?,
             awaiting_late_results: count(7)?,
+            failed_pairs: count(8)?,
         })
+    }
+
+    async fn retry_failed(
+        &self,
+        episode_title: Option<&str>,
+        clip_title: Option<&str>,
+    ) -> Result<u64> {
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        // Walks the failed pairs only (research_results_failed_*, 0004).
+        let episodes: Vec<i64> = sqlx::query_scalar(
+            "DELETE FROM research_results \
+             WHERE failure IS NOT NULL \
+               AND (?1 IS NULL OR episode_id IN (SELECT id FROM episodes WHERE title = ?1)) \
+               AND (?2 IS NULL OR clip_id IN (SELECT id FROM clips WHERE title = ?2)) \
+             RETURNING episode_id",
+        )
+        .bind(episode_title)
+        .bind(clip_title)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut per_episode: HashMap<i64, i64> = HashMap::new();
+        for id in &episodes {
+            *per_episode.entry(*id).or_default() += 1;
+        }
+        let counts: Vec<[i64; 2]> = per_episode.into_iter().map(|(id, n)| [id, n]).collect();
+        if !counts.is_empty() {
+            sqlx::query(
+                "UPDATE episodes \
+                 SET researched_count = researched_count - (j.value ->> 1), \
+                     failed_count = failed_count - (j.value ->> 1) \
+                 FROM json_each(?1) j WHERE episodes.id = j.value ->> 0",
+            )
+            .bind(json_string(&counts)?)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(u64::try_from(episodes.len()).unwrap_or(u64::MAX))
+    }
+
+    async fn failure_reasons(&self, limit: u32) -> Result<Vec<FailureReason>> {
+        // Walks research_results_failed_reason (0004): failed pairs only.
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT failure, COUNT(*) AS n FROM research_results \
+             WHERE failure IS NOT NULL \
+             GROUP BY failure ORDER BY n DESC, failure LIMIT ?1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(reason, n)| FailureReason {
+                reason,
+                pairs: u64::try_from(n).unwrap_or(0),
+            })
+            .collect())
     }
 
     async fn matches(&self, filter: &MatchFilter) -> Result<Vec<Match>> {
@@ -397,6 +494,42 @@ async fn release_pairs(
     Ok(())
 }
 
+/// The lease `id` as it stands, if it exists: its episode and the clips it still holds (most
+/// urgent first). `reclaimed_pairs` is 0: what the lease took over is not kept.
+async fn existing_lease(tx: &mut Transaction<'static, Sqlite>, id: Uuid) -> Result<Option<Lease>> {
+    let Some(row) = sqlx::query(
+        "SELECT l.expires_at, e.title, e.date_aired, e.initial_date_curated, \
+                e.last_date_curated, e.curator_information, e.description, e.media_uri, \
+                e.media_type, e.priority \
+         FROM leases l JOIN episodes e ON e.id = l.episode_id WHERE l.id = ?1",
+    )
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let clips = sqlx::query(
+        "SELECT c.title, c.initial_date_curated, c.last_date_curated, c.curator_information, \
+                c.description, c.media_uri, c.media_type, c.priority \
+         FROM leased_pairs p JOIN clips c ON c.id = p.clip_id WHERE p.lease_id = ?1 \
+         ORDER BY c.priority DESC, c.initial_date_curated DESC, c.id DESC",
+    )
+    .bind(id)
+    .fetch_all(&mut **tx)
+    .await?
+    .iter()
+    .map(clip_from_row)
+    .collect::<Result<Vec<_>>>()?;
+    Ok(Some(Lease {
+        id,
+        expires_at: time(row.try_get("expires_at")?)?,
+        episode: episode_from_row(&row)?,
+        clips,
+        reclaimed_pairs: 0,
+    }))
+}
+
 /// Runs `sql`, which maps `json_each(?1)` keys (array indexes) to ids, and returns the id of
 /// each of the `len` array elements, `None` where there is no row.
 async fn resolve(
@@ -449,14 +582,17 @@ trait Curated: Sync {
 /// An item's identity as stored: its title, and for an episode when it aired (microseconds).
 type Identity<'a> = (&'a str, Option<i64>);
 
-/// What a known item has updated: every field but its identity and `initial_date_curated`.
+/// What a known item has updated: every field but its identity and `initial_date_curated`,
+/// and only by a curation at least as new as the stored one (unqualified columns are the
+/// stored row's): a release redelivered after a newer curation changes nothing.
 const UPDATE_ON_CONFLICT: &str = " DO UPDATE SET \
      last_date_curated = excluded.last_date_curated, \
      curator_information = excluded.curator_information, \
      description = excluded.description, \
      media_uri = excluded.media_uri, \
      media_type = excluded.media_type, \
-     priority = excluded.priority";
+     priority = excluded.priority \
+     WHERE excluded.last_date_curated >= last_date_curated";
 
 impl Curated for EpisodeInfo {
     const KIND: &'static str = "episode";
@@ -553,12 +689,12 @@ impl SqliteDataStore {
         if let Some(first) = acks.first() {
             crate::store::check_bus(self, &first.bus_id).await?;
         }
-        let batch = dedupe_later_wins(items);
+        let batch = dedupe_newest(items);
         if batch.is_empty() {
             return Ok(());
         }
         check_unique_media_uris(&batch)?;
-        let (mut tx, _turn) = self.begin_immediate().await?;
+        let (mut tx, _turn) = self.begin_immediate(!acks.is_empty()).await?;
         // Only a new item must not be last curated before it was first curated, and such
         // items are rare: look up just those.
         for item in batch
@@ -613,7 +749,12 @@ impl SqliteDataStore {
                 ))
             })?;
         let max_clips = i64::from(request.max_clips.max(1));
-        let (mut tx, _turn) = self.begin_immediate().await?;
+        let (mut tx, _turn) = self.begin_immediate(publish.is_some()).await?;
+        if let Some(lease) = existing_lease(&mut tx, request.lease_id).await? {
+            // A call made again: the first one committed (and published, if asked).
+            tx.commit().await?;
+            return Ok(Some(lease));
+        }
 
         let clip_count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM clips")
             .fetch_one(&mut *tx)
@@ -706,7 +847,7 @@ impl SqliteDataStore {
             release_pairs(&mut tx, &owners, Some(now)).await?;
         }
 
-        let lease_id = Uuid::new_v4();
+        let lease_id = request.lease_id;
         sqlx::query(
             "INSERT INTO leases (id, episode_id, created_at, expires_at, held_pairs, duration_us) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?4 - ?3)",
@@ -762,7 +903,7 @@ impl SqliteDataStore {
         if results.is_empty() {
             return Ok(outcomes);
         }
-        let (mut tx, _turn) = self.begin_immediate().await?;
+        let (mut tx, _turn) = self.begin_immediate(!acks.is_empty()).await?;
 
         // Resolve identities to ids, each distinct one once, in one statement per kind.
         let mut episode_keys: Vec<(&str, i64)> = Vec::new();
@@ -834,13 +975,46 @@ impl SqliteDataStore {
             });
         }
 
+        // A success replaces a recorded failure: the failed row goes first (found through the
+        // partial index of failures, so a batch without any costs one empty index probe per
+        // episode), and the success is then inserted as new.
+        let mut replaced: HashMap<i64, i64> = HashMap::new();
+        let successes: Vec<[i64; 2]> = candidates
+            .iter()
+            .filter(|c| c.result.failure.is_none())
+            .map(|c| [c.episode_id, c.clip_id])
+            .collect();
+        if !successes.is_empty() {
+            let episodes: Vec<i64> = successes
+                .iter()
+                .map(|p| p[0])
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            let gone: Vec<i64> = sqlx::query_scalar(
+                "DELETE FROM research_results \
+                 WHERE failure IS NOT NULL \
+                   AND episode_id IN (SELECT value FROM json_each(?1)) \
+                   AND (episode_id, clip_id) IN \
+                       (SELECT value ->> 0, value ->> 1 FROM json_each(?2)) \
+                 RETURNING episode_id",
+            )
+            .bind(json_ids(&episodes))
+            .bind(json_string(&successes)?)
+            .fetch_all(&mut *tx)
+            .await?;
+            for id in gone {
+                *replaced.entry(id).or_default() += 1;
+            }
+        }
+
         // Insert; RETURNING names the pairs that were new.
         let mut inserted: HashSet<(i64, i64)> = HashSet::new();
-        for chunk in candidates.chunks(MAX_BINDS / 10) {
+        for chunk in candidates.chunks(MAX_BINDS / 11) {
             let mut query = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO research_results (episode_id, clip_id, lease_id, research_date, \
                  episode_duration_ns, episode_hash, clip_duration_ns, clip_hash, \
-                 clip_offsets_ns, matched) ",
+                 clip_offsets_ns, matched, failure) ",
             );
             query.push_values(chunk, |mut row, c| {
                 row.push_bind(c.episode_id)
@@ -852,7 +1026,8 @@ impl SqliteDataStore {
                     .push_bind(c.result.clip_duration_ns)
                     .push_bind(&c.result.clip_hash)
                     .push_bind(&c.offsets)
-                    .push_bind(!c.result.clip_offsets_ns.is_empty());
+                    .push_bind(c.result.failure.is_none() && !c.result.clip_offsets_ns.is_empty())
+                    .push_bind(c.result.failure.as_deref());
             });
             query.push(
                 " ON CONFLICT (episode_id, clip_id) DO NOTHING RETURNING episode_id, clip_id",
@@ -864,14 +1039,19 @@ impl SqliteDataStore {
         }
 
         // Count the new results per episode and free their pairs from whatever lease holds them.
-        let mut per_episode: HashMap<i64, (i64, i64)> = HashMap::new();
+        // (researched, matched, failed) per episode; a replaced failure is one pair less
+        // recorded and one less failed.
+        let mut per_episode: HashMap<i64, (i64, i64, i64)> =
+            replaced.iter().map(|(id, n)| (*id, (-n, 0, -n))).collect();
         let mut recorded_pairs = Vec::new();
         for c in &candidates {
             if inserted.contains(&(c.episode_id, c.clip_id)) {
                 outcomes[c.index] = RecordOutcome::Recorded;
                 let entry = per_episode.entry(c.episode_id).or_default();
+                let failed = c.result.failure.is_some();
                 entry.0 += 1;
-                entry.1 += i64::from(!c.result.clip_offsets_ns.is_empty());
+                entry.1 += i64::from(!failed && !c.result.clip_offsets_ns.is_empty());
+                entry.2 += i64::from(failed);
                 recorded_pairs.push([c.episode_id, c.clip_id]);
             } else {
                 outcomes[c.index] = RecordOutcome::Duplicate;
@@ -882,14 +1062,15 @@ impl SqliteDataStore {
             tx.commit().await?;
             return Ok(outcomes);
         }
-        let counts: Vec<[i64; 3]> = per_episode
+        let counts: Vec<[i64; 4]> = per_episode
             .iter()
-            .map(|(id, (researched, matched))| [*id, *researched, *matched])
+            .map(|(id, (researched, matched, failed))| [*id, *researched, *matched, *failed])
             .collect();
         sqlx::query(
             "UPDATE episodes \
              SET researched_count = researched_count + (j.value ->> 1), \
-                 matched_count = matched_count + (j.value ->> 2) \
+                 matched_count = matched_count + (j.value ->> 2), \
+                 failed_count = failed_count + (j.value ->> 3) \
              FROM json_each(?1) j WHERE episodes.id = j.value ->> 0",
         )
         .bind(json_string(&counts)?)
@@ -938,16 +1119,20 @@ async fn ack_recorded(
     Ok(())
 }
 
-/// The items of `batch` with distinct identities; of several with one identity the last wins.
-fn dedupe_later_wins<T: Curated>(batch: &[T]) -> Vec<&T> {
-    let mut seen = HashSet::new();
-    let mut kept: Vec<&T> = batch
-        .iter()
-        .rev()
-        .filter(|item| seen.insert(item.identity()))
-        .collect();
-    kept.reverse();
-    kept
+/// The items of `batch` with distinct identities, in batch order; of several with one identity
+/// the newest curation (`last_date_curated`) wins, and of equally new ones the later.
+fn dedupe_newest<T: Curated>(batch: &[T]) -> Vec<&T> {
+    // Per identity, the position of the newest curation (ties: the later one).
+    let mut newest: HashMap<Identity<'_>, usize> = HashMap::with_capacity(batch.len());
+    for (i, item) in batch.iter().enumerate() {
+        let slot = newest.entry(item.identity()).or_insert(i);
+        if batch[*slot].last_date_curated() <= item.last_date_curated() {
+            *slot = i;
+        }
+    }
+    let mut kept: Vec<usize> = newest.into_values().collect();
+    kept.sort_unstable();
+    kept.into_iter().map(|i| &batch[i]).collect()
 }
 
 /// Two distinct items of one batch with the same `media_uri` are a conflict.
@@ -1103,5 +1288,72 @@ impl TransactionalBus for SqliteDataStore {
         encode: &EncodeWorkItem,
     ) -> Result<Option<Lease>> {
         self.lease(request, Some((bus_id, queue, encode))).await
+    }
+}
+
+#[cfg(all(test, feature = "test-utils"))]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use messagebus::Bus;
+
+    use super::*;
+    use crate::testing::{clip, episode, t0};
+
+    /// `PRAGMA synchronous` as the last write left the writer connection: 2 FULL, 1 NORMAL.
+    async fn synchronous(store: &SqliteDataStore) -> i64 {
+        sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&store.writes)
+            .await
+            .unwrap()
+    }
+
+    /// Every write commits durably (FULL: a power cut after an archivist acknowledged the
+    /// message on another bus must not lose it), except those that settle messages of the
+    /// database bus in this same file in the same transaction (NORMAL: a lost commit loses its
+    /// acknowledgement or its work item with it).
+    #[tokio::test]
+    async fn writes_are_durable_unless_they_settle_the_bus_in_the_same_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("archivist.sqlite").display());
+        let store = SqliteDataStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        assert_eq!(synchronous(&store).await, 2);
+        store.upsert_episodes(&[episode(1)]).await.unwrap();
+        assert_eq!(synchronous(&store).await, 2, "upsert");
+        store.upsert_clips(&[clip(1), clip(2)]).await.unwrap();
+        let request = |id| LeaseRequest {
+            max_clips: 1,
+            duration: chrono::Duration::hours(1),
+            now: t0(),
+            lease_id: id,
+        };
+
+        let bus = messagebus::sql::SqliteBus::connect(&url, Default::default())
+            .await
+            .unwrap();
+        bus.create_queue("pending_research").await.unwrap();
+        let bus_id = bus.migrate().await.unwrap();
+        let encode: &EncodeWorkItem = &|lease: &Lease| lease.id.to_string().into_bytes();
+        let lease = store
+            .lease_next_and_publish(request(Uuid::new_v4()), &bus_id, "pending_research", encode)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            synchronous(&store).await,
+            1,
+            "lease and publish in one transaction"
+        );
+        store
+            .update_lease(lease.id, LeaseUpdate::Renew { now: t0() })
+            .await
+            .unwrap();
+        assert_eq!(synchronous(&store).await, 2, "renew");
+        store
+            .lease_next(request(Uuid::new_v4()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(synchronous(&store).await, 2, "lease without the bus");
     }
 }

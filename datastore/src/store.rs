@@ -4,8 +4,8 @@ use messagebus::SqlReceipt;
 use uuid::Uuid;
 
 use crate::{
-    ClipInfo, EpisodeInfo, Lease, LeaseRequest, LeaseSummary, LeaseUpdate, Match, MatchFilter,
-    RecordOutcome, ResearchResult, Result, Status,
+    ClipInfo, EpisodeInfo, FailureReason, Lease, LeaseRequest, LeaseSummary, LeaseUpdate, Match,
+    MatchFilter, RecordOutcome, ResearchResult, Result, Status,
 };
 
 /// Everything archivists store and ask. Object-safe: archivists hold an `Arc<dyn DataStore>`.
@@ -28,7 +28,10 @@ pub trait DataStore: Send + Sync {
     /// [`DataStoreError::Invalid`](crate::DataStoreError::Invalid) if a new episode was last
     /// curated before it was first curated, and with
     /// [`DataStoreError::Conflict`](crate::DataStoreError::Conflict) if a `media_uri` belongs to
-    /// another episode. When the same episode appears twice in the batch, the later one wins.
+    /// another episode. Only a curation at least as new as the stored one (by
+    /// `last_date_curated`) updates a known episode: an older one arriving late (a released
+    /// message redelivered) changes nothing. Of one episode twice in the batch, the newer
+    /// curation wins, and of equally new ones the later in the batch.
     async fn upsert_episodes(&self, episodes: &[EpisodeInfo]) -> Result<()>;
 
     /// Inserts or updates clips, identified by `title`; otherwise as
@@ -55,7 +58,9 @@ pub trait DataStore: Send + Sync {
     async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> Result<bool>;
 
     /// Records results, idempotently: one outcome per result, in order. A pair already
-    /// recorded is a [`RecordOutcome::Duplicate`] and changes nothing. A recorded pair is no
+    /// recorded is a [`RecordOutcome::Duplicate`] and changes nothing, except that a
+    /// successful result replaces a recorded failure (see [`ResearchResult::failure`]) and is
+    /// then [`RecordOutcome::Recorded`]. A failed pair counts as done for lease selection. A recorded pair is no
     /// longer held by any lease; a revoked lease that so loses its last pair is deleted in the
     /// same transaction.
     async fn record_results(&self, results: &[ResearchResult]) -> Result<Vec<RecordOutcome>>;
@@ -74,6 +79,23 @@ pub trait DataStore: Send + Sync {
     /// results or expired), judged at `now`, with their episode: expired ones first, then the
     /// oldest; at most `limit`. Reads only.
     async fn leases(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<LeaseSummary>>;
+
+    /// Makes failed pairs researchable again: those of episodes titled `episode_title` (any
+    /// air date) and of the clip titled `clip_title`, each filter only if given (neither: every
+    /// failed pair). Returns how many pairs it freed. Reads only the failed pairs (a partial
+    /// index), never the results at large.
+    ///
+    /// Upserting an episode or clip with another `media_uri` does the same for its pairs, in
+    /// the upsert's transaction.
+    async fn retry_failed(
+        &self,
+        episode_title: Option<&str>,
+        clip_title: Option<&str>,
+    ) -> Result<u64>;
+
+    /// The `limit` most common failure reasons among failed pairs, most pairs first (ties: the
+    /// reason). Reads the failed pairs only.
+    async fn failure_reasons(&self, limit: u32) -> Result<Vec<FailureReason>>;
 
     /// Inserts or updates one episode.
     async fn upsert_episode(&self, episode: &EpisodeInfo) -> Result<()> {

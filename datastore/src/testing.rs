@@ -56,12 +56,15 @@ macro_rules! datastore_conformance_tests {
             upsert_episode_inserts_then_updates,
             upsert_clip_inserts_then_updates,
             duplicate_identity_in_batch_later_wins,
+            older_curation_changes_nothing,
+            newest_curation_in_a_batch_wins_in_either_order,
             new_item_with_last_before_initial_is_invalid,
             known_item_with_last_before_initial_is_accepted,
             media_uri_conflict,
             lease_orders_episodes,
             lease_orders_clips,
             leases_never_overlap,
+            lease_call_made_again_answers_with_its_lease,
             expired_lease_frees_pairs,
             renew_lease,
             renewal_keeps_the_lease_length,
@@ -85,6 +88,10 @@ macro_rules! datastore_conformance_tests {
             episode_identity_is_title_and_date_aired,
             large_batches,
             recording_under_an_expired_lease,
+            failed_pairs_are_recorded_and_not_leased,
+            success_replaces_failure_but_not_the_reverse,
+            retry_failed_makes_pairs_researchable_again,
+            new_media_uri_makes_failed_pairs_researchable_again,
         );
     };
 }
@@ -167,6 +174,25 @@ pub fn result(
         clip_duration_ns: 4_000_000_000,
         clip_hash: format!("sha256:clip:{}", clip.title),
         clip_offsets_ns: offsets_ns.to_vec(),
+        failure: None,
+    }
+}
+
+/// A failed result for (`episode`, `clip`) under `lease_id`: `reason`, no offsets, durations
+/// or hashes.
+pub fn failed(
+    lease_id: Uuid,
+    episode: &EpisodeInfo,
+    clip: &ClipInfo,
+    reason: &str,
+) -> ResearchResult {
+    ResearchResult {
+        episode_duration_ns: 0,
+        episode_hash: String::new(),
+        clip_duration_ns: 0,
+        clip_hash: String::new(),
+        failure: Some(reason.to_string()),
+        ..result(lease_id, episode, clip, &[])
     }
 }
 
@@ -178,7 +204,7 @@ pub mod cases {
     use chrono::{DateTime, Duration, Utc};
     use uuid::Uuid;
 
-    use super::{clip, episode, result, t0};
+    use super::{clip, episode, failed, result, t0};
     use crate::{
         ClipInfo, DataStore, DataStoreError, EpisodeInfo, Lease, LeaseRequest, LeaseState,
         LeaseUpdate, MatchFilter, RecordOutcome, Status,
@@ -189,6 +215,7 @@ pub mod cases {
             max_clips,
             duration: Duration::hours(1),
             now,
+            lease_id: uuid::Uuid::new_v4(),
         }
     }
 
@@ -342,6 +369,116 @@ pub mod cases {
         assert_eq!(leased.clips, vec![c1_later]);
     }
 
+    /// A lease call made again with the same request (its first try's outcome unknown to the
+    /// caller) answers with the lease the first made, as it stands, and leases nothing more.
+    pub async fn lease_call_made_again_answers_with_its_lease(store: Arc<dyn DataStore>) {
+        store
+            .upsert_episodes(&[episode(1), episode(2)])
+            .await
+            .unwrap();
+        store
+            .upsert_clips(&[clip(1), clip(2), clip(3)])
+            .await
+            .unwrap();
+        let req = request(2, t0());
+        let first = store.lease_next(req).await.unwrap().unwrap();
+        assert_eq!(first.id, req.lease_id);
+        let again = store.lease_next(req).await.unwrap().unwrap();
+        assert_eq!(again.id, first.id);
+        assert_eq!(again.episode, first.episode);
+        assert_eq!(again.clips, first.clips);
+        assert_eq!(again.expires_at, first.expires_at);
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!((status.active_leases, status.leased_pairs), (1, 2));
+        // A new id leases the next work.
+        let next = store.lease_next(request(2, t0())).await.unwrap().unwrap();
+        assert_ne!(next.id, first.id);
+        assert_eq!(store.status(t0()).await.unwrap().leased_pairs, 3);
+    }
+
+    /// A curation older than the stored one (a released v1 redelivered after v2) changes
+    /// nothing, for episodes and clips; an equally new one updates.
+    pub async fn older_curation_changes_nothing(store: Arc<dyn DataStore>) {
+        let v1 = episode(1);
+        let v2 = EpisodeInfo {
+            last_date_curated: v1.last_date_curated + Duration::hours(1),
+            description: "v2".into(),
+            media_uri: "https://media.example.invalid/episodes/1-v2.mp3".into(),
+            priority: 3,
+            ..v1.clone()
+        };
+        let c1 = clip(1);
+        let c2 = ClipInfo {
+            last_date_curated: c1.last_date_curated + Duration::hours(1),
+            description: "v2".into(),
+            media_uri: "https://media.example.invalid/clips/1-v2.mp3".into(),
+            ..c1.clone()
+        };
+        store.upsert_episode(&v2).await.unwrap();
+        store.upsert_clip(&c2).await.unwrap();
+        store.upsert_episode(&v1).await.unwrap();
+        store.upsert_clip(&c1).await.unwrap();
+        let leased = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(
+            leased.episode, v2,
+            "an older curation overwrote a newer one"
+        );
+        assert_eq!(leased.clips, vec![c2.clone()]);
+        // v1's media_uri was never taken back: another episode may have it.
+        let mut other = episode(2);
+        other.media_uri = v1.media_uri.clone();
+        store.upsert_episode(&other).await.unwrap();
+        // As new as the stored one: the later arrival wins.
+        let v2b = EpisodeInfo {
+            description: "v2b".into(),
+            ..v2.clone()
+        };
+        store.upsert_episode(&v2b).await.unwrap();
+        assert!(store
+            .update_lease(leased.id, LeaseUpdate::Cancel)
+            .await
+            .unwrap());
+        let again = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(again.episode, v2b);
+    }
+
+    /// Two curations of one item in one batch: the newer wins whichever comes first.
+    pub async fn newest_curation_in_a_batch_wins_in_either_order(store: Arc<dyn DataStore>) {
+        // Episode and clip 1 get the newer curation last in their batch, 2 first; episode 2
+        // aired later, so it is leased first.
+        for (i, newer_first) in [(1, false), (2, true)] {
+            let old = episode(i);
+            let new = EpisodeInfo {
+                last_date_curated: old.last_date_curated + Duration::hours(1),
+                description: "new".into(),
+                ..old.clone()
+            };
+            let old_clip = clip(i);
+            let new_clip = ClipInfo {
+                last_date_curated: old_clip.last_date_curated + Duration::hours(1),
+                description: "new".into(),
+                ..old_clip.clone()
+            };
+            let (episodes, clips) = if newer_first {
+                ([new.clone(), old], [new_clip.clone(), old_clip])
+            } else {
+                ([old, new.clone()], [old_clip, new_clip.clone()])
+            };
+            store.upsert_episodes(&episodes).await.unwrap();
+            store.upsert_clips(&clips).await.unwrap();
+            let leased = lease(&*store, 5, t0()).await.unwrap();
+            assert_eq!(leased.episode, new, "newer first: {newer_first}");
+            assert!(
+                leased.clips.contains(&new_clip),
+                "newer first: {newer_first}"
+            );
+            assert!(store
+                .update_lease(leased.id, LeaseUpdate::Cancel)
+                .await
+                .unwrap());
+        }
+    }
+
     /// A new item last curated before it was first curated is invalid, and the whole batch
     /// is rejected.
     pub async fn new_item_with_last_before_initial_is_invalid(store: Arc<dyn DataStore>) {
@@ -360,18 +497,21 @@ pub mod cases {
     }
 
     /// Only new items are checked: an update of a known item whose `last_date_curated` is
-    /// before its `initial_date_curated` is accepted.
+    /// before its `initial_date_curated` is accepted (and, being older than the stored
+    /// curation, changes nothing).
     pub async fn known_item_with_last_before_initial_is_accepted(store: Arc<dyn DataStore>) {
         seed(&*store, 1, 1).await;
         let mut e = episode(0);
         e.last_date_curated = e.initial_date_curated - Duration::days(1);
+        e.description = "older".into();
         store.upsert_episode(&e).await.unwrap();
         let mut c = clip(0);
         c.last_date_curated = c.initial_date_curated - Duration::days(1);
+        c.description = "older".into();
         store.upsert_clip(&c).await.unwrap();
         let leased = lease(&*store, 5, t0()).await.unwrap();
-        assert_eq!(leased.episode, e);
-        assert_eq!(leased.clips, vec![c]);
+        assert_eq!(leased.episode, episode(0));
+        assert_eq!(leased.clips, vec![clip(0)]);
     }
 
     /// A `media_uri` used by another item of the same kind is a conflict; the batch writes
@@ -617,6 +757,7 @@ pub mod cases {
                 max_clips: 5,
                 duration: Duration::seconds(20),
                 now: t0(),
+                lease_id: uuid::Uuid::new_v4(),
             })
             .await
             .unwrap()
@@ -1529,6 +1670,7 @@ pub mod cases {
                 max_clips: 1,
                 duration: Duration::seconds(90) + us(5),
                 now,
+                lease_id: uuid::Uuid::new_v4(),
             })
             .await
             .unwrap()
@@ -1661,5 +1803,229 @@ pub mod cases {
             (0, 1, 1, 2)
         );
         assert!(lease(&*store, 3, later).await.is_none());
+    }
+
+    /// (researched, failed, matched) pairs as status counts them.
+    async fn done_counts(store: &dyn DataStore) -> (u64, u64, u64) {
+        let s = store.status(t0()).await.unwrap();
+        (s.researched_pairs, s.failed_pairs, s.matched_pairs)
+    }
+
+    /// A failed pair is recorded with its reason, counted as failed (not researched), freed
+    /// from its lease and never leased again; its reason is listed.
+    pub async fn failed_pairs_are_recorded_and_not_leased(store: Arc<dyn DataStore>) {
+        let (_, cs) = seed(&*store, 1, 3).await;
+        let l = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(l.clips.len(), 3);
+        let outcomes = store
+            .record_results(&[
+                failed(l.id, &l.episode, &cs[0], "media gone: HTTP 404"),
+                failed(l.id, &l.episode, &cs[1], "media gone: HTTP 404"),
+                result(l.id, &l.episode, &cs[2], &[7]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(outcomes, vec![RecordOutcome::Recorded; 3]);
+        assert_eq!(done_counts(&*store).await, (1, 2, 1));
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!(status.leased_pairs, 0, "failed pairs leave their lease");
+        assert!(lease(&*store, 5, t0()).await.is_none());
+        assert!(lease(&*store, 5, t0() + Duration::days(1)).await.is_none());
+        assert_eq!(
+            store.failure_reasons(10).await.unwrap(),
+            vec![crate::FailureReason {
+                reason: "media gone: HTTP 404".into(),
+                pairs: 2
+            }]
+        );
+        assert!(store.failure_reasons(0).await.unwrap().is_empty());
+        // Only successes with offsets are matches.
+        let matches = store.matches(&MatchFilter::default()).await.unwrap();
+        assert_eq!(matches.len(), 1);
+        assert_eq!(matches[0].clip_title, cs[2].title);
+        // A failure again is a duplicate.
+        assert_eq!(
+            store
+                .record_result(&failed(l.id, &l.episode, &cs[0], "another reason"))
+                .await
+                .unwrap(),
+            RecordOutcome::Duplicate
+        );
+        assert_eq!(done_counts(&*store).await, (1, 2, 1));
+        // A new clip is work again, for that clip only.
+        store.upsert_clip(&clip(9)).await.unwrap();
+        let again = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(titles(&again), vec![clip(9).title]);
+    }
+
+    /// A success recorded after a failure replaces it; a failure after a success changes
+    /// nothing.
+    pub async fn success_replaces_failure_but_not_the_reverse(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 1, 2).await;
+        let id = Uuid::new_v4();
+        store
+            .record_results(&[failed(id, &es[0], &cs[0], "not audio")])
+            .await
+            .unwrap();
+        assert_eq!(done_counts(&*store).await, (0, 1, 0));
+        // In one batch: the success replaces the failure; the failure for the other pair
+        // after its success is a duplicate.
+        let outcomes = store
+            .record_results(&[
+                result(id, &es[0], &cs[0], &[3]),
+                result(id, &es[0], &cs[1], &[]),
+                failed(id, &es[0], &cs[1], "too late"),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(
+            outcomes,
+            vec![
+                RecordOutcome::Recorded,
+                RecordOutcome::Recorded,
+                RecordOutcome::Duplicate
+            ]
+        );
+        assert_eq!(done_counts(&*store).await, (2, 0, 1));
+        assert!(store.failure_reasons(10).await.unwrap().is_empty());
+        assert_eq!(
+            store
+                .record_result(&failed(id, &es[0], &cs[0], "not audio"))
+                .await
+                .unwrap(),
+            RecordOutcome::Duplicate
+        );
+        assert_eq!(
+            store
+                .record_result(&result(id, &es[0], &cs[0], &[3]))
+                .await
+                .unwrap(),
+            RecordOutcome::Duplicate
+        );
+        assert_eq!(done_counts(&*store).await, (2, 0, 1));
+        let m = store.matches(&MatchFilter::default()).await.unwrap();
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].clip_offsets_ns, vec![3]);
+        assert!(lease(&*store, 5, t0()).await.is_none());
+        assert_eq!(store.retry_failed(None, None).await.unwrap(), 0);
+    }
+
+    /// `retry_failed` frees failed pairs by episode title, by clip title, or all, and they are
+    /// leased again, also after selection walked past their episodes.
+    pub async fn retry_failed_makes_pairs_researchable_again(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 3, 2).await;
+        let id = Uuid::new_v4();
+        // Episode 2 (the most urgent) and episode 1 fail entirely; episode 0 is researched.
+        let mut batch = Vec::new();
+        for e in &es[1..] {
+            for c in &cs {
+                batch.push(failed(id, e, c, "media gone: HTTP 410"));
+            }
+        }
+        batch.push(result(id, &es[0], &cs[0], &[]));
+        batch.push(result(id, &es[0], &cs[1], &[]));
+        store.record_results(&batch).await.unwrap();
+        assert_eq!(done_counts(&*store).await, (2, 4, 0));
+        // Selection walks past everything, twice (a store may remember where work starts).
+        assert!(lease(&*store, 5, t0()).await.is_none());
+        assert!(lease(&*store, 5, t0()).await.is_none());
+
+        assert_eq!(
+            store
+                .retry_failed(Some("no such episode"), None)
+                .await
+                .unwrap(),
+            0
+        );
+        assert_eq!(
+            store
+                .retry_failed(Some(&es[2].title), Some(&cs[1].title))
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(done_counts(&*store).await, (2, 3, 0));
+        let l = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(
+            (l.episode.title.clone(), titles(&l)),
+            (es[2].title.clone(), vec![cs[1].title.clone()])
+        );
+        assert!(lease(&*store, 5, t0()).await.is_none());
+
+        assert_eq!(
+            store.retry_failed(None, Some(&cs[0].title)).await.unwrap(),
+            2
+        );
+        assert_eq!(done_counts(&*store).await, (2, 1, 0));
+        let l2 = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(l2.episode.title, es[2].title);
+        assert_eq!(titles(&l2), vec![cs[0].title.clone()]);
+        let l3 = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(l3.episode.title, es[1].title);
+        assert_eq!(titles(&l3), vec![cs[0].title.clone()]);
+
+        assert_eq!(store.retry_failed(None, None).await.unwrap(), 1);
+        assert_eq!(done_counts(&*store).await, (2, 0, 0));
+        let l4 = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(l4.episode.title, es[1].title);
+        assert_eq!(titles(&l4), vec![cs[1].title.clone()]);
+        assert!(lease(&*store, 5, t0()).await.is_none());
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!(status.leased_pairs, 4);
+    }
+
+    /// Curating an episode or clip again with another `media_uri` frees its failed pairs;
+    /// with the same one, nothing changes.
+    pub async fn new_media_uri_makes_failed_pairs_researchable_again(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 2, 2).await;
+        let id = Uuid::new_v4();
+        let mut batch = Vec::new();
+        for e in &es {
+            for c in &cs {
+                batch.push(failed(id, e, c, "not audio"));
+            }
+        }
+        store.record_results(&batch).await.unwrap();
+        assert_eq!(done_counts(&*store).await, (0, 4, 0));
+        assert!(lease(&*store, 5, t0()).await.is_none());
+
+        // The same URI, newer curation: still failed.
+        let mut e1 = es[1].clone();
+        e1.last_date_curated += Duration::hours(1);
+        e1.description = "described anew".into();
+        store.upsert_episode(&e1).await.unwrap();
+        let mut c0 = cs[0].clone();
+        c0.last_date_curated += Duration::hours(1);
+        store.upsert_clip(&c0).await.unwrap();
+        assert_eq!(done_counts(&*store).await, (0, 4, 0));
+        assert!(lease(&*store, 5, t0()).await.is_none());
+
+        // Another URI for episode 1: its two pairs come back.
+        e1.last_date_curated += Duration::hours(1);
+        e1.media_uri = "https://media.example.invalid/episodes/1-fixed.mp3".into();
+        store.upsert_episode(&e1).await.unwrap();
+        assert_eq!(done_counts(&*store).await, (0, 2, 0));
+        let l = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(l.episode.media_uri, e1.media_uri);
+        assert_eq!(l.clips.len(), 2);
+        assert!(lease(&*store, 5, t0()).await.is_none());
+
+        // Another URI for clip 1: its pair with episode 0 comes back (episode 1's is leased).
+        let mut c1 = cs[1].clone();
+        c1.last_date_curated += Duration::hours(1);
+        c1.media_uri = "https://media.example.invalid/clips/1-fixed.mp3".into();
+        store.upsert_clip(&c1).await.unwrap();
+        assert_eq!(done_counts(&*store).await, (0, 1, 0));
+        let l2 = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(l2.episode.title, es[0].title);
+        assert_eq!(titles(&l2), vec![c1.title.clone()]);
+        assert!(lease(&*store, 5, t0()).await.is_none());
+        assert_eq!(
+            store.failure_reasons(5).await.unwrap(),
+            vec![crate::FailureReason {
+                reason: "not audio".into(),
+                pairs: 1
+            }]
+        );
     }
 }

@@ -276,6 +276,7 @@ impl Model {
                 .filter(|l| l.expires_at > now)
                 .map(|l| l.pairs.len() as u64)
                 .sum(),
+            failed_pairs: 0,
         }
     }
 
@@ -308,6 +309,7 @@ fn result(lease_id: Uuid, e: usize, c: usize, matched: bool) -> ResearchResult {
         clip_duration_ns: 1_000_000_000,
         clip_hash: "ch".into(),
         clip_offsets_ns: if matched { vec![7] } else { Vec::new() },
+        failure: None,
     }
 }
 
@@ -382,6 +384,7 @@ async fn run(store: Arc<dyn DataStore>, ops: &[Op]) -> Result<(), TestCaseError>
                     max_clips: *max_clips,
                     duration: Duration::seconds(*duration_s),
                     now,
+                    lease_id: uuid::Uuid::new_v4(),
                 };
                 // Concurrent callers: together they must get what leasing one after the
                 // other would give, in some order, and never the same pair twice.
@@ -504,6 +507,11 @@ async fn futures_join(
 ) -> Vec<Option<datastore::Lease>> {
     let calls = (0..n).map(|_| {
         let store = store.clone();
+        // Each caller its own work item, so its own lease id.
+        let request = LeaseRequest {
+            lease_id: Uuid::new_v4(),
+            ..request
+        };
         tokio::spawn(async move { store.lease_next(request).await.unwrap() })
     });
     let mut out = Vec::new();

@@ -178,6 +178,7 @@ async fn operations_survive_all_connections_being_killed() {
             max_clips: 5,
             duration: chrono::Duration::hours(1),
             now: t0(),
+            lease_id: uuid::Uuid::new_v4(),
         })
         .await
         .unwrap();
@@ -246,7 +247,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0003 lease frontier",
             "0004 leased pairs unchecked lease",
             "0005 episodes hot counters",
-            "0006 recent matches"
+            "0006 recent matches",
+            "0007 failed research"
         ]
     );
     store.migrate().await.unwrap();
@@ -326,7 +328,8 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
             "0003 lease frontier",
             "0004 leased pairs unchecked lease",
             "0005 episodes hot counters",
-            "0006 recent matches"
+            "0006 recent matches",
+            "0007 failed research"
         ]
     );
     store.migrate().await.unwrap();
@@ -334,6 +337,7 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
         max_clips: 5,
         duration: Duration::hours(1),
         now: t0(),
+        lease_id: uuid::Uuid::new_v4(),
     };
     let next = |store: PgDataStore| async move {
         let lease = store.lease_next(request).await.unwrap().unwrap();

@@ -34,6 +34,7 @@ fn request(max_clips: u32, now: DateTime<Utc>, minutes: i64) -> LeaseRequest {
         max_clips,
         duration: Duration::minutes(minutes),
         now,
+        lease_id: uuid::Uuid::new_v4(),
     }
 }
 

@@ -46,6 +46,7 @@ fn request(max_clips: u32) -> LeaseRequest {
         max_clips,
         duration: Duration::hours(1),
         now: t0(),
+        lease_id: uuid::Uuid::new_v4(),
     }
 }
 
@@ -251,7 +252,11 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
     let store = SqliteDataStore::connect(&url).await.unwrap();
     assert_eq!(
         store.missing_migrations().await.unwrap(),
-        ["0002 lease duration", "0003 recent matches"]
+        [
+            "0002 lease duration",
+            "0003 recent matches",
+            "0004 failed research"
+        ]
     );
     store.migrate().await.unwrap();
     assert!(store.missing_migrations().await.unwrap().is_empty());

@@ -35,10 +35,32 @@ pub struct QueueStats {
 pub struct DeadLetter {
     /// The bus's id of the message.
     pub message_id: String,
-    /// The body as it was sent.
+    /// The body as it was sent, its first `max_body_bytes` bytes at most (as asked of
+    /// [`Sender::peek_dead_letters`]); any bytes, UTF-8 or not.
     pub body: Vec<u8>,
+    /// The whole body's size in bytes (more than `body.len()` when it was cut).
+    pub body_bytes: usize,
     /// Why it was set aside, where the bus recorded a reason.
     pub reason: Option<String>,
+}
+
+impl DeadLetter {
+    /// A dead letter of `body`, cut to its first `max_body_bytes` bytes.
+    pub fn cut(
+        message_id: String,
+        mut body: Vec<u8>,
+        max_body_bytes: usize,
+        reason: Option<String>,
+    ) -> Self {
+        let body_bytes = body.len();
+        body.truncate(max_body_bytes);
+        DeadLetter {
+            message_id,
+            body,
+            body_bytes,
+            reason,
+        }
+    }
 }
 
 /// Publishes messages to one queue. Cheap to clone behind an `Arc`; shared by many tasks.
@@ -68,7 +90,15 @@ pub trait Sender: Send + Sync {
     ///   others; it shows a sample (up to ten, as SQS samples its servers) and adds one to
     ///   each shown message's receive count, which a dead-letter queue (it has no redrive
     ///   policy) never acts on.
-    async fn peek_dead_letters(&self, limit: usize) -> Result<Option<Vec<DeadLetter>>, BusError>;
+    ///
+    /// Each body is cut to its first `max_body_bytes` bytes (a body may be up to 1 MiB), by
+    /// the database itself on the database bus, so that a look reads no more than it shows;
+    /// SQS sends whole bodies, cut on arrival.
+    async fn peek_dead_letters(
+        &self,
+        limit: usize,
+        max_body_bytes: usize,
+    ) -> Result<Option<Vec<DeadLetter>>, BusError>;
 
     /// The queue's name.
     fn queue(&self) -> &str;

@@ -369,7 +369,11 @@ impl Sender for MemorySender {
         Ok(stats)
     }
 
-    async fn peek_dead_letters(&self, limit: usize) -> Result<Option<Vec<DeadLetter>>, BusError> {
+    async fn peek_dead_letters(
+        &self,
+        limit: usize,
+        max_body_bytes: usize,
+    ) -> Result<Option<Vec<DeadLetter>>, BusError> {
         let mut state = self.shared.lock();
         let Some(dlq_name) = state.queue(&self.queue)?.dead_letter.clone() else {
             return Ok(Some(Vec::new()));
@@ -384,7 +388,8 @@ impl Sender for MemorySender {
                 .take(limit)
                 .map(|m| DeadLetter {
                     message_id: m.id.clone(),
-                    body: m.body.clone(),
+                    body: m.body[..m.body.len().min(max_body_bytes)].to_vec(),
+                    body_bytes: m.body.len(),
                     reason: m.dead_letter_reason.clone(),
                 })
                 .collect(),

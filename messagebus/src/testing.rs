@@ -397,7 +397,7 @@ where
     Fut: Future<Output = Arc<dyn Bus>>,
 {
     let (bus, queue, tx, rx) = setup(fresh, QueueSettings::default(), "peek").await;
-    let empty = tx.peek_dead_letters(10).await.unwrap();
+    let empty = tx.peek_dead_letters(10, 1 << 20).await.unwrap();
     assert!(empty.as_ref().is_none_or(Vec::is_empty), "{empty:?}");
     let poison: HashMap<Vec<u8>, String> = HashMap::from([
         (b"{not json".to_vec(), "invalid JSON «one»".to_string()),
@@ -420,7 +420,7 @@ where
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let mut looks = 0;
     while seen.len() < 2 {
-        let Some(letters) = tx.peek_dead_letters(10).await.unwrap() else {
+        let Some(letters) = tx.peek_dead_letters(10, 1 << 20).await.unwrap() else {
             break;
         };
         looks += 1;
@@ -438,8 +438,19 @@ where
         for (body, reason) in &seen {
             assert_eq!(reason.as_deref(), Some(poison[body].as_str()));
         }
-        let one = tx.peek_dead_letters(1).await.unwrap().unwrap();
+        let one = tx.peek_dead_letters(1, 1 << 20).await.unwrap().unwrap();
         assert!(one.len() <= 1, "{one:?}");
+        // Bodies cut to what was asked, their whole size said.
+        let cut = tx.peek_dead_letters(10, 3).await.unwrap().unwrap();
+        for l in &cut {
+            assert_eq!(l.body.len(), 3, "{l:?}");
+            assert!(
+                poison
+                    .keys()
+                    .any(|b| b.len() == l.body_bytes && b.starts_with(&l.body)),
+                "{l:?}"
+            );
+        }
     }
     // Nothing was taken: the counts, and a receive of the dead-letter queue, find both.
     assert_counts(tx.as_ref(), (0, 0, 2)).await;

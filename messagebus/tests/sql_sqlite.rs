@@ -6,6 +6,7 @@
 #[macro_use]
 mod sql_common;
 
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use async_trait::async_trait;
 use messagebus::sql::{SqlBusConfig, SqliteBus};
 use messagebus::testing::QueueSettings;
 use messagebus::{Bus, BusError, Receiver, Sender};
+use sqlx::Connection;
 use tempfile::TempDir;
 
 /// A bus that keeps its directory alive as long as it lives.
@@ -171,4 +173,126 @@ async fn documented_sql_from_python() {
         .await
         .unwrap();
     assert_eq!((stats.waiting, stats.in_flight), (0, 0));
+}
+
+/// A claim that waited for another writer's lock still gets its whole visibility timeout,
+/// counted from when it took the lock: a visibility counted from before the wait would let the
+/// message go to a second consumer while the first still holds it. The same for the
+/// heartbeat's extension.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn visibility_counts_from_the_lock_not_the_wait() {
+    let visibility = Duration::from_secs(30);
+    let bus = fresh_with(SqlBusConfig {
+        visibility_timeout: visibility,
+        ..SqlBusConfig::default()
+    })
+    .await;
+    bus.create_queue("q").await.unwrap();
+    bus.sender("q")
+        .await
+        .unwrap()
+        .send(b"m".to_vec())
+        .await
+        .unwrap();
+    let rx = bus.receiver("q").await.unwrap();
+
+    // Another writer holds the lock while the operation starts and waits for it.
+    let hold_the_lock = || {
+        let url = bus.url();
+        async move {
+            let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            sqlx::query("BEGIN IMMEDIATE")
+                .execute(&mut other)
+                .await
+                .unwrap();
+            other
+        }
+    };
+    let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap();
+    let now = || chrono::Utc::now().timestamp_micros();
+
+    let mut other = hold_the_lock().await;
+    let claim = tokio::spawn({
+        let rx = Arc::clone(&rx);
+        async move { rx.receive(1, Duration::ZERO).await.unwrap() }
+    });
+    // Long enough for the claim to be waiting on the lock (a shorter wait only weakens the
+    // check below, it cannot fail it).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let released_at = now();
+    sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+    let got = claim.await.unwrap();
+    assert_eq!(got.len(), 1);
+    let receipt = got[0].sql_receipt().unwrap();
+    let visible_at: i64 = sqlx::query_scalar("SELECT visible_at FROM bus_messages WHERE id = ?1")
+        .bind(receipt.message_id)
+        .fetch_one(&mut other)
+        .await
+        .unwrap();
+    assert!(
+        visible_at >= released_at + micros(visibility),
+        "the claim's visibility was counted from before its wait for the lock: {} ms short",
+        (released_at + micros(visibility) - visible_at) / 1000
+    );
+
+    let mut other = hold_the_lock().await;
+    let extend = tokio::spawn({
+        let receipt = receipt.clone();
+        let bus = bus.bus.clone();
+        async move { bus.extend_visibility(&receipt, visibility).await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let released_at = now();
+    sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+    extend.await.unwrap();
+    let visible_at: i64 = sqlx::query_scalar("SELECT visible_at FROM bus_messages WHERE id = ?1")
+        .bind(receipt.message_id)
+        .fetch_one(&mut other)
+        .await
+        .unwrap();
+    assert!(
+        visible_at >= released_at + micros(visibility),
+        "the extension was counted from before its wait for the lock"
+    );
+    drop(got);
+}
+
+/// A send commits durably (`synchronous = FULL`: the sender lets go of what it sent once the
+/// send returns), while claims and acknowledgements do not sync (a lost one only redelivers).
+/// One connection, so the setting each left behind is the one it ran with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_are_durable_settlements_are_not() {
+    let dir = Arc::new(TempDir::new().unwrap());
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(&url(&dir))
+        .unwrap()
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
+    let pool = messagebus::sql::sqlite::pool_options()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let bus = SqliteBus::from_pool(pool.clone(), SqlBusConfig::default());
+    let synchronous = || async {
+        sqlx::query_scalar::<_, i64>("PRAGMA synchronous")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    bus.create_queue("q").await.unwrap();
+    bus.sender("q")
+        .await
+        .unwrap()
+        .send(b"m".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(synchronous().await, 2, "a send is not durable");
+    let rx = bus.receiver("q").await.unwrap();
+    let got = messagebus::testing::receive_n(rx.as_ref(), 1).await;
+    assert_eq!(synchronous().await, 1, "a claim syncs");
+    for d in got {
+        d.ack().await.unwrap();
+    }
+    assert_eq!(synchronous().await, 1, "an acknowledgement syncs");
 }

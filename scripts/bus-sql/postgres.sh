@@ -1,51 +1,35 @@
 #!/usr/bin/env bash
 # A researcher in another language on the Postgres database bus: the SQL the README documents
-# ("The database bus from other languages"), run from psql. Tested by
-# messagebus/tests/sql_postgres.rs. Usage: postgres.sh POSTGRES_URL
+# ("The database bus from other languages"), read out of README.md (readme_sql.py) and run
+# from psql, its $1, $2 given as psql variables. Tested by messagebus/tests/sql_postgres.rs.
+# Usage: postgres.sh POSTGRES_URL
 set -euo pipefail
 url=$1
+here=$(dirname "$0")
+# The README's statement NAME, its parameters $1, $2 as psql's :'p1', :'p2'.
+sql() { python3 "$here/readme_sql.py" postgres "$1" | sed -e "s/\\\$1/:'p1'/g" -e "s/\\\$2/:'p2'/g"; }
 q() { psql "$url" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 consumer=$(python3 -c 'import uuid; print(uuid.uuid4())')
 
-# 1. Show that a researcher is alive (repeat every few seconds while running; delete on exit).
-q -v id="$consumer" <<'SQL'
-INSERT INTO bus_consumers (id, queue, last_seen) VALUES (:'id', 'pending_research', now())
-ON CONFLICT (id) DO UPDATE SET last_seen = now();
-SQL
+# 1. Count as a researcher (repeat every few seconds while running).
+sql heartbeat | q -v p1="$consumer"
 
-# 2. Receive one work item: invisible to others for 30 s, with a new receipt.
-row=$(q <<'SQL'
-UPDATE bus_messages m
-SET visible_at = now() + interval '30 seconds',
-    receive_count = m.receive_count + 1,
-    receipt = nextval('bus_receipts')
-WHERE m.id = (SELECT id FROM bus_messages
-              WHERE queue = 'pending_research' AND visible_at <= now()
-              ORDER BY visible_at, id LIMIT 1
-              FOR UPDATE SKIP LOCKED)
-RETURNING m.id || '|' || m.receipt || '|' || m.body;
-SQL
-)
+# 2. Receive one work item.
+row=$(sql receive | q -F '|')
 [ -n "$row" ] || { echo "no work" >&2; exit 1; }
 IFS='|' read -r id receipt body <<<"$row"
 echo "received $body"
 
-# 3. Long work: extend the visibility (only this delivery's receipt can).
-q -v id="$id" -v receipt="$receipt" <<'SQL'
-UPDATE bus_messages SET visible_at = now() + interval '30 seconds'
-WHERE id = :'id' AND receipt = :'receipt';
-SQL
+# 3. Long work: extend the visibility.
+sql extend | q -v p1="$id" -v p2="$receipt"
 
 # 4. Send the result and delete the work item, in one transaction.
-q -v id="$id" -v receipt="$receipt" -v body='{"result":1}' <<'SQL'
-BEGIN;
-INSERT INTO bus_messages (queue, body) VALUES ('completed_research', :'body');
-SELECT pg_notify('archivist_bus', 'completed_research');
-DELETE FROM bus_messages WHERE id = :'id' AND receipt = :'receipt';
-COMMIT;
-SQL
+{
+  echo 'BEGIN;'
+  sql send | sed "s/:'p1'/:'body'/g"
+  sql delete
+  echo 'COMMIT;'
+} | q -v body='{"result":1}' -v p1="$id" -v p2="$receipt" >/dev/null
 
 # 5. Done: stop counting as a researcher.
-q -v id="$consumer" <<'SQL'
-DELETE FROM bus_consumers WHERE id = :'id';
-SQL
+sql leave | q -v p1="$consumer"

@@ -192,6 +192,7 @@ pub(crate) fn completed(
         } else {
             Vec::new()
         },
+        failure: None,
     }
 }
 
@@ -226,6 +227,7 @@ pub(crate) async fn lease(
             max_clips,
             duration,
             now,
+            lease_id: uuid::Uuid::new_v4(),
         })
         .await
         .unwrap()
@@ -329,6 +331,19 @@ impl DataStore for HookedStore {
     ) -> datastore::Result<Vec<datastore::LeaseSummary>> {
         self.inner.leases(now, limit).await
     }
+    async fn retry_failed(
+        &self,
+        episode_title: Option<&str>,
+        clip_title: Option<&str>,
+    ) -> datastore::Result<u64> {
+        self.inner.retry_failed(episode_title, clip_title).await
+    }
+    async fn failure_reasons(
+        &self,
+        limit: u32,
+    ) -> datastore::Result<Vec<datastore::FailureReason>> {
+        self.inner.failure_reasons(limit).await
+    }
 }
 
 /// A sender that fails every send with `error()`, and can hide the consumer count.
@@ -378,8 +393,9 @@ impl Sender for FailingSender {
     async fn peek_dead_letters(
         &self,
         limit: usize,
+        max_body_bytes: usize,
     ) -> Result<Option<Vec<messagebus::DeadLetter>>, BusError> {
-        self.inner.peek_dead_letters(limit).await
+        self.inner.peek_dead_letters(limit, max_body_bytes).await
     }
     fn queue(&self) -> &str {
         self.inner.queue()
@@ -489,6 +505,12 @@ impl DataStore for CuratedOnlyStore {
         _: DateTime<Utc>,
         _: u32,
     ) -> datastore::Result<Vec<datastore::LeaseSummary>> {
+        Ok(Vec::new())
+    }
+    async fn retry_failed(&self, _: Option<&str>, _: Option<&str>) -> datastore::Result<u64> {
+        Ok(0)
+    }
+    async fn failure_reasons(&self, _: u32) -> datastore::Result<Vec<datastore::FailureReason>> {
         Ok(Vec::new())
     }
 }

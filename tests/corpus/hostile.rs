@@ -182,6 +182,7 @@ pub(crate) async fn make_leases(store: &dyn datastore::DataStore) -> Leases {
         max_clips: 1,
         duration: chrono::Duration::hours(1),
         now,
+        lease_id: uuid::Uuid::new_v4(),
     };
     let expired = store
         .lease_next(lease(now - chrono::Duration::hours(10)))

@@ -56,6 +56,7 @@ async fn serve_metrics(
     bus: &Arc<dyn Bus>,
     token: &CancellationToken,
     routes: web::Routes,
+    archivists: &[&str],
 ) -> anyhow::Result<()> {
     let Some(addr) = config.metrics_addr else {
         return Ok(());
@@ -69,6 +70,8 @@ async fn serve_metrics(
         token,
     )
     .await?;
+    // Their counters exist from the start, at 0 (an alert on a rate needs a series).
+    archivist::describe_metrics(archivists);
     Ok(())
 }
 
@@ -114,7 +117,15 @@ async fn ingest(
         connect::Open::Migrate,
     )
     .await?;
-    serve_metrics(config, &store, &bus, &token, web::Routes::MetricsAndHealth).await?;
+    serve_metrics(
+        config,
+        &store,
+        &bus,
+        &token,
+        web::Routes::MetricsAndHealth,
+        &[name],
+    )
+    .await?;
     let mut set = JoinSet::new();
     let ingest = IngestConfig {
         once,
@@ -182,7 +193,15 @@ pub(crate) async fn pending_research(
         connect::Open::Migrate,
     )
     .await?;
-    serve_metrics(config, &store, &bus, &token, web::Routes::MetricsAndHealth).await?;
+    serve_metrics(
+        config,
+        &store,
+        &bus,
+        &token,
+        web::Routes::MetricsAndHealth,
+        &["pending-research"],
+    )
+    .await?;
     let mut set = JoinSet::new();
     let pending = PendingResearchConfig {
         lease_duration: config.lease(),
@@ -259,7 +278,15 @@ pub(crate) async fn completed_research(
         connect::Open::Migrate,
     )
     .await?;
-    serve_metrics(config, &store, &bus, &token, web::Routes::MetricsAndHealth).await?;
+    serve_metrics(
+        config,
+        &store,
+        &bus,
+        &token,
+        web::Routes::MetricsAndHealth,
+        &["completed-research"],
+    )
+    .await?;
     let mut set = JoinSet::new();
     let completed = CompletedResearchConfig {
         receive_wait: DRAIN_WAIT,
@@ -404,7 +431,20 @@ pub(crate) async fn run(
         connect::Open::Migrate,
     )
     .await?;
-    serve_metrics(config, &store, &bus, &token, web::Routes::Everything).await?;
+    serve_metrics(
+        config,
+        &store,
+        &bus,
+        &token,
+        web::Routes::Everything,
+        &[
+            "episodes",
+            "clips",
+            "pending-research",
+            "completed-research",
+        ],
+    )
+    .await?;
     let mut set = JoinSet::new();
     let pipeline = Pipeline {
         every,

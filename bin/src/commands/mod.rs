@@ -1,11 +1,13 @@
 //! The subcommands, one file per subcommand or group, and the dispatch between them.
 
+pub(crate) mod analyse;
 pub(crate) mod archivists;
 mod matches;
 mod migrate;
 mod queues;
 mod receive;
 mod redrive;
+pub(crate) mod retry_failed;
 mod send;
 mod serve;
 pub(crate) mod status;
@@ -40,6 +42,10 @@ pub(crate) async fn dispatch(
         Command::Matches(args) => matches::run(&config, &token, &args).await,
         Command::Queues(args) => queues::run(&config, &token, args.json, args.update).await,
         Command::Serve(args) => serve::run(&config, &token, args.addr).await,
+        Command::Curate(args) => crate::curate::run(&config, token, args).await,
+        Command::Analyse(args) => analyse::run(&args, &token).await,
+        Command::RetryFailed(args) => retry_failed::run(&config, &token, &args).await,
+        Command::Research(args) => crate::research::run(&config, token, args).await,
         // Answered in main, before the configuration is read.
         Command::Completions(_) => Ok(()),
     }

@@ -37,7 +37,7 @@ pub(crate) async fn run(
         queue.clone()
     };
     let bus = connect::shared_bus(config, "receive", token).await?;
-    let receiver = connect::receiver(bus.as_ref(), &source).await?;
+    let receiver = connect::named_receiver(config, bus.as_ref(), &source).await?;
     let deadline = Instant::now() + args.wait;
     let mut taken = 0u32;
     let out = std::io::stdout();

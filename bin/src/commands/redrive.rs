@@ -51,7 +51,7 @@ pub(crate) async fn run(
     }
     let bus = connect::shared_bus(config, "redrive", token).await?;
     // A missing queue is a usage error (exit 2), said before anything else.
-    connect::sender(bus.as_ref(), &queue).await?;
+    connect::named_sender(config, bus.as_ref(), &queue).await?;
     let retry = config.retry(false);
     let dead_letters = retry
         .run(token, BusError::is_retryable, || bus.redrivable(&queue))

@@ -25,9 +25,21 @@ pub(crate) async fn run(
     args: &SendArgs,
 ) -> anyhow::Result<()> {
     let queue = check_queue_arg(&args.queue)?;
+    if let Some(origin) = queue.strip_suffix("_dead_letter") {
+        // A dead letter is set aside by an archivist with its reason; one sent by hand would
+        // have none (`"reason": null`), and redriving it would move it to `origin`.
+        return Err(usage(format!(
+            "{queue:?} is a dead-letter queue: messages get there only when an archivist sets \
+             them aside, with the reason. Send to {origin:?} instead (and `archivist redrive \
+             {origin}` moves dead letters back)"
+        )));
+    }
+    if args.check {
+        return check(config, &queue).await;
+    }
     let bodies = read_checked(args.raw).await?;
     let bus = connect::shared_bus(config, "send", token).await?;
-    let sender = connect::sender(bus.as_ref(), &queue).await?;
+    let sender = connect::named_sender(config, bus.as_ref(), &queue).await?;
     let mut sent = 0u64;
     for chunk in bodies.chunks(BATCH) {
         if token.is_cancelled() {
@@ -86,6 +98,16 @@ async fn read_checked(raw: bool) -> anyhow::Result<Vec<(u64, Vec<u8>)>> {
             problem("not UTF-8 (a message body must be UTF-8 text)".into());
             continue;
         };
+        // Before trimming: a byte-order mark is not blank, and serde_json would say only
+        // "expected value at line 1 column 1". (`--raw` sends it as it is: poison to try.)
+        if !raw && line.starts_with('\u{feff}') {
+            problem(
+                "starts with a byte-order mark (U+FEFF, bytes EF BB BF), which no message may \
+                 hold: save the file as UTF-8 without one"
+                    .into(),
+            );
+            continue;
+        }
         let trimmed = line.trim();
         if trimmed.is_empty() {
             continue;
@@ -133,6 +155,76 @@ async fn read_checked(raw: bool) -> anyhow::Result<Vec<(u64, Vec<u8>)>> {
         );
     }
     Err(usage(message))
+}
+
+/// `send --check`: each line of standard input decoded as the archivist reading `queue` would
+/// (`archivist::messages::decode`: the same rules, the same reasons); each line it would set
+/// aside is printed on standard output as `line N: reason`, and nothing is sent. Exit 2 when
+/// any line is bad.
+async fn check(config: &Config, queue: &str) -> anyhow::Result<()> {
+    use archivist::messages::{decode, CompletedResearchItem, InvalidMessage, PendingResearchItem};
+    use datastore::{ClipInfo, EpisodeInfo};
+    let q = &config.queues;
+    type Decoder = fn(&[u8]) -> Result<(), InvalidMessage>;
+    let (kind, decoder): (&str, Decoder) = if queue == q.episodes {
+        ("EpisodeInfo", |b| decode::<EpisodeInfo>(b).map(drop))
+    } else if queue == q.clips {
+        ("ClipInfo", |b| decode::<ClipInfo>(b).map(drop))
+    } else if queue == q.pending_research {
+        ("PendingResearchItem", |b| {
+            decode::<PendingResearchItem>(b).map(drop)
+        })
+    } else if queue == q.completed_research {
+        ("CompletedResearchItem", |b| {
+            decode::<CompletedResearchItem>(b).map(drop)
+        })
+    } else {
+        return Err(usage(format!(
+            "--check knows the message types of the configured queues only ({}); {queue:?} \
+             is none of them",
+            q.all().join(", ")
+        )));
+    };
+    let mut lines = BufReader::new(tokio::io::stdin()).split(b'\n');
+    let (mut line_no, mut good, mut bad) = (0u64, 0u64, 0u64);
+    let mut out = String::new();
+    while let Some(line) = lines
+        .next_segment()
+        .await
+        .context("cannot read standard input")?
+    {
+        line_no += 1;
+        // As `send` sends it: without the blanks around it; a blank line is no message.
+        let body = line.trim_ascii();
+        if body.is_empty() {
+            continue;
+        }
+        match decoder(body) {
+            Ok(()) => good += 1,
+            Err(e) => {
+                bad += 1;
+                out.push_str(&format!("line {line_no}: {e}\n"));
+            }
+        }
+    }
+    {
+        use std::io::Write;
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(out.as_bytes())?;
+        stdout.flush()?;
+    }
+    if bad > 0 {
+        return Err(usage(format!(
+            "{bad} of {} lines are not valid {kind} messages (each named above, with the \
+             reason the archivist reading {queue} would set it aside); nothing was sent",
+            good + bad
+        )));
+    }
+    let _ = std::io::Write::write_fmt(
+        &mut std::io::stderr(),
+        format_args!("all {good} lines are valid {kind} messages for {queue}; nothing was sent\n"),
+    );
+    Ok(())
 }
 
 /// The count, on standard error: standard output stays empty for scripts.

@@ -3,12 +3,43 @@
 //! datastore, and creates no queue.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{BusKind, Config};
 use crate::connect;
 use crate::web;
+
+/// How long `serve` waits for the bus before it serves without it.
+const BUS_PATIENCE: Duration = Duration::from_secs(5);
+/// How often it tries the bus again while it serves without it.
+const BUS_RETRY: Duration = Duration::from_secs(10);
+
+/// Connects the bus the server started without, trying every [`BUS_RETRY`] until it answers
+/// or the token is cancelled.
+async fn connect_later(config: Config, token: CancellationToken, slot: web::BusSlot) {
+    let mut quick = config.clone();
+    quick.connect_timeout = config.connect_timeout.min(BUS_PATIENCE);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = tokio::time::sleep(BUS_RETRY) => {}
+        }
+        match connect::shared_bus(&quick, "serve", &token).await {
+            Ok(bus) => {
+                tracing::info!("the bus answers now: its queues are shown");
+                slot.connected(bus);
+                return;
+            }
+            Err(e) => {
+                let why = crate::describe(&e);
+                tracing::debug!("the bus still cannot be read: {why}");
+                slot.still_not(&why);
+            }
+        }
+    }
+}
 
 /// Serves until `token` is cancelled.
 pub(crate) async fn run(
@@ -24,12 +55,30 @@ pub(crate) async fn run(
     )
     .await?;
     // The in-memory bus's queues live in the process that runs it (the demo): the page then
-    // shows the datastore alone.
-    let bus = match config.bus {
-        BusKind::Memory => None,
-        _ => Some(connect::shared_bus(config, "serve", token).await?),
+    // shows the datastore alone. Any other bus is given a few seconds: the page comes up
+    // without it (its sections saying they cannot be read) and it is connected later.
+    let (sources, slot) = match config.bus {
+        BusKind::Memory => (web::Sources::new(config, store, None), None),
+        _ => {
+            let mut quick = config.clone();
+            quick.connect_timeout = config.connect_timeout.min(BUS_PATIENCE);
+            match connect::shared_bus(&quick, "serve", token).await {
+                Ok(bus) => (web::Sources::new(config, store, Some(bus)), None),
+                Err(_) if token.is_cancelled() => return Ok(()),
+                Err(e) => {
+                    let why = crate::describe(&e);
+                    tracing::warn!(
+                        "serving without the bus for now (the queues, dead letters and queue \
+                         gauges cannot be read; trying again every {}): {why}",
+                        humantime::format_duration(BUS_RETRY)
+                    );
+                    let (sources, slot) = web::Sources::without_bus_yet(config, store, why);
+                    (sources, Some(slot))
+                }
+            }
+        }
     };
-    let sources = web::Sources::new(config, store, bus.clone());
+    let connected = sources.bus.clone();
     web::spawn(
         addr,
         "ARCHIVIST_SERVE_ADDR (--addr)",
@@ -38,8 +87,11 @@ pub(crate) async fn run(
         token,
     )
     .await?;
+    if let Some(slot) = slot {
+        tokio::spawn(connect_later(config.clone(), token.clone(), slot));
+    }
     token.cancelled().await;
-    if let Some(bus) = bus {
+    if let Ok(Some(bus)) = connected.get() {
         if let Err(e) = bus.close().await {
             tracing::debug!(error = %e, "could not close the bus");
         }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::Context;
-use datastore::Status;
+use datastore::{FailureReason, Status};
 use messagebus::{dead_letter_queue_name, QueueStats};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -42,8 +42,10 @@ impl QueueDepth {
 struct StatusOutput {
     #[serde(flatten)]
     status: Status,
-    /// Research pairs neither researched nor leased.
+    /// Research pairs neither researched, nor failed, nor leased.
     unresearched_pairs: u64,
+    /// The most common reasons of failed pairs (at most [`REASONS_SHOWN`]), most pairs first.
+    failure_reasons: Vec<FailureReason>,
     /// Present when the bus can tell (a shared bus): queue name → depths; `null` when the
     /// bus could not be reached (then `queues_unknown` says why).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -51,11 +53,17 @@ struct StatusOutput {
     /// Why the queue depths are unknown: the bus could not be reached.
     #[serde(skip_serializing_if = "Option::is_none")]
     queues_unknown: Option<String>,
+    /// The work items' queue, for the note on items no researcher consumes.
+    #[serde(skip)]
+    pending_queue: String,
 }
 
 /// How long `status` waits for the bus: it reports the datastore's counts whatever the bus
 /// does, so an outage costs seconds, not the whole ARCHIVIST_CONNECT_TIMEOUT.
 const BUS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Failure reasons shown.
+const REASONS_SHOWN: u32 = 5;
 
 /// Prints the status.
 pub(crate) async fn run(
@@ -74,6 +82,14 @@ pub(crate) async fn run(
         .status(chrono::Utc::now())
         .await
         .context("cannot read the status")?;
+    let failure_reasons = if status.failed_pairs == 0 {
+        Vec::new()
+    } else {
+        store
+            .failure_reasons(REASONS_SHOWN)
+            .await
+            .context("cannot read the failure reasons")?
+    };
     let mut bus_config = config.clone();
     bus_config.connect_timeout = config.connect_timeout.min(BUS_PATIENCE);
     // The counts are what status is for: an unreachable bus leaves the queue depths unknown,
@@ -94,9 +110,12 @@ pub(crate) async fn run(
         unresearched_pairs: status
             .research_pairs
             .saturating_sub(status.researched_pairs)
+            .saturating_sub(status.failed_pairs)
             .saturating_sub(status.leased_pairs),
+        failure_reasons,
         queues,
         queues_unknown,
+        pending_queue: config.queues.pending_research.clone(),
     };
     let mut out = std::io::stdout().lock();
     if json {
@@ -120,14 +139,9 @@ async fn queue_depths(
         tracing::debug!("the bus cannot be inspected from another process: no queue depths");
         return Ok(None);
     }
-    let bus = match connect::shared_bus(config, "status", token).await {
-        Ok(bus) => bus,
-        Err(e) if e.downcast_ref::<UsageError>().is_some() => {
-            tracing::warn!("no queue depths: {e:#}");
-            return Ok(None);
-        }
-        Err(e) => return Err(e),
-    };
+    // Unreachable or refused (a login the broker rejects): the depths are unknown, and
+    // `--json` says so (`"queues": null` and why), as for any outage.
+    let bus = connect::shared_bus(config, "status", token).await?;
     let mut depths = Vec::new();
     for q in config.queues.all() {
         let stats = match connect::sender(bus.as_ref(), q).await {
@@ -165,10 +179,18 @@ fn write_table(out: &mut impl Write, o: &StatusOutput) -> std::io::Result<()> {
         s.researched_pairs
     )?;
     writeln!(out, "matched pairs       {:>12}", s.matched_pairs)?;
+    writeln!(
+        out,
+        "failed pairs        {:>12}  (not leased until retried: archivist retry-failed)",
+        s.failed_pairs
+    )?;
+    for r in &o.failure_reasons {
+        writeln!(out, "  {:>8}  {}", r.pairs, r.reason)?;
+    }
     writeln!(out, "leased pairs        {:>12}", s.leased_pairs)?;
     writeln!(
         out,
-        "to lease            {:>12}  (neither researched nor leased)",
+        "to lease            {:>12}  (neither researched nor leased, nor failed)",
         o.unresearched_pairs
     )?;
     writeln!(
@@ -185,14 +207,41 @@ fn write_table(out: &mut impl Write, o: &StatusOutput) -> std::io::Result<()> {
     writeln!(out, "expired leases      {:>12}", s.expired_leases)?;
     if let Some(Some(queues)) = &o.queues {
         writeln!(out)?;
-        let queues: Vec<&QueueDepth> = queues.values().collect();
-        write_queue_table(out, &queues)?;
+        let listed: Vec<&QueueDepth> = queues.values().collect();
+        write_queue_table(out, &listed)?;
+        if let Some(pending) = queues.get(&o.pending_queue) {
+            if let Some(note) = no_researcher_note(pending) {
+                writeln!(out)?;
+                writeln!(out, "{note}")?;
+            }
+        }
     }
     if let Some(why) = &o.queues_unknown {
         writeln!(out)?;
         writeln!(out, "queues              unknown ({why})")?;
     }
     Ok(())
+}
+
+/// Work items waiting with no researcher consuming them: work assignment publishes one even
+/// then (the contract's rule for neither researchers nor waiting items), for the first
+/// researcher to come; said so that it is not taken for a leak. `None` on a bus that cannot
+/// count its consumers (SQS).
+fn no_researcher_note(pending: &QueueDepth) -> Option<String> {
+    if pending.consumers != Some(0) || pending.waiting == 0 {
+        return None;
+    }
+    let (items, wait) = if pending.waiting == 1 {
+        ("work item waits", "it")
+    } else {
+        ("work items wait", "them")
+    };
+    Some(format!(
+        "{} {items} on {} with no researcher consuming {wait}: with neither researchers nor \
+         waiting items, work assignment publishes one for the first researcher to start (its \
+         lease expires if none comes)",
+        pending.waiting, pending.queue
+    ))
 }
 
 /// The queue table shared with `archivist queues`.

@@ -93,13 +93,16 @@ pub(crate) async fn run(
     };
     tracing::info!(datastore = %shown, lease = %humantime::format_duration(lease), researchers = args.researcher_tasks, "demo starting");
 
-    // The in-memory bus unless a database bus was asked for (ARCHIVIST_BUS=sqlite|postgres):
-    // then its queues live in ARCHIVIST_BUS_URL, by default the demo's own datastore.
-    let bus = if config.bus_chosen && config.bus.is_database() {
+    // The database bus, as every other subcommand uses by default: its queues live in
+    // ARCHIVIST_BUS_URL, by default the demo's own datastore, so that its queues and dead
+    // letters can be looked at afterwards (`status`, `receive --dead-letters`, `serve`).
+    // ARCHIVIST_BUS=memory keeps everything inside this process; RabbitMQ is used when asked.
+    let bus = if config.bus.is_database() {
         let mut bus_config = config.clone();
         bus_config.bus_url.get_or_insert_with(|| url.clone());
         connect::database_bus(&bus_config, &token, true).await?
     } else if config.bus == BusKind::Rabbitmq {
+        // (SQS falls through to the in-memory bus: the demo creates no SQS queues.)
         connect::rabbitmq_bus(config, &token, true).await?
     } else {
         connect::memory_bus_with(

@@ -161,6 +161,7 @@ pub(crate) async fn run(
                     clip_duration_ns: finding.clip_duration_ns,
                     clip_hash: finding.clip_hash,
                     clip_offsets_ns: finding.clip_offsets_ns,
+                    failure: None,
                 };
                 results
                     .send(encode(&result))

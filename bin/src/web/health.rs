@@ -19,14 +19,21 @@ pub(super) async fn readyz(State(app): State<Arc<App>>) -> impl IntoResponse {
             .status(chrono::Utc::now())
             .await
             .map_err(|_| "datastore unreachable".to_string())?;
-        let Some(bus) = &sources.bus else {
+        let Some(bus) = sources
+            .bus
+            .get()
+            .map_err(|why| format!("bus unreachable ({why})"))?
+        else {
             return Ok(());
         };
         for queue in &sources.queues {
-            let sender = bus
-                .sender(queue)
-                .await
-                .map_err(|_| format!("bus unreachable (queue {queue})"))?;
+            // A queue not created yet is no outage: readiness is about answering, and
+            // `archivist queues` creates queues (the page names the missing ones).
+            let sender = match bus.sender(queue).await {
+                Ok(sender) => sender,
+                Err(messagebus::BusError::QueueNotFound(_)) => continue,
+                Err(_) => return Err(format!("bus unreachable (queue {queue})")),
+            };
             sender
                 .inspect()
                 .await

@@ -17,8 +17,9 @@ use super::{App, CHECK_TIMEOUT};
 const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 /// Samples kept: two hours at the sampler's pace (more when pages are loaded often).
 const CAPACITY: usize = 720;
-/// A read closer than this to the last sample adds none: a page loaded by many at once, or
-/// reloaded in a loop, adds one a second at most.
+/// A read closer than this to the last sample adds none but brings that sample's counts up to
+/// date: a page loaded by many at once, or reloaded in a loop, adds one a second at most, and
+/// the latest sample is still what the page shows.
 const MIN_GAP: chrono::Duration = chrono::Duration::seconds(1);
 /// The span the progress rate is taken over.
 const RATE_WINDOW: chrono::Duration = chrono::Duration::minutes(5);
@@ -49,7 +50,11 @@ impl History {
         };
         // No code panics while holding the lock; a poisoned one still holds whole samples.
         let mut samples = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
-        if samples.back().is_some_and(|last| at - last.at < MIN_GAP) {
+        if let Some(last) = samples.back_mut().filter(|last| at - last.at < MIN_GAP) {
+            *last = Sample {
+                at: last.at,
+                ..sample
+            };
             return;
         }
         samples.push_back(sample);

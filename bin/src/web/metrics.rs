@@ -28,7 +28,62 @@ pub(super) fn install() -> anyhow::Result<PrometheusHandle> {
         .install_recorder()
         .context("cannot install the metrics recorder")?;
     metrics::gauge!("archivist_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    describe_gauges();
+    // The archivists' counters and histograms: described here, registered at 0 by each
+    // subcommand for the archivists it runs.
+    archivist::describe_metrics(&[]);
     Ok(prometheus)
+}
+
+/// The `# HELP` lines of the gauges this module sets.
+fn describe_gauges() {
+    for (name, help) in [
+        (
+            "archivist_build_info",
+            "The binary's version, in the version label (always 1).",
+        ),
+        ("archivist_episodes", "Episodes in the datastore."),
+        ("archivist_clips", "Clips in the datastore."),
+        (
+            "archivist_research_pairs",
+            "Research pairs: episodes times clips.",
+        ),
+        (
+            "archivist_pairs_researched",
+            "Research pairs researched (not counting failed ones).",
+        ),
+        (
+            "archivist_pairs_failed",
+            "Research pairs that failed for good (media gone, not audio): not leased again \
+             until retry-failed or a new media_uri.",
+        ),
+        (
+            "archivist_pairs_to_do",
+            "Research pairs neither researched nor failed (leased or not).",
+        ),
+        (
+            "archivist_pairs_leased",
+            "Research pairs held by a lease now.",
+        ),
+        (
+            "archivist_matches",
+            "Research pairs where the clip was found in the episode.",
+        ),
+        (
+            "archivist_leases",
+            "Leases now, by state: active, awaiting_late_results, expired.",
+        ),
+        (
+            "archivist_queue_messages",
+            "Messages in each queue, by state: waiting, in_flight.",
+        ),
+        (
+            "archivist_queue_dead_letters",
+            "Messages in each queue's dead-letter queue.",
+        ),
+    ] {
+        metrics::describe_gauge!(name, help);
+    }
 }
 
 /// `/metrics`: the counters, with the gauges read now.
@@ -56,7 +111,8 @@ async fn refresh_gauges(app: &App) -> Result<(), String> {
     let status = status.map_err(|e| format!("datastore: {e}"))?;
     let pairs_to_do = status
         .research_pairs
-        .saturating_sub(status.researched_pairs);
+        .saturating_sub(status.researched_pairs)
+        .saturating_sub(status.failed_pairs);
     for (name, value) in [
         ("archivist_episodes", status.episodes),
         ("archivist_clips", status.clips),
@@ -64,6 +120,7 @@ async fn refresh_gauges(app: &App) -> Result<(), String> {
         ("archivist_pairs_researched", status.researched_pairs),
         ("archivist_pairs_to_do", pairs_to_do),
         ("archivist_pairs_leased", status.leased_pairs),
+        ("archivist_pairs_failed", status.failed_pairs),
         ("archivist_matches", status.matched_pairs),
     ] {
         metrics::gauge!(name).set(value as f64);
@@ -75,13 +132,15 @@ async fn refresh_gauges(app: &App) -> Result<(), String> {
     ] {
         metrics::gauge!("archivist_leases", "state" => state).set(value as f64);
     }
-    let Some(bus) = &sources.bus else {
+    let Some(bus) = sources.bus.get().map_err(|why| format!("bus: {why}"))? else {
         return Ok(());
     };
     for queue in &sources.queues {
         let started = Instant::now();
         let stats = match bus.sender(queue).await {
             Ok(sender) => sender.inspect().await,
+            // Not created yet: no depth to show, and the other queues still are.
+            Err(messagebus::BusError::QueueNotFound(_)) => continue,
             Err(e) => Err(e),
         };
         metrics::histogram!("archivist_bus_call_duration_seconds", "call" => "inspect")

@@ -14,6 +14,7 @@
 //! subcommands serve metrics and health checks only.
 
 mod api;
+pub(crate) mod guard;
 mod health;
 mod history;
 mod metrics;
@@ -40,11 +41,64 @@ pub(crate) use history::History;
 /// could not read.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The bus as the server sees it: in another process, connected, or not (yet) reachable.
+#[derive(Clone)]
+pub(crate) struct BusSlot {
+    /// The queues live in another process (the in-memory bus): nothing to read here.
+    elsewhere: bool,
+    bus: Arc<std::sync::OnceLock<Arc<dyn Bus>>>,
+    /// Why the bus is not connected yet (credentials masked).
+    why_not: Arc<std::sync::Mutex<String>>,
+    redactor: Arc<crate::panic_hook::Redactor>,
+}
+
+impl BusSlot {
+    fn new(bus: Option<Arc<dyn Bus>>, redactor: crate::panic_hook::Redactor) -> Self {
+        let slot = BusSlot {
+            elsewhere: bus.is_none(),
+            bus: Arc::default(),
+            why_not: Arc::default(),
+            redactor: Arc::new(redactor),
+        };
+        if let Some(bus) = bus {
+            let _ = slot.bus.set(bus);
+        }
+        slot
+    }
+
+    /// The bus: `Ok(None)` when its queues live in another process; `Err` saying why when it
+    /// could not be reached (yet).
+    pub(crate) fn get(&self) -> Result<Option<Arc<dyn Bus>>, String> {
+        if self.elsewhere {
+            return Ok(None);
+        }
+        match self.bus.get() {
+            Some(bus) => Ok(Some(bus.clone())),
+            None => Err(self
+                .why_not
+                .lock()
+                .map(|w| w.clone())
+                .unwrap_or_else(|_| "bus not connected".to_string())),
+        }
+    }
+
+    /// The bus is connected now.
+    pub(crate) fn connected(&self, bus: Arc<dyn Bus>) {
+        let _ = self.bus.set(bus);
+    }
+
+    /// Why it is still not connected (credentials are masked here).
+    pub(crate) fn still_not(&self, why: &str) {
+        if let Ok(mut w) = self.why_not.lock() {
+            *w = self.redactor.apply(why);
+        }
+    }
+}
+
 /// Where the served data comes from.
 pub(crate) struct Sources {
     pub(crate) store: Arc<dyn DataStore>,
-    /// `None`: the queues live in another process (the in-memory bus).
-    pub(crate) bus: Option<Arc<dyn Bus>>,
+    pub(crate) bus: BusSlot,
     pub(crate) queues: Vec<String>,
     /// The datastore and the bus as the page names them: URLs with credentials masked.
     pub(crate) datastore_shown: String,
@@ -70,14 +124,29 @@ impl Sources {
             }
             BusKind::Rabbitmq => format!("RabbitMQ at {}", messagebus::redact_url(&bus_url)),
         };
+        let redactor = crate::panic_hook::Redactor::new(&[Some(&database_url), Some(&bus_url)]);
         Sources {
             store,
-            bus,
+            bus: BusSlot::new(bus, redactor.clone()),
             queues: config.queues.all().iter().map(|q| q.to_string()).collect(),
             datastore_shown: datastore::redact_url(&database_url),
             bus_shown,
-            redactor: crate::panic_hook::Redactor::new(&[Some(&database_url), Some(&bus_url)]),
+            redactor,
         }
+    }
+
+    /// The sources of `config`'s datastore, with a bus that could not be reached yet
+    /// (`why_not`): the returned slot is filled in once it is.
+    pub(crate) fn without_bus_yet(
+        config: &Config,
+        store: Arc<dyn DataStore>,
+        why_not: String,
+    ) -> (Self, BusSlot) {
+        let mut sources = Sources::new(config, store, None);
+        sources.bus.elsewhere = false;
+        sources.bus.still_not(&why_not);
+        let slot = sources.bus.clone();
+        (sources, slot)
     }
 }
 
@@ -108,9 +177,31 @@ pub(crate) async fn spawn(
     token: &CancellationToken,
 ) -> anyhow::Result<SocketAddr> {
     let prometheus = metrics::install()?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {setting} {addr}"))?;
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        // Configuration, not an outage: another address is the fix (exit 2).
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::AddrInUse
+                    | std::io::ErrorKind::AddrNotAvailable
+                    | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            return Err(crate::config::usage(format!(
+                "cannot listen on {setting} {addr}: {e}{}",
+                if e.kind() == std::io::ErrorKind::AddrInUse {
+                    " (another program, or another archivist, listens there: choose another \
+                     port, or 0 for any free one)"
+                } else {
+                    ""
+                }
+            )))
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot listen on {setting} {addr}")))
+        }
+    };
     let bound = listener.local_addr().context("the listener's address")?;
     let app = Arc::new(App {
         sources,
@@ -137,15 +228,15 @@ pub(crate) async fn spawn(
     } else {
         tracing::info!("serving /metrics, /healthz and /readyz on http://{bound}");
     }
-    let router = router.with_state(app);
-    let token = token.clone();
-    tokio::spawn(async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move { token.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::warn!(error = %e, "the HTTP server stopped");
-        }
-    });
+    let mut router = router
+        .with_state(app)
+        .layer(axum::middleware::from_fn(guard::deadline));
+    if let Some(hosts) = guard::Hosts::for_bound(bound) {
+        router = router.layer(axum::middleware::from_fn_with_state(
+            hosts,
+            guard::check_host,
+        ));
+    }
+    tokio::spawn(guard::serve(listener, router, token.clone()));
     Ok(bound)
 }

@@ -5,7 +5,7 @@
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
-use datastore::{LeaseSummary, Match, Status};
+use datastore::{FailureReason, LeaseSummary, Match, Status};
 use messagebus::DeadLetter;
 use serde::Serialize;
 
@@ -16,6 +16,8 @@ use crate::commands::status::QueueDepth;
 pub(crate) const LEASES_SHOWN: u32 = 50;
 /// Dead letters shown per queue.
 pub(crate) const DEAD_LETTERS_SHOWN: usize = 10;
+/// Failure reasons listed (the most common first).
+pub(crate) const FAILURE_REASONS_SHOWN: u32 = 5;
 /// Recent matches listed.
 pub(crate) const MATCHES_SHOWN: u32 = 20;
 /// The most of a dead letter's body shown, in bytes (a body may be up to 1 MiB).
@@ -30,9 +32,11 @@ pub(crate) struct Counts {
     pub(crate) read_at: DateTime<Utc>,
     #[serde(flatten)]
     pub(crate) status: Status,
-    /// Pairs neither researched nor leased.
+    /// Pairs neither researched, nor failed, nor leased.
     pub(crate) unresearched_pairs: u64,
     pub(crate) percent_researched: f64,
+    /// The most common reasons of failed pairs, most pairs first.
+    pub(crate) failure_reasons: Vec<FailureReason>,
 }
 
 /// A lease with its age, as listed.
@@ -66,19 +70,28 @@ pub(crate) struct ShownLetter {
 }
 
 impl From<DeadLetter> for ShownLetter {
+    /// `d` as read: its body already cut by the bus at [`BODY_SHOWN`] bytes. A body that is
+    /// not UTF-8 shows with replacement characters where its bytes are not (U+FFFD).
     fn from(d: DeadLetter) -> Self {
-        let body_bytes = d.body.len();
-        let mut cut = body_bytes.min(BODY_SHOWN);
+        let read = d.body.len().min(BODY_SHOWN);
+        let truncated = d.body_bytes > read;
+        let mut cut = read;
         // A cut inside a UTF-8 sequence would show a replacement character: cut before it.
-        while cut < body_bytes && cut > 0 && (d.body[cut] & 0b1100_0000) == 0b1000_0000 {
-            cut -= 1;
+        if truncated {
+            let start = cut.saturating_sub(3);
+            if let Some(back) = (start..cut).rev().find(|&i| {
+                d.body[i] & 0b1100_0000 == 0b1100_0000
+                    && std::str::from_utf8(&d.body[i..cut]).is_err()
+            }) {
+                cut = back;
+            }
         }
         ShownLetter {
             message_id: d.message_id,
             reason: d.reason,
             body: String::from_utf8_lossy(&d.body[..cut]).into_owned(),
-            body_bytes,
-            body_truncated: cut < body_bytes,
+            body_bytes: d.body_bytes,
+            body_truncated: truncated,
         }
     }
 }
@@ -112,6 +125,16 @@ pub(crate) async fn counts(app: &App) -> Section<Counts> {
     let now = Utc::now();
     let status = within(app, "datastore", app.sources.store.status(now)).await?;
     app.history.record(now, &status);
+    let failure_reasons = if status.failed_pairs == 0 {
+        Vec::new()
+    } else {
+        within(
+            app,
+            "datastore",
+            app.sources.store.failure_reasons(FAILURE_REASONS_SHOWN),
+        )
+        .await?
+    };
     let percent_researched = if status.research_pairs == 0 {
         0.0
     } else {
@@ -123,8 +146,10 @@ pub(crate) async fn counts(app: &App) -> Section<Counts> {
         unresearched_pairs: status
             .research_pairs
             .saturating_sub(status.researched_pairs)
+            .saturating_sub(status.failed_pairs)
             .saturating_sub(status.leased_pairs),
         percent_researched,
+        failure_reasons,
     })
 }
 
@@ -168,7 +193,12 @@ pub(crate) struct Queues {
 /// Every queue's depths, and with `peek` its first dead letters. `None` when the queues
 /// live in another process (the in-memory bus).
 pub(crate) async fn queues(app: &App, peek: bool) -> Section<Option<Queues>> {
-    let Some(bus) = &app.sources.bus else {
+    let Some(bus) = app
+        .sources
+        .bus
+        .get()
+        .map_err(|why| format!("the bus cannot be read: {why}"))?
+    else {
         return Ok(None);
     };
     let mut read = Queues::default();
@@ -188,7 +218,7 @@ pub(crate) async fn queues(app: &App, peek: bool) -> Section<Option<Queues>> {
             within(
                 app,
                 &format!("dead letters of {queue}"),
-                sender.peek_dead_letters(DEAD_LETTERS_SHOWN),
+                sender.peek_dead_letters(DEAD_LETTERS_SHOWN, BODY_SHOWN),
             )
             .await?
             .map(|letters| letters.into_iter().map(ShownLetter::from).collect())

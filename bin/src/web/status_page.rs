@@ -117,6 +117,19 @@ fn research_section(counts: &Section<Counts>, samples: &[Sample]) -> Markup {
                         dt { "Matches (pairs where the clip was found)" } dd.n #matched-pairs { (s.matched_pairs) }
                         dt { "Pairs under lease" } dd.n #leased-pairs { (s.leased_pairs) }
                         dt { "Pairs to lease" } dd.n #unresearched-pairs { (c.unresearched_pairs) }
+                        dt { "Failed pairs (not leased until retried: archivist retry-failed)" }
+                        dd.n #failed-pairs { (s.failed_pairs) }
+                    }
+                    @if !c.failure_reasons.is_empty() {
+                        table #failure-reasons {
+                            caption { "The most common failure reasons" }
+                            thead { tr { th { "reason" } th.n { "pairs" } } }
+                            tbody {
+                                @for r in &c.failure_reasons {
+                                    tr { td { (r.reason) } td.n { (r.pairs) } }
+                                }
+                            }
+                        }
                     }
                 }
             }

@@ -3,7 +3,10 @@
 //! queue names of a test's own, and fresh Postgres databases.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 
+pub(crate) mod audio;
+pub(crate) mod cluster;
 pub(crate) mod pipeline;
+pub(crate) mod research;
 pub(crate) mod serving;
 
 use std::path::Path;
@@ -29,6 +32,10 @@ const OUR_VARS: &[&str] = &[
     "ARCHIVIST_EVERY",
     "ARCHIVIST_METRICS_ADDR",
     "ARCHIVIST_SERVE_ADDR",
+    "ARCHIVIST_CONCURRENCY",
+    "ARCHIVIST_ANALYSER_URL",
+    "ARCHIVIST_CACHE_DIR",
+    "ARCHIVIST_CACHE_SIZE",
     "RUST_LOG",
 ];
 
@@ -323,6 +330,30 @@ impl PgDatabase {
         });
         let url = with_database(&admin, &name);
         PgDatabase { admin, name, url }
+    }
+}
+
+impl PgDatabase {
+    /// A new database made from this one as a template (`CREATE DATABASE … TEMPLATE`): a copy
+    /// of everything in it, the bus's stored instance id included. Nothing may be connected
+    /// to this one meanwhile.
+    pub(crate) fn copy(&self) -> Self {
+        let name = format!("archivist_t_{}", uuid::Uuid::new_v4().simple());
+        runtime().block_on(async {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&self.admin).await.unwrap();
+            // Names of our own making, not values: they cannot be bound.
+            sqlx::query(&format!("CREATE DATABASE {name} TEMPLATE {}", self.name))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        });
+        let url = with_database(&self.admin, &name);
+        PgDatabase {
+            admin: self.admin.clone(),
+            name,
+            url,
+        }
     }
 }
 

@@ -133,8 +133,10 @@ impl Scenario {
             .unwrap()
     }
 
-    /// Sends the curated episodes and clips and ingests them.
+    /// Sends the curated episodes and clips and ingests them (the datastore migrated first:
+    /// `send` creates no database).
     pub(crate) fn curate(&self) {
+        self.run(&["migrate"], &[]).expect_code(0);
         let episodes: Vec<String> = EPISODES
             .iter()
             .enumerate()

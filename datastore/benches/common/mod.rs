@@ -209,6 +209,7 @@ pub(crate) fn results_for(lease: &Lease, research_date: DateTime<Utc>) -> Vec<Re
             } else {
                 vec![]
             },
+            failure: None,
         })
         .collect()
 }

@@ -15,7 +15,9 @@
 
 use lapin::options::{
     BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
 };
+use lapin::types::FieldTable;
 use lapin::Channel;
 
 use super::{body_id, sender, short, Shared};
@@ -147,6 +149,29 @@ async fn move_batch(
                  queue: it will be there again as well (a duplicate; handling it twice is \
                  harmless)"
             ),
+        }
+    }
+    if moved > 0 {
+        // A synchronous call on the same channel after the acknowledgements: the broker
+        // handles a channel's frames in order, so its answer means they were taken. Without
+        // it, a process that stops right after a step (SIGINT between steps) closes the
+        // connection with acknowledgements the broker has not handled yet, and it may drop
+        // them (rabbitmq-server#10327): the moved messages would stay dead letters as well.
+        let synced = shared
+            .timed(
+                "waiting for the broker to take the acknowledgements",
+                channel.queue_declare(
+                    short(dlq)?,
+                    QueueDeclareOptions {
+                        passive: true,
+                        ..QueueDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                ),
+            )
+            .await;
+        if let Err(e) = synced {
+            first_error.get_or_insert(e);
         }
     }
     match first_error {

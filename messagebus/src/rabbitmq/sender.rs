@@ -127,7 +127,11 @@ impl Sender for RabbitSender {
         inspect(&self.shared, &self.queue).await
     }
 
-    async fn peek_dead_letters(&self, _: usize) -> Result<Option<Vec<DeadLetter>>, BusError> {
+    async fn peek_dead_letters(
+        &self,
+        _: usize,
+        _: usize,
+    ) -> Result<Option<Vec<DeadLetter>>, BusError> {
         // AMQP 0-9-1 cannot look without taking: a `basic.get` and a requeue would count as a
         // delivery in the quorum dead-letter queue, whose default delivery limit (RabbitMQ 4:
         // 20) then drops the message. Only the count (`inspect`) is safe.

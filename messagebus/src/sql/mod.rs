@@ -164,11 +164,13 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         queue: &QueueRow,
         consumer_ttl: Duration,
     ) -> Result<QueueStats, BusError>;
-    /// Up to `limit` rows of `dead_letter_queue`, oldest first, held or not. Reads only.
+    /// Up to `limit` rows of `dead_letter_queue`, oldest first, held or not, each body cut to
+    /// `max_body_bytes` by the database (its bytes, UTF-8 or not). Reads only.
     async fn peek(
         &self,
         dead_letter_queue: &str,
         limit: usize,
+        max_body_bytes: usize,
     ) -> Result<Vec<DeadLetter>, BusError>;
     /// Marks `alive` consumers seen now and deletes `gone` ones.
     async fn consumers(&self, alive: &[(Uuid, String)], gone: &[Uuid]) -> Result<(), BusError>;
@@ -408,6 +410,21 @@ impl<D: Dialect> SqlBus<D> {
     pub fn config(&self) -> &SqlBusConfig {
         &self.shared.config
     }
+
+    /// Extends the visibility of the delivery `receipt` by `visibility` from now, as the
+    /// heartbeat does: for tests of a heartbeat that races a settlement.
+    #[cfg(feature = "test-utils")]
+    #[doc(hidden)]
+    pub async fn extend_visibility(
+        &self,
+        receipt: &SqlReceipt,
+        visibility: Duration,
+    ) -> Result<(), BusError> {
+        self.shared
+            .dialect
+            .extend(&[(receipt.message_id, receipt.receipt, visibility)])
+            .await
+    }
 }
 
 /// The keeper: refreshes this process's consumers and extends held deliveries, once a tick,
@@ -635,11 +652,17 @@ impl<D: Dialect> Sender for SqlSender<D> {
         Ok(stats)
     }
 
-    async fn peek_dead_letters(&self, limit: usize) -> Result<Option<Vec<DeadLetter>>, BusError> {
+    async fn peek_dead_letters(
+        &self,
+        limit: usize,
+        max_body_bytes: usize,
+    ) -> Result<Option<Vec<DeadLetter>>, BusError> {
         let Some(dlq) = &self.queue.dead_letter_queue else {
             return Ok(Some(Vec::new()));
         };
-        Ok(Some(self.shared.dialect.peek(dlq, limit).await?))
+        Ok(Some(
+            self.shared.dialect.peek(dlq, limit, max_body_bytes).await?,
+        ))
     }
 
     fn queue(&self) -> &str {
@@ -856,6 +879,11 @@ pub fn is_transient(e: &sqlx::Error) -> bool {
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Tls(_) => true,
+        // The connection closed before the server answered the TLS request (sqlx reads the
+        // missing byte as 0x00): a server going away, as an I/O error would say.
+        sqlx::Error::Protocol(message) => {
+            message.starts_with("unexpected response from SSLRequest: 0x00")
+        }
         sqlx::Error::Database(db) => {
             let code = db.code();
             matches!(

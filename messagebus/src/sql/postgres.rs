@@ -265,7 +265,7 @@ impl Dialect for Pg {
 
     async fn release(&self, id: i64, receipt: i64) -> Result<bool, BusError> {
         let done = sqlx::query(
-            "UPDATE bus_messages SET visible_at = now() WHERE id = $1 AND receipt = $2",
+            "UPDATE bus_messages SET visible_at = now(), receipt = 0 WHERE id = $1 AND receipt = $2",
         )
         .bind(id)
         .bind(receipt)
@@ -284,7 +284,8 @@ impl Dialect for Pg {
     ) -> Result<bool, BusError> {
         let done = sqlx::query(
             "UPDATE bus_messages
-             SET queue = $3, dead_letter_reason = $4, visible_at = now(), receive_count = 0
+             SET queue = $3, dead_letter_reason = $4, visible_at = now(), receive_count = 0,
+                 receipt = 0
              WHERE id = $1 AND receipt = $2",
         )
         .bind(id)
@@ -359,7 +360,7 @@ impl Dialect for Pg {
         let ms: Vec<f64> = held.iter().map(|h| millis(h.2) as f64).collect();
         sqlx::query(
             "UPDATE bus_messages m
-             SET visible_at = now() + h.ms * interval '1 millisecond'
+             SET visible_at = clock_timestamp() + h.ms * interval '1 millisecond'
              FROM unnest($1::int8[], $2::int8[], $3::float8[]) AS h (id, receipt, ms)
              WHERE m.id = h.id AND m.receipt = h.receipt",
         )
@@ -408,21 +409,25 @@ impl Dialect for Pg {
         &self,
         dead_letter_queue: &str,
         limit: usize,
+        max_body_bytes: usize,
     ) -> Result<Vec<DeadLetter>, BusError> {
-        let rows: Vec<(i64, String, Option<String>)> = sqlx::query_as(
-            "SELECT id, body, dead_letter_reason FROM bus_messages
-             WHERE queue = $1 ORDER BY id LIMIT $2",
+        let rows: Vec<(i64, Vec<u8>, i32, Option<String>)> = sqlx::query_as(
+            "SELECT id, substring(convert_to(body, 'UTF8') FROM 1 FOR $3), octet_length(body),
+                    dead_letter_reason
+             FROM bus_messages WHERE queue = $1 ORDER BY id LIMIT $2",
         )
         .bind(dead_letter_queue)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(i32::try_from(max_body_bytes).unwrap_or(i32::MAX))
         .fetch_all(&self.pool)
         .await
         .map_err(|e| db_error("reading dead letters", e))?;
         Ok(rows
             .into_iter()
-            .map(|(id, body, reason)| DeadLetter {
+            .map(|(id, body, bytes, reason)| DeadLetter {
                 message_id: id.to_string(),
-                body: body.into_bytes(),
+                body,
+                body_bytes: usize::try_from(bytes).unwrap_or(0),
                 reason,
             })
             .collect())
@@ -463,7 +468,7 @@ WITH next AS (
     FOR UPDATE SKIP LOCKED
 ), over AS (
     UPDATE bus_messages m
-    SET queue = $5, dead_letter_reason = $6, visible_at = now(), receive_count = 0
+    SET queue = $5, dead_letter_reason = $6, visible_at = now(), receive_count = 0, receipt = 0
     FROM next
     WHERE m.id = next.id AND $4 > 0 AND next.receive_count >= $4
     RETURNING m.id
@@ -555,8 +560,31 @@ pub async fn bus_id_in(conn: &mut PgConnection) -> Result<Option<String>, BusErr
     if !exists {
         return Ok(None);
     }
-    sqlx::query_scalar("SELECT id FROM bus_instance LIMIT 1")
+    let stored: Option<String> = sqlx::query_scalar("SELECT id FROM bus_instance LIMIT 1")
         .fetch_optional(&mut *conn)
         .await
-        .map_err(|e| db_error("looking for the bus", e))
+        .map_err(|e| db_error("looking for the bus", e))?;
+    let Some(stored) = stored else {
+        return Ok(None);
+    };
+    // Which database this is, beyond the stored id (which a copy carries: CREATE DATABASE …
+    // TEMPLATE, a restored dump): its oid and name, the bus table's oid (which schema), and the
+    // cluster's system identifier. A
+    // role without access to pg_control_system() goes without it (a plain query outside any
+    // transaction: its failure aborts nothing); two processes that then compute different
+    // ids only lose the one-transaction path, never correctness.
+    // The table's oid too: two schemas of one database (a `search_path` each) are two buses.
+    let (oid, name, table): (i64, String, i64) = sqlx::query_as(
+        "SELECT oid::int8, datname::text, to_regclass('bus_instance')::oid::int8 \
+         FROM pg_database WHERE datname = current_database()",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(|e| db_error("looking for the bus", e))?;
+    let system: String =
+        sqlx::query_scalar("SELECT system_identifier::text FROM pg_control_system()")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap_or_default();
+    Ok(Some(format!("{stored}@{system}/{oid}/{name}/{table}")))
 }

@@ -29,6 +29,16 @@ static MIGRATOR: Migrator = Migrator {
     ..sqlx::migrate!("./migrations/sqlite")
 };
 
+/// Begins a send: durable across a power cut (`synchronous = FULL`, the WAL synced at
+/// commit), since the sender lets go of what it sent once this commits (a curator moves on,
+/// an archivist acknowledges the message the send answers). SQLite runs both statements.
+const BEGIN_DURABLE: &str = "PRAGMA synchronous = FULL; BEGIN IMMEDIATE";
+
+/// Begins a claim, an acknowledgement, an extension or a redrive: `synchronous = NORMAL`, no
+/// sync at commit. A power cut can lose the last of these commits, and each loss is one the
+/// bus already allows: a message delivered again, a visibility or a redrive undone.
+const BEGIN_SETTLING: &str = "PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE";
+
 /// How long a statement waits for another connection's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -53,7 +63,8 @@ impl SqlBus<Lite> {
             })?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            // In WAL mode NORMAL survives a process crash and costs no fsync per commit.
+            // In WAL mode NORMAL survives a process crash and costs no fsync per commit; each
+            // transaction sets its own (BEGIN_DURABLE, BEGIN_SETTLING).
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT);
         let pool = pool_options()
@@ -189,7 +200,7 @@ impl Dialect for Lite {
     async fn send(&self, queue: &str, bodies: &[String]) -> Result<(), BusError> {
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(BEGIN_DURABLE)
             .await
             .map_err(|e| db_error("sending", e))?;
         insert(&mut tx, queue, bodies).await?;
@@ -197,13 +208,15 @@ impl Dialect for Lite {
     }
 
     async fn claim(&self, queue: &QueueRow, max: usize) -> Result<Claimed, BusError> {
-        let now = now_micros();
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(BEGIN_SETTLING)
             .await
             .map_err(|e| db_error("receiving", e))?;
+        // Read once the write lock is held: BEGIN IMMEDIATE may have waited up to the busy
+        // timeout for it, and a visibility counted from before would be cut by that wait.
+        let now = now_micros();
         let next: Vec<(i64, i64)> = sqlx::query_as(
             "SELECT id, receive_count FROM bus_messages
              WHERE queue = ?1 AND visible_at <= ?2
@@ -232,7 +245,8 @@ impl Dialect for Lite {
         if !over.is_empty() {
             sqlx::query(
                 "UPDATE bus_messages
-                 SET queue = ?1, dead_letter_reason = ?2, visible_at = ?3, receive_count = 0
+                 SET queue = ?1, dead_letter_reason = ?2, visible_at = ?3, receive_count = 0,
+                     receipt = 0
                  WHERE id IN (SELECT value FROM json_each(?4))",
             )
             .bind(queue.dead_letter_queue.as_deref().unwrap_or(""))
@@ -284,26 +298,37 @@ impl Dialect for Lite {
         let pairs: Vec<[i64; 2]> = deliveries.iter().map(|&(i, r)| [i, r]).collect();
         let json =
             serde_json::to_string(&pairs).map_err(|e| BusError::unavailable(e.to_string()))?;
+        // In a transaction only to set its durability: a connection last used for a send
+        // would sync at every acknowledgement.
+        let mut tx = self
+            .pool
+            .begin_with(BEGIN_SETTLING)
+            .await
+            .map_err(|e| db_error("acknowledging", e))?;
         sqlx::query(
             "DELETE FROM bus_messages
              WHERE (id, receipt) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
         )
         .bind(json)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| db_error("acknowledging", e))?;
-        Ok(())
+        tx.commit().await.map_err(|e| db_error("acknowledging", e))
     }
 
     async fn release(&self, id: i64, receipt: i64) -> Result<bool, BusError> {
         let done =
-            sqlx::query("UPDATE bus_messages SET visible_at = ?3 WHERE id = ?1 AND receipt = ?2")
-                .bind(id)
-                .bind(receipt)
-                .bind(now_micros())
-                .execute(&self.pool)
-                .await
-                .map_err(|e| db_error("releasing", e))?;
+            // A new (no) receipt: a heartbeat already under way for the old one extends nothing.
+            sqlx::query(
+                "UPDATE bus_messages SET visible_at = ?3, receipt = 0 \
+                 WHERE id = ?1 AND receipt = ?2",
+            )
+            .bind(id)
+            .bind(receipt)
+            .bind(now_micros())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| db_error("releasing", e))?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -316,7 +341,8 @@ impl Dialect for Lite {
     ) -> Result<bool, BusError> {
         let done = sqlx::query(
             "UPDATE bus_messages
-             SET queue = ?3, dead_letter_reason = ?4, visible_at = ?5, receive_count = 0
+             SET queue = ?3, dead_letter_reason = ?4, visible_at = ?5, receive_count = 0,
+                 receipt = 0
              WHERE id = ?1 AND receipt = ?2",
         )
         .bind(id)
@@ -339,7 +365,7 @@ impl Dialect for Lite {
         let now = now_micros();
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(BEGIN_SETTLING)
             .await
             .map_err(|e| db_error("redriving", e))?;
         let moved = sqlx::query(
@@ -377,12 +403,13 @@ impl Dialect for Lite {
     }
 
     async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError> {
-        let now = now_micros();
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(BEGIN_SETTLING)
             .await
             .map_err(|e| db_error("extending visibility", e))?;
+        // Once the lock is held, as in a claim.
+        let now = now_micros();
         for &(id, receipt, visibility) in held {
             sqlx::query("UPDATE bus_messages SET visible_at = ?3 WHERE id = ?1 AND receipt = ?2")
                 .bind(id)
@@ -434,21 +461,26 @@ impl Dialect for Lite {
         &self,
         dead_letter_queue: &str,
         limit: usize,
+        max_body_bytes: usize,
     ) -> Result<Vec<DeadLetter>, BusError> {
-        let rows: Vec<(i64, String, Option<String>)> = sqlx::query_as(
-            "SELECT id, body, dead_letter_reason FROM bus_messages \
-             WHERE queue = ?1 ORDER BY id LIMIT ?2",
+        // As bytes: a TEXT column can hold bytes that are not UTF-8 (a poison body), which
+        // would fail the whole read as a String.
+        let rows: Vec<(i64, Vec<u8>, i64, Option<String>)> = sqlx::query_as(
+            "SELECT id, substr(CAST(body AS BLOB), 1, ?3), length(CAST(body AS BLOB)), \
+             dead_letter_reason FROM bus_messages WHERE queue = ?1 ORDER BY id LIMIT ?2",
         )
         .bind(dead_letter_queue)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(i64::try_from(max_body_bytes).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await
         .map_err(|e| db_error("reading dead letters", e))?;
         Ok(rows
             .into_iter()
-            .map(|(id, body, reason)| DeadLetter {
+            .map(|(id, body, bytes, reason)| DeadLetter {
                 message_id: id.to_string(),
-                body: body.into_bytes(),
+                body,
+                body_bytes: usize::try_from(bytes).unwrap_or(0),
                 reason,
             })
             .collect())
@@ -546,7 +578,13 @@ pub async fn ack_in(conn: &mut SqliteConnection, receipts: &[SqlReceipt]) -> Res
     Ok(deleted)
 }
 
-/// The id of the bus whose tables are in this database, or `None` when there are none.
+/// The id of the bus whose tables are in this database, or `None` when there are none: the
+/// id its migration stored, and the database file's absolute path (`PRAGMA database_list`).
+///
+/// The stored id alone travels with a copy of the file (`cp archivist.sqlite bus.sqlite`); a
+/// datastore comparing only that would settle a copy's messages in its own file. A copy is
+/// another path, so its id differs. The same file opened by two paths (a hard link) also
+/// differs: that only costs the one-transaction path, never correctness.
 pub async fn bus_id_in(conn: &mut SqliteConnection) -> Result<Option<String>, BusError> {
     let exists: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'bus_instance'",
@@ -557,8 +595,18 @@ pub async fn bus_id_in(conn: &mut SqliteConnection) -> Result<Option<String>, Bu
     if exists == 0 {
         return Ok(None);
     }
-    sqlx::query_scalar("SELECT id FROM bus_instance LIMIT 1")
+    let stored: Option<String> = sqlx::query_scalar("SELECT id FROM bus_instance LIMIT 1")
         .fetch_optional(&mut *conn)
         .await
-        .map_err(|e| db_error("looking for the bus", e))
+        .map_err(|e| db_error("looking for the bus", e))?;
+    let file: Option<String> =
+        sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'")
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| db_error("looking for the bus", e))?;
+    Ok(stored.map(|id| match file.as_deref() {
+        // In memory: private to its connection, no other store can hold it.
+        None | Some("") => format!("{id}@memory:{}", Uuid::new_v4()),
+        Some(path) => format!("{id}@{path}"),
+    }))
 }

@@ -159,7 +159,11 @@ impl Sender for SqsSender {
         })
     }
 
-    async fn peek_dead_letters(&self, limit: usize) -> Result<Option<Vec<DeadLetter>>, BusError> {
+    async fn peek_dead_letters(
+        &self,
+        limit: usize,
+        max_body_bytes: usize,
+    ) -> Result<Option<Vec<DeadLetter>>, BusError> {
         if limit == 0 {
             return Ok(Some(Vec::new()));
         }
@@ -205,11 +209,12 @@ impl Sender for SqsSender {
                         },
                         str::to_owned,
                     );
-                DeadLetter {
-                    message_id: m.message_id().unwrap_or_default().to_owned(),
-                    body: body.into_bytes(),
-                    reason: Some(reason),
-                }
+                DeadLetter::cut(
+                    m.message_id().unwrap_or_default().to_owned(),
+                    body.into_bytes(),
+                    max_body_bytes,
+                    Some(reason),
+                )
             })
             .collect();
         self.bus.counter.payload("ReceiveMessage", payload);

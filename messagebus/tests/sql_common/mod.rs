@@ -50,6 +50,52 @@ macro_rules! sql_bus_tests {
                 assert_eq!((stats.waiting, stats.in_flight), (0, 0));
             }
 
+            /// Every settlement draws the message away from its old receipt: a heartbeat
+            /// that was already under way for a delivery just released, dead-lettered or
+            /// moved aside over the receive limit extends nothing, and the message stays
+            /// where it went, visible.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_heartbeat_after_a_settlement_hides_nothing() {
+                let bus = $fresh_with(SqlBusConfig {
+                    max_receives: 2,
+                    ..SqlBusConfig::default()
+                })
+                .await;
+                bus.create_queue("q").await.unwrap();
+                let tx = bus.sender("q").await.unwrap();
+                let rx = bus.receiver("q").await.unwrap();
+                let dead = bus.receiver("q_dead_letter").await.unwrap();
+                let long = Duration::from_secs(600);
+
+                tx.send(b"released".to_vec()).await.unwrap();
+                let d = receive_n(rx.as_ref(), 1).await.remove(0);
+                let stale = d.sql_receipt().unwrap();
+                d.release().await.unwrap();
+                bus.bus.extend_visibility(&stale, long).await.unwrap();
+                let again = rx.receive(1, Duration::ZERO).await.unwrap();
+                assert_eq!(again.len(), 1, "a stale heartbeat hid a released message");
+                // Its second receive: at the limit, so the next claim moves it aside.
+                let stale = again[0].sql_receipt().unwrap();
+                again.into_iter().for_each(|d| d.let_expire());
+                bus.expire_visibility().await;
+                assert!(rx.receive(1, Duration::ZERO).await.unwrap().is_empty());
+                bus.bus.extend_visibility(&stale, long).await.unwrap();
+                let moved = dead.receive(1, Duration::ZERO).await.unwrap();
+                assert_eq!(moved.len(), 1, "a stale heartbeat hid a message moved aside");
+                for d in moved {
+                    d.ack().await.unwrap();
+                }
+
+                tx.send(b"poison".to_vec()).await.unwrap();
+                let d = receive_n(rx.as_ref(), 1).await.remove(0);
+                let stale = d.sql_receipt().unwrap();
+                d.dead_letter("poison").await.unwrap();
+                bus.bus.extend_visibility(&stale, long).await.unwrap();
+                let dead_letters = dead.receive(1, Duration::ZERO).await.unwrap();
+                assert_eq!(dead_letters.len(), 1, "a stale heartbeat hid a dead letter");
+                assert_eq!(dead_letters[0].body(), b"poison");
+            }
+
             /// A message held longer than its visibility timeout is not handed to a second
             /// receiver: the heartbeat extends it while it is held, and it comes back once
             /// the holder lets go without settling.

@@ -1,0 +1,732 @@
+//! The reference analyser's benchmark on the evaluation corpus
+//! (`scripts/make-analysis-corpus.sh`; its truth file was written by the generator):
+//! recall, false matches and offset error per distortion class, speed (× real time per
+//! core, decoding included), time per extra clip and peak memory — side by side, in the same
+//! run, with a brute-force baseline doing what the original analyser did (time-domain
+//! cosine similarity at every sample offset at 22,050 Hz), on a subset, and with the peers
+//! a user would pick instead (audio-offset-finder, audalign), on a smaller subset.
+//!
+//! ```text
+//! cargo bench -p analysis --bench accuracy -- [--corpus DIR] [--no-baseline] [--no-peers]
+//!     [--peers-venv DIR]
+//! ```
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use analysis::decode::Decoder;
+use analysis::resample::Resampler;
+use analysis::{Analyser, ClipInput, ClipOutcome, Params};
+use serde_json::Value;
+
+/// A reported offset within this of a true one is a hit; anything else is a false match.
+const HIT_S: f64 = 0.1;
+/// The baseline's subset: the first seconds of each of its episodes.
+const BASELINE_SECONDS: f64 = 60.0;
+const BASELINE_CLASSES: [&str; 4] = [
+    "lossless",
+    "mp3_64k",
+    "noise10db_mp3_64k",
+    "speed1pct_mp3_64k",
+];
+const PEER_CLASSES: [&str; 2] = ["mp3_64k", "noise10db_mp3_64k"];
+
+struct Episode {
+    file: String,
+    class: String,
+    base: u64,
+    duration_s: f64,
+    /// Clip file → true offsets (s).
+    present: BTreeMap<String, Vec<f64>>,
+    /// (clip, offset) → kind of insertion.
+    kinds: Vec<(String, f64, String)>,
+}
+
+struct Corpus {
+    dir: PathBuf,
+    clips: Vec<(String, f64)>,
+    episodes: Vec<Episode>,
+    long: String,
+}
+
+fn load(dir: &Path) -> Corpus {
+    let text = std::fs::read_to_string(dir.join("truth.json")).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: make it with scripts/make-analysis-corpus.sh",
+            dir.display()
+        )
+    });
+    let t: Value = serde_json::from_str(&text).unwrap();
+    let clips = t["clips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["file"].as_str().unwrap().to_owned(),
+                c["duration_s"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let episodes = t["episodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| Episode {
+            file: e["file"].as_str().unwrap().to_owned(),
+            class: e["class"].as_str().unwrap().to_owned(),
+            base: e["base"].as_u64().unwrap(),
+            duration_s: e["duration_s"].as_f64().unwrap(),
+            present: e["present"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|x| x.as_f64().unwrap())
+                            .collect(),
+                    )
+                })
+                .collect(),
+            kinds: e["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|i| {
+                    Some((
+                        i["clip"].as_str()?.to_owned(),
+                        i["offset_s"].as_f64()?,
+                        i["kind"].as_str()?.to_owned(),
+                    ))
+                })
+                .collect(),
+        })
+        .collect();
+    Corpus {
+        dir: dir.to_owned(),
+        clips,
+        episodes,
+        long: t["long"].as_str().unwrap_or("long-2h.mp3").to_owned(),
+    }
+}
+
+/// What one system reported for one episode: clip → offsets (s), and the time taken.
+struct Answer {
+    episode: usize,
+    found: BTreeMap<String, Vec<f64>>,
+    /// Truth restricted to the span analysed (the baseline's subset), if not the whole.
+    span_s: Option<f64>,
+    seconds: f64,
+    audio_s: f64,
+}
+
+#[derive(Default)]
+struct Tally {
+    positives: usize,
+    hits: usize,
+    positives_5s: usize,
+    hits_5s: usize,
+    errors_ms: Vec<f64>,
+    false_matches: usize,
+    absent_pairs: usize,
+    false_absent_pairs: usize,
+    seconds: f64,
+    audio_s: f64,
+}
+
+fn score(
+    corpus: &Corpus,
+    answers: &[Answer],
+    by: &dyn Fn(&Episode, &str, f64) -> String,
+) -> BTreeMap<String, Tally> {
+    let mut out: BTreeMap<String, Tally> = BTreeMap::new();
+    let duration: BTreeMap<&str, f64> =
+        corpus.clips.iter().map(|(f, d)| (f.as_str(), *d)).collect();
+    for a in answers {
+        let ep = &corpus.episodes[a.episode];
+        let t = out.entry(by(ep, "", 0.0)).or_default();
+        t.seconds += a.seconds;
+        t.audio_s += a.audio_s;
+        for (clip, reported) in &a.found {
+            let truth: Vec<f64> = ep
+                .present
+                .get(clip)
+                .map(|v| {
+                    v.iter()
+                        .copied()
+                        .filter(|&o| a.span_s.is_none_or(|s| o + duration[clip.as_str()] <= s))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut used = vec![false; reported.len()];
+            for &o in &truth {
+                let kind = ep
+                    .kinds
+                    .iter()
+                    .find(|k| k.0 == *clip && (k.1 - o).abs() < 1e-3)
+                    .map_or("plain", |k| k.2.as_str());
+                let t = out
+                    .entry(by(ep, kind, duration[clip.as_str()]))
+                    .or_default();
+                t.positives += 1;
+                let long = duration[clip.as_str()] >= 5.0;
+                t.positives_5s += usize::from(long);
+                let best = reported
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, r)| !used[*i] && (*r - o).abs() <= HIT_S)
+                    .min_by(|x, y| (x.1 - o).abs().total_cmp(&(y.1 - o).abs()));
+                if let Some((i, r)) = best {
+                    used[i] = true;
+                    t.hits += 1;
+                    t.hits_5s += usize::from(long);
+                    t.errors_ms.push((r - o).abs() * 1e3);
+                }
+            }
+            let t = out.entry(by(ep, "", 0.0)).or_default();
+            t.false_matches += used.iter().filter(|u| !**u).count();
+            if truth.is_empty() && !ep.present.contains_key(clip) {
+                t.absent_pairs += 1;
+                t.false_absent_pairs += usize::from(!reported.is_empty());
+            }
+        }
+    }
+    out
+}
+
+fn pct(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+fn table(title: &str, rows: &BTreeMap<String, Tally>, speed: bool) {
+    println!("\n{title}\n");
+    println!("| class | recall | recall, clips ≥ 5 s | false matches | absent pairs matched | offset error median / p95 / max (ms) |{}", if speed { " × real time |" } else { "" });
+    println!(
+        "|---|---|---|---|---|---|{}",
+        if speed { "---|" } else { "" }
+    );
+    let mut all = Tally::default();
+    for (class, t) in rows {
+        let mut e = t.errors_ms.clone();
+        println!(
+            "| {class} | {}/{} = {:.3} | {}/{} = {:.3} | {} | {}/{} | {:.2} / {:.2} / {:.2} |{}",
+            t.hits,
+            t.positives,
+            t.hits as f64 / t.positives.max(1) as f64,
+            t.hits_5s,
+            t.positives_5s,
+            t.hits_5s as f64 / t.positives_5s.max(1) as f64,
+            t.false_matches,
+            t.false_absent_pairs,
+            t.absent_pairs,
+            pct(&mut e, 0.5),
+            pct(&mut e, 0.95),
+            pct(&mut e, 1.0),
+            if speed {
+                format!(" {:.0} |", t.audio_s / t.seconds.max(1e-9))
+            } else {
+                String::new()
+            }
+        );
+        all.positives += t.positives;
+        all.hits += t.hits;
+        all.positives_5s += t.positives_5s;
+        all.hits_5s += t.hits_5s;
+        all.errors_ms.extend(&t.errors_ms);
+        all.false_matches += t.false_matches;
+        all.absent_pairs += t.absent_pairs;
+        all.false_absent_pairs += t.false_absent_pairs;
+        all.seconds += t.seconds;
+        all.audio_s += t.audio_s;
+    }
+    let mut e = all.errors_ms.clone();
+    println!(
+        "| **all** | {}/{} = {:.3} | {}/{} = {:.3} | {} | {}/{} | {:.2} / {:.2} / {:.2} |{}",
+        all.hits,
+        all.positives,
+        all.hits as f64 / all.positives.max(1) as f64,
+        all.hits_5s,
+        all.positives_5s,
+        all.hits_5s as f64 / all.positives_5s.max(1) as f64,
+        all.false_matches,
+        all.false_absent_pairs,
+        all.absent_pairs,
+        pct(&mut e, 0.5),
+        pct(&mut e, 0.95),
+        pct(&mut e, 1.0),
+        if speed {
+            format!(" {:.0} |", all.audio_s / all.seconds.max(1e-9))
+        } else {
+            String::new()
+        }
+    );
+}
+
+fn ours(corpus: &Corpus, analyser: &Analyser, episodes: &[usize], clips: &[String]) -> Vec<Answer> {
+    let inputs: Vec<ClipInput> = clips
+        .iter()
+        .map(|c| ClipInput::new(corpus.dir.join(c)))
+        .collect();
+    episodes
+        .iter()
+        .map(|&e| {
+            let ep = &corpus.episodes[e];
+            let start = Instant::now();
+            let report = analyser
+                .analyse(&corpus.dir.join(&ep.file), &inputs)
+                .unwrap();
+            let seconds = start.elapsed().as_secs_f64();
+            let found = clips
+                .iter()
+                .zip(&report.clips)
+                .map(|(c, o)| match o {
+                    ClipOutcome::Found(r) => (
+                        c.clone(),
+                        r.matches.iter().map(|m| m.offset_ns as f64 / 1e9).collect(),
+                    ),
+                    ClipOutcome::Failed(e) => panic!("{c}: {e}"),
+                })
+                .collect();
+            eprintln!("ours: {} in {seconds:.2} s", ep.file);
+            Answer {
+                episode: e,
+                found,
+                span_s: None,
+                seconds,
+                audio_s: ep.duration_s,
+            }
+        })
+        .collect()
+}
+
+/// Decodes up to `limit_s` seconds, mono, resampled to `rate`.
+fn decode(path: &Path, rate: u32, limit_s: f64) -> Vec<f32> {
+    let mut d = Decoder::open(path).unwrap();
+    let mut out = Vec::new();
+    let mut r: Option<Resampler> = None;
+    while d.advance().unwrap() {
+        let rs = r.get_or_insert_with(|| Resampler::new(d.sample_rate(), rate, &Params::default()));
+        rs.process(d.chunk(), &mut out);
+        if out.len() as f64 >= limit_s * f64::from(rate) {
+            break;
+        }
+    }
+    if let Some(mut rs) = r {
+        rs.finish(&mut out);
+    }
+    out.truncate((limit_s * f64::from(rate)) as usize);
+    out
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for k in 0..8 {
+            acc[k] += x[k] * y[k];
+        }
+    }
+    acc.iter().sum::<f32>() + ra.iter().zip(rb).map(|(x, y)| x * y).sum::<f32>()
+}
+
+/// The original analyser: at 22,050 Hz, the cosine similarity of the clip's first 0.1 s
+/// with the episode at every sample offset (pass 1, threshold 0.6); where it passes, the
+/// whole clip's cosine similarity, walked to its local peak sample by sample (pass 2,
+/// threshold 0.5); peaks closer than the clip's length merged.
+fn brute_force(episode: &[f32], clip: &[f32], rate: u32) -> Vec<f64> {
+    let probe = clip.len().min(rate as usize / 10);
+    if probe == 0 || episode.len() < probe {
+        return Vec::new();
+    }
+    let p = &clip[..probe];
+    let pn = dot(p, p).sqrt();
+    let cos_full = |o: usize| {
+        let m = clip.len().min(episode.len() - o);
+        let e = &episode[o..o + m];
+        let c = &clip[..m];
+        dot(c, e) / (dot(c, c).sqrt() * dot(e, e).sqrt() + 1e-12)
+    };
+    let mut energy: f64 = episode[..probe].iter().map(|&x| f64::from(x * x)).sum();
+    let mut found: Vec<(usize, f32)> = Vec::new();
+    let mut o = 0;
+    while o + probe <= episode.len() {
+        if o > 0 {
+            energy += f64::from(episode[o + probe - 1].powi(2)) - f64::from(episode[o - 1].powi(2));
+        }
+        let c = dot(p, &episode[o..o + probe]) / (pn * energy.max(0.0).sqrt() as f32 + 1e-12);
+        if c >= 0.6 {
+            // The local-peak walk on the whole clip's similarity.
+            let mut at = o;
+            let mut best = cos_full(at);
+            loop {
+                let next = [at.saturating_sub(1), at + 1]
+                    .into_iter()
+                    .filter(|&k| k + probe <= episode.len())
+                    .map(|k| (k, cos_full(k)))
+                    .max_by(|a, b| a.1.total_cmp(&b.1));
+                match next {
+                    Some((k, v)) if v > best => {
+                        at = k;
+                        best = v;
+                    }
+                    _ => break,
+                }
+            }
+            if best >= 0.5 {
+                match found.last_mut() {
+                    Some(last) if at - last.0.min(at) < clip.len() => {
+                        if best > last.1 {
+                            *last = (at, best);
+                        }
+                    }
+                    _ => found.push((at, best)),
+                }
+            }
+            // The walk has settled this neighbourhood: go on 10 ms past where it ended.
+            o = o.max(at) + rate as usize / 100;
+        }
+        o += 1;
+    }
+    found.iter().map(|f| f.0 as f64 / f64::from(rate)).collect()
+}
+
+fn baseline(corpus: &Corpus, episodes: &[usize]) -> Vec<Answer> {
+    const RATE: u32 = 22_050;
+    episodes
+        .iter()
+        .map(|&e| {
+            let ep = &corpus.episodes[e];
+            let start = Instant::now();
+            let samples = decode(&corpus.dir.join(&ep.file), RATE, BASELINE_SECONDS);
+            let clips = subset_clips(corpus, ep, BASELINE_SECONDS);
+            let mut found = BTreeMap::new();
+            for c in &clips {
+                let clip = decode(&corpus.dir.join(c), RATE, 600.0);
+                found.insert(c.clone(), brute_force(&samples, &clip, RATE));
+            }
+            let seconds = start.elapsed().as_secs_f64();
+            eprintln!(
+                "baseline: {} ({} clips) in {seconds:.1} s",
+                ep.file,
+                clips.len()
+            );
+            Answer {
+                episode: e,
+                found,
+                span_s: Some(BASELINE_SECONDS),
+                seconds,
+                audio_s: BASELINE_SECONDS * clips.len() as f64,
+            }
+        })
+        .collect()
+}
+
+/// The clips wholly inside the first `span_s` seconds, and four absent ones.
+fn subset_clips(corpus: &Corpus, ep: &Episode, span_s: f64) -> Vec<String> {
+    let duration: BTreeMap<&str, f64> =
+        corpus.clips.iter().map(|(f, d)| (f.as_str(), *d)).collect();
+    let mut clips: Vec<String> = ep
+        .present
+        .iter()
+        .filter(|(c, offs)| offs.iter().any(|o| o + duration[c.as_str()] <= span_s))
+        .map(|(c, _)| c.clone())
+        .collect();
+    clips.extend(
+        corpus
+            .clips
+            .iter()
+            .map(|c| c.0.clone())
+            .filter(|c| !ep.present.contains_key(c))
+            .take(4),
+    );
+    clips
+}
+
+fn peers(corpus: &Corpus, venv: &Path, tool: &str, episodes: &[usize]) -> Vec<Answer> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks/analysis/peers.py");
+    episodes
+        .iter()
+        .filter_map(|&e| {
+            let ep = &corpus.episodes[e];
+            let mut clips: Vec<String> = ep.present.keys().cloned().collect();
+            clips.extend(
+                corpus
+                    .clips
+                    .iter()
+                    .map(|c| c.0.clone())
+                    .filter(|c| !ep.present.contains_key(c))
+                    .take(8),
+            );
+            let out = Command::new(venv.join("bin/python"))
+                .arg(&script)
+                .arg(tool)
+                .arg(&ep.file)
+                .args(&clips)
+                .current_dir(&corpus.dir)
+                .output()
+                .ok()?;
+            if !out.status.success() {
+                eprintln!(
+                    "{tool}: {} failed: {}",
+                    ep.file,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                return None;
+            }
+            let mut found = BTreeMap::new();
+            let mut seconds = 0.0;
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                // audalign prints its progress on standard output too: not JSON, skipped.
+                let Ok(v) = serde_json::from_str::<Value>(line) else {
+                    continue;
+                };
+                if let Some(s) = v["seconds"].as_f64() {
+                    seconds = s;
+                } else {
+                    let offsets = v["offsets_s"].as_array()?.iter().filter_map(Value::as_f64);
+                    let scores = v["scores"].as_array()?.iter().filter_map(Value::as_f64);
+                    // audalign reports every chance alignment with its confidence; a user
+                    // keeps the confident ones (20: above the chance levels seen here).
+                    let keep: Vec<f64> = offsets
+                        .zip(scores)
+                        .filter(|(_, s)| tool != "audalign" || *s >= 20.0)
+                        .map(|(o, _)| o)
+                        .collect();
+                    found.insert(v["clip"].as_str()?.to_owned(), keep);
+                }
+            }
+            eprintln!(
+                "{tool}: {} ({} clips) in {seconds:.1} s",
+                ep.file,
+                clips.len()
+            );
+            Some(Answer {
+                episode: e,
+                found,
+                span_s: None,
+                seconds,
+                audio_s: ep.duration_s,
+            })
+        })
+        .collect()
+}
+
+fn child(args: &[String]) {
+    let analyser = Analyser::new(Params::default());
+    let clips: Vec<ClipInput> = args[1..].iter().map(ClipInput::new).collect();
+    let start = Instant::now();
+    let report = analyser.analyse(Path::new(&args[0]), &clips).unwrap();
+    println!(
+        "{} {}",
+        start.elapsed().as_secs_f64(),
+        report.duration_ns as f64 / 1e9
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    if args.first().map(String::as_str) == Some("--child") {
+        return child(&args[1..]);
+    }
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    let value = |f: &str| {
+        args.iter()
+            .position(|a| a == f)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let dir = PathBuf::from(value("--corpus").unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/analysis-corpus")
+            .display()
+            .to_string()
+    }));
+    let corpus = load(&dir);
+    let all_clips: Vec<String> = corpus.clips.iter().map(|c| c.0.clone()).collect();
+    let minutes: f64 = corpus.episodes.iter().map(|e| e.duration_s).sum::<f64>() / 60.0;
+    println!(
+        "corpus {}: {} episode files ({minutes:.0} min), {} clips; every episode against every clip",
+        dir.display(),
+        corpus.episodes.len(),
+        corpus.clips.len()
+    );
+
+    // Ours, on everything: one analyser (the clip cache warm after the first episode, as in a
+    // researcher), one thread.
+    let analyser = Analyser::new(Params::default());
+    let every: Vec<usize> = (0..corpus.episodes.len()).collect();
+    let answers = ours(&corpus, &analyser, &every, &all_clips);
+    table(
+        "### Ours, by distortion class (every episode × every clip)",
+        &score(&corpus, &answers, &|e, _, _| e.class.clone()),
+        true,
+    );
+    table(
+        "### Ours, by placement (all classes)",
+        &score(&corpus, &answers, &|_, kind, _| {
+            if kind.is_empty() {
+                "(absent)".into()
+            } else {
+                kind.into()
+            }
+        }),
+        false,
+    );
+
+    // Speed: the longest episode (MP3 64k) against 1 and 50 clips, warm and cold cache.
+    let longest = every
+        .iter()
+        .copied()
+        .filter(|&e| corpus.episodes[e].class == "mp3_64k")
+        .max_by(|a, b| {
+            corpus.episodes[*a]
+                .duration_s
+                .total_cmp(&corpus.episodes[*b].duration_s)
+        })
+        .unwrap();
+    let ep = &corpus.episodes[longest];
+    let time = |a: &Analyser, n: usize| {
+        let inputs: Vec<ClipInput> = all_clips[..n]
+            .iter()
+            .map(|c| ClipInput::new(corpus.dir.join(c)))
+            .collect();
+        let start = Instant::now();
+        a.analyse(&corpus.dir.join(&ep.file), &inputs).unwrap();
+        start.elapsed().as_secs_f64()
+    };
+    let n = all_clips.len();
+    let warm1 = time(&analyser, 1);
+    let warm_n = time(&analyser, n);
+    let cold1 = time(&Analyser::new(Params::default()), 1);
+    let cold_n = time(&Analyser::new(Params::default()), n);
+    println!("\n### Speed and memory (one thread)\n");
+    println!("| measure | value |\n|---|---|");
+    println!("| {} ({:.1} min) against {n} clips, clip fingerprints cached | {warm_n:.2} s = {:.0}× real time |", ep.file, ep.duration_s / 60.0, ep.duration_s / warm_n);
+    println!(
+        "| the same, clips fingerprinted first (cold cache) | {cold_n:.2} s = {:.0}× real time |",
+        ep.duration_s / cold_n
+    );
+    println!(
+        "| each extra clip, cached | {:.1} ms |",
+        (warm_n - warm1) / (n - 1) as f64 * 1e3
+    );
+    println!(
+        "| each extra clip, fingerprinted too | {:.1} ms |",
+        (cold_n - cold1) / (n - 1) as f64 * 1e3
+    );
+    let long = corpus.dir.join(&corpus.long);
+    if long.exists() {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .arg("--child")
+            .arg(&long)
+            .args(all_clips.iter().map(|c| corpus.dir.join(c)))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut parts = text
+            .split_whitespace()
+            .map(|x| x.parse::<f64>().unwrap_or(f64::NAN));
+        let (secs, dur) = (
+            parts.next().unwrap_or(f64::NAN),
+            parts.next().unwrap_or(f64::NAN),
+        );
+        let rss = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+            .unwrap()
+            .max_rss();
+        println!("| 2-hour MP3 against {n} clips, a process of its own, cold | {secs:.1} s = {:.0}× real time |", dur / secs);
+        println!(
+            "| its peak resident memory | {:.0} MB |",
+            rss as f64 / 1024.0
+        );
+    }
+
+    // The baseline, on its subset; ours on the same subset for comparison.
+    if !flag("--no-baseline") {
+        let subset: Vec<usize> = every
+            .iter()
+            .copied()
+            .filter(|&e| BASELINE_CLASSES.contains(&corpus.episodes[e].class.as_str()))
+            .collect();
+        let base = baseline(&corpus, &subset);
+        table(
+            &format!("### Brute-force baseline (the original analyser), first {BASELINE_SECONDS:.0} s of {} episode files, the clips inside plus 4 absent; × real time per clip", subset.len()),
+            &score(&corpus, &base, &|e, _, _| e.class.clone()),
+            true,
+        );
+    }
+
+    // The peers, on a smaller subset: one episode's files, its clips plus 8 absent.
+    if !flag("--no-peers") {
+        let venv = PathBuf::from(value("--peers-venv").unwrap_or_else(|| {
+            format!(
+                "{}/.cache/archivist/analysis-peers-venv",
+                std::env::var("HOME").unwrap_or_default()
+            )
+        }));
+        if !venv.join("bin/python").exists() {
+            println!(
+                "\n(peers skipped: no virtualenv at {}; see the README)",
+                venv.display()
+            );
+            return;
+        }
+        let subset: Vec<usize> = every
+            .iter()
+            .copied()
+            .filter(|&e| {
+                corpus.episodes[e].base == 0
+                    && PEER_CLASSES.contains(&corpus.episodes[e].class.as_str())
+            })
+            .collect();
+        let mine: Vec<Answer> = subset
+            .iter()
+            .map(|&e| {
+                let ep = &corpus.episodes[e];
+                let mut clips: Vec<String> = ep.present.keys().cloned().collect();
+                clips.extend(
+                    corpus
+                        .clips
+                        .iter()
+                        .map(|c| c.0.clone())
+                        .filter(|c| !ep.present.contains_key(c))
+                        .take(8),
+                );
+                ours(&corpus, &Analyser::new(Params::default()), &[e], &clips).remove(0)
+            })
+            .collect();
+        let label = |e: &Episode, _: &str, _: f64| e.class.clone();
+        table(
+            "### Peer subset: ours (cold cache)",
+            &score(&corpus, &mine, &label),
+            true,
+        );
+        for tool in ["aof", "audalign"] {
+            let answers = peers(&corpus, &venv, tool, &subset);
+            let name = if tool == "aof" {
+                "audio-offset-finder 0.5.5"
+            } else {
+                "audalign 1.3.1 (fingerprint)"
+            };
+            table(
+                &format!("### Peer subset: {name}"),
+                &score(&corpus, &answers, &label),
+                true,
+            );
+        }
+    }
+}

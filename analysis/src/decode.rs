@@ -1,0 +1,408 @@
+//! Decoding: a media file to a stream of mono `f32` sample chunks at the file's own rate,
+//! one packet at a time (symphonia's format reader yields packets, its decoder turns each
+//! into a buffer), with the file's SHA-256 computed from the bytes as they are read.
+//!
+//! Gapless trimming is on: an MP3's encoder delay and padding (LAME/Xing header) and an Ogg
+//! stream's pre-skip are removed by symphonia, so sample 0 is the first sample the encoder
+//! was given. Without it every offset in an MP3 would be late by ~1,100 samples (25 ms).
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use sha2::{Digest, Sha256};
+use symphonia::core::audio::SampleBuffer;
+use symphonia::core::codecs::{DecoderOptions, CODEC_TYPE_NULL};
+use symphonia::core::errors::Error as SymphoniaError;
+use symphonia::core::formats::{FormatOptions, FormatReader};
+use symphonia::core::io::{MediaSource, MediaSourceStream};
+use symphonia::core::meta::MetadataOptions;
+use symphonia::core::probe::Hint;
+
+use crate::error::Error;
+use crate::mp4;
+
+/// Consecutive undecodable packets after which a stream is declared undecodable: a few bad
+/// packets (a damaged frame, a truncated last one) are skipped, a stream of garbage is not.
+const MAX_CONSECUTIVE_DECODE_ERRORS: usize = 64;
+
+/// A file being decoded, packet by packet. Holds one packet's samples at a time.
+pub struct Decoder {
+    path: PathBuf,
+    format: Box<dyn FormatReader>,
+    decoder: Box<dyn symphonia::core::codecs::Decoder>,
+    track_id: u32,
+    codec: String,
+    sample_rate: u32,
+    /// Total frames, when the container says (for progress only).
+    n_frames: Option<u64>,
+    frames_decoded: u64,
+    interleaved: Option<SampleBuffer<f32>>,
+    /// Frames still to drop from the start (an MP4 edit list's encoder delay).
+    skip: u64,
+    mono: Vec<f32>,
+    hash: Arc<Mutex<HashState>>,
+    len: u64,
+}
+
+impl Decoder {
+    /// Opens `path` and finds its first audio track.
+    pub fn open(path: &Path) -> Result<Decoder, Error> {
+        let io_err = |source| Error::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = File::open(path).map_err(io_err)?;
+        let len = file.metadata().map_err(io_err)?.len();
+        if len == 0 {
+            return Err(Error::Empty {
+                path: path.to_owned(),
+            });
+        }
+        let hash = Arc::new(Mutex::new(HashState::default()));
+        let source = HashingSource {
+            file,
+            pos: 0,
+            len,
+            hash: Arc::clone(&hash),
+        };
+        let stream = MediaSourceStream::new(Box::new(source), Default::default());
+        let mut hint = Hint::new();
+        if let Some(ext) = path.extension().and_then(|e| e.to_str()) {
+            hint.with_extension(ext);
+        }
+        let format_options = FormatOptions {
+            enable_gapless: true,
+            ..Default::default()
+        };
+        let probed = symphonia::default::get_probe()
+            .format(&hint, stream, &format_options, &MetadataOptions::default())
+            .map_err(|e| match e {
+                SymphoniaError::IoError(source)
+                    if source.kind() != io::ErrorKind::UnexpectedEof =>
+                {
+                    Error::Io {
+                        path: path.to_owned(),
+                        source,
+                    }
+                }
+                SymphoniaError::Unsupported(_) => Error::NotAudio {
+                    path: path.to_owned(),
+                    reason: "no known audio format found (MP3, AAC/M4A, Ogg Vorbis, FLAC, WAV)"
+                        .into(),
+                },
+                other => Error::NotAudio {
+                    path: path.to_owned(),
+                    reason: describe(&other),
+                },
+            })?;
+        let format = probed.format;
+        let track = format
+            .tracks()
+            .iter()
+            .find(|t| t.codec_params.codec != CODEC_TYPE_NULL)
+            .ok_or_else(|| Error::NotAudio {
+                path: path.to_owned(),
+                reason: "no audio track in the container".into(),
+            })?;
+        let codecs = symphonia::default::get_codecs();
+        let codec = codecs
+            .get_codec(track.codec_params.codec)
+            .map(|d| d.short_name.to_owned())
+            .unwrap_or_else(|| format!("{}", track.codec_params.codec));
+        let decoder = codecs
+            .make(&track.codec_params, &DecoderOptions::default())
+            .map_err(|e| Error::UnsupportedCodec {
+                path: path.to_owned(),
+                reason: format!("{codec}: {}", describe(&e)),
+            })?;
+        let sample_rate = track.codec_params.sample_rate.unwrap_or(0);
+        let n_frames = track.codec_params.n_frames;
+        let track_id = track.id;
+        // Symphonia trims MP3 and Ogg itself (gapless); MP4 keeps it in an edit list.
+        let skip = if mp4::is_mp4(path) {
+            mp4::priming_samples(path, sample_rate).unwrap_or(0)
+        } else {
+            0
+        };
+        if skip > 0 {
+            tracing::debug!(file = %path.display(), skip, "skipping the encoder delay of the edit list");
+        }
+        Ok(Decoder {
+            skip,
+            path: path.to_owned(),
+            format,
+            decoder,
+            track_id,
+            codec,
+            sample_rate,
+            n_frames,
+            frames_decoded: 0,
+            interleaved: None,
+            mono: Vec::new(),
+            hash,
+            len,
+        })
+    }
+
+    /// The codec's short name (`mp3`, `aac`, `vorbis`, `flac`, `pcm_s16le`…).
+    pub fn codec(&self) -> &str {
+        &self.codec
+    }
+
+    /// The sample rate of the decoded samples (Hz); known for certain after the first chunk.
+    pub fn sample_rate(&self) -> u32 {
+        self.sample_rate
+    }
+
+    /// Frames (samples per channel) decoded so far.
+    pub fn frames_decoded(&self) -> u64 {
+        self.frames_decoded
+    }
+
+    /// Total frames, if the container says.
+    pub fn total_frames(&self) -> Option<u64> {
+        self.n_frames
+    }
+
+    /// Decodes the next packet: its samples, mixed down to mono, are then [`Decoder::chunk`];
+    /// `false` at the end of the stream. A few undecodable packets are skipped (logged); a
+    /// run of them is an error.
+    pub fn advance(&mut self) -> Result<bool, Error> {
+        Ok(self.next_chunk()?.is_some())
+    }
+
+    /// The samples of the packet last decoded by [`Decoder::advance`] (mono).
+    pub fn chunk(&self) -> &[f32] {
+        &self.mono
+    }
+
+    /// The next packet's samples, mixed down to mono; `None` at the end of the stream.
+    /// A few undecodable packets are skipped (logged); a run of them is an error.
+    pub fn next_chunk(&mut self) -> Result<Option<&[f32]>, Error> {
+        let mut consecutive_errors = 0;
+        loop {
+            let packet = match self.format.next_packet() {
+                Ok(p) => p,
+                // The end of the stream (a truncated file ends the same way).
+                Err(SymphoniaError::IoError(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    return self.end();
+                }
+                // A chained Ogg stream changed its parameters: what came before is analysed.
+                Err(SymphoniaError::ResetRequired) => return self.end(),
+                Err(SymphoniaError::IoError(source)) => {
+                    return Err(Error::Io {
+                        path: self.path.clone(),
+                        source,
+                    })
+                }
+                Err(e) => {
+                    if self.frames_decoded > 0 {
+                        tracing::warn!(file = %self.path.display(), error = %e, "stream damaged, analysing what came before");
+                        return self.end();
+                    }
+                    return Err(self.decode_error(&e));
+                }
+            };
+            if packet.track_id() != self.track_id {
+                continue;
+            }
+            let decoded = match self.decoder.decode(&packet) {
+                Ok(d) => d,
+                Err(SymphoniaError::DecodeError(e)) => {
+                    consecutive_errors += 1;
+                    tracing::debug!(file = %self.path.display(), error = e, "skipping an undecodable packet");
+                    if consecutive_errors >= MAX_CONSECUTIVE_DECODE_ERRORS {
+                        return Err(self.decode_error(&SymphoniaError::DecodeError(e)));
+                    }
+                    continue;
+                }
+                Err(SymphoniaError::IoError(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    return self.end();
+                }
+                Err(e) => return Err(self.decode_error(&e)),
+            };
+            consecutive_errors = 0;
+            let spec = *decoded.spec();
+            let frames = decoded.frames();
+            if frames == 0 {
+                continue;
+            }
+            if self.sample_rate == 0 {
+                self.sample_rate = spec.rate;
+            }
+            let channels = spec.channels.count().max(1);
+            let buffer = match &mut self.interleaved {
+                Some(b) if b.capacity() >= decoded.capacity() * channels => b,
+                slot => slot.insert(SampleBuffer::new(decoded.capacity() as u64, spec)),
+            };
+            buffer.copy_interleaved_ref(decoded);
+            let skip = self.skip.min(frames as u64) as usize;
+            self.skip -= skip as u64;
+            let samples = &buffer.samples()[skip * channels..];
+            let frames = frames - skip;
+            if frames == 0 {
+                continue;
+            }
+            self.mono.clear();
+            if channels == 1 {
+                self.mono.extend_from_slice(&samples[..frames]);
+            } else {
+                let scale = 1.0 / channels as f32;
+                self.mono.extend(
+                    samples
+                        .chunks_exact(channels)
+                        .take(frames)
+                        .map(|f| f.iter().sum::<f32>() * scale),
+                );
+            }
+            self.frames_decoded += frames as u64;
+            return Ok(Some(&self.mono));
+        }
+    }
+
+    fn end(&mut self) -> Result<Option<&[f32]>, Error> {
+        if self.frames_decoded == 0 || self.sample_rate == 0 {
+            return Err(Error::NoAudio {
+                path: self.path.clone(),
+                codec: self.codec.clone(),
+            });
+        }
+        Ok(None)
+    }
+
+    fn decode_error(&self, e: &SymphoniaError) -> Error {
+        Error::Decode {
+            path: self.path.clone(),
+            codec: self.codec.clone(),
+            reason: describe(e),
+        }
+    }
+
+    /// The file's SHA-256 (lower-case hex). Bytes the decoder skipped over (or never read,
+    /// after a stream ended early) are read now, so this is the hash of the whole file.
+    pub fn finish_hash(self) -> Result<String, Error> {
+        let mut state = self.hash.lock().unwrap_or_else(PoisonError::into_inner);
+        let io_err = |source| Error::Io {
+            path: self.path.clone(),
+            source,
+        };
+        if state.hashed_to < self.len {
+            let mut file = File::open(&self.path).map_err(io_err)?;
+            file.seek(SeekFrom::Start(state.hashed_to))
+                .map_err(io_err)?;
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                let n = file.read(&mut buf).map_err(io_err)?;
+                if n == 0 {
+                    break;
+                }
+                state.hasher.update(&buf[..n]);
+                state.hashed_to += n as u64;
+            }
+        }
+        let digest = std::mem::take(&mut state.hasher).finalize();
+        Ok(hex(&digest))
+    }
+}
+
+/// Decodes a whole (short) file into memory: the clip path. Returns the mono samples, their
+/// rate and the file's hash.
+pub fn decode_all(path: &Path) -> Result<(Vec<f32>, u32, String), Error> {
+    let mut decoder = Decoder::open(path)?;
+    let mut samples = Vec::new();
+    while let Some(chunk) = decoder.next_chunk()? {
+        samples.extend_from_slice(chunk);
+    }
+    let rate = decoder.sample_rate();
+    let hash = decoder.finish_hash()?;
+    Ok((samples, rate, hash))
+}
+
+/// The SHA-256 of a file, read once (lower-case hex).
+pub fn hash_file(path: &Path) -> Result<String, Error> {
+    let io_err = |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut file = File::open(path).map_err(io_err)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf).map_err(io_err)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Symphonia's messages, lower-case and without its module prefixes.
+fn describe(e: &SymphoniaError) -> String {
+    match e {
+        SymphoniaError::IoError(e) => e.to_string(),
+        SymphoniaError::DecodeError(m) => format!("malformed stream: {m}"),
+        SymphoniaError::SeekError(_) => "seek failed".into(),
+        SymphoniaError::Unsupported(m) => {
+            let m = m.rsplit(": ").next().unwrap_or(m);
+            format!("unsupported: {m}")
+        }
+        SymphoniaError::LimitError(m) => format!("limit exceeded: {m}"),
+        SymphoniaError::ResetRequired => "stream parameters changed".into(),
+    }
+    .to_lowercase()
+}
+
+/// The hash of the bytes read so far: a prefix of the file, extended as reads reach its end.
+#[derive(Default)]
+struct HashState {
+    hasher: Sha256,
+    hashed_to: u64,
+}
+
+/// The file as symphonia reads it, hashing bytes read in order. A reader that seeks (MP4
+/// with its index at the end) leaves a gap, filled by [`Decoder::finish_hash`].
+struct HashingSource {
+    file: File,
+    pos: u64,
+    len: u64,
+    hash: Arc<Mutex<HashState>>,
+}
+
+impl Read for HashingSource {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read(buf)?;
+        let end = self.pos + n as u64;
+        let mut state = self.hash.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.pos <= state.hashed_to && end > state.hashed_to {
+            let skip = (state.hashed_to - self.pos) as usize;
+            state.hasher.update(&buf[skip..n]);
+            state.hashed_to = end;
+        }
+        self.pos = end;
+        Ok(n)
+    }
+}
+
+impl Seek for HashingSource {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        self.pos = self.file.seek(to)?;
+        Ok(self.pos)
+    }
+}
+
+impl MediaSource for HashingSource {
+    fn is_seekable(&self) -> bool {
+        true
+    }
+
+    fn byte_len(&self) -> Option<u64> {
+        Some(self.len)
+    }
+}

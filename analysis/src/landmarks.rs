@@ -1,0 +1,239 @@
+//! Landmarks: pairs of peaks, hashed with their frequencies and time difference (Wang's
+//! landmark method, as in audfprint and Olaf), and the [`Fingerprinter`] that runs the
+//! whole chain from samples at the analysis rate to landmarks.
+//!
+//! A hash says "a peak at bin `f1`, and another `df` bins away `dt` frames later": 21 bits,
+//! `f1` (8) | `df + 64` (7) | `dt` (6). It does not depend on level or on where the pair
+//! sits in time, so the same pair in a clip and in an episode gives the same hash, and the
+//! difference of their anchor times is the clip's offset.
+
+use std::collections::VecDeque;
+
+use crate::params::Params;
+use crate::peaks::{Peak, PeakPicker};
+use crate::spectrum::Spectrogram;
+
+/// A hashed peak pair anchored at frame `t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Landmark {
+    /// The pair's hash (21 bits).
+    pub hash: u32,
+    /// The anchor peak's frame.
+    pub t: u32,
+}
+
+/// The hash of a pair: anchor bin, bin difference, frame difference.
+pub fn hash(f1: u16, df: i32, dt: u32) -> u32 {
+    (u32::from(f1) & 0xff) << 13 | (((df + 64) as u32) & 0x7f) << 6 | (dt & 0x3f)
+}
+
+/// Pairs peaks as they come, in time order.
+pub struct Pairer {
+    fanout: usize,
+    max_dt: u32,
+    max_df: i32,
+    peaks: VecDeque<Peak>,
+}
+
+impl Pairer {
+    /// A pairer with the fan-out and target zone of `params`.
+    pub fn new(params: &Params) -> Pairer {
+        Pairer {
+            fanout: params.fanout,
+            max_dt: params.pair_max_dt.clamp(1, 63),
+            max_df: params.pair_max_df.min(63) as i32,
+            peaks: VecDeque::new(),
+        }
+    }
+
+    /// The earliest anchor frame a landmark still to come can have, if any peak waits.
+    pub fn pending_from(&self) -> Option<u32> {
+        self.peaks.front().map(|p| p.t)
+    }
+
+    /// Takes the next peak (time order); appends the landmarks of every anchor whose target
+    /// zone is now complete.
+    pub fn push(&mut self, peak: Peak, out: &mut Vec<Landmark>) {
+        self.peaks.push_back(peak);
+        while self
+            .peaks
+            .front()
+            .is_some_and(|a| a.t + self.max_dt < peak.t)
+        {
+            self.emit_front(out);
+        }
+    }
+
+    /// Ends the stream: the remaining anchors pair with what there is.
+    pub fn finish(&mut self, out: &mut Vec<Landmark>) {
+        while !self.peaks.is_empty() {
+            self.emit_front(out);
+        }
+    }
+
+    fn emit_front(&mut self, out: &mut Vec<Landmark>) {
+        let Some(a) = self.peaks.pop_front() else {
+            return;
+        };
+        let mut n = 0;
+        for b in &self.peaks {
+            if n == self.fanout || b.t > a.t + self.max_dt {
+                break;
+            }
+            let df = i32::from(b.f) - i32::from(a.f);
+            if b.t == a.t || df.abs() > self.max_df {
+                continue;
+            }
+            out.push(Landmark {
+                hash: hash(a.f, df, b.t - a.t),
+                t: a.t,
+            });
+            n += 1;
+        }
+    }
+}
+
+/// Samples at the analysis rate in, landmarks out: spectrogram, peaks, pairs.
+pub struct Fingerprinter {
+    spectrogram: Spectrogram,
+    picker: PeakPicker,
+    pairer: Pairer,
+    peaks: Vec<Peak>,
+}
+
+impl Fingerprinter {
+    /// A fingerprinter with `params`.
+    pub fn new(params: &Params) -> Fingerprinter {
+        Fingerprinter {
+            spectrogram: Spectrogram::new(params),
+            picker: PeakPicker::new(params),
+            pairer: Pairer::new(params),
+            peaks: Vec::new(),
+        }
+    }
+
+    /// Feeds samples; appends the landmarks now final to `out`, in anchor order.
+    pub fn push(&mut self, samples: &[f32], out: &mut Vec<Landmark>) {
+        let (picker, peaks) = (&mut self.picker, &mut self.peaks);
+        self.spectrogram
+            .push(samples, &mut |t, power| picker.push_frame(t, power, peaks));
+        self.pair(out);
+    }
+
+    /// Ends the stream; appends the last landmarks.
+    pub fn finish(&mut self, out: &mut Vec<Landmark>) {
+        let (picker, peaks) = (&mut self.picker, &mut self.peaks);
+        self.spectrogram
+            .finish(&mut |t, power| picker.push_frame(t, power, peaks));
+        self.picker.finish(&mut self.peaks);
+        self.pair(out);
+        self.pairer.finish(out);
+    }
+
+    /// Every landmark still to come is anchored at this frame or later.
+    pub fn pending_from(&self) -> u32 {
+        let next = self
+            .spectrogram
+            .next_frame()
+            .min(self.picker.pending_from());
+        self.pairer.pending_from().map_or(next, |p| p.min(next))
+    }
+
+    /// Frames emitted so far.
+    pub fn frames(&self) -> u32 {
+        self.spectrogram.next_frame()
+    }
+
+    fn pair(&mut self, out: &mut Vec<Landmark>) {
+        for p in self.peaks.drain(..) {
+            self.pairer.push(p, out);
+        }
+    }
+}
+
+/// The landmarks of a whole (short) signal at the analysis rate, sorted by anchor time.
+pub fn fingerprint_all(samples: &[f32], params: &Params) -> (Vec<Landmark>, u32) {
+    let mut f = Fingerprinter::new(params);
+    let mut out = Vec::new();
+    f.push(samples, &mut out);
+    f.finish(&mut out);
+    (out, f.frames())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn peak(t: u32, f: u16) -> Peak {
+        Peak {
+            t,
+            f,
+            prominence: 1.0,
+        }
+    }
+
+    #[test]
+    fn hashes_pack_their_fields() {
+        assert_eq!(hash(10, 0, 5), 10 << 13 | 64 << 6 | 5);
+        assert_ne!(hash(10, 1, 5), hash(10, -1, 5));
+        assert_ne!(hash(10, 1, 5), hash(11, 1, 5));
+        assert!(hash(255, 63, 63) < 1 << 21);
+    }
+
+    #[test]
+    fn anchors_pair_with_the_next_peaks_in_their_zone() {
+        let p = Params {
+            fanout: 2,
+            pair_max_dt: 10,
+            pair_max_df: 20,
+            ..Params::default()
+        };
+        let mut pairer = Pairer::new(&p);
+        let mut out = Vec::new();
+        for pk in [
+            peak(0, 50),
+            peak(0, 60),
+            peak(3, 100),
+            peak(4, 55),
+            peak(8, 45),
+            peak(30, 50),
+        ] {
+            pairer.push(pk, &mut out);
+        }
+        pairer.finish(&mut out);
+        let first: Vec<_> = out.iter().filter(|l| l.t == 0).map(|l| l.hash).collect();
+        // (0,50): skips (0,60) (same frame) and (3,100) (too far in frequency).
+        assert_eq!(first[..2], [hash(50, 5, 4), hash(50, -5, 8)]);
+        // The last peak has no partner within 10 frames.
+        assert!(out.iter().all(|l| l.t != 30));
+    }
+
+    #[test]
+    fn a_shifted_signal_gives_the_same_hashes_shifted() {
+        let p = Params::default();
+        let mut seed = 7u64;
+        let noise: Vec<f32> = (0..40_000)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect();
+        let (a, _) = fingerprint_all(&noise[12_800..], &p);
+        let (b, _) = fingerprint_all(&noise, &p);
+        // 12,800 samples = 100 frames: inner landmarks of `a` appear in `b` 100 frames later.
+        let bset: std::collections::HashSet<(u32, u32)> = b.iter().map(|l| (l.hash, l.t)).collect();
+        let inner: Vec<_> = a.iter().filter(|l| l.t > 70 && l.t < 150).collect();
+        let found = inner
+            .iter()
+            .filter(|l| bset.contains(&(l.hash, l.t + 100)))
+            .count();
+        assert!(
+            !inner.is_empty() && found * 10 >= inner.len() * 8,
+            "{found} of {}",
+            inner.len()
+        );
+    }
+}

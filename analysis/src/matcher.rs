@@ -1,0 +1,366 @@
+//! Matching: an inverted index of the clips' landmark hashes, and one streaming pass over
+//! the episode that votes into an offset histogram per clip (and speed variant).
+//!
+//! A landmark of the episode at frame `te` whose hash the clip has at frame `tc` votes for
+//! the clip starting at frame `te − tc`. A true occurrence piles its votes on one offset;
+//! chance agreements scatter. Votes come in anchor order, so an offset is final once the
+//! episode has gone a clip's length past it: the histogram is a sliding window (memory
+//! follows the clips, not the episode), and a clip that occurs several times gives several
+//! clusters. Each cluster's best offset is refined at once, while the episode's samples
+//! around it are still in the [`History`] ring.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::clip::ClipPrint;
+use crate::landmarks::{Fingerprinter, Landmark};
+use crate::params::Params;
+use crate::refine::{peak, Correlator, History};
+use crate::resample::Resampler;
+
+/// Offsets this close (frames) to the previous candidate join its cluster.
+const CLUSTER_GAP: i64 = 2;
+/// Each window's score is its best correlation within this many samples of the common lag
+/// (0.25 ms at 8 kHz): a clip whose speed differs slightly from its variant's drifts by a
+/// sample or two over its length, far less than a period of any note.
+const SCORE_SLACK: usize = 2;
+/// Input samples handled at a time (at most ~0.1 s at 48 kHz; the ring's margin is larger).
+const PIECE: usize = 4_096;
+
+/// A place where a clip occurs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Match {
+    /// Where the clip's first sample lies in the episode (nanoseconds from its start).
+    pub offset_ns: u64,
+    /// Normalised cross-correlation of the clip and the episode there (0–1): how alike they
+    /// are sample by sample (1: identical; noise and coding lower it).
+    pub score: f32,
+    /// Landmark hashes that agreed on this offset (± one frame).
+    pub votes: u32,
+    /// The playback speed at which the clip matched best (1.0: as is).
+    pub speed: f64,
+}
+
+struct Cluster {
+    last: i64,
+    best: i64,
+    best_votes: u32,
+}
+
+/// One clip at one speed: its votes and its open cluster.
+struct Entry {
+    clip: usize,
+    variant: usize,
+    frames: i64,
+    /// Votes per offset, densely, from offset `base` on: the live window only (offsets not
+    /// yet final), so its length stays about a clip's frames plus the pipeline's lookahead.
+    votes: VecDeque<u16>,
+    base: i64,
+    prev: Option<(i64, u32)>,
+    cluster: Option<Cluster>,
+}
+
+/// One pass over an episode against a set of clips. Feed it the episode's samples in order
+/// ([`EpisodeScan::push`]) and [`EpisodeScan::finish`] it.
+pub struct EpisodeScan {
+    params: Params,
+    clips: Vec<Arc<ClipPrint>>,
+    /// `(hash, entry, frame)`, sorted.
+    index: Vec<(u32, u32, u32)>,
+    entries: Vec<Entry>,
+    resampler: Resampler,
+    fingerprinter: Fingerprinter,
+    history: History,
+    correlator: Correlator,
+    analysed: Vec<f32>,
+    landmarks: Vec<Landmark>,
+    found: Vec<Vec<Match>>,
+    in_samples: u64,
+    in_rate: u32,
+}
+
+impl EpisodeScan {
+    /// A scan of an episode at `in_rate` Hz against `clips`.
+    pub fn new(params: &Params, clips: &[Arc<ClipPrint>], in_rate: u32) -> EpisodeScan {
+        let mut entries = Vec::new();
+        let mut index = Vec::new();
+        let mut longest = 0usize;
+        for (c, clip) in clips.iter().enumerate() {
+            for (v, variant) in clip.variants.iter().enumerate() {
+                let e = entries.len() as u32;
+                index.extend(variant.landmarks.iter().map(|l| (l.hash, e, l.t)));
+                longest = longest.max(variant.samples);
+                entries.push(Entry {
+                    clip: c,
+                    variant: v,
+                    frames: i64::from(variant.frames),
+                    votes: VecDeque::new(),
+                    base: -i64::from(variant.frames) - 1,
+                    prev: None,
+                    cluster: None,
+                });
+            }
+        }
+        index.sort_unstable();
+        // The ring must reach back from the newest sample to a candidate finalised a
+        // clip's length (plus the pipeline's lookahead) after its start, and its search.
+        let lookahead_frames = params.peak_time_radius
+            + params.peak_window_frames
+            + params.pair_max_dt as usize
+            + params.fft_size / params.hop.max(1)
+            + 16;
+        let cap = longest
+            + (lookahead_frames + 2 * CLUSTER_GAP as usize + 8) * params.hop
+            + params.fft_size
+            + 2 * params.refine_search
+            + params.refine_window;
+        EpisodeScan {
+            resampler: Resampler::new(in_rate, params.sample_rate, params),
+            fingerprinter: Fingerprinter::new(params),
+            history: History::new(cap, params.pre_emphasis),
+            correlator: Correlator::new(params.refine_window, params.refine_search),
+            params: params.clone(),
+            clips: clips.to_vec(),
+            index,
+            entries,
+            analysed: Vec::new(),
+            landmarks: Vec::new(),
+            found: vec![Vec::new(); clips.len()],
+            in_samples: 0,
+            in_rate,
+        }
+    }
+
+    /// Feeds the episode's next samples (mono, at the scan's input rate).
+    pub fn push(&mut self, samples: &[f32]) {
+        // In pieces: candidates are refined between pieces, and the ring must still hold
+        // their samples then (it holds a clip's length and a margin, not a whole push).
+        for piece in samples.chunks(PIECE) {
+            self.in_samples += piece.len() as u64;
+            self.analysed.clear();
+            self.resampler.process(piece, &mut self.analysed);
+            self.step(false);
+        }
+    }
+
+    /// Ends the episode: finalises every offset. Returns, per clip in the order given, its
+    /// matches in ascending offset order.
+    pub fn finish(mut self) -> Vec<Vec<Match>> {
+        self.analysed.clear();
+        self.resampler.finish(&mut self.analysed);
+        self.step(true);
+        let mut found = std::mem::take(&mut self.found);
+        for (c, matches) in found.iter_mut().enumerate() {
+            *matches = suppress(std::mem::take(matches), self.clips[c].duration_ns());
+        }
+        found
+    }
+
+    /// Input samples taken so far.
+    pub fn samples_in(&self) -> u64 {
+        self.in_samples
+    }
+
+    /// The input rate.
+    pub fn in_rate(&self) -> u32 {
+        self.in_rate
+    }
+
+    fn step(&mut self, last: bool) {
+        self.history.push(&self.analysed);
+        self.landmarks.clear();
+        self.fingerprinter.push(&self.analysed, &mut self.landmarks);
+        if last {
+            self.fingerprinter.finish(&mut self.landmarks);
+        }
+        for i in 0..self.landmarks.len() {
+            let l = self.landmarks[i];
+            let from = self.index.partition_point(|x| x.0 < l.hash);
+            for &(h, e, tc) in &self.index[from..] {
+                if h != l.hash {
+                    break;
+                }
+                let entry = &mut self.entries[e as usize];
+                let at = i64::from(l.t) - i64::from(tc) - entry.base;
+                // Offsets below `base` are final; no landmark to come can reach them.
+                if at < 0 {
+                    continue;
+                }
+                let at = at as usize;
+                if at >= entry.votes.len() {
+                    entry.votes.resize(at + 1, 0);
+                }
+                entry.votes[at] = entry.votes[at].saturating_add(1);
+            }
+        }
+        let frontier = if last {
+            i64::MAX / 4
+        } else {
+            i64::from(self.fingerprinter.pending_from())
+        };
+        for e in 0..self.entries.len() {
+            self.finalise(e, frontier);
+        }
+    }
+
+    /// Finalises entry `e`'s offsets that no landmark to come can vote for.
+    fn finalise(&mut self, e: usize, frontier: i64) {
+        // A vote for offset o comes from an anchor at o + tc, tc < frames: offsets below
+        // frontier − frames are complete; one more frame for the ± 1 window.
+        let limit = frontier - self.entries[e].frames - 1;
+        loop {
+            let entry = &mut self.entries[e];
+            if entry.base >= limit {
+                break;
+            }
+            let Some(count) = entry.votes.pop_front() else {
+                // No votes waiting: everything below the limit is final, and empty.
+                entry.base = limit;
+                break;
+            };
+            let o = entry.base;
+            entry.base += 1;
+            let count = u32::from(count);
+            if count == 0 {
+                entry.prev = None;
+                continue;
+            }
+            let before = entry.prev.filter(|p| p.0 == o - 1).map_or(0, |p| p.1);
+            let after = u32::from(entry.votes.front().copied().unwrap_or(0));
+            entry.prev = Some((o, count));
+            let sum = before + count + after;
+            if sum < self.params.min_votes {
+                continue;
+            }
+            match &mut entry.cluster {
+                Some(c) if o - c.last <= CLUSTER_GAP => {
+                    c.last = o;
+                    if sum > c.best_votes {
+                        c.best = o;
+                        c.best_votes = sum;
+                    }
+                }
+                _ => {
+                    self.close(e);
+                    self.entries[e].cluster = Some(Cluster {
+                        last: o,
+                        best: o,
+                        best_votes: sum,
+                    });
+                }
+            }
+        }
+        if self.entries[e]
+            .cluster
+            .as_ref()
+            .is_some_and(|c| c.last + CLUSTER_GAP < limit)
+        {
+            self.close(e);
+        }
+    }
+
+    /// Refines entry `e`'s open cluster and records it if it holds.
+    fn close(&mut self, e: usize) {
+        let Some(cluster) = self.entries[e].cluster.take() else {
+            return;
+        };
+        let (c, v) = (self.entries[e].clip, self.entries[e].variant);
+        let variant = &self.clips[c].variants[v];
+        let hop = self.params.hop as i64;
+        let end = self.history.end() as i64;
+        let (history, correlator) = (&self.history, &mut self.correlator);
+        let search = self.params.refine_search;
+        // Each window the episode covers (a clip cut off by the end loses its last ones),
+        // correlated at every lag around the voted offset.
+        let curves: Vec<Vec<f32>> = variant
+            .windows
+            .iter()
+            .filter(|w| cluster.best * hop + (w.start + w.samples.len()) as i64 <= end)
+            .filter_map(|w| {
+                correlator.curve(w, history, cluster.best * hop + w.start as i64, search)
+            })
+            .collect();
+        // One offset for the whole clip: the lag where the windows agree best together. A
+        // single window of a tonal clip (a jingle's steady note) correlates almost as well one
+        // period off; all of them at once only at the true lag.
+        let mut sum = vec![0f32; 2 * search + 1];
+        for c in &curves {
+            for (s, v) in sum.iter_mut().zip(c) {
+                *s += v;
+            }
+        }
+        let Some((lag, delta)) = peak(&sum) else {
+            return;
+        };
+        let start = (cluster.best * hop - search as i64 + lag as i64) as f64 + delta;
+        // The score: the median window's correlation there. A true occurrence lines every
+        // window up at once; a stretch that merely looks alike (the same voice on the same
+        // vowel, a note another jingle shares) lines up one and leaves the others low.
+        let mut scores: Vec<f32> = curves
+            .iter()
+            .map(|c| {
+                c[lag.saturating_sub(SCORE_SLACK)..(lag + SCORE_SLACK + 1).min(c.len())]
+                    .iter()
+                    .copied()
+                    .fold(f32::MIN, f32::max)
+            })
+            .collect();
+        scores.sort_by(f32::total_cmp);
+        let Some(&correlation) = scores.get((scores.len().max(1) - 1) / 2) else {
+            return;
+        };
+        // One window is thin evidence (a clip cut off early by the episode's end): it must
+        // look more alike.
+        let bar = if scores.len() < 2 {
+            self.params.min_correlation_one_window
+        } else {
+            self.params.min_correlation
+        };
+        tracing::debug!(
+            clip = c,
+            speed = variant.speed,
+            frame = cluster.best,
+            votes = cluster.best_votes,
+            correlation,
+            "candidate"
+        );
+        if correlation < bar {
+            return;
+        }
+        // A clip at the very start can refine a fraction of a sample before it.
+        let limit = -(self.params.refine_search as f64);
+        if start < limit {
+            return;
+        }
+        let offset_ns = (start.max(0.0) * 1e9 / f64::from(self.params.sample_rate)).round() as u64;
+        self.found[c].push(Match {
+            offset_ns,
+            score: correlation.clamp(0.0, 1.0),
+            votes: cluster.best_votes,
+            speed: variant.speed,
+        });
+    }
+}
+
+/// Of matches closer than the clip's length (or one second), keeps the best: the same
+/// occurrence found at two speeds, or a clip's partial self-similarity (a clip cannot occur
+/// overlapping itself). Ascending offsets.
+fn suppress(mut matches: Vec<Match>, duration_ns: u64) -> Vec<Match> {
+    let radius = duration_ns.max(1_000_000_000);
+    matches.sort_by(|a, b| {
+        (b.votes as f32 * b.score)
+            .total_cmp(&(a.votes as f32 * a.score))
+            .then(a.offset_ns.cmp(&b.offset_ns))
+    });
+    let mut kept: Vec<Match> = Vec::new();
+    for m in matches {
+        if kept
+            .iter()
+            .all(|k| k.offset_ns.abs_diff(m.offset_ns) >= radius)
+        {
+            kept.push(m);
+        }
+    }
+    kept.sort_by_key(|m| m.offset_ns);
+    kept
+}

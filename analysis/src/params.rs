@@ -1,0 +1,160 @@
+//! Every tuning parameter of the analyser, in one place, each with the reason for its value.
+//!
+//! The values were chosen from measurements on the evaluation corpus
+//! (`scripts/make-analysis-corpus.sh`, `cargo bench -p analysis --bench accuracy`); the
+//! reasons say what each trades.
+
+/// The analyser's parameters. [`Params::default`] is the tuned set; a field changed alone may
+/// break the relations noted beside the others.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    /// The analysis sample rate (Hz). 8 kHz keeps the band 0–4 kHz, where speech carries its
+    /// formants and where a telephone ("voicemail", 300–3400 Hz) clip still has all its
+    /// energy; it is a fifth of 44.1 kHz's samples, so everything after the resampler costs
+    /// a fifth, and the refinement still resolves 0.125 ms per sample (interpolated below).
+    pub sample_rate: u32,
+    /// Zero crossings of the resampler's windowed-sinc kernel on each side. 12 with the
+    /// Kaiser window below gives a transition band of about 10% of the output Nyquist and
+    /// about 70 dB of stop band: aliasing stays far below the 5 dB SNR the matcher must
+    /// survive, at ~150 multiply-adds per output sample from 44.1 kHz.
+    pub resampler_zero_crossings: usize,
+    /// The resampler's cutoff as a fraction of the lower Nyquist frequency. 0.9: the
+    /// transition band ends below Nyquist, so nothing aliases into the analysed bins.
+    pub resampler_cutoff: f64,
+    /// Kaiser window β of the resampler kernel (≈ 70 dB stop band).
+    pub resampler_kaiser_beta: f64,
+    /// Interpolated kernel phases per input sample: a fractional position is rounded to
+    /// 1/512 of an input sample (2 µs at 8 kHz input; far below the 10 ms target).
+    pub resampler_phases: usize,
+
+    /// STFT frame length (samples at the analysis rate). 512 at 8 kHz: 64 ms, 15.6 Hz bins;
+    /// long enough to separate speech harmonics (F0 ≥ 80 Hz), short enough that a syllable
+    /// gives its own peaks.
+    pub fft_size: usize,
+    /// STFT hop (samples). 128: 16 ms per frame, the landmarks' time unit; votes are
+    /// quantized to it and the refinement recovers the rest.
+    pub hop: usize,
+    /// Lowest spectral bin used for peaks. 6 (94 Hz): below, hum and rumble dominate.
+    pub min_bin: usize,
+    /// Highest spectral bin used for peaks. 240 (3.75 kHz): stays inside the resampler's
+    /// passband.
+    pub max_bin: usize,
+
+    /// A peak is the maximum of its neighbourhood of ± this many bins... (15.6 Hz each).
+    /// ±8 bins (±125 Hz) keeps one peak per formant/harmonic group, so a peak survives noise
+    /// that shifts its neighbours.
+    pub peak_freq_radius: usize,
+    /// …and ± this many frames. ±3 frames (±48 ms): one peak per syllable nucleus.
+    pub peak_time_radius: usize,
+    /// Frames either side of a peak over which its bin's mean level is taken; a peak must
+    /// rise above that mean. ±16 frames (±0.26 s): longer than a syllable, so a vowel's
+    /// harmonics stand out against the gaps around them, while a steady tone or sustained
+    /// chord of a music bed equals its own mean and stops crowding out the speech. Centred
+    /// (not a running average) so that a clip's first second peaks as it does inside the
+    /// episode.
+    pub contrast_frames: usize,
+    /// The least rise (natural log of power) above that mean for a peak. 0.5 (≈ 2 dB).
+    pub min_prominence: f32,
+    /// Absolute floor of a peak's power: digital silence (or dither) never gives peaks, so
+    /// two silent passages never match.
+    pub min_power: f32,
+    /// Peaks kept: the most prominent `peaks_per_window` within any `peak_window_frames`
+    /// frames centred on the peak. A sliding window (not fixed blocks) so that a clip and the
+    /// episode containing it keep the same peaks whatever their alignment to block edges.
+    /// 40 a second: measured on synthesised speech under pink noise, 24 left a 5 s clip at
+    /// 5 dB SNR with 4–6 votes (a third of them below any safe threshold), 40 with 10 or more;
+    /// more peaks cost index size and lookups for little further gain.
+    pub peaks_per_window: usize,
+    /// See [`Params::peaks_per_window`]. 64 frames ≈ 1 s.
+    pub peak_window_frames: usize,
+
+    /// Landmarks: each anchor peak is paired with at most this many later peaks (the first
+    /// ones in time). More pairs find more matches under noise but cost index size and votes.
+    /// 8 (with 40 peaks a second: 320 landmarks a second): with 5, the same 5 dB test lost
+    /// votes as above; the index of 50 clips at three speeds stays ~20 MB.
+    pub fanout: usize,
+    /// A paired peak is at most this many frames after its anchor (≤ 63: 6 bits of the
+    /// hash). 48 frames ≈ 0.77 s: spans a few syllables.
+    pub pair_max_dt: u32,
+    /// …and at most this many bins above or below it (≤ 63: 7 bits of the hash).
+    pub pair_max_df: u32,
+
+    /// Speeds at which each clip is also fingerprinted: a clip played 1% fast or slow
+    /// shifts its peaks by a bin or more at 2 kHz, which breaks its hashes; the variants
+    /// catch it at the cost of three times the clip index.
+    pub speed_variants: Vec<f64>,
+
+    /// Votes (landmark hashes agreeing on one offset, ± one frame) a candidate needs before
+    /// it is refined. Low on purpose (5): the correlation below decides; votes only keep the
+    /// refinement's cost down. True occurrences of clips ≥ 2 s had 10 or more votes even at
+    /// 5 dB SNR on the corpus; chance clusters of 5–7 votes come by the thousand in an hour
+    /// against 50 clips and are refined (by FFT: ~0.3 ms each) and rejected.
+    pub min_votes: u32,
+    /// The least score for a match: the median, over the clip's refinement windows, of the
+    /// normalised cross-correlation at the clip's one common offset. A second test,
+    /// independent of the hashes, that keeps chance vote clusters out. On the corpus true
+    /// occurrences scored ≥ 0.45 (talk-over at 5 dB SNR the lowest), look-alikes (the same
+    /// voice on the same vowels, jingles sharing notes) ≤ 0.2 once scored at one common
+    /// offset; 0.3 sits between with margin on both sides.
+    pub min_correlation: f32,
+    /// Pre-emphasis `y[n] = x[n] − a·x[n−1]` before cross-correlation. 0.97 flattens
+    /// speech's falling spectrum, so the correlation peak is set by the formants and
+    /// consonants (sharp, ~1 sample wide) instead of the low harmonics (broad, tens of
+    /// samples wide, easy to pick a cycle off under noise).
+    pub pre_emphasis: f32,
+    /// The least correlation when only one refinement window lies inside the episode (a
+    /// clip cut off by the end after less than two windows): one window is thinner
+    /// evidence, so it must look more alike.
+    pub min_correlation_one_window: f32,
+    /// Refinement windows per clip (the clip's start, then the most energetic others). 4:
+    /// a median over four needs three of them to line up, which one look-alike stretch
+    /// cannot do; more cost refinement time for every candidate.
+    pub refine_windows: usize,
+    /// Length of each refinement window (samples at the analysis rate). 8000: 1 s.
+    pub refine_window: usize,
+    /// Lags searched either side of the voted offset (samples at the analysis rate). 320
+    /// (40 ms): the voted offset is within one 16 ms frame, plus the speed variants' drift.
+    pub refine_search: usize,
+
+    /// Longest clip accepted (seconds). Clips are held whole and the episode's recent samples
+    /// are kept for as long as the longest clip lasts; this bounds that memory.
+    pub max_clip_seconds: f64,
+    /// Bytes of clip fingerprints kept between calls ([`crate::Analyser`]'s cache).
+    pub cache_bytes: usize,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            sample_rate: 8000,
+            resampler_zero_crossings: 12,
+            resampler_cutoff: 0.9,
+            resampler_kaiser_beta: 7.0,
+            resampler_phases: 256,
+            fft_size: 512,
+            hop: 128,
+            min_bin: 6,
+            max_bin: 240,
+            peak_freq_radius: 8,
+            peak_time_radius: 3,
+            contrast_frames: 16,
+            min_prominence: 0.5,
+            min_power: 1e-6,
+            peaks_per_window: 40,
+            peak_window_frames: 64,
+            fanout: 8,
+            pair_max_dt: 48,
+            pair_max_df: 48,
+            speed_variants: vec![1.0, 0.99, 1.01],
+            min_votes: 5,
+            min_correlation: 0.3,
+            min_correlation_one_window: 0.6,
+            pre_emphasis: 0.97,
+            refine_windows: 4,
+            refine_window: 8000,
+            refine_search: 320,
+            max_clip_seconds: 600.0,
+            cache_bytes: 64 << 20,
+        }
+    }
+}

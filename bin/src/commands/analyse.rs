@@ -1,0 +1,292 @@
+//! `archivist analyse EPISODE CLIP…`: the reference analyser on local files or URLs, no
+//! datastore and no bus. URLs are downloaded to temporary files first.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use analysis::{Analyser, ClipInput, ClipOutcome, EpisodeReport, Params};
+use anyhow::Context;
+use clap::Args;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::usage;
+
+pub(crate) const ABOUT: &str = "Where each clip occurs in an episode, found from the audio by \
+the reference analyser: landmark fingerprints voted into an offset histogram per clip in one \
+pass over the episode, each match refined by cross-correlation. Prints, per clip, the offsets \
+found (several if it occurs several times, none if it is absent), the durations and the media \
+hashes (SHA-256). No datastore, no bus.\n\n\
+EPISODE and CLIP are local paths, file:// URLs or http(s):// URLs (downloaded to a temporary \
+file first). Formats: MP3, AAC/M4A, Ogg Vorbis, FLAC, WAV.";
+
+pub(crate) const EXAMPLES: &str = "Examples:\n  \
+    archivist analyse episode.mp3 jingle.wav voicemail.m4a\n  \
+    archivist analyse https://example.com/4012.mp3 file:///clips/intro.flac --json\n  \
+    archivist analyse ep.mp3 intro.wav --json | jq '.clip_offsets_ns'\n\n\
+Exit codes: 0 analysed (clips found or not), 2 bad usage or an input that cannot be read or \
+decoded (named in the message; with --json, a failing clip gets a line with `failure`), \
+1 another fatal error.";
+
+/// How long a download may take to start answering.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `archivist analyse` arguments.
+#[derive(Debug, Args)]
+pub(crate) struct AnalyseArgs {
+    /// The episode: a path, file:// URL or http(s):// URL
+    pub(crate) episode: String,
+    /// The clips to look for, each a path or URL
+    #[arg(required = true)]
+    pub(crate) clips: Vec<String>,
+    /// One JSON object a line per clip, in the order given: `clip`, `clip_offsets_ns`
+    /// (ascending), `matches` (each offset with its `score` and `votes`), `clip_duration_ns`,
+    /// `clip_hash`, `episode`, `episode_duration_ns`, `episode_hash`; or `failure`
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// A local file for an input, downloaded if it was a URL (the temporary file lives as long).
+struct Local {
+    path: PathBuf,
+    _temp: Option<tempfile::TempPath>,
+}
+
+pub(crate) async fn run(args: &AnalyseArgs, token: &CancellationToken) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .build()
+        .context("cannot set up the HTTP client")?;
+    let episode = fetch(&client, &args.episode, token).await?;
+    let mut clips = Vec::new();
+    for c in &args.clips {
+        // A clip that cannot be fetched fails alone, as one that cannot be decoded does.
+        clips.push(
+            fetch(&client, c, token)
+                .await
+                .map_err(|e| crate::describe(&e)),
+        );
+    }
+    let inputs: Vec<ClipInput> = clips
+        .iter()
+        .map(|c| match c {
+            Ok(local) => ClipInput::new(&local.path),
+            // Never read: its outcome is replaced by the fetch error below.
+            Err(_) => ClipInput::new(PathBuf::new()),
+        })
+        .collect();
+    let episode_path = episode.path.clone();
+    let analysis = tokio::task::spawn_blocking(move || {
+        let analyser = Analyser::new(Params::default());
+        analyser.analyse_with_progress(&episode_path, &inputs, &mut |p| {
+            tracing::debug!(decoded_s = p.decoded_ns / 1_000_000_000, "analysing");
+        })
+    });
+    let report = tokio::select! {
+        r = analysis => r.context("the analysis stopped unexpectedly")?,
+        () = token.cancelled() => anyhow::bail!("interrupted"),
+    };
+    let report = report.map_err(|e| usage(e.to_string()))?;
+    print(args, &report, &clips)
+}
+
+/// Prints the report; an error (exit 2) if any clip failed, after every line is out.
+fn print(
+    args: &AnalyseArgs,
+    report: &EpisodeReport,
+    fetched: &[Result<Local, String>],
+) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let mut failures = Vec::new();
+    if !args.json {
+        writeln!(
+            out,
+            "{}: {}, sha256 {}",
+            args.episode,
+            clock(report.duration_ns),
+            report.hash
+        )?;
+    }
+    for ((name, outcome), fetch) in args.clips.iter().zip(&report.clips).zip(fetched) {
+        let failure = match (fetch, outcome) {
+            (Err(e), _) => Some(e.clone()),
+            (Ok(_), ClipOutcome::Failed(e)) => Some(e.to_string()),
+            (Ok(_), ClipOutcome::Found(_)) => None,
+        };
+        if let Some(failure) = failure {
+            if args.json {
+                let line = json!({
+                    "clip": name,
+                    "failure": failure,
+                    "episode": args.episode,
+                    "episode_duration_ns": report.duration_ns,
+                    "episode_hash": report.hash,
+                });
+                writeln!(out, "{line}")?;
+            } else {
+                writeln!(out, "{name}: failed: {failure}")?;
+            }
+            failures.push(failure);
+            continue;
+        }
+        let ClipOutcome::Found(clip) = outcome else {
+            continue;
+        };
+        if args.json {
+            let matches: Vec<_> = clip
+                .matches
+                .iter()
+                .map(|m| json!({ "offset_ns": m.offset_ns, "score": m.score, "votes": m.votes }))
+                .collect();
+            let line = json!({
+                "clip": name,
+                "clip_offsets_ns": clip.offsets_ns(),
+                "matches": matches,
+                "clip_duration_ns": clip.duration_ns,
+                "clip_hash": clip.hash,
+                "episode": args.episode,
+                "episode_duration_ns": report.duration_ns,
+                "episode_hash": report.hash,
+            });
+            writeln!(out, "{line}")?;
+        } else {
+            let found = if clip.matches.is_empty() {
+                "not found".to_owned()
+            } else {
+                clip.matches
+                    .iter()
+                    .map(|m| format!("{} (score {:.2})", clock(m.offset_ns), m.score))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            writeln!(
+                out,
+                "{name} ({}, sha256 {}): {found}",
+                clock(clip.duration_ns),
+                clip.hash
+            )?;
+        }
+    }
+    out.flush()?;
+    match failures.as_slice() {
+        [] => Ok(()),
+        [one] => Err(usage(one.clone())),
+        [first, rest @ ..] => Err(usage(format!(
+            "{first} (and {} more clips failed)",
+            rest.len()
+        ))),
+    }
+}
+
+/// `h:mm:ss.mmm`.
+fn clock(ns: u64) -> String {
+    let ms = ns / 1_000_000;
+    format!(
+        "{}:{:02}:{:02}.{:03}",
+        ms / 3_600_000,
+        ms / 60_000 % 60,
+        ms / 1_000 % 60,
+        ms % 1_000
+    )
+}
+
+/// The input as a local file: a path as is, a file:// URL's path, an http(s):// URL
+/// downloaded. Errors are usage errors (exit 2) naming the input.
+async fn fetch(
+    client: &reqwest::Client,
+    input: &str,
+    token: &CancellationToken,
+) -> anyhow::Result<Local> {
+    let Some((scheme, _)) = input.split_once("://") else {
+        return Ok(Local {
+            path: PathBuf::from(input),
+            _temp: None,
+        });
+    };
+    let url =
+        url::Url::parse(input).map_err(|e| usage(format!("{input}: not a valid URL: {e}")))?;
+    match scheme.to_ascii_lowercase().as_str() {
+        "file" => {
+            let path = url
+                .to_file_path()
+                .map_err(|()| usage(format!("{input}: not a local file URL")))?;
+            Ok(Local { path, _temp: None })
+        }
+        "http" | "https" => tokio::select! {
+            r = download(client, &url, input) => r,
+            () = token.cancelled() => anyhow::bail!("interrupted"),
+        },
+        other => Err(usage(format!(
+            "{input}: unsupported URL scheme {other:?} (use a path, file://, http:// or https://)"
+        ))),
+    }
+}
+
+async fn download(client: &reqwest::Client, url: &url::Url, input: &str) -> anyhow::Result<Local> {
+    let cannot = |e: &dyn std::fmt::Display| usage(format!("cannot download {input}: {e}"));
+    let mut response = client
+        .get(url.clone())
+        .send()
+        .await
+        .map_err(|e| cannot(&error_chain(&e)))?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(cannot(&format!("HTTP {status}")));
+    }
+    // Keep the URL's extension: it is the decoder's first hint at the format.
+    let suffix = Path::new(url.path())
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(|e| format!(".{e}"))
+        .unwrap_or_default();
+    let temp = tempfile::Builder::new()
+        .prefix("archivist-analyse-")
+        .suffix(&suffix)
+        .tempfile()
+        .context("cannot create a temporary file")?;
+    let (file, path) = temp.into_parts();
+    let mut file = tokio::fs::File::from_std(file);
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| cannot(&error_chain(&e)))?
+    {
+        tokio::io::AsyncWriteExt::write_all(&mut file, &chunk)
+            .await
+            .context("cannot write the download to a temporary file")?;
+    }
+    tokio::io::AsyncWriteExt::flush(&mut file).await?;
+    tracing::debug!(url = input, path = %path.display(), "downloaded");
+    Ok(Local {
+        path: path.to_path_buf(),
+        _temp: Some(path),
+    })
+}
+
+/// reqwest's error with its causes (its own message alone says little: "error sending request").
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clock;
+
+    #[test]
+    fn clock_reads_hours_minutes_seconds_milliseconds() {
+        assert_eq!(clock(0), "0:00:00.000");
+        assert_eq!(clock(3_723_456_000_000), "1:02:03.456");
+        assert_eq!(clock(999_999), "0:00:00.000");
+    }
+}

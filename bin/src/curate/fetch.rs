@@ -1,0 +1,317 @@
+//! Fetching a feed politely, as podcast indexes do: an identifying User-Agent, conditional GET
+//! (If-None-Match / If-Modified-Since from the last answer), gzip, 304 honoured, 429 and 503
+//! waited out when their Retry-After is short (else the feed is put off until then), one
+//! timeout over the whole request, a size limit while reading the body, and redirects
+//! followed here rather than by reqwest, so that a permanent one (301, 308) is seen and the
+//! feed's remembered address moves with it.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use reqwest::header::{self, HeaderMap, HeaderValue};
+use reqwest::StatusCode;
+use tokio_util::sync::CancellationToken;
+use url::Url;
+
+/// Redirects followed for one request, at most (browsers allow about 20; feeds need few).
+const MAX_REDIRECTS: usize = 10;
+/// Waits for a 429/503 within one fetch, at most; a feed still refusing goes to the next pass.
+const MAX_RETRIES: usize = 2;
+/// How long connecting may take, within the request's own timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The User-Agent: who is asking, and where to read about it.
+pub(crate) fn user_agent() -> String {
+    format!(
+        "archivist/{} (+{})",
+        env!("CARGO_PKG_VERSION"),
+        env!("CARGO_PKG_REPOSITORY")
+    )
+}
+
+/// The validators of the last answer, sent back for a conditional GET.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Validators {
+    pub(crate) etag: Option<String>,
+    pub(crate) last_modified: Option<String>,
+}
+
+/// What a fetch gave.
+#[derive(Debug)]
+pub(crate) enum Fetched {
+    /// 304: the feed has not changed since the validators were given.
+    NotModified { moved_to: Option<Url> },
+    /// The feed's bytes (decompressed).
+    Body {
+        bytes: Vec<u8>,
+        validators: Validators,
+        /// Where the body came from, after redirects (relative links resolve against it).
+        url: Url,
+        /// The address the feed moved to for good (301/308 from the address asked), if so.
+        moved_to: Option<Url>,
+    },
+}
+
+/// Why a fetch failed; the text says it in words for the report.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FetchError {
+    #[error("no complete answer within {} (--timeout)", humantime::format_duration(*.0))]
+    Timeout(Duration),
+    #[error("the feed is larger than {0} bytes (--max-feed-size): not read")]
+    TooLarge(u64),
+    #[error("the server answered {0}")]
+    Status(String),
+    #[error("the server answered {status} and asks to wait until {until} (Retry-After): the feed is put off until then")]
+    RetryLater {
+        status: String,
+        until: DateTime<Utc>,
+    },
+    #[error("more than {MAX_REDIRECTS} redirects")]
+    TooManyRedirects,
+    #[error("a redirect without a usable Location ({0})")]
+    BadRedirect(String),
+    #[error("{0}")]
+    Network(String),
+    #[error("interrupted")]
+    Cancelled,
+}
+
+/// The HTTP client of one curator run, and its limits.
+pub(crate) struct Fetcher {
+    client: reqwest::Client,
+    timeout: Duration,
+    max_bytes: u64,
+    max_retry_wait: Duration,
+}
+
+impl Fetcher {
+    /// A client with the curator's User-Agent, gzip, and redirects left to [`Fetcher::fetch`].
+    pub(crate) fn new(
+        timeout: Duration,
+        max_bytes: u64,
+        max_retry_wait: Duration,
+    ) -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder()
+            .user_agent(user_agent())
+            .gzip(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(CONNECT_TIMEOUT.min(timeout))
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
+        Ok(Fetcher {
+            client,
+            timeout,
+            max_bytes,
+            max_retry_wait,
+        })
+    }
+
+    /// Fetches `url`, conditionally on `validators`: one timeout over each request (the body
+    /// included), 429/503 waited out within `max_retry_wait`.
+    pub(crate) async fn fetch(
+        &self,
+        token: &CancellationToken,
+        url: &Url,
+        validators: &Validators,
+    ) -> Result<Fetched, FetchError> {
+        let mut retries = 0;
+        loop {
+            let attempt = tokio::time::timeout(self.timeout, self.fetch_once(url, validators));
+            let outcome = tokio::select! {
+                _ = token.cancelled() => return Err(FetchError::Cancelled),
+                r = attempt => r.unwrap_or(Err(FetchError::Timeout(self.timeout))),
+            };
+            let Err(FetchError::RetryLater { status, until }) = outcome else {
+                return outcome;
+            };
+            let wait = (until - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+            if retries >= MAX_RETRIES || wait > self.max_retry_wait {
+                return Err(FetchError::RetryLater { status, until });
+            }
+            retries += 1;
+            tracing::info!(feed = %url, %status, wait = ?wait, "the server asks to wait (Retry-After): waiting");
+            tokio::select! {
+                _ = token.cancelled() => return Err(FetchError::Cancelled),
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    async fn fetch_once(
+        &self,
+        start: &Url,
+        validators: &Validators,
+    ) -> Result<Fetched, FetchError> {
+        let mut url = start.clone();
+        // The address reached by permanent redirects only, from the one asked.
+        let mut moved_to: Option<Url> = None;
+        let mut all_permanent = true;
+        for _ in 0..=MAX_REDIRECTS {
+            let mut headers = HeaderMap::new();
+            if let Some(v) = validators.etag.as_deref().and_then(header_value) {
+                headers.insert(header::IF_NONE_MATCH, v);
+            }
+            if let Some(v) = validators.last_modified.as_deref().and_then(header_value) {
+                headers.insert(header::IF_MODIFIED_SINCE, v);
+            }
+            headers.insert(
+                header::ACCEPT,
+                HeaderValue::from_static(
+                    "application/rss+xml, application/atom+xml, application/xml;q=0.9, text/xml;q=0.9, */*;q=0.5",
+                ),
+            );
+            let response = self
+                .client
+                .get(url.clone())
+                .headers(headers)
+                .send()
+                .await
+                .map_err(|e| FetchError::Network(describe(&e)))?;
+            let status = response.status();
+            if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
+                let location = response
+                    .headers()
+                    .get(header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .ok_or_else(|| FetchError::BadRedirect(status.to_string()))?;
+                let next = url.join(location).map_err(|e| {
+                    FetchError::BadRedirect(format!("{status}, Location {location:?}: {e}"))
+                })?;
+                if !matches!(next.scheme(), "http" | "https") {
+                    return Err(FetchError::BadRedirect(format!(
+                        "{status} to {next}, not http(s)"
+                    )));
+                }
+                let permanent = matches!(
+                    status,
+                    StatusCode::MOVED_PERMANENTLY | StatusCode::PERMANENT_REDIRECT
+                );
+                all_permanent &= permanent;
+                if all_permanent {
+                    moved_to = Some(next.clone());
+                }
+                url = next;
+                continue;
+            }
+            if status == StatusCode::NOT_MODIFIED {
+                return Ok(Fetched::NotModified { moved_to });
+            }
+            if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE
+            {
+                let until = response
+                    .headers()
+                    .get(header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(retry_after);
+                return Err(match until {
+                    Some(until) => FetchError::RetryLater {
+                        status: status.to_string(),
+                        until,
+                    },
+                    None => FetchError::Status(format!(
+                        "{status} without Retry-After: trying again at the next pass"
+                    )),
+                });
+            }
+            if !status.is_success() {
+                return Err(FetchError::Status(status.to_string()));
+            }
+            if response
+                .content_length()
+                .is_some_and(|n| n > self.max_bytes)
+            {
+                return Err(FetchError::TooLarge(self.max_bytes));
+            }
+            let text = |name: header::HeaderName| {
+                response
+                    .headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            };
+            let got = Validators {
+                etag: text(header::ETAG),
+                last_modified: text(header::LAST_MODIFIED),
+            };
+            let mut response = response;
+            let mut bytes = Vec::new();
+            while let Some(chunk) = response
+                .chunk()
+                .await
+                .map_err(|e| FetchError::Network(describe(&e)))?
+            {
+                if (bytes.len() + chunk.len()) as u64 > self.max_bytes {
+                    return Err(FetchError::TooLarge(self.max_bytes));
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            return Ok(Fetched::Body {
+                bytes,
+                validators: got,
+                url,
+                moved_to,
+            });
+        }
+        Err(FetchError::TooManyRedirects)
+    }
+}
+
+fn header_value(s: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(s).ok()
+}
+
+/// Retry-After as a time: seconds from now, or an HTTP date.
+fn retry_after(value: &str) -> Option<DateTime<Utc>> {
+    let v = value.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        // A year at most: anything longer is a mistake, not a plan.
+        let secs = secs.min(365 * 24 * 3600);
+        return Some(Utc::now() + chrono::Duration::seconds(secs as i64));
+    }
+    httpdate::parse_http_date(v).ok().map(DateTime::<Utc>::from)
+}
+
+/// reqwest's error and its causes, each once ("error sending request" alone says nothing).
+fn describe(e: &reqwest::Error) -> String {
+    let mut out = if e.is_connect() {
+        "cannot connect".to_string()
+    } else if e.is_timeout() {
+        "timed out".to_string()
+    } else if e.is_decode() {
+        "cannot decode the answer".to_string()
+    } else {
+        "request failed".to_string()
+    };
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn retry_after_forms() {
+        let t = retry_after("120").unwrap();
+        let d = (t - Utc::now()).num_seconds();
+        assert!((118..=120).contains(&d), "{d}");
+        let t = retry_after("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        assert_eq!(t.to_rfc3339(), "2015-10-21T07:28:00+00:00");
+        assert!(retry_after("soon").is_none());
+    }
+
+    #[test]
+    fn user_agent_names_us() {
+        assert!(user_agent().starts_with("archivist/"));
+        assert!(user_agent().contains("(+http"));
+    }
+}

@@ -1,0 +1,164 @@
+//! `research --http URL`: the analyser as an HTTP service. Each work item is POSTed to the URL
+//! (the same JSON object `--exec` writes on standard input, `Content-Type:
+//! application/json`); the response body streams the protocol's lines. 2xx and the whole
+//! body: done; 429 or 503: try later; any other status or a body cut short: the item fails.
+//! The media paths are local to the researcher: the service must see the same files (run it
+//! on the same host, or share the cache directory).
+
+use std::time::Duration;
+
+use anyhow::Context;
+use async_trait::async_trait;
+use reqwest::StatusCode;
+
+use super::analyser::{Analyser, Ending, Run};
+use super::protocol::MAX_LINE_BYTES;
+
+/// POSTs each work item to one URL.
+pub(crate) struct HttpAnalyser {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    /// The URL as logs show it: credentials masked.
+    shown: String,
+}
+
+impl HttpAnalyser {
+    /// An analyser at `url` (http or https), connecting within `connect_timeout`.
+    pub(crate) fn new(url: &str, connect_timeout: Duration) -> anyhow::Result<Self> {
+        let shown = messagebus::redact_url(url);
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| crate::config::usage(format!("--http {shown}: not a URL ({e})")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(crate::config::usage(format!(
+                "--http {shown}: expected an http:// or https:// URL"
+            )));
+        }
+        super::install_crypto();
+        let client = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(HttpAnalyser {
+            client,
+            url: parsed,
+            shown,
+        })
+    }
+}
+
+#[async_trait]
+impl Analyser for HttpAnalyser {
+    async fn start(&self, input: Vec<u8>, _lease: &str) -> anyhow::Result<Box<dyn Run>> {
+        let response = self
+            .client
+            .post(self.url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(input)
+            .send()
+            .await
+            // reqwest's error names the URL: say it once, masked.
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "the analyser at {} did not answer: {}",
+                    self.shown,
+                    e.without_url()
+                )
+            })?;
+        let status = response.status();
+        if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
+            return Ok(Box::new(HttpRun::Ended(Ending::TryLater(format!(
+                "the analyser answered HTTP {status}"
+            )))));
+        }
+        if !status.is_success() {
+            let text = response.text().await.unwrap_or_default();
+            return Ok(Box::new(HttpRun::Ended(Ending::Failed(format!(
+                "the analyser answered HTTP {status}: {}",
+                super::protocol::truncate(text.trim(), 300)
+            )))));
+        }
+        Ok(Box::new(HttpRun::Streaming {
+            response,
+            pending: Vec::new(),
+            done: false,
+            broken: None,
+        }))
+    }
+
+    fn describe(&self) -> String {
+        format!("http {}", self.shown)
+    }
+}
+
+enum HttpRun {
+    /// The answer had no body to read.
+    Ended(Ending),
+    Streaming {
+        response: reqwest::Response,
+        /// Bytes received and not yet returned as lines.
+        pending: Vec<u8>,
+        /// The body ended.
+        done: bool,
+        /// The body broke off.
+        broken: Option<String>,
+    },
+}
+
+#[async_trait]
+impl Run for HttpRun {
+    async fn next_line(&mut self) -> anyhow::Result<Option<String>> {
+        let HttpRun::Streaming {
+            response,
+            pending,
+            done,
+            broken,
+        } = self
+        else {
+            return Ok(None);
+        };
+        loop {
+            if let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                let rest = pending.split_off(end + 1);
+                let mut line = std::mem::replace(pending, rest);
+                line.pop();
+                return Ok(Some(utf8_line(line)?));
+            }
+            if pending.len() > MAX_LINE_BYTES {
+                anyhow::bail!("the analyser sent a line longer than {MAX_LINE_BYTES} bytes");
+            }
+            if *done || broken.is_some() {
+                if pending.is_empty() {
+                    return Ok(None);
+                }
+                return Ok(Some(utf8_line(std::mem::take(pending))?));
+            }
+            match response.chunk().await {
+                Ok(Some(bytes)) => pending.extend_from_slice(&bytes),
+                Ok(None) => *done = true,
+                Err(e) => *broken = Some(e.without_url().to_string()),
+            }
+        }
+    }
+
+    async fn finish(self: Box<Self>) -> Ending {
+        match *self {
+            HttpRun::Ended(ending) => ending,
+            HttpRun::Streaming {
+                broken: Some(why), ..
+            } => Ending::Failed(format!("the analyser's response broke off: {why}")),
+            HttpRun::Streaming { .. } => Ending::Done,
+        }
+    }
+
+    async fn stop(self: Box<Self>) {
+        // Dropping the response closes the connection: the service sees the client gone.
+    }
+}
+
+fn utf8_line(mut bytes: Vec<u8>) -> anyhow::Result<String> {
+    if bytes.last() == Some(&b'\r') {
+        bytes.pop();
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("the analyser sent a line that is not UTF-8"))
+}

@@ -1,0 +1,584 @@
+//! Media for the analyser: `http(s)://` URLs downloaded into the cache directory, `file://`
+//! URLs and plain paths read where they are; each with the SHA-256 of its bytes (the
+//! results' `episode_hash` / `clip_hash`).
+//!
+//! Downloads stream to a temporary file beside the cache (hashed and counted on the way, cut
+//! off at the size limit) and are renamed into place when whole. The cache holds at most
+//! `--cache-size` bytes of finished downloads, evicting the least recently used file that no
+//! item is using; a file in use stays even when that leaves the cache over its size for a
+//! while. One download per URI at a time: a second item asking for it waits and then finds it
+//! cached. The cache directory belongs to one researcher process (a lock file says so; a
+//! second one refuses to start): its files are cleared at start (the index is in memory).
+//!
+//! What fails how: 404 and 410, a missing local file, a file over the size limit, a URI
+//! scheme no researcher reads are *gone* (will not pass: the pairs are reported as failed
+//! research); connection errors, timeouts, 429 and 5xx are retried with exponential backoff,
+//! honouring `Retry-After`, and once the attempts are spent the item fails for another try
+//! (as do other statuses, such as 401 or 403, which a person can fix).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// Settings of the media fetcher.
+#[derive(Debug, Clone)]
+pub(crate) struct MediaConfig {
+    pub(crate) cache_dir: PathBuf,
+    /// The most bytes of finished downloads kept.
+    pub(crate) cache_size: u64,
+    /// The largest media file fetched or read.
+    pub(crate) max_size: u64,
+    pub(crate) connect_timeout: Duration,
+    /// The longest wait for the next bytes of a response.
+    pub(crate) read_timeout: Duration,
+    /// Tries of one download before the item fails.
+    pub(crate) attempts: u32,
+}
+
+/// Why media could not be had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MediaError {
+    /// For a reason that will not pass: the pairs are failed research, with this reason.
+    Gone(String),
+    /// For a reason that may pass: the item is released and tried again.
+    Passing(String),
+    /// The researcher is stopping.
+    Cancelled,
+}
+
+/// A media file ready to analyse; the cache keeps it while this lives.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) path: PathBuf,
+    pub(crate) size: u64,
+    /// Lowercase hex SHA-256 of the bytes.
+    pub(crate) sha256: String,
+    /// Whether the cache owns the file (a download), rather than the user (a local file).
+    downloaded: bool,
+    last_used: AtomicU64,
+    /// For a local file: its modification time and size when hashed, to notice a change.
+    stamp: Option<(std::time::SystemTime, u64)>,
+}
+
+/// What [`Media::fetch`] found.
+pub(crate) struct Fetched {
+    pub(crate) entry: Arc<Entry>,
+    /// Served from the cache, without a download or a read.
+    pub(crate) cache_hit: bool,
+}
+
+/// The media fetcher and its cache. One per researcher process, shared by its slots.
+pub(crate) struct Media {
+    config: MediaConfig,
+    /// Held (an exclusive `flock` on `.lock`) while this process uses the directory, so that
+    /// a second researcher pointed at it refuses to start instead of clearing it.
+    _lock: std::fs::File,
+    client: reqwest::Client,
+    state: Mutex<CacheState>,
+    /// One lock per URI being fetched, so that it is fetched once.
+    fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+#[derive(Default)]
+struct CacheState {
+    entries: HashMap<String, Arc<Entry>>,
+    /// Bytes of downloaded entries.
+    total: u64,
+    clock: u64,
+}
+
+/// Extension of finished downloads in the cache directory.
+const CACHED: &str = "media";
+/// Extension of downloads under way.
+const PARTIAL: &str = "part";
+/// The longest wait a `Retry-After` may ask for.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
+/// The first backoff between tries; doubled each time, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+impl Media {
+    /// Creates the cache directory if missing and clears what an earlier run left in it.
+    pub(crate) fn new(config: MediaConfig) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&config.cache_dir).map_err(|e| {
+            crate::config::usage(format!(
+                "--cache-dir {}: cannot create it: {e}",
+                config.cache_dir.display()
+            ))
+        })?;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(config.cache_dir.join(".lock"))
+            .map_err(|e| {
+                crate::config::usage(format!(
+                    "--cache-dir {}: cannot use it: {e}",
+                    config.cache_dir.display()
+                ))
+            })?;
+        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            return Err(crate::config::usage(format!(
+                "--cache-dir {} is in use by another researcher: give each its own",
+                config.cache_dir.display()
+            )));
+        }
+        if let Ok(dir) = std::fs::read_dir(&config.cache_dir) {
+            for entry in dir.flatten() {
+                let path = entry.path();
+                if path
+                    .extension()
+                    .is_some_and(|e| e == CACHED || e == PARTIAL)
+                {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        super::install_crypto();
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .read_timeout(config.read_timeout)
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
+        Ok(Media {
+            config,
+            _lock: lock,
+            client,
+            state: Mutex::new(CacheState::default()),
+            fetching: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The media at `uri`, fetched or read (or found in the cache), with its hash.
+    pub(crate) async fn fetch(
+        &self,
+        uri: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Fetched, MediaError> {
+        let lock = {
+            let mut fetching = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
+            fetching.entry(uri.to_string()).or_default().clone()
+        };
+        let _turn = tokio::select! {
+            _ = cancel.cancelled() => return Err(MediaError::Cancelled),
+            turn = lock.lock() => turn,
+        };
+        let outcome = self.fetch_locked(uri, cancel).await;
+        {
+            let mut fetching = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
+            // The map's handle and ours: nobody else waits.
+            if Arc::strong_count(&lock) <= 2 {
+                fetching.remove(uri);
+            }
+        }
+        outcome
+    }
+
+    async fn fetch_locked(
+        &self,
+        uri: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Fetched, MediaError> {
+        let source = Source::of(uri)?;
+        if let Some(entry) = self.cached(uri, &source).await {
+            metrics::counter!("archivist_researcher_cache_hits_total").increment(1);
+            return Ok(Fetched {
+                entry,
+                cache_hit: true,
+            });
+        }
+        metrics::counter!("archivist_researcher_cache_misses_total").increment(1);
+        let started = Instant::now();
+        let entry = match source {
+            Source::Local(path) => self.hash_local(&path, cancel).await?,
+            Source::Remote(url) => self.download(uri, url, cancel).await?,
+        };
+        metrics::histogram!("archivist_researcher_download_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        let entry = Arc::new(entry);
+        self.insert(uri, entry.clone());
+        Ok(Fetched {
+            entry,
+            cache_hit: false,
+        })
+    }
+
+    /// The cached entry of `uri`, if it is still good (a local file unchanged since hashed).
+    async fn cached(&self, uri: &str, source: &Source) -> Option<Arc<Entry>> {
+        let entry = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.clock += 1;
+            let clock = state.clock;
+            let entry = state.entries.get(uri)?.clone();
+            entry.last_used.store(clock, Ordering::Relaxed);
+            entry
+        };
+        match source {
+            Source::Local(path) => {
+                let meta = tokio::fs::metadata(path).await.ok()?;
+                if entry.stamp != meta.modified().ok().map(|m| (m, meta.len())) {
+                    return None;
+                }
+            }
+            // Someone cleaned the directory: fetch it again.
+            Source::Remote(_) => tokio::fs::metadata(&entry.path).await.ok().map(|_| ())?,
+        }
+        Some(entry)
+    }
+
+    fn insert(&self, uri: &str, entry: Arc<Entry>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.clock += 1;
+        entry.last_used.store(state.clock, Ordering::Relaxed);
+        if let Some(old) = state.entries.insert(uri.to_string(), entry.clone()) {
+            if old.downloaded {
+                state.total = state.total.saturating_sub(old.size);
+            }
+        }
+        if entry.downloaded {
+            state.total += entry.size;
+        }
+        // Evict the least recently used downloads nobody holds until the cache fits.
+        while state.total > self.config.cache_size {
+            let victim = state
+                .entries
+                .iter()
+                .filter(|(_, e)| e.downloaded && Arc::strong_count(e) == 1)
+                .min_by_key(|(_, e)| e.last_used.load(Ordering::Relaxed))
+                .map(|(k, _)| k.clone());
+            let Some(victim) = victim else {
+                break;
+            };
+            if let Some(gone) = state.entries.remove(&victim) {
+                state.total = state.total.saturating_sub(gone.size);
+                let _ = std::fs::remove_file(&gone.path);
+                tracing::debug!(uri = %messagebus::redact_url(&victim), "evicted from the media cache");
+            }
+        }
+    }
+
+    /// Bytes of downloads the cache holds now.
+    #[cfg(test)]
+    fn cached_bytes(&self) -> u64 {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .total
+    }
+
+    async fn hash_local(
+        &self,
+        path: &Path,
+        cancel: &CancellationToken,
+    ) -> Result<Entry, MediaError> {
+        let shown = path.display();
+        let mut file = match tokio::fs::File::open(path).await {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(MediaError::Gone(format!("media gone: no file {shown}")))
+            }
+            Err(e) => return Err(MediaError::Passing(format!("cannot read {shown}: {e}"))),
+        };
+        let meta = file
+            .metadata()
+            .await
+            .map_err(|e| MediaError::Passing(format!("cannot read {shown}: {e}")))?;
+        if meta.is_dir() {
+            return Err(MediaError::Gone(format!(
+                "not audio: {shown} is a directory"
+            )));
+        }
+        if meta.len() > self.config.max_size {
+            return Err(too_large(self.config.max_size));
+        }
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut size = 0u64;
+        loop {
+            if cancel.is_cancelled() {
+                return Err(MediaError::Cancelled);
+            }
+            let n = file
+                .read(&mut buf)
+                .await
+                .map_err(|e| MediaError::Passing(format!("cannot read {shown}: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            size += n as u64;
+            hasher.update(&buf[..n]);
+        }
+        Ok(Entry {
+            path: path.to_path_buf(),
+            size,
+            sha256: hex(&hasher.finalize()),
+            downloaded: false,
+            last_used: AtomicU64::new(0),
+            stamp: meta.modified().ok().map(|m| (m, meta.len())),
+        })
+    }
+
+    async fn download(
+        &self,
+        uri: &str,
+        url: reqwest::Url,
+        cancel: &CancellationToken,
+    ) -> Result<Entry, MediaError> {
+        let shown = messagebus::redact_url(uri);
+        let mut backoff = FIRST_BACKOFF;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let outcome = tokio::select! {
+                _ = cancel.cancelled() => return Err(MediaError::Cancelled),
+                o = self.download_once(uri, url.clone()) => o,
+            };
+            let (why, after) = match outcome {
+                Ok(entry) => return Ok(entry),
+                Err(Attempt::Final(e)) => return Err(e),
+                Err(Attempt::Again { why, after }) => (why, after),
+            };
+            if attempt >= self.config.attempts {
+                return Err(MediaError::Passing(format!(
+                    "{shown}: {why} (after {attempt} tries)"
+                )));
+            }
+            let wait = after.unwrap_or(backoff).min(MAX_RETRY_AFTER);
+            tracing::info!(uri = %shown, attempt, error = %why, retry_in = ?wait, "media download failed; trying again");
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(MediaError::Cancelled),
+                _ = tokio::time::sleep(wait) => {}
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    async fn download_once(&self, uri: &str, url: reqwest::Url) -> Result<Entry, Attempt> {
+        let again = |why: String| Attempt::Again { why, after: None };
+        let mut response = self
+            .client
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| again(e.without_url().to_string()))?;
+        let status = response.status();
+        if status == StatusCode::NOT_FOUND || status == StatusCode::GONE {
+            return Err(Attempt::Final(MediaError::Gone(format!(
+                "media gone: HTTP {status}"
+            ))));
+        }
+        if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+            return Err(Attempt::Again {
+                why: format!("HTTP {status}"),
+                after: retry_after(response.headers()),
+            });
+        }
+        if !status.is_success() {
+            return Err(Attempt::Final(MediaError::Passing(format!(
+                "{}: HTTP {status}",
+                messagebus::redact_url(uri)
+            ))));
+        }
+        if response
+            .content_length()
+            .is_some_and(|n| n > self.config.max_size)
+        {
+            return Err(Attempt::Final(too_large(self.config.max_size)));
+        }
+        let name = hex(&Sha256::digest(uri.as_bytes()));
+        let path = self.config.cache_dir.join(format!("{name}.{CACHED}"));
+        let part = Partial(
+            self.config
+                .cache_dir
+                .join(format!("{name}.{}.{PARTIAL}", uuid::Uuid::new_v4())),
+        );
+        let mut file = tokio::fs::File::create(&part.0)
+            .await
+            .map_err(|e| Attempt::Final(MediaError::Passing(format!("cache: {e}"))))?;
+        let mut hasher = Sha256::new();
+        let mut size = 0u64;
+        loop {
+            let chunk = response
+                .chunk()
+                .await
+                .map_err(|e| again(e.without_url().to_string()))?;
+            let Some(chunk) = chunk else {
+                break;
+            };
+            size += chunk.len() as u64;
+            if size > self.config.max_size {
+                return Err(Attempt::Final(too_large(self.config.max_size)));
+            }
+            hasher.update(&chunk);
+            file.write_all(&chunk)
+                .await
+                .map_err(|e| Attempt::Final(MediaError::Passing(format!("cache: {e}"))))?;
+        }
+        file.flush()
+            .await
+            .map_err(|e| Attempt::Final(MediaError::Passing(format!("cache: {e}"))))?;
+        drop(file);
+        tokio::fs::rename(&part.0, &path)
+            .await
+            .map_err(|e| Attempt::Final(MediaError::Passing(format!("cache: {e}"))))?;
+        metrics::counter!("archivist_researcher_fetched_bytes_total").increment(size);
+        Ok(Entry {
+            path,
+            size,
+            sha256: hex(&hasher.finalize()),
+            downloaded: true,
+            last_used: AtomicU64::new(0),
+            stamp: None,
+        })
+    }
+}
+
+/// One try's failure.
+enum Attempt {
+    /// Not worth another try.
+    Final(MediaError),
+    /// Try again (after `after`, if the server said).
+    Again {
+        why: String,
+        after: Option<Duration>,
+    },
+}
+
+/// A download under way; removed if it is not renamed into place.
+struct Partial(PathBuf);
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Where media comes from.
+enum Source {
+    Local(PathBuf),
+    Remote(reqwest::Url),
+}
+
+impl Source {
+    fn of(uri: &str) -> Result<Source, MediaError> {
+        let lower = uri.to_ascii_lowercase();
+        if lower.starts_with("http://") || lower.starts_with("https://") {
+            let url = reqwest::Url::parse(uri)
+                .map_err(|e| MediaError::Gone(format!("media URI is not a valid URL: {e}")))?;
+            return Ok(Source::Remote(url));
+        }
+        if lower.starts_with("file://") {
+            let url = url::Url::parse(uri)
+                .map_err(|e| MediaError::Gone(format!("media URI is not a valid URL: {e}")))?;
+            return url
+                .to_file_path()
+                .map(Source::Local)
+                .map_err(|()| MediaError::Gone("media URI is not a local file path".into()));
+        }
+        if let Some((scheme, _)) = uri.split_once("://") {
+            return Err(MediaError::Gone(format!(
+                "media URI scheme {scheme:?} is not supported (http, https, file, or a path)"
+            )));
+        }
+        Ok(Source::Local(PathBuf::from(uri)))
+    }
+}
+
+fn too_large(max: u64) -> MediaError {
+    MediaError::Gone(format!(
+        "media too large: over {max} bytes (--max-media-size)"
+    ))
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    (at.with_timezone(&chrono::Utc) - chrono::Utc::now())
+        .to_std()
+        .ok()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn media(dir: &Path, cache_size: u64) -> Media {
+        Media::new(MediaConfig {
+            cache_dir: dir.join("cache"),
+            cache_size,
+            max_size: 1000,
+            connect_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(1),
+            attempts: 2,
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn local_files_are_hashed_and_missing_ones_are_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.wav");
+        std::fs::write(&file, b"abc").unwrap();
+        let m = media(dir.path(), 10);
+        let cancel = CancellationToken::new();
+        let uri = format!("file://{}", file.display());
+        let got = m.fetch(&uri, &cancel).await.unwrap();
+        assert_eq!(
+            got.entry.sha256,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(!got.cache_hit);
+        assert!(m.fetch(&uri, &cancel).await.unwrap().cache_hit);
+        let plain = m.fetch(&file.display().to_string(), &cancel).await.unwrap();
+        assert_eq!(plain.entry.size, 3);
+        assert!(matches!(
+            m.fetch("/no/such/file.mp3", &cancel).await,
+            Err(MediaError::Gone(_))
+        ));
+        assert!(matches!(
+            m.fetch("ftp://x/y", &cancel).await,
+            Err(MediaError::Gone(_))
+        ));
+        std::fs::write(&file, vec![0u8; 2000]).unwrap();
+        assert!(matches!(
+            m.fetch(&uri, &cancel).await,
+            Err(MediaError::Gone(why)) if why.contains("too large")
+        ));
+        assert_eq!(m.cached_bytes(), 0, "local files are not the cache's");
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert(reqwest::header::RETRY_AFTER, "3".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(3)));
+        let later = (chrono::Utc::now() + chrono::Duration::seconds(30)).to_rfc2822();
+        h.insert(reqwest::header::RETRY_AFTER, later.parse().unwrap());
+        let wait = retry_after(&h).unwrap();
+        assert!(wait > Duration::from_secs(25) && wait <= Duration::from_secs(30));
+    }
+}

@@ -1,0 +1,461 @@
+//! `archivist research`: a researcher. It takes work items off `pending_research`, fetches
+//! their media, runs an analyser on each and sends one `CompletedResearchItem` per clip to
+//! `completed_research` as each is found, the last one revoking the lease; the item is
+//! acknowledged once all its results are sent, or released for another try when it failed.
+//!
+//! # Layout
+//!
+//! - `mod.rs`: options, the slots (`--concurrency`: one receiver each, so one consumer each on
+//!   the buses that count them; a slot receives only when it is free), shutdown (stop taking
+//!   items, `--drain-timeout` for those in hand, then stop the analysers and release at once).
+//! - `work.rs`: one work item from delivery to acknowledgement.
+//! - `media.rs`: fetching, caching and hashing media.
+//! - `analyser.rs`: the [`analyser::Analyser`] trait every analyser implements;
+//!   `exec.rs` (`--exec`, a child process per item), `http.rs` (`--http`, a POST per item) and
+//!   `reference.rs` (the reference analyser, in this process: the default).
+//! - `protocol.rs`: the analyser protocol's lines, and the item as the analyser reads it.
+//! - `serve.rs`: `--metrics-addr`: `/metrics`, `/healthz` and `/api/researcher` (each slot's
+//!   work and since when).
+
+mod analyser;
+mod exec;
+mod http;
+mod media;
+mod protocol;
+mod reference;
+mod serve;
+mod work;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use archivist::messages::PendingResearchItem;
+use chrono::{DateTime, Utc};
+use clap::Args;
+use messagebus::{Receiver, Sender};
+use serde::Serialize;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::parse_duration;
+use crate::config::{usage, Config};
+use crate::connect;
+
+use analyser::Analyser;
+use media::{Media, MediaConfig};
+
+/// `research --help`'s long description.
+pub(crate) const ABOUT: &str = "A researcher: takes work items off the pending-research queue, \
+fetches their media (http(s):// URLs into --cache-dir, file:// URLs and paths where they are), \
+runs an analyser on each item and sends one result per clip to the completed-research queue as \
+each is found, the last one ending the lease. The item is acknowledged once every result is \
+sent; when the analyser fails (a crash, an exit code other than 0 and 75, a line that breaks \
+the protocol, no output within --stall-timeout) the item is released for another try, up to \
+the queue's receive limit (ARCHIVIST_MAX_RECEIVES). Media that is gone (HTTP 404 or 410, a \
+missing file, over --max-media-size) makes those pairs failed research: not leased again until \
+`archivist retry-failed` or a new media_uri.\n\n\
+The analyser: without --exec or --http, the reference analyser (the one `archivist analyse` \
+runs), in this process. --exec CMD [ARGS…] starts CMD per item instead (everything after \
+--exec is the command: give it last), the item as one JSON line on its standard input; --http \
+URL POSTs the item and reads the response. Both answer with one JSON line per clip (the \
+README's \"Researchers\" section).\n\n\
+--concurrency N items at once (default: the cores); each counts as one researcher on the \
+buses that count consumers (the database bus, RabbitMQ), so the pending-research archivist \
+hands out as much work as the researchers can take. SIGINT/SIGTERM stop taking items; items \
+in hand get --drain-timeout to finish, then their analysers are stopped and the items released \
+at once. The researcher needs the bus and the media, never the datastore.";
+
+/// `research --help`'s examples.
+pub(crate) const EXAMPLES: &str = "Examples:\n  \
+    archivist research --exec python3 my_analyser.py\n  \
+    archivist research --concurrency 4 --cache-dir /var/cache/archivist --exec ./analyse.sh --fast\n  \
+    archivist research --http http://127.0.0.1:8080/analyse\n  \
+    archivist research --once --exec ./analyse.sh      # what is waiting, then exit";
+
+/// Options of `research`.
+#[derive(Debug, Args)]
+pub(crate) struct ResearchArgs {
+    /// Work items at once, each one researcher on the buses that count consumers
+    /// [default: the number of cores]
+    #[arg(long, env = "ARCHIVIST_CONCURRENCY", hide_env_values = true,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub(crate) concurrency: Option<u32>,
+    /// Take the items waiting now, finish them, and exit
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// The analyser: a program started per work item, with its arguments (everything after
+    /// --exec: give it last)
+    #[arg(long, value_name = "CMD [ARGS…]", num_args = 1.., allow_hyphen_values = true,
+          conflicts_with = "http")]
+    pub(crate) exec: Option<Vec<String>>,
+    /// The analyser as an HTTP service: each item is POSTed to this URL
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "ARCHIVIST_ANALYSER_URL",
+        hide_env_values = true
+    )]
+    pub(crate) http: Option<String>,
+    /// Where downloaded media is kept (one directory per researcher process; cleared at start)
+    /// [default: archivist-media-PID in the system's temporary directory]
+    #[arg(long, env = "ARCHIVIST_CACHE_DIR", hide_env_values = true)]
+    pub(crate) cache_dir: Option<PathBuf>,
+    /// The most downloaded media kept, as 500MB, 10GiB (least recently used evicted)
+    #[arg(long, env = "ARCHIVIST_CACHE_SIZE", hide_env_values = true, default_value = "10GiB",
+          value_parser = parse_size)]
+    pub(crate) cache_size: u64,
+    /// The largest media file fetched; a larger one is failed research ("media too large")
+    #[arg(long, default_value = "2GiB", value_parser = parse_size)]
+    pub(crate) max_media_size: u64,
+    /// Stop an analyser that writes no line (progress lines count) for this long; the item
+    /// fails
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub(crate) stall_timeout: Duration,
+    /// Between SIGTERM and SIGKILL when an analyser is stopped
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub(crate) kill_grace: Duration,
+    /// After SIGINT/SIGTERM, how long items in hand may take to finish before their analysers
+    /// are stopped and the items released
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub(crate) drain_timeout: Duration,
+    /// The longest wait to connect to a media server (or the --http analyser)
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub(crate) fetch_connect_timeout: Duration,
+    /// The longest wait for the next bytes of a download
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub(crate) fetch_read_timeout: Duration,
+    /// On RabbitMQ: how long a work item in hand stays invisible to other researchers before
+    /// the bus gives it to another (the database bus and SQS extend it while the item is in
+    /// hand). Keep it above the longest item, and RabbitMQ's consumer_timeout above it
+    #[arg(long, default_value = "6h", value_parser = parse_duration)]
+    pub(crate) visibility_timeout: Duration,
+    /// Tries of one download (connection errors, timeouts, HTTP 429 and 5xx) before the item
+    /// fails
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub(crate) fetch_attempts: u32,
+}
+
+/// Parses a size: bytes, or with KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB.
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a size, as 500MB or 10GiB"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" | "g" => 1e9,
+        "tb" | "t" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "{s:?}: unknown unit {other:?} (B, KB, MB, GB, KiB, MiB, GiB…)"
+            ))
+        }
+    };
+    let bytes = number * scale;
+    if !(1.0..=9.0e18).contains(&bytes) {
+        return Err(format!("{s:?}: out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Installs the TLS crypto provider reqwest uses. reqwest is built without one of its own
+/// (its default would compile a second one): it uses aws-lc-rs, which lapin and the AWS SDK
+/// already bring. Called before every client is built; a second call changes nothing.
+pub(crate) fn install_crypto() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}
+
+/// What one slot is doing, as `/api/researcher` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub(crate) enum SlotState {
+    Idle,
+    Working {
+        lease_id: uuid::Uuid,
+        episode_title: String,
+        episode_date_aired: DateTime<Utc>,
+        clips: usize,
+        since: DateTime<Utc>,
+        /// The analyser's latest progress line.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        progress: Option<String>,
+    },
+}
+
+impl SlotState {
+    fn working(item: &PendingResearchItem) -> Self {
+        SlotState::Working {
+            lease_id: item.lease_id,
+            episode_title: item.episode.title.clone(),
+            episode_date_aired: item.episode.date_aired,
+            clips: item.clips.len(),
+            since: Utc::now(),
+            progress: None,
+        }
+    }
+}
+
+/// What every slot shares.
+pub(crate) struct Context {
+    analyser: Arc<dyn Analyser>,
+    media: Media,
+    results: Arc<dyn Sender>,
+    /// Cancelled at the drain timeout after the shutdown signal (or at once when the
+    /// researcher stops for another reason): analysers are stopped, items released.
+    hard_stop: CancellationToken,
+    stall_timeout: Duration,
+    drain_timeout: Duration,
+    slots: Mutex<Vec<SlotState>>,
+}
+
+impl Context {
+    fn set_slot(&self, slot: usize, state: SlotState) {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = slots.get_mut(slot) {
+            *s = state;
+        }
+    }
+
+    fn set_progress(&self, slot: usize, text: String) {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(SlotState::Working { progress, .. }) = slots.get_mut(slot) {
+            *progress = Some(text);
+        }
+    }
+
+    pub(crate) fn slots(&self) -> Vec<SlotState> {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn analyser_shown(&self) -> String {
+        self.analyser.describe()
+    }
+}
+
+/// How long a long-running slot waits in one receive (SQS's longest poll).
+const RECEIVE_WAIT: Duration = Duration::from_secs(20);
+/// How long a `--once` slot waits for an item before it decides the queue is drained.
+const ONCE_WAIT: Duration = Duration::from_secs(2);
+/// A slot's pause after an item went back to the queue; doubled for each such item in a row.
+const FIRST_PAUSE: Duration = Duration::from_millis(500);
+const MAX_PAUSE: Duration = Duration::from_secs(30);
+/// After the slots stop, how long the bus may take to release what they held.
+const RELEASE_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs the researcher until SIGINT/SIGTERM (or, with `--once`, until the queue is drained).
+pub(crate) async fn run(
+    config: &Config,
+    token: CancellationToken,
+    args: ResearchArgs,
+) -> anyhow::Result<()> {
+    let analyser: Arc<dyn Analyser> = match (&args.exec, &args.http) {
+        (Some(command), None) => Arc::new(exec::ExecAnalyser::new(command, args.kill_grace)?),
+        (None, Some(url)) => Arc::new(http::HttpAnalyser::new(url, args.fetch_connect_timeout)?),
+        (Some(_), Some(_)) => {
+            return Err(usage(
+                "give one analyser: --exec CMD or --http URL (ARCHIVIST_ANALYSER_URL), not both",
+            ))
+        }
+        // The reference analyser (crate `analysis`), in this process.
+        (None, None) => Arc::new(reference::ReferenceAnalyser::new()),
+    };
+    let concurrency = args.concurrency.map(|n| n as usize).unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let cache_dir = args.cache_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("archivist-media-{}", std::process::id()))
+    });
+    let media = Media::new(MediaConfig {
+        cache_dir,
+        cache_size: args.cache_size,
+        max_size: args.max_media_size,
+        connect_timeout: args.fetch_connect_timeout,
+        read_timeout: args.fetch_read_timeout,
+        attempts: args.fetch_attempts,
+    })?;
+
+    let bus = if config.bus == crate::config::BusKind::Rabbitmq {
+        // RabbitMQ cannot extend a delivery's visibility: it must outlast the analysis.
+        connect::rabbitmq_bus_with(config, &token, true, args.visibility_timeout).await?
+    } else {
+        connect::shared_bus(config, "research", &token).await?
+    };
+    let results = connect::sender(bus.as_ref(), &config.queues.completed_research).await?;
+    // One receiver per slot, made before any receives: each counts as a researcher from the
+    // start, so work assignment sees the whole capacity at once.
+    let mut receivers: Vec<Arc<dyn Receiver>> = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency {
+        receivers.push(connect::receiver(bus.as_ref(), &config.queues.pending_research).await?);
+    }
+    let ctx = Arc::new(Context {
+        analyser,
+        media,
+        results,
+        hard_stop: CancellationToken::new(),
+        stall_timeout: args.stall_timeout,
+        drain_timeout: args.drain_timeout,
+        slots: Mutex::new(vec![SlotState::Idle; concurrency]),
+    });
+    if let Some(addr) = config.metrics_addr {
+        serve::spawn(addr, ctx.clone(), concurrency, &token).await?;
+    }
+    metrics::gauge!("archivist_researcher_slots").set(concurrency as f64);
+    tracing::info!(
+        analyser = %ctx.analyser.describe(),
+        concurrency,
+        once = args.once,
+        "researcher started"
+    );
+
+    // The drain: once the token is cancelled, items in hand get the drain timeout.
+    let drain = {
+        let (token, hard_stop, timeout) =
+            (token.clone(), ctx.hard_stop.clone(), args.drain_timeout);
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = token.cancelled() => {}
+                // The slots ended by themselves (`--once`, a fatal error).
+                _ = hard_stop.cancelled() => return,
+            }
+            tokio::select! {
+                _ = hard_stop.cancelled() => {}
+                _ = tokio::time::sleep(timeout) => {
+                    tracing::info!("drain timeout: stopping the analysers and releasing their items");
+                    hard_stop.cancel();
+                }
+            }
+        })
+    };
+
+    let mut set = JoinSet::new();
+    for (slot, receiver) in receivers.into_iter().enumerate() {
+        let (ctx, token) = (ctx.clone(), token.clone());
+        let budget = config.retry_budget;
+        let once = args.once;
+        set.spawn(async move { run_slot(&ctx, slot, receiver, &token, once, budget).await });
+    }
+    let mut outcome = Ok(());
+    while let Some(joined) = set.join_next().await {
+        let result = joined.unwrap_or_else(|e| Err(anyhow::anyhow!("a slot stopped: {e}")));
+        if let Err(e) = result {
+            if outcome.is_ok() {
+                // One slot cannot reach the bus: the others cannot either. Stop them all.
+                token.cancel();
+                ctx.hard_stop.cancel();
+                outcome = Err(e);
+            }
+        }
+    }
+    ctx.hard_stop.cancel();
+    let _ = drain.await;
+    match tokio::time::timeout(RELEASE_GRACE, bus.close()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "could not close the bus"),
+        Err(_) => tracing::warn!("the bus did not close in time"),
+    }
+    tracing::info!("researcher stopped");
+    outcome
+}
+
+/// One slot: receives one item when free, handles it, and again, until the token is
+/// cancelled (or with `once`, until a receive finds nothing).
+async fn run_slot(
+    ctx: &Context,
+    slot: usize,
+    receiver: Arc<dyn Receiver>,
+    token: &CancellationToken,
+    once: bool,
+    retry_budget: Duration,
+) -> anyhow::Result<()> {
+    let wait = if once { ONCE_WAIT } else { RECEIVE_WAIT };
+    let mut backoff = Duration::from_millis(200);
+    let mut failing_since: Option<tokio::time::Instant> = None;
+    let mut pause = Duration::ZERO;
+    loop {
+        if token.is_cancelled() {
+            return Ok(());
+        }
+        let received = tokio::select! {
+            _ = token.cancelled() => return Ok(()),
+            r = receiver.receive(1, wait) => r,
+        };
+        let deliveries = match received {
+            Ok(d) => {
+                failing_since = None;
+                backoff = Duration::from_millis(200);
+                d
+            }
+            Err(e) if e.is_retryable() => {
+                let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+                if once && since.elapsed() >= retry_budget {
+                    return Err(anyhow::Error::new(e).context(format!(
+                        "the bus is unreachable (queue {:?}) for longer than \
+                         ARCHIVIST_RETRY_BUDGET",
+                        receiver.queue()
+                    )));
+                }
+                tracing::warn!(slot, error = %e, retry_in = ?backoff, "cannot receive work items; trying again");
+                tokio::select! {
+                    _ = token.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("cannot receive from {:?}", receiver.queue())))
+            }
+        };
+        let Some(delivery) = deliveries.into_iter().next() else {
+            if once {
+                return Ok(());
+            }
+            continue;
+        };
+        if work::handle(ctx, slot, delivery).await {
+            pause = Duration::ZERO;
+        } else {
+            // What went back would come straight back to this free slot: give it (and a
+            // busy analyser asking for later) a moment, longer after each failure in a row.
+            pause = (pause * 2).clamp(FIRST_PAUSE, MAX_PAUSE);
+            tokio::select! {
+                _ = token.cancelled() => return Ok(()),
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("10GiB").unwrap(), 10 * 1024 * 1024 * 1024);
+        assert_eq!(parse_size("500MB").unwrap(), 500_000_000);
+        assert_eq!(parse_size("1024").unwrap(), 1024);
+        assert_eq!(parse_size("1.5 kb").unwrap(), 1500);
+        assert!(parse_size("ten").is_err());
+        assert!(parse_size("5 parsecs").is_err());
+        assert!(parse_size("0").is_err());
+    }
+}

@@ -1,0 +1,262 @@
+//! The analyser protocol's lines (the README's "Researchers" section, the contract's *analyser
+//! protocol*): parsing one line of an analyser's output and checking it against the work item,
+//! and the work item as the analyser reads it (with `media_path` beside each `media_uri`).
+//!
+//! A line is one JSON object, one of:
+//!
+//! - `{"clip_title": T, "clip_offsets_ns": [..], "clip_duration_ns": N, "episode_duration_ns": N}`
+//!   (optionally `"episode_hash"`/`"clip_hash"` are ignored: the researcher hashes the files);
+//! - `{"clip_title": T, "failure": "reason"}`: the pair cannot be researched, for good;
+//! - `{"progress": "…"}`: the analyser is alive.
+//!
+//! Anything else fails the item, with the line named.
+
+use std::collections::HashMap;
+
+use archivist::messages::{PendingResearchItem, MAX_DURATION_NS, MAX_OFFSETS, MAX_SHORT_TEXT};
+use serde::Deserialize;
+
+/// The longest line an analyser may write, in bytes: a result as large as a bus message.
+pub(crate) const MAX_LINE_BYTES: usize = messagebus::MAX_BODY_BYTES;
+
+/// One valid line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Line {
+    /// The clip was looked for.
+    Answer {
+        clip_title: String,
+        clip_offsets_ns: Vec<i64>,
+        clip_duration_ns: i64,
+        episode_duration_ns: i64,
+    },
+    /// The pair cannot be researched, for a reason that will not pass.
+    Failure { clip_title: String, reason: String },
+    /// The analyser is alive; the text is for the log and the status.
+    Progress(String),
+}
+
+impl Line {
+    /// The clip the line answers, if it answers one.
+    pub(crate) fn clip_title(&self) -> Option<&str> {
+        match self {
+            Line::Answer { clip_title, .. } | Line::Failure { clip_title, .. } => Some(clip_title),
+            Line::Progress(_) => None,
+        }
+    }
+}
+
+/// A line as written, before the rules are checked.
+#[derive(Debug, Deserialize)]
+struct RawLine {
+    clip_title: Option<String>,
+    clip_offsets_ns: Option<Vec<i64>>,
+    clip_duration_ns: Option<i64>,
+    episode_duration_ns: Option<i64>,
+    failure: Option<String>,
+    progress: Option<String>,
+}
+
+/// Parses one line of analyser output and checks it against `clips` (the titles the analyser
+/// was given, each answered at most once: `answered` holds those answered so far in this run).
+/// The error says what is wrong, for the item's failure reason.
+pub(crate) fn parse_line(
+    line: &str,
+    clips: &HashMap<String, usize>,
+    answered: &std::collections::HashSet<String>,
+) -> Result<Line, String> {
+    let trimmed = line.trim();
+    if !trimmed.starts_with('{') {
+        return Err("not a JSON object".into());
+    }
+    let raw: RawLine =
+        serde_json::from_str(trimmed).map_err(|e| format!("not a valid JSON line: {e}"))?;
+    if let Some(progress) = raw.progress {
+        if raw.clip_title.is_some() {
+            return Err("a progress line names no clip".into());
+        }
+        return Ok(Line::Progress(
+            progress.chars().take(MAX_SHORT_TEXT).collect(),
+        ));
+    }
+    let Some(clip_title) = raw.clip_title else {
+        return Err("no `clip_title` (nor `progress`)".into());
+    };
+    if !clips.contains_key(&clip_title) {
+        return Err(format!("unknown clip {clip_title:?}: not in the work item"));
+    }
+    if answered.contains(&clip_title) {
+        return Err(format!("clip {clip_title:?} answered twice"));
+    }
+    if let Some(reason) = raw.failure {
+        if raw.clip_offsets_ns.is_some() {
+            return Err("`failure` and `clip_offsets_ns` together: give one".into());
+        }
+        let reason = reason.trim();
+        if reason.is_empty() {
+            return Err("an empty `failure` reason".into());
+        }
+        if reason.contains('\0') {
+            return Err("a `failure` reason with a NUL character".into());
+        }
+        return Ok(Line::Failure {
+            clip_title,
+            reason: truncate(reason, MAX_SHORT_TEXT),
+        });
+    }
+    let offsets = raw
+        .clip_offsets_ns
+        .ok_or("no `clip_offsets_ns` (nor `failure`)")?;
+    let episode_duration_ns = raw.episode_duration_ns.ok_or("no `episode_duration_ns`")?;
+    let clip_duration_ns = raw.clip_duration_ns.ok_or("no `clip_duration_ns`")?;
+    for (name, ns) in [
+        ("episode_duration_ns", episode_duration_ns),
+        ("clip_duration_ns", clip_duration_ns),
+    ] {
+        if !(0..=MAX_DURATION_NS).contains(&ns) {
+            return Err(format!(
+                "{name} {ns} is not between 0 and {MAX_DURATION_NS}"
+            ));
+        }
+    }
+    if offsets.len() > MAX_OFFSETS {
+        return Err(format!("more than {MAX_OFFSETS} offsets"));
+    }
+    if let Some(bad) = offsets.iter().find(|&&o| o < 0 || o > episode_duration_ns) {
+        return Err(format!(
+            "offset {bad} is outside the episode (0 to episode_duration_ns {episode_duration_ns})"
+        ));
+    }
+    let mut offsets = offsets;
+    offsets.sort_unstable();
+    offsets.dedup();
+    Ok(Line::Answer {
+        clip_title,
+        clip_offsets_ns: offsets,
+        clip_duration_ns,
+        episode_duration_ns,
+    })
+}
+
+/// At most `max` characters of `text`.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
+}
+
+/// A line as named in an error: at most 200 characters of it.
+pub(crate) fn shown(line: &str) -> String {
+    let cut: String = line.chars().take(200).collect();
+    if cut.len() < line.len() {
+        format!("{cut:?}…")
+    } else {
+        format!("{cut:?}")
+    }
+}
+
+/// The work item as the analyser reads it: `item` with `media_path` beside the episode's and
+/// each given clip's `media_uri`. `clip_paths` holds the clips to analyse, in the item's
+/// order; clips left out (their media is gone) are not given.
+pub(crate) fn analyser_input(
+    item: &PendingResearchItem,
+    episode_path: &str,
+    clip_paths: &[(usize, String)],
+) -> Vec<u8> {
+    let mut episode = serde_json::to_value(&item.episode).unwrap_or_default();
+    if let Some(map) = episode.as_object_mut() {
+        map.insert("media_path".into(), episode_path.into());
+    }
+    let clips: Vec<serde_json::Value> = clip_paths
+        .iter()
+        .filter_map(|(i, path)| {
+            let mut clip = serde_json::to_value(item.clips.get(*i)?).ok()?;
+            if let Some(map) = clip.as_object_mut() {
+                map.insert("media_path".into(), path.as_str().into());
+            }
+            Some(clip)
+        })
+        .collect();
+    let value = serde_json::json!({
+        "lease_id": item.lease_id,
+        "lease_expires_at": item.lease_expires_at,
+        "episode": episode,
+        "clips": clips,
+    });
+    let mut body = serde_json::to_vec(&value).unwrap_or_default();
+    body.push(b'\n');
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use std::collections::HashSet;
+
+    fn clips() -> HashMap<String, usize> {
+        [("A".to_string(), 0), ("B".to_string(), 1)]
+            .into_iter()
+            .collect()
+    }
+
+    #[test]
+    fn parses_the_three_kinds() {
+        let none = HashSet::new();
+        assert_eq!(
+            parse_line(
+                r#"{"clip_title":"A","clip_offsets_ns":[30,10],"clip_duration_ns":5,"episode_duration_ns":100}"#,
+                &clips(),
+                &none
+            )
+            .unwrap(),
+            Line::Answer {
+                clip_title: "A".into(),
+                clip_offsets_ns: vec![10, 30],
+                clip_duration_ns: 5,
+                episode_duration_ns: 100
+            }
+        );
+        assert_eq!(
+            parse_line(
+                r#"{"clip_title":"B","failure":"not audio"}"#,
+                &clips(),
+                &none
+            )
+            .unwrap(),
+            Line::Failure {
+                clip_title: "B".into(),
+                reason: "not audio".into()
+            }
+        );
+        assert_eq!(
+            parse_line(r#" {"progress":"half"} "#, &clips(), &none).unwrap(),
+            Line::Progress("half".into())
+        );
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        let answered: HashSet<String> = ["A".to_string()].into_iter().collect();
+        for (line, expect) in [
+            ("garbage", "not a JSON object"),
+            ("{nope", "not a valid JSON line"),
+            (r#"{"clip_title":"Z","failure":"x"}"#, "unknown clip"),
+            (r#"{"clip_title":"A","failure":"x"}"#, "answered twice"),
+            (r#"{"clip_title":"B","failure":" "}"#, "empty"),
+            (
+                r#"{"clip_title":"B","clip_offsets_ns":[101],"clip_duration_ns":5,"episode_duration_ns":100}"#,
+                "outside the episode",
+            ),
+            (
+                r#"{"clip_title":"B","clip_offsets_ns":[-1],"clip_duration_ns":5,"episode_duration_ns":100}"#,
+                "outside the episode",
+            ),
+            (
+                r#"{"clip_title":"B","clip_offsets_ns":[]}"#,
+                "episode_duration_ns",
+            ),
+            (r#"{"other":1}"#, "no `clip_title`"),
+        ] {
+            let err = parse_line(line, &clips(), &answered).unwrap_err();
+            assert!(err.contains(expect), "{line}: {err}");
+        }
+    }
+}

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""A test analyser speaking the archivist's analyser protocol (README, "Researchers").
+
+It reads the work item (one JSON object) on standard input and writes one JSON line per clip
+on standard output. The "audio" is text made by the tests: an episode file is a line
+`DURATION <ns>` and lines `AT <offset_ns> <token>`; a clip file holds its token on its first
+line, and its duration on an optional second line `DURATION <ns>`; a clip whose first line is
+`NOT AUDIO` is rejected with a failure line. A clip occurs at the offsets of the AT lines
+carrying its token.
+
+A mode as the first argument makes it misbehave, for the tests of what the researcher does
+then: `crash-after N` (exit 3 after N answers; with `MARKER` in the environment, only when
+that file does not exist yet, creating it: the next try runs normally), `hang` (a progress line, then sleep),
+`garbage` (a line that is not JSON), `exit-75` (try later), `unknown-clip`, `progress`
+(a progress line before each answer). With `PIDFILE` in the environment it writes its pid
+there when it starts (the tests' signal that it is running).
+"""
+import json
+import os
+import sys
+import time
+
+
+def read_episode(path):
+    duration, marks = 0, []
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "DURATION":
+                duration = int(parts[1])
+            elif len(parts) == 3 and parts[0] == "AT":
+                marks.append((int(parts[1]), parts[2]))
+    return duration, marks
+
+
+def read_clip(path):
+    with open(path) as f:
+        lines = [l.strip() for l in f.read().splitlines()]
+    token = lines[0] if lines else ""
+    duration = 4_000_000_000
+    if len(lines) > 1 and lines[1].startswith("DURATION "):
+        duration = int(lines[1].split()[1])
+    return token, duration
+
+
+def say(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main():
+    mode = sys.argv[1:] or [""]
+    if os.environ.get("PIDFILE"):
+        with open(os.environ["PIDFILE"], "w") as f:
+            f.write(str(os.getpid()))
+    item = json.loads(sys.stdin.read())
+    episode_duration, marks = read_episode(item["episode"]["media_path"])
+    print(f"analysing {item['episode']['title']} with {len(item['clips'])} clips", file=sys.stderr)
+    if mode[0] == "hang":
+        say({"progress": "decoding"})
+        time.sleep(3600)
+    if mode[0] == "garbage":
+        print("this is not json", flush=True)
+        return 0
+    if mode[0] == "exit-75":
+        return 75
+    if mode[0] == "unknown-clip":
+        say({"clip_title": "no such clip", "clip_offsets_ns": [], "clip_duration_ns": 1,
+             "episode_duration_ns": episode_duration})
+        return 0
+    if mode[0] == "crash-after" and os.environ.get("MARKER"):
+        if os.path.exists(os.environ["MARKER"]):
+            mode = [""]
+        else:
+            open(os.environ["MARKER"], "w").close()
+    answered = 0
+    for clip in item["clips"]:
+        if mode[0] == "crash-after" and answered == int(mode[1]):
+            print("crashing on purpose", file=sys.stderr)
+            return 3
+        if mode[0] == "progress":
+            say({"progress": f"looking for {clip['title']}"})
+        token, clip_duration = read_clip(clip["media_path"])
+        if token == "NOT AUDIO":
+            say({"clip_title": clip["title"], "failure": "not audio: no frames found"})
+        else:
+            offsets = sorted(o for o, t in marks if t == token)
+            say({"clip_title": clip["title"], "clip_offsets_ns": offsets,
+                 "clip_duration_ns": clip_duration, "episode_duration_ns": episode_duration})
+        answered += 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,550 @@
+//! End-to-end tests of `archivist research` through the binary: the whole pipeline with the
+//! test analysers (`tests/analysers/`, Python and shell, speaking the README's protocol) on
+//! the database bus (SQLite and Postgres), RabbitMQ and SQS; analysers that crash, hang,
+//! print garbage or ask to try later; signals mid-item; media that is gone, failing for a
+//! while, slow or too large; expired leases; and the pending-research capacity following
+//! `--concurrency`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::research::{python, shell, World};
+use common::{BusEnv, PgDatabase};
+
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Every pair recorded exactly as the analyser answered, nothing failed or dead-lettered.
+fn assert_all_researched(w: &World) {
+    let s = w.status();
+    let pairs = (w.episodes * w.clips) as u64;
+    assert_eq!(s["research_pairs"], pairs, "{s}");
+    assert_eq!(s["researched_pairs"], pairs, "{s}");
+    assert_eq!(s["failed_pairs"], 0, "{s}");
+    assert_eq!(w.matches(), w.expected_matches());
+    let depths = w.queue_depths();
+    for q in [&w.bus.pending_queue, &w.bus.completed_queue] {
+        assert_eq!(depths[q.as_str()]["dead_letters"], 0, "{q}: {depths:?}");
+    }
+}
+
+#[test]
+fn python_analyser_two_researchers_on_the_sqlite_bus() {
+    let w = World::new(BusEnv::database(), None, 5, 4);
+    w.curate();
+    w.research_rounds(2, "2", &python(&[]), PATIENCE);
+    assert_all_researched(&w);
+    // The episodes were fetched once per item: each episode has two items (2 clips each).
+    for i in 0..w.episodes {
+        assert!(w.server.hits(&format!("/media/e{i}.mp3")) <= 2);
+    }
+}
+
+#[test]
+fn shell_analyser_four_researchers_on_the_postgres_bus() {
+    let db = PgDatabase::create();
+    let w = World::new(BusEnv::database(), Some(&db.url), 5, 4);
+    w.curate();
+    w.research_rounds(4, "1", &shell(), PATIENCE);
+    assert_all_researched(&w);
+}
+
+#[test]
+fn python_analyser_two_researchers_on_rabbitmq() {
+    let w = World::new(BusEnv::rabbitmq(), None, 4, 3);
+    w.run(&["queues"], &[]).expect_code(0);
+    w.curate();
+    w.research_rounds(2, "2", &python(&["progress"]), PATIENCE);
+    assert_all_researched(&w);
+}
+
+#[test]
+fn shell_analyser_two_researchers_on_sqs() {
+    let w = World::new(BusEnv::sqs(), None, 4, 3);
+    w.run(&["queues"], &[]).expect_code(0);
+    w.curate();
+    w.research_rounds(2, "2", &shell(), PATIENCE);
+    assert_all_researched(&w);
+}
+
+/// One episode with four clips in one work item, on the SQLite database bus, with the
+/// queues' receive limit at `max_receives`.
+fn one_item_world(max_receives: &str) -> World {
+    one_item_world_on(BusEnv::database(), None, max_receives)
+}
+
+/// [`one_item_world`] on `bus` with the datastore at `database_url`.
+fn one_item_world_on(bus: BusEnv, database_url: Option<&str>, max_receives: &str) -> World {
+    let mut w = World::new(bus, database_url, 1, 4);
+    w.bus.set("ARCHIVIST_MAX_CLIPS", "4");
+    w.bus.set("ARCHIVIST_MAX_RECEIVES", max_receives);
+    w.run(&["queues"], &[]).expect_code(0);
+    w.curate();
+    w.pending_research_at_once(1, Some("1"));
+    w
+}
+
+/// The pending-research queue's depths: (waiting, in flight, dead letters).
+fn pending_depths(w: &World) -> (u64, u64, u64) {
+    let d = w.queue_depths();
+    let q = &d[w.bus.pending_queue.as_str()];
+    (
+        q["waiting"].as_u64().unwrap(),
+        q["in_flight"].as_u64().unwrap(),
+        q["dead_letters"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn a_crash_after_two_clips_keeps_them_and_the_next_try_finishes() {
+    crash_after_two_clips(one_item_world("5"));
+}
+
+#[test]
+fn a_crash_after_two_clips_on_the_postgres_bus() {
+    let db = PgDatabase::create();
+    crash_after_two_clips(one_item_world_on(BusEnv::database(), Some(&db.url), "5"));
+}
+
+fn crash_after_two_clips(w: World) {
+    let marker = w.path().join("crashed");
+    let marker = marker.display().to_string();
+    let run = w
+        .research_once(&[], &python(&["crash-after", "2"]), &[("MARKER", &marker)])
+        .expect_code(0);
+    assert!(run.stderr.contains("exited with code 3"), "{}", run.stderr);
+    // The analyser's standard error, in the researcher's log.
+    assert!(
+        run.stderr.contains("analyser: crashing on purpose"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("work item finished"), "{}", run.stderr);
+    let recorded = w.run(&["completed-research"], &[]).expect_code(0);
+    let s = w.status();
+    assert_eq!(s["researched_pairs"], 4, "{s}\n{}", recorded.stderr);
+    assert_eq!(s["failed_pairs"], 0);
+    assert_eq!(w.matches(), w.expected_matches());
+    assert_eq!(pending_depths(&w), (0, 0, 0));
+    // The two clips of the crashed try came again and were duplicates, not recorded twice.
+    assert!(recorded.stdout.contains("duplicate") || recorded.stderr.contains("duplicate"));
+}
+
+#[test]
+fn a_hanging_analyser_is_stopped_at_the_stall_timeout() {
+    let w = one_item_world("2");
+    let pidfile = w.path().join("pid").display().to_string();
+    let run = w
+        .research_once(
+            &["--stall-timeout", "1s", "--kill-grace", "1s"],
+            &python(&["hang"]),
+            &[("PIDFILE", &pidfile)],
+        )
+        .expect_code(0);
+    assert!(run.stderr.contains("--stall-timeout"), "{}", run.stderr);
+    // Tried up to the receive limit, then set aside.
+    assert_eq!(pending_depths(&w), (0, 0, 1));
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "analyser {pid} still runs"
+    );
+}
+
+#[test]
+fn garbage_unknown_clips_and_exit_75_fail_or_release_the_item() {
+    for (mode, said) in [
+        (
+            "garbage",
+            "broke the protocol (not a JSON object) in the line \"this is not json\"",
+        ),
+        ("unknown-clip", "unknown clip \"no such clip\""),
+        ("exit-75", "exited with 75"),
+    ] {
+        let w = one_item_world("2");
+        let run = w.research_once(&[], &python(&[mode]), &[]).expect_code(0);
+        assert!(run.stderr.contains(said), "{mode}: {}", run.stderr);
+        assert_eq!(pending_depths(&w), (0, 0, 1), "{mode}");
+        w.run(&["completed-research"], &[]).expect_code(0);
+        assert_eq!(w.status()["researched_pairs"], 0, "{mode}");
+    }
+}
+
+#[test]
+fn gone_media_fails_its_pairs_until_retried() {
+    let mut w = World::new(BusEnv::database(), None, 2, 3);
+    w.bus.set("ARCHIVIST_MAX_CLIPS", "3");
+    w.curate();
+    // Episode 1's media is gone; clip 2's file too.
+    w.server
+        .set("/media/e1.mp3", common::research::Answer::NotFound);
+    let clip2 = w.path().join("media/c2.mp3");
+    let clip2_bytes = std::fs::read(&clip2).unwrap();
+    std::fs::remove_file(&clip2).unwrap();
+    w.research_rounds(1, "2", &python(&[]), PATIENCE);
+    let s = w.status();
+    assert_eq!(
+        (s["researched_pairs"].as_u64(), s["failed_pairs"].as_u64()),
+        (Some(2), Some(4)),
+        "{s}"
+    );
+    let reasons = s["failure_reasons"].to_string();
+    assert!(
+        reasons.contains("episode media gone: HTTP 404 Not Found"),
+        "{reasons}"
+    );
+    assert!(reasons.contains("clip media gone: no file"), "{reasons}");
+    let table = w.run(&["status"], &[]).expect_code(0).stdout;
+    assert!(
+        table.contains("failed pairs") && table.contains("HTTP 404"),
+        "{table}"
+    );
+    // The status page, its API and the metrics show them.
+    let port = common::research::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let server = common::command(w.path(), &["serve", "--addr", &addr], &w.bus.with(&[]))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut page = String::new();
+    common::research::eventually("the status page", PATIENCE, || {
+        page = common::research::http_get(port, "/").unwrap_or_default();
+        page.contains("failed-pairs")
+    });
+    assert!(page.contains("HTTP 404"), "{page}");
+    let api = common::research::http_get(port, "/api/status").unwrap();
+    assert!(api.contains("\"failed_pairs\":4"), "{api}");
+    let metrics = common::research::http_get(port, "/metrics").unwrap();
+    assert!(metrics.contains("archivist_pairs_failed 4"), "{metrics}");
+    common::research::signal(server.id(), "TERM");
+    let _ = server.wait_with_output();
+    // Not leased again.
+    w.pending_research_at_once(1, Some("4"));
+    assert_eq!(w.status()["active_leases"], 0);
+    assert_eq!(pending_depths(&w).0, 0);
+    // The media is back; a person retries.
+    w.server.set(
+        "/media/e1.mp3",
+        common::research::Answer::Body(common::research::episode_audio(1, 3)),
+    );
+    std::fs::write(&clip2, clip2_bytes).unwrap();
+    let retried = w
+        .run(&["retry-failed", "--episode", "Episode 1", "--json"], &[])
+        .expect_code(0);
+    let retried: serde_json::Value = serde_json::from_str(retried.stdout.trim()).unwrap();
+    assert_eq!(retried["retried"], 3, "{retried}");
+    let all = w.run(&["retry-failed"], &[]).expect_code(0);
+    assert!(all.stdout.starts_with("1 failed pair"), "{}", all.stdout);
+    w.research_rounds(1, "2", &python(&[]), PATIENCE);
+    assert_all_researched(&w);
+}
+
+#[test]
+fn media_failing_for_a_while_slow_or_too_large() {
+    use common::research::{episode_audio, Answer};
+    let mut w = World::new(BusEnv::database(), None, 3, 2);
+    w.bus.set("ARCHIVIST_MAX_CLIPS", "2");
+    w.curate();
+    // Episode 0: 500 twice, then 200; episode 1: slow; episode 2: too large for the limit.
+    w.server
+        .set("/media/e0.mp3", Answer::FailThen(2, episode_audio(0, 2)));
+    w.server
+        .set("/media/e1.mp3", Answer::Slow(20, episode_audio(1, 2)));
+    let mut large = episode_audio(2, 2);
+    large.extend(std::iter::repeat_n(b'#', 4096));
+    w.server.set("/media/e2.mp3", Answer::Body(large));
+    w.pending_research_at_once(1, Some("3"));
+    let run = w
+        .research_once(
+            &["--concurrency", "3", "--max-media-size", "2KB"],
+            &python(&[]),
+            &[],
+        )
+        .expect_code(0);
+    w.run(&["completed-research"], &[]).expect_code(0);
+    let s = w.status();
+    assert_eq!(
+        (s["researched_pairs"].as_u64(), s["failed_pairs"].as_u64()),
+        (Some(4), Some(2)),
+        "{s}\n{}",
+        run.stderr
+    );
+    assert_eq!(w.server.hits("/media/e0.mp3"), 3);
+    assert!(
+        s["failure_reasons"].to_string().contains("media too large"),
+        "{s}"
+    );
+    let expected: std::collections::BTreeSet<_> = w
+        .expected_matches()
+        .into_iter()
+        .filter(|(e, _, _)| e != "Episode 2")
+        .collect();
+    assert_eq!(w.matches(), expected);
+}
+
+#[test]
+fn an_item_whose_lease_expired_is_skipped() {
+    let mut w = World::new(BusEnv::database(), None, 1, 2);
+    w.bus.set("ARCHIVIST_LEASE_DURATION", "1s");
+    w.curate();
+    w.pending_research_at_once(1, Some("1"));
+    // Time, not work, is what this waits for: the lease's second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let run = w.research_once(&[], &python(&[]), &[]).expect_code(0);
+    assert!(run.stderr.contains("lease has expired"), "{}", run.stderr);
+    assert_eq!(pending_depths(&w), (0, 0, 0));
+    w.run(&["completed-research"], &[]).expect_code(0);
+    assert_eq!(w.status()["researched_pairs"], 0);
+}
+
+/// Starts a long-running researcher with the hanging analyser and waits until the analyser
+/// runs (its pid file); returns the researcher and the analyser's pid.
+fn researcher_mid_item(w: &World, args: &[&str]) -> (std::process::Child, u32) {
+    let pidfile = w
+        .path()
+        .join(format!("pid-{}", uuid::Uuid::new_v4().simple()));
+    let shown = pidfile.display().to_string();
+    let child = w.spawn_research(args, &python(&["hang"]), &[("PIDFILE", &shown)]);
+    common::research::eventually("the analyser to start", PATIENCE, || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|p| !p.trim().is_empty())
+    });
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (child, pid)
+}
+
+#[test]
+fn sigterm_mid_item_releases_it_at_the_drain_timeout() {
+    sigterm_mid_item(one_item_world("5"));
+}
+
+#[test]
+fn sigterm_mid_item_on_sqs_releases_it_at_once() {
+    sigterm_mid_item(one_item_world_on(BusEnv::sqs(), None, "5"));
+}
+
+fn sigterm_mid_item(w: World) {
+    let port = common::research::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let (child, analyser) = researcher_mid_item(
+        &w,
+        &[
+            "--concurrency",
+            "1",
+            "--drain-timeout",
+            "1s",
+            "--kill-grace",
+            "1s",
+            "--metrics-addr",
+            &addr,
+        ],
+    );
+    // What it works on, and its metrics.
+    let mut state = serde_json::Value::Null;
+    common::research::eventually("the analyser's progress", PATIENCE, || {
+        state = common::research::http_get(port, "/api/researcher")
+            .and_then(|b| serde_json::from_str(&b).ok())
+            .unwrap_or_default();
+        state["slots"][0]["progress"] == "decoding"
+    });
+    assert_eq!(state["slots"][0]["state"], "working", "{state}");
+    assert_eq!(state["slots"][0]["episode_title"], "Episode 0", "{state}");
+    assert_eq!(state["slots"][0]["progress"], "decoding", "{state}");
+    let metrics = common::research::http_get(port, "/metrics").unwrap();
+    assert!(
+        metrics.contains("archivist_researcher_items_taken_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("archivist_researcher_slots_busy 1"),
+        "{metrics}"
+    );
+    common::research::signal(child.id(), "TERM");
+    let run = common::Run::from_output(child.wait_with_output().unwrap()).expect_code(0);
+    assert!(run.stderr.contains("drain timeout"), "{}", run.stderr);
+    // Released at once: waiting again, not in flight until a visibility timeout.
+    assert_eq!(pending_depths(&w), (1, 0, 0));
+    assert!(!std::path::Path::new(&format!("/proc/{analyser}")).exists());
+    w.research_once(&[], &python(&[]), &[]).expect_code(0);
+    w.run(&["completed-research"], &[]).expect_code(0);
+    assert_all_researched(&w);
+}
+
+#[test]
+fn sigkill_mid_item_leaves_it_to_another_researcher() {
+    sigkill_mid_item(one_item_world("5"));
+}
+
+#[test]
+fn sigkill_mid_item_on_the_postgres_bus() {
+    let db = PgDatabase::create();
+    sigkill_mid_item(one_item_world_on(BusEnv::database(), Some(&db.url), "5"));
+}
+
+fn sigkill_mid_item(w: World) {
+    let (child, analyser) = researcher_mid_item(&w, &[]);
+    common::research::signal(child.id(), "KILL");
+    let _ = child.wait_with_output();
+    // The analyser lives on in its own process group; a machine that dies takes it along.
+    common::research::signal(analyser, "KILL");
+    assert_eq!(pending_depths(&w).1, 1, "held until its visibility timeout");
+    common::expire_visibility(&w.database_url());
+    w.research_once(&[], &python(&[]), &[]).expect_code(0);
+    w.run(&["completed-research"], &[]).expect_code(0);
+    assert_all_researched(&w);
+}
+
+/// A researcher with `--concurrency 3` counts as three: one pending-research run hands out
+/// exactly three items.
+fn capacity_follows_concurrency(bus: BusEnv) {
+    let mut w = World::new(bus, None, 6, 1);
+    w.bus.set("ARCHIVIST_MAX_CLIPS", "1");
+    w.run(&["queues"], &[]).expect_code(0);
+    w.curate();
+    let mut child = w.spawn_research(
+        &[
+            "--concurrency",
+            "3",
+            "--drain-timeout",
+            "0s",
+            "--kill-grace",
+            "1s",
+        ],
+        &python(&["hang"]),
+        &[],
+    );
+    common::research::eventually("three consumers", PATIENCE, || {
+        w.queue_depths()[w.bus.pending_queue.as_str()]["consumers"] == 3
+    });
+    w.pending_research_at_once(1, None);
+    let s = w.status();
+    assert_eq!(s["active_leases"], 3, "{s}");
+    common::research::signal(child.id(), "TERM");
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn capacity_follows_concurrency_on_the_database_bus() {
+    capacity_follows_concurrency(BusEnv::database());
+}
+
+#[test]
+fn capacity_follows_concurrency_on_rabbitmq() {
+    capacity_follows_concurrency(BusEnv::rabbitmq());
+}
+
+#[test]
+fn an_http_analyser_busy_at_first() {
+    let mut w = World::new(BusEnv::database(), None, 2, 3);
+    w.bus.set("ARCHIVIST_MAX_CLIPS", "3");
+    w.curate();
+    let service = common::research::AnalyserService::start(1);
+    w.pending_research_at_once(1, Some("2"));
+    let run = w
+        .research_http_once(&service.url, &["--concurrency", "1"])
+        .expect_code(0);
+    assert!(run.stderr.contains("HTTP 503"), "{}", run.stderr);
+    w.run(&["completed-research"], &[]).expect_code(0);
+    assert_all_researched(&w);
+}
+
+#[test]
+fn bad_usage_exits_2_and_says_why() {
+    let w = World::new(BusEnv::database(), None, 1, 1);
+    let run = w
+        .run(&["research", "--http", "http://x", "--exec", "true"], &[])
+        .expect_code(2);
+    assert!(run.stderr.contains("cannot be used with"), "{}", run.stderr);
+    let run = w
+        .run(&["research", "--http", "ftp://x/analyse"], &[])
+        .expect_code(2);
+    assert!(run.stderr.contains("http:// or https://"), "{}", run.stderr);
+    // One cache directory, one researcher.
+    let cache = w.path().join("shared-cache").display().to_string();
+    let first = w.spawn_research(&["--cache-dir", &cache], &python(&[]), &[]);
+    common::research::eventually("the first researcher's lock", PATIENCE, || {
+        w.path().join("shared-cache/.lock").exists()
+    });
+    let run = w
+        .run(
+            &[
+                "research",
+                "--once",
+                "--cache-dir",
+                &cache,
+                "--exec",
+                "true",
+            ],
+            &[],
+        )
+        .expect_code(2);
+    assert!(
+        run.stderr.contains("in use by another researcher"),
+        "{}",
+        run.stderr
+    );
+    common::research::signal(first.id(), "TERM");
+    assert_eq!(first.wait_with_output().unwrap().status.code(), Some(0));
+}
+
+#[test]
+fn run_and_long_running_researchers_finish_the_archive() {
+    let mut w = World::new(BusEnv::database(), None, 6, 4);
+    w.bus.set("ARCHIVIST_EVERY", "1s");
+    w.run(&["queues"], &[]).expect_code(0);
+    w.curate();
+    let archivists = common::command(w.path(), &["run"], &w.bus.with(&[]))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let researchers: Vec<_> = (0..2)
+        .map(|_| w.spawn_research(&["--concurrency", "2"], &python(&["progress"]), &[]))
+        .collect();
+    common::research::eventually("every pair researched", PATIENCE, || {
+        w.status()["researched_pairs"] == 24
+    });
+    for child in researchers.into_iter().chain([archivists]) {
+        common::research::signal(child.id(), "TERM");
+        let out = common::Run::from_output(child.wait_with_output().unwrap());
+        out.expect_code(0);
+    }
+    assert_all_researched(&w);
+}
+
+#[test]
+fn media_too_slow_for_the_read_timeout_fails_the_item_not_the_pairs() {
+    use common::research::{episode_audio, Answer};
+    let w = one_item_world("1");
+    w.server
+        .set("/media/e0.mp3", Answer::Slow(500, episode_audio(0, 4)));
+    let run = w
+        .research_once(
+            &["--fetch-read-timeout", "100ms", "--fetch-attempts", "2"],
+            &python(&[]),
+            &[],
+        )
+        .expect_code(0);
+    assert!(run.stderr.contains("after 2 tries"), "{}", run.stderr);
+    // A passing failure: retried up to the receive limit, then set aside; never failed pairs.
+    assert_eq!(pending_depths(&w), (0, 0, 1));
+    w.run(&["completed-research"], &[]).expect_code(0);
+    let s = w.status();
+    assert_eq!(
+        (s["researched_pairs"].as_u64(), s["failed_pairs"].as_u64()),
+        (Some(0), Some(0)),
+        "{s}"
+    );
+}
