@@ -3,9 +3,8 @@
 #   - PostgreSQL: uses the server on $ARCHIVIST_TEST_PG_HOST:$ARCHIVIST_TEST_PG_PORT (default
 #     127.0.0.1:5432) if it answers; otherwise starts the machine's own cluster, or failing that
 #     a throwaway one made with initdb in a temporary directory.
-#   - RabbitMQ: uses the broker on $ARCHIVIST_TEST_AMQP_HOST:5672 (guest/guest) if it answers;
-#     otherwise installs Debian's rabbitmq-server if missing and starts it. With rabbitmqctl,
-#     each run gets a virtual host of its own, deleted on exit (its queues with it).
+#   - RabbitMQ: a node of this run's own (Debian's rabbitmq-server, installed if missing) with
+#     its data in a temporary directory, on a free loopback port, killed and deleted on exit.
 #   - An SQS-compatible server: moto_server (PyPI `moto[server]`) in a virtualenv under
 #     ~/.cache/archivist, started on a free loopback port and stopped on exit.
 #   - A browser for the status page's test: Debian's chromium, installed if missing.
@@ -82,37 +81,45 @@ export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=test
 log "PostgreSQL at $PG_HOST:$PG_PORT, moto_server at $ARCHIVIST_TEST_SQS_ENDPOINT"
 
 # ---------------------------------------------------------------- RabbitMQ
-AMQP_HOST=${ARCHIVIST_TEST_AMQP_HOST:-127.0.0.1}
-amqp_up() { (exec 3<>"/dev/tcp/$AMQP_HOST/5672") 2>/dev/null; }
+# A broker of this run's own: a RabbitMQ node started from the installed server (Debian's
+# rabbitmq-server, installed if missing) with its data in a temporary directory, on free
+# loopback ports, killed and deleted on exit. The machine's own broker carries whatever earlier
+# runs left in it (thousands of quorum queues, a half-deleted virtual host) and was seen to stop
+# answering mid-run under that load; a fresh node starts empty every time and nothing has to be
+# deleted from it. ARCHIVIST_TEST_AMQP_URL, when set, names a broker to use instead.
 if [ -z "${ARCHIVIST_TEST_AMQP_URL:-}" ]; then
-  if ! amqp_up; then
-    if ! command -v rabbitmq-server >/dev/null; then
-      log "installing RabbitMQ (apt)"
-      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null
-    fi
-    log "starting RabbitMQ"
-    rabbitmq-server -detached >/dev/null 2>&1 || true
-    for _ in $(seq 1 120); do amqp_up && break; sleep 0.5; done
-    amqp_up || { echo "RabbitMQ did not start on $AMQP_HOST:5672" >&2; exit 1; }
-    # The port answers before the broker accepts connections.
-    timeout 120 rabbitmqctl await_startup >/dev/null 2>&1 || true
+  RMQ_BIN=/usr/lib/rabbitmq/bin
+  if [ ! -x "$RMQ_BIN/rabbitmq-server" ]; then
+    log "installing RabbitMQ (apt)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null
   fi
-  VHOST=/
-  if [ "$AMQP_HOST" = 127.0.0.1 ] && command -v rabbitmqctl >/dev/null; then
-    # A virtual host per run: concurrent runs never see each other's queues, and deleting
-    # it on exit removes every queue the tests made.
-    VHOST=archivist_test_$$_$RANDOM
-    # Bounded: a broker busy deleting many quorum queues can leave rabbitmqctl waiting, and
-    # neither the tests nor their exit should hang on it.
-    if timeout 60 rabbitmqctl add_vhost "$VHOST" >/dev/null 2>&1 \
-      && timeout 60 rabbitmqctl set_permissions -p "$VHOST" guest '.*' '.*' '.*' >/dev/null 2>&1; then
-      cleanup_cmds+=("timeout 120 rabbitmqctl delete_vhost '$VHOST' >/dev/null 2>&1")
-    else
-      VHOST=/
-    fi
+  RMQ_DIR=$(mktemp -d /tmp/archivist-rabbitmq.XXXXXX)
+  RMQ_PORT=$(free_port)
+  RMQ_NODE=archivist_test_$$@localhost
+  : >"$RMQ_DIR/env.conf"                      # not the machine's node name and ports
+  echo '[].' >"$RMQ_DIR/enabled_plugins"      # no management plugin: faster boot
+  rmq_env=(env HOME="$RMQ_DIR" RABBITMQ_CONF_ENV_FILE="$RMQ_DIR/env.conf"
+    RABBITMQ_NODENAME="$RMQ_NODE" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT="$RMQ_PORT"
+    RABBITMQ_DIST_PORT="$(free_port)" RABBITMQ_CONFIG_FILE="$RMQ_DIR/rabbitmq.conf"
+    RABBITMQ_MNESIA_BASE="$RMQ_DIR/mnesia" RABBITMQ_LOG_BASE="$RMQ_DIR/log"
+    RABBITMQ_ENABLED_PLUGINS_FILE="$RMQ_DIR/enabled_plugins" RABBITMQ_PID_FILE="$RMQ_DIR/pid"
+    ERL_EPMD_ADDRESS=127.0.0.1)
+  echo 'loopback_users.guest = true' >"$RMQ_DIR/rabbitmq.conf"
+  log "starting a RabbitMQ node of this run's own on 127.0.0.1:$RMQ_PORT"
+  cleanup_cmds+=("[ -f '$RMQ_DIR/pid' ] && kill -9 \$(cat '$RMQ_DIR/pid') 2>/dev/null; rm -rf '$RMQ_DIR'")
+  "${rmq_env[@]}" "$RMQ_BIN/rabbitmq-server" -detached >"$RMQ_DIR/start.log" 2>&1 || true
+  # -detached returns at once; the node registers a moment later (rabbitmqctl fails at once
+  # on a node not registered yet), and its AMQP port opens last.
+  for _ in $(seq 1 240); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$RMQ_PORT") 2>/dev/null && break
+    sleep 0.5
+  done
+  if ! "${rmq_env[@]}" timeout 120 "$RMQ_BIN/rabbitmqctl" -n "$RMQ_NODE" await_startup >>"$RMQ_DIR/start.log" 2>&1; then
+    cat "$RMQ_DIR/start.log" "$RMQ_DIR"/log/*.log >&2 2>/dev/null || true
+    echo "RabbitMQ did not start on 127.0.0.1:$RMQ_PORT" >&2
+    exit 1
   fi
-  VHOST_ENC=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$VHOST")
-  export ARCHIVIST_TEST_AMQP_URL=amqp://guest:guest@$AMQP_HOST:5672/$VHOST_ENC
+  export ARCHIVIST_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:$RMQ_PORT/%2f
 fi
 log "RabbitMQ at ${ARCHIVIST_TEST_AMQP_URL%%//*}//…@${ARCHIVIST_TEST_AMQP_URL#*@}"
 

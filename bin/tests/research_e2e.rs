@@ -304,6 +304,40 @@ fn an_item_whose_lease_expired_is_skipped() {
     assert_eq!(w.status()["researched_pairs"], 0);
 }
 
+/// An analyser quiet after its first answer: that answer goes out at once (so it renews the
+/// lease while the analyser works on), not held back until the next line or the item's end.
+#[test]
+fn an_answer_goes_out_while_the_analyser_works_on() {
+    let w = one_item_world("5");
+    let child = w.spawn_research(
+        &[
+            "--concurrency",
+            "1",
+            "--drain-timeout",
+            "1s",
+            "--kill-grace",
+            "1s",
+        ],
+        &python(&["hang-after", "1"]),
+        &[],
+    );
+    common::research::eventually("the first answer on the bus", PATIENCE, || {
+        let d = w.queue_depths();
+        d[w.bus.completed_queue.as_str()]["waiting"].as_u64() == Some(1)
+    });
+    // Still working on the item: nothing else was sent, the item is in hand.
+    assert_eq!(pending_depths(&w), (0, 1, 0));
+    common::research::signal(child.id(), "TERM");
+    common::Run::from_output(child.wait_with_output().unwrap()).expect_code(0);
+    w.run(&["completed-research"], &[]).expect_code(0);
+    assert_eq!(w.status()["researched_pairs"], 1);
+    // The rest is researched on the next try, and the lease ends with it.
+    w.research_once(&[], &python(&[]), &[]).expect_code(0);
+    w.run(&["completed-research"], &[]).expect_code(0);
+    assert_all_researched(&w);
+    assert_eq!(w.status()["active_leases"], 0);
+}
+
 /// Starts a long-running researcher with the hanging analyser and waits until the analyser
 /// runs (its pid file); returns the researcher and the analyser's pid.
 fn researcher_mid_item(w: &World, args: &[&str]) -> (std::process::Child, u32) {

@@ -1,10 +1,13 @@
-//! The demo's curators: a year of a made-up daily show (one episode each weekday of 2025) and
-//! a few dozen clips to look for in it (jingles, catchphrases, sponsors' ads), sent to the bus
-//! the way curators would: in batches, some clips late, some episodes curated again, and two
-//! poison messages that must be set aside.
+//! The demo's curators: the December of a made-up daily show (one episode each weekday of
+//! December 2025, about a minute of audio each) and the clips to look for in it (jingles,
+//! catchphrases, a voicemail, sponsors' ads), sent to the bus the way curators would: in
+//! batches, some clips late, some episodes curated again, and two poison messages that must be
+//! set aside.
 //!
-//! Everything is derived from a fixed seed, so every demo has the same data and results.
+//! Everything is derived from a fixed seed, so every demo has the same data, the same audio
+//! (`audio.rs` renders it) and the same truth: where each clip was put in each episode.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -15,81 +18,89 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
+use crate::demo::audio::{self, EpisodePlan};
+
 /// The show's name and curator.
 const SHOW: &str = "The Daily Archive";
 const CURATOR: &str = "dailyarchive.example";
 const CLIP_CURATOR: &str = "clips.dailyarchive.example";
-/// The episode number of the first episode of 2025.
-const FIRST_NUMBER: u32 = 3751;
+/// The episode number of the first episode of December 2025.
+const FIRST_NUMBER: u32 = 3985;
 
-/// What kind of clip, which decides how often and how long it occurs.
+/// What kind of clip: which sound it is and where it goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ClipKind {
+    /// Opens the episode, at 0 s.
+    Intro,
+    /// Closes it; sometimes cut off by the episode's end.
+    Outro,
     Jingle,
+    /// Spoken by the host, in the host's voice.
     Catchphrase,
+    /// A listener's call, telephone band, played under the host's talk (talk-over).
+    Voicemail,
     Ad,
 }
 
-/// One clip of the data set: its title, kind, and how often it occurs in an episode (percent).
-struct ClipSpec {
-    title: &'static str,
-    kind: ClipKind,
+/// One clip of the data set.
+pub(crate) struct ClipSpec {
+    pub(crate) title: &'static str,
+    pub(crate) kind: ClipKind,
+    /// Its length in seconds.
+    pub(crate) seconds: f32,
+    /// How often it occurs in an episode (percent), and at most how many times.
     percent: u32,
+    most: u32,
     priority: i32,
 }
 
-const fn spec(title: &'static str, kind: ClipKind, percent: u32, priority: i32) -> ClipSpec {
+const fn spec(
+    title: &'static str,
+    kind: ClipKind,
+    seconds: f32,
+    percent: u32,
+    most: u32,
+    priority: i32,
+) -> ClipSpec {
     ClipSpec {
         title,
         kind,
+        seconds,
         percent,
+        most,
         priority,
     }
 }
 
 /// The clips. Sponsors want their reports first (priority 2), catchphrases are for the fan
 /// wiki (1), jingles are bookkeeping (0).
-const CLIPS: &[ClipSpec] = &[
-    spec("Intro Jingle", ClipKind::Jingle, 96, 0),
-    spec("Outro Theme", ClipKind::Jingle, 90, 0),
-    spec("News Break Sting", ClipKind::Jingle, 35, 0),
-    spec("Weather Bumper", ClipKind::Jingle, 20, 0),
-    spec("Mailbag Fanfare", ClipKind::Jingle, 18, 0),
-    spec("Voicemail Bed", ClipKind::Jingle, 25, 0),
-    spec("Holiday Jingle", ClipKind::Jingle, 0, 0),
-    spec("Anniversary Fanfare", ClipKind::Jingle, 1, 0),
-    spec("Sweet Lord!", ClipKind::Catchphrase, 40, 1),
-    spec("That's the Show", ClipKind::Catchphrase, 30, 1),
-    spec("Hello, Hello, Hello", ClipKind::Catchphrase, 25, 1),
-    spec("Let's Get Into It", ClipKind::Catchphrase, 35, 1),
-    spec("You Can't Make This Up", ClipKind::Catchphrase, 15, 1),
-    spec("Back to You, Producer", ClipKind::Catchphrase, 12, 1),
-    spec("Absolutely Not", ClipKind::Catchphrase, 20, 1),
-    spec("Say It With Me", ClipKind::Catchphrase, 8, 1),
-    spec("Mattress Ad: Spring Sale", ClipKind::Ad, 12, 2),
-    spec("VPN Sponsor Read", ClipKind::Ad, 15, 2),
-    spec("Meal Kit Ad", ClipKind::Ad, 10, 2),
-    spec("Car Insurance Ad", ClipKind::Ad, 9, 2),
-    spec("Coffee Subscription Ad", ClipKind::Ad, 11, 2),
-    spec("Mobile Carrier Ad", ClipKind::Ad, 7, 2),
-    spec("Audiobook Service Ad", ClipKind::Ad, 13, 2),
-    spec("Corner Bakery Ad", ClipKind::Ad, 6, 2),
-    spec("Razor Ad", ClipKind::Ad, 8, 2),
-    spec("Web Hosting Ad", ClipKind::Ad, 10, 2),
-    spec("Language App Ad", ClipKind::Ad, 9, 2),
-    spec("Credit Union Ad", ClipKind::Ad, 5, 2),
+pub(crate) const CLIPS: &[ClipSpec] = &[
+    spec("Intro Jingle", ClipKind::Intro, 3.0, 96, 1, 0),
+    spec("Outro Theme", ClipKind::Outro, 4.0, 90, 1, 0),
+    spec("News Break Sting", ClipKind::Jingle, 2.5, 35, 1, 0),
+    // Only in the second half of December.
+    spec("Holiday Jingle", ClipKind::Jingle, 3.0, 0, 1, 0),
+    // In no episode at all.
+    spec("Anniversary Fanfare", ClipKind::Jingle, 3.0, 0, 1, 0),
+    spec("Sweet Lord!", ClipKind::Catchphrase, 2.0, 40, 2, 1),
+    spec("That's the Show", ClipKind::Catchphrase, 2.5, 30, 1, 1),
+    spec("Let's Get Into It", ClipKind::Catchphrase, 2.0, 35, 1, 1),
+    spec("Voicemail of the Week", ClipKind::Voicemail, 6.0, 25, 1, 1),
+    spec("VPN Sponsor Read", ClipKind::Ad, 10.0, 15, 1, 2),
+    spec("Meal Kit Ad", ClipKind::Ad, 8.0, 12, 1, 2),
+    spec("Coffee Subscription Ad", ClipKind::Ad, 9.0, 11, 1, 2),
     // Curated late: a new clip makes new research pairs of every episode, researched or not.
-    spec("Running Shoe Ad", ClipKind::Ad, 8, 3),
-    spec("Pet Food Ad", ClipKind::Ad, 7, 3),
-    spec("Online Course Ad", ClipKind::Ad, 6, 3),
-    spec("Tax Software Ad", ClipKind::Ad, 9, 3),
+    spec("Running Shoe Ad", ClipKind::Ad, 8.0, 10, 1, 3),
+    spec("Tax Software Ad", ClipKind::Ad, 7.0, 9, 1, 3),
 ];
 
-/// The pause between two batches of ten episodes.
+/// The pause between two batches of episodes.
 const EPISODE_PACE: std::time::Duration = std::time::Duration::from_millis(30);
+/// Episodes sent in one batch.
+const EPISODE_BATCH: usize = 5;
 
 /// How many of [`CLIPS`], at the end, are curated after the episodes.
-const LATE_CLIPS: usize = 4;
+const LATE_CLIPS: usize = 2;
 
 const ADJECTIVES: &[&str] = &[
     "Unexpected",
@@ -145,7 +156,10 @@ const NOUNS: &[&str] = &[
 pub(crate) struct DataSet {
     /// Every episode, once.
     pub(crate) episodes: Vec<EpisodeInfo>,
-    /// Every clip, once; the last [`LATE_CLIPS`] are sent after the episodes.
+    /// Each episode's audio: its length and which clips go where (same order as `episodes`).
+    pub(crate) plans: Vec<EpisodePlan>,
+    /// Every clip, once, in the order of [`CLIPS`]; the last [`LATE_CLIPS`] are sent after the
+    /// episodes.
     pub(crate) clips: Vec<ClipInfo>,
     /// Episodes sent a second time with a later `last_date_curated` (updates, no new pairs).
     pub(crate) recurated: Vec<EpisodeInfo>,
@@ -171,22 +185,31 @@ fn at(date: NaiveDate, hour: u32, minute: u32) -> DateTime<Utc> {
     Utc.from_utc_datetime(&naive)
 }
 
-/// Builds the data set from a fixed seed.
-pub(crate) fn data_set() -> DataSet {
+/// Builds the data set from a fixed seed; its media are (to be) files under `media_dir`, an
+/// absolute path (`audio::render` writes them).
+pub(crate) fn data_set(media_dir: &Path) -> DataSet {
     let mut rng = StdRng::seed_from_u64(4012);
     let mut episodes = Vec::new();
-    let first = NaiveDate::from_ymd_opt(2025, 1, 1).unwrap_or_default();
+    let mut plans = Vec::new();
+    let first = NaiveDate::from_ymd_opt(2025, 12, 1).unwrap_or_default();
     let mut number = FIRST_NUMBER;
     let mut day = first;
-    while day.year() == 2025 {
+    while day.month() == 12 {
         if !matches!(day.weekday(), Weekday::Sat | Weekday::Sun) {
-            episodes.push(episode(&mut rng, number, day));
+            episodes.push(episode(&mut rng, number, day, media_dir));
+            plans.push(audio::plan(u64::from(number), |clip| {
+                occurrences(&mut rng, clip, day)
+            }));
             number += 1;
         }
         day = day.succ_opt().unwrap_or(day + Duration::days(1));
     }
-    let clips = CLIPS.iter().enumerate().map(|(i, s)| clip(i, s)).collect();
-    let mut recurated: Vec<EpisodeInfo> = episodes.choose_multiple(&mut rng, 20).cloned().collect();
+    let clips = CLIPS
+        .iter()
+        .enumerate()
+        .map(|(i, s)| clip(i, s, media_dir))
+        .collect();
+    let mut recurated: Vec<EpisodeInfo> = episodes.choose_multiple(&mut rng, 4).cloned().collect();
     for e in &mut recurated {
         e.last_date_curated += Duration::days(rng.gen_range(7..60));
         e.description.push_str(" (Show notes corrected.)");
@@ -197,12 +220,14 @@ pub(crate) fn data_set() -> DataSet {
     ];
     let poison_clips = vec![{
         // A new clip last curated before it was first curated: invalid, says the contract.
-        let mut c = clip(CLIPS.len(), &spec("Retired Jingle", ClipKind::Jingle, 0, 0));
+        let retired = spec("Retired Jingle", ClipKind::Jingle, 3.0, 0, 1, 0);
+        let mut c = clip(CLIPS.len(), &retired, media_dir);
         c.last_date_curated = c.initial_date_curated - Duration::days(30);
         encode(&c)
     }];
     DataSet {
         episodes,
+        plans,
         clips,
         recurated,
         poison_episodes,
@@ -210,8 +235,22 @@ pub(crate) fn data_set() -> DataSet {
     }
 }
 
-fn episode(rng: &mut StdRng, number: u32, aired: NaiveDate) -> EpisodeInfo {
-    let special = aired.month() == 12 && aired.day() >= 22;
+/// How many times clip `clip` (an index into [`CLIPS`]) occurs in the episode aired on `day`.
+fn occurrences(rng: &mut StdRng, clip: usize, day: NaiveDate) -> u32 {
+    let Some(s) = CLIPS.get(clip) else { return 0 };
+    let percent = match s.title {
+        "Holiday Jingle" if day.day() >= 15 => 85,
+        _ => s.percent,
+    };
+    if rng.gen_range(0..100) < percent {
+        rng.gen_range(1..=s.most)
+    } else {
+        0
+    }
+}
+
+fn episode(rng: &mut StdRng, number: u32, aired: NaiveDate, media_dir: &Path) -> EpisodeInfo {
+    let special = aired.day() >= 22;
     let title = if special {
         format!("Episode {number}: Best of 2025, {}", aired.format("%B %-d"))
     } else {
@@ -227,14 +266,8 @@ fn episode(rng: &mut StdRng, number: u32, aired: NaiveDate) -> EpisodeInfo {
     } else {
         initial
     };
-    // The most recent month is wanted first; the year-end specials most of all.
-    let priority = if special {
-        5
-    } else if aired.month() == 12 {
-        1
-    } else {
-        0
-    };
+    // The year-end specials are wanted first.
+    let priority = if special { 5 } else { 0 };
     EpisodeInfo {
         initial_date_curated: initial,
         last_date_curated: last,
@@ -245,26 +278,17 @@ fn episode(rng: &mut StdRng, number: u32, aired: NaiveDate) -> EpisodeInfo {
             aired.format("%A, %B %-d, %Y")
         ),
         title,
-        media_uri: format!("https://media.dailyarchive.example/episodes/{number}.mp3"),
-        media_type: "mp3".to_string(),
+        media_uri: file_url(&audio::episode_path(media_dir, u64::from(number))),
+        media_type: "wav".to_string(),
         priority,
     }
 }
 
-fn clip(index: usize, s: &ClipSpec) -> ClipInfo {
-    let slug: String = s
-        .title
-        .chars()
-        .filter_map(|c| match c {
-            'a'..='z' | '0'..='9' => Some(c),
-            'A'..='Z' => Some(c.to_ascii_lowercase()),
-            ' ' | '-' | ':' => Some('-'),
-            _ => None,
-        })
-        .collect();
+fn clip(index: usize, s: &ClipSpec, media_dir: &Path) -> ClipInfo {
     let folder = match s.kind {
-        ClipKind::Jingle => "jingles",
+        ClipKind::Intro | ClipKind::Outro | ClipKind::Jingle => "jingles",
         ClipKind::Catchphrase => "catchphrases",
+        ClipKind::Voicemail => "voicemails",
         ClipKind::Ad => "ads",
     };
     let curated = at(
@@ -278,23 +302,18 @@ fn clip(index: usize, s: &ClipSpec) -> ClipInfo {
         curator_information: CLIP_CURATOR.to_string(),
         title: s.title.to_string(),
         description: format!("{SHOW} {folder}: {}", s.title),
-        media_uri: format!("https://media.dailyarchive.example/clips/{folder}/{slug}.wav"),
+        media_uri: file_url(&audio::clip_path(media_dir, s.title)),
         media_type: "wav".to_string(),
         priority: s.priority,
     }
 }
 
-/// How a clip behaves in the fake analysis: its kind and how often it occurs in `episode`.
-pub(crate) fn clip_profile(clip_title: &str, episode_aired: DateTime<Utc>) -> (ClipKind, u32) {
-    let Some(s) = CLIPS.iter().find(|s| s.title == clip_title) else {
-        return (ClipKind::Jingle, 0);
-    };
-    let percent = match s.title {
-        // Only in December.
-        "Holiday Jingle" if episode_aired.month() == 12 => 85,
-        _ => s.percent,
-    };
-    (s.kind, percent)
+/// `path` (absolute) as a `file://` URL, its characters percent-encoded where URLs need it.
+fn file_url(path: &Path) -> String {
+    match url::Url::from_file_path(path) {
+        Ok(u) => u.to_string(),
+        Err(()) => format!("file://{}", path.display()),
+    }
 }
 
 /// What the curators sent.
@@ -320,13 +339,13 @@ pub(crate) async fn curate(
         .await
         .context("curators: sending clips")?;
     sent.clips += early as u64;
-    for (i, chunk) in data.episodes.chunks(10).enumerate() {
+    for (i, chunk) in data.episodes.chunks(EPISODE_BATCH).enumerate() {
         episodes
             .send_batch(chunk.iter().map(encode).collect())
             .await
             .context("curators: sending episodes")?;
         sent.episodes += chunk.len() as u64;
-        if i == 5 {
+        if i == 2 {
             episodes
                 .send_batch(data.poison_episodes.clone())
                 .await
@@ -369,10 +388,13 @@ mod tests {
 
     #[test]
     fn data_set_is_valid_distinct_and_deterministic() {
-        let a = data_set();
-        let b = data_set();
+        let dir = std::path::Path::new("/tmp/demo-media");
+        let a = data_set(dir);
+        let b = data_set(dir);
         assert_eq!(a.episodes, b.episodes);
-        assert_eq!(a.episodes.len(), 261);
+        assert_eq!(a.plans, b.plans);
+        assert_eq!(a.episodes.len(), 23);
+        assert_eq!(a.plans.len(), a.episodes.len());
         assert_eq!(a.clips.len(), CLIPS.len());
         let mut keys: Vec<_> = a.episodes.iter().map(|e| e.key()).collect();
         keys.sort_by(|x, y| (&x.title, x.date_aired).cmp(&(&y.title, y.date_aired)));

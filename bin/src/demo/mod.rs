@@ -1,23 +1,28 @@
 //! `archivist demo`: the whole pipeline in one process on an in-memory bus, with built-in
 //! curators and researchers, ending with a summary and an exactly-once check.
 //!
-//! - `curators.rs`: the data set (a daily show's year of episodes, a few dozen clips, poison).
-//! - `analysis.rs`: the researchers' deterministic fake analysis.
-//! - `researchers.rs`: researcher tasks, one of which crashes mid-lease; the [`Ledger`] of
-//!   research executions per pair.
+//! - `curators.rs`: the data set (a month of a daily show, a dozen clips, poison).
+//! - `audio.rs`: the data set's audio, synthesised, with the truth of where each clip is.
+//! - `researchers.rs`: `research`'s runtime with the reference analyser, wrapped to keep the
+//!   [`Ledger`] of answers per pair and to stage one analyser that stops answering mid-item.
+//! - `truth.rs`: the recorded matches against the truth (recall, false matches, offset error).
 //! - `progress.rs`: the progress bar or log lines, and the [`Summary`].
 //!
 //! The datastore is DATABASE_URL, by default `archivist.sqlite` in the working directory, as
 //! for every other subcommand: the demo's results stay there for `status`, `matches` and the
 //! status page. It must be new or empty, so that a demo never mixes with real data. The lease
-//! is [`DEMO_LEASE`] unless `--lease-duration` is given, short so that the crashed
-//! researcher's work comes back quickly.
+//! is [`DEMO_LEASE`] unless `--lease-duration` is given, short so that the stalled
+//! analyser's work comes back quickly. The audio is written beside an SQLite datastore
+//! (`archivist-demo-media/` for `archivist.sqlite`), or in the working directory, and stays:
+//! the matches point into it.
 
-mod analysis;
+mod audio;
 mod curators;
 mod progress;
 mod researchers;
+mod truth;
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,7 +32,7 @@ use archivist::completed_research::CompletedResearchConfig;
 use archivist::pending_research::PendingResearchConfig;
 use archivist::RetryPolicy;
 use datastore::{redact_url, DataStore, Status};
-use messagebus::{Bus, MemoryBusConfig};
+use messagebus::{Bus, MemoryBusConfig, Sender};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -36,11 +41,12 @@ use crate::cli::DemoArgs;
 use crate::commands::archivists::{spawn_all, AllTotals, Pipeline};
 use crate::config::{to_chrono, usage, BusKind, Config};
 use crate::connect;
+use crate::research::{self, media::Media, media::MediaConfig, reference::ReferenceAnalyser};
 use crate::tasks::{self, Totals};
 
 use self::curators::DataSet;
 use self::progress::{Progress, Summary};
-use self::researchers::{Ledger, Researcher};
+use self::researchers::{Ledger, StagedAnalyser};
 
 /// The demo's lease when ARCHIVIST_LEASE_DURATION is not set.
 const DEMO_LEASE: Duration = Duration::from_secs(5);
@@ -50,9 +56,13 @@ const DEMO_EVERY: Duration = Duration::from_millis(50);
 const DEMO_RECORDERS: usize = 2;
 /// How often progress is read from the datastore.
 const POLL: Duration = Duration::from_millis(200);
-/// The researcher that crashes (1-based), and on which of its work items.
-const CRASHING_RESEARCHER: usize = 2;
-const CRASH_ON_ITEM: u64 = 2;
+/// The work item (1-based, of those with two clips or more) on which the analyser stalls.
+const STALL_ON_ITEM: u64 = 2;
+/// The researchers' stall timeout is the lease and this much more: the stalled item is
+/// released after its lease expired, so that it is skipped when it comes back.
+const STALL_MARGIN: Duration = Duration::from_secs(4);
+/// How long the researchers' items in hand may take to finish once the demo is done.
+const DEMO_DRAIN: Duration = Duration::from_secs(2);
 
 /// How the monitor saw the run end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +124,22 @@ pub(crate) async fn run(
         )
         .await?
     };
-    let data = Arc::new(curators::data_set());
+    let media_dir = media_dir(&url)?;
+    let data = Arc::new(curators::data_set(&media_dir));
+    let audio_seconds = {
+        let (dir, plans) = (media_dir.clone(), data.plans.clone());
+        let generating = Instant::now();
+        let seconds = tokio::task::spawn_blocking(move || audio::render(&dir, &plans))
+            .await
+            .context("generating the demo's audio")??;
+        tracing::info!(
+            media = %media_dir.display(),
+            minutes = format!("{:.1}", seconds / 60.0),
+            took = ?generating.elapsed(),
+            "generated the demo's audio"
+        );
+        seconds
+    };
     let ledger = Arc::new(Ledger::default());
     let totals = AllTotals::default();
     let outcome = Arc::new(Mutex::new(Outcome::Running));
@@ -122,7 +147,15 @@ pub(crate) async fn run(
     let mut set = JoinSet::new();
 
     // Researchers first, so that the bus counts them before the first work assignment.
-    spawn_researchers(&mut set, &pipeline_token, &*bus, config, args, &ledger).await?;
+    spawn_researchers(
+        &mut set,
+        &pipeline_token,
+        &bus,
+        config,
+        args,
+        lease,
+        &ledger,
+    )?;
     let pipeline = Pipeline {
         every: DEMO_EVERY,
         pending: PendingResearchConfig {
@@ -160,9 +193,11 @@ pub(crate) async fn run(
             .await
             .map(|_| ())
     });
+    let work_queue = connect::sender(&*bus, &config.queues.pending_research).await?;
     set.spawn(monitor(
         pipeline_token.clone(),
         store.clone(),
+        work_queue,
         data.clone(),
         outcome.clone(),
         args.timeout,
@@ -177,7 +212,14 @@ pub(crate) async fn run(
         .status(chrono::Utc::now())
         .await
         .context("cannot read the final status")?;
+    let matches = store
+        .matches(&datastore::MatchFilter::default())
+        .await
+        .context("cannot read the matches")?;
     let summary = summarize(SummaryInput {
+        analysis: truth::check(&data, &matches),
+        audio_seconds,
+        media_dir: &media_dir,
         config,
         args,
         bus: &*bus,
@@ -202,39 +244,76 @@ pub(crate) async fn run(
     }
 }
 
-async fn spawn_researchers(
+/// The researchers: `research`'s runtime on the demo's bus, one slot per `--researcher-tasks`,
+/// with the reference analyser (one stall staged).
+fn spawn_researchers(
     set: &mut JoinSet<anyhow::Result<()>>,
     token: &CancellationToken,
-    bus: &dyn Bus,
+    bus: &Arc<dyn Bus>,
     config: &Config,
     args: &DemoArgs,
+    lease: Duration,
     ledger: &Arc<Ledger>,
 ) -> anyhow::Result<()> {
-    for id in 1..=args.researcher_tasks as usize {
-        // Each researcher holds its own receiver: the bus counts live receivers as consumers,
-        // and the crashed one's goes away with it.
-        let receiver = connect::receiver(bus, &config.queues.pending_research).await?;
-        let results = connect::sender(bus, &config.queues.completed_research).await?;
-        let me = Researcher {
-            id,
-            crash_on_item: (id == CRASHING_RESEARCHER).then_some(CRASH_ON_ITEM),
-        };
-        set.spawn(researchers::run(
-            me,
-            token.clone(),
-            receiver,
-            results,
-            ledger.clone(),
-        ));
-    }
+    let cache_dir =
+        std::env::temp_dir().join(format!("archivist-demo-cache-{}", std::process::id()));
+    let media = Media::new(MediaConfig {
+        cache_dir,
+        cache_size: 1 << 30,
+        max_size: 1 << 30,
+        connect_timeout: Duration::from_secs(10),
+        read_timeout: Duration::from_secs(10),
+        attempts: 3,
+    })?;
+    let analyser = StagedAnalyser::new(
+        Arc::new(ReferenceAnalyser::new()),
+        ledger.clone(),
+        STALL_ON_ITEM,
+    );
+    let setup = research::Setup {
+        analyser: Arc::new(analyser),
+        media,
+        concurrency: args.researcher_tasks as usize,
+        once: false,
+        stall_timeout: lease + STALL_MARGIN,
+        drain_timeout: DEMO_DRAIN,
+    };
+    // The demo serves nothing: the researchers' own server stays off.
+    let mut config = config.clone();
+    config.metrics_addr = None;
+    let (bus, token) = (bus.clone(), token.clone());
+    set.spawn(async move { research::run_on(&config, bus.as_ref(), setup, &token).await });
     Ok(())
 }
 
-/// Watches the datastore until every pair of the data set is researched (then cancels the
-/// pipeline), showing progress. Fails when `timeout` passes first.
+/// Where the demo's audio goes: beside an SQLite datastore (`archivist-demo-media/` for
+/// `archivist.sqlite`), otherwise in the working directory. Absolute, since media URIs are.
+fn media_dir(url: &str) -> anyhow::Result<PathBuf> {
+    let cwd = std::env::current_dir().context("the working directory")?;
+    let beside = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .map(|rest| rest.split('?').next().unwrap_or(rest))
+        .filter(|path| !path.is_empty() && !path.contains(":memory:"))
+        .map(Path::new)
+        .and_then(|file| {
+            let stem = file.file_stem()?.to_string_lossy().into_owned();
+            Some(file.with_file_name(format!("{stem}-demo-media")))
+        });
+    let dir = beside.unwrap_or_else(|| PathBuf::from("archivist-demo-media"));
+    Ok(if dir.is_absolute() {
+        dir
+    } else {
+        cwd.join(dir)
+    })
+}
+
+/// Watches the datastore until every pair of the data set is researched and the work queue
+/// is empty (then cancels the pipeline), showing progress. Fails when `timeout` passes first.
 async fn monitor(
     token: CancellationToken,
     store: Arc<dyn DataStore>,
+    work_queue: Arc<dyn Sender>,
     data: Arc<DataSet>,
     outcome: Arc<Mutex<Outcome>>,
     timeout: Duration,
@@ -266,7 +345,16 @@ async fn monitor(
             }
         };
         progress.update(&status);
-        if is_done(&status, &data) {
+        // Done when every pair is researched and no work item is left on the bus: the stalled
+        // one is released at its stall timeout and then skipped as expired.
+        let work_left = match work_queue.inspect().await {
+            Ok(q) => q.waiting + q.in_flight,
+            Err(e) => {
+                tracing::warn!("cannot read the work queue: {e}");
+                continue;
+            }
+        };
+        if is_done(&status, &data) && work_left == 0 {
             progress.finish();
             *outcome.lock().unwrap_or_else(|p| p.into_inner()) = Outcome::Done;
             tracing::info!(
@@ -304,6 +392,9 @@ fn explore_commands(config: &Config) -> Vec<String> {
 }
 
 struct SummaryInput<'a> {
+    analysis: truth::Check,
+    audio_seconds: f64,
+    media_dir: &'a Path,
     config: &'a Config,
     args: &'a DemoArgs,
     bus: &'a dyn Bus,
@@ -333,14 +424,22 @@ async fn summarize(i: SummaryInput<'_>) -> Summary {
         })
         .collect();
     let once = executions.values().filter(|l| l.len() == 1).count() as u64;
-    let more = executions.values().filter(|l| l.len() > 1).count() as u64;
+    // A pair answered twice under one lease (an item tried again before its lease ran out)
+    // is recorded once all the same; under two leases, the work was handed out twice.
+    let more = executions
+        .values()
+        .filter(|l| l.iter().collect::<std::collections::HashSet<_>>().len() > 1)
+        .count() as u64;
     let not_researched = expected
         .iter()
         .filter(|p| !executions.contains_key(*p))
         .count() as u64;
     let unexpected = executions.keys().filter(|p| !expected.contains(*p)).count();
     if more > 0 {
-        let mut twice: Vec<_> = executions.iter().filter(|(_, l)| l.len() > 1).collect();
+        let mut twice: Vec<_> = executions
+            .iter()
+            .filter(|(_, l)| l.iter().collect::<std::collections::HashSet<_>>().len() > 1)
+            .collect();
         twice.sort();
         let examples: Vec<String> = twice
             .iter()
@@ -351,7 +450,7 @@ async fn summarize(i: SummaryInput<'_>) -> Summary {
             })
             .collect();
         problems.push(format!(
-            "{more} pairs were researched more than once, as {}",
+            "{more} pairs were researched under more than one lease, as {}",
             examples.join("; ")
         ));
     }
@@ -394,9 +493,12 @@ async fn summarize(i: SummaryInput<'_>) -> Summary {
         ));
     }
 
-    let crash = i.ledger.crash();
+    let stall = i.ledger.stall();
     Summary {
         datastore: i.shown,
+        media: i.media_dir.display().to_string(),
+        audio_minutes: (i.audio_seconds / 6.0).round() / 10.0,
+        analysis: i.analysis,
         explore: explore_commands(i.config),
         episodes: i.status.episodes,
         clips: i.status.clips,
@@ -411,18 +513,18 @@ async fn summarize(i: SummaryInput<'_>) -> Summary {
         researchers: i.args.researcher_tasks,
         work_items: i.ledger.items.load(Ordering::Relaxed),
         leases_created: pending.leases_created,
-        leases_expired: u64::from(crash.is_some()) + i.status.expired_leases,
+        leases_expired: u64::from(stall.is_some()) + i.status.expired_leases,
         pairs_reclaimed: pending.pairs_reclaimed,
-        crash: crash.map(|c| {
+        stall: stall.map(|c| {
             format!(
-                "researcher {} crashed mid-lease (lease {}) on {:?} after {} of {} results; \
-                 the other {} pairs came back when its lease expired",
-                c.researcher,
-                c.lease_id,
+                "the analyser stopped answering (staged) on {:?} after {} of {} results \
+                 (lease {}); the stall timeout released its item, the lease expired, and the \
+                 other {} pairs were leased again",
                 c.episode,
-                c.sent,
+                c.answered,
                 c.clips,
-                c.clips - c.sent
+                c.lease_id,
+                c.clips - c.answered
             )
         }),
         messages_dead_lettered: dead,

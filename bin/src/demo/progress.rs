@@ -9,6 +9,8 @@ use datastore::Status;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
+use crate::demo::truth::Check;
+
 /// How often a log line reports progress when standard error is not a terminal.
 const LOG_EVERY: Duration = Duration::from_secs(1);
 
@@ -79,6 +81,11 @@ impl Progress {
 #[derive(Debug, Serialize)]
 pub(crate) struct Summary {
     pub(crate) datastore: String,
+    /// Where the demo's audio is (it stays: the matches point into it).
+    pub(crate) media: String,
+    pub(crate) audio_minutes: f64,
+    /// The reference analyser's answers against the truth of the generated audio.
+    pub(crate) analysis: Check,
     pub(crate) episodes: u64,
     pub(crate) clips: u64,
     pub(crate) research_pairs: u64,
@@ -94,7 +101,7 @@ pub(crate) struct Summary {
     pub(crate) leases_created: u64,
     pub(crate) leases_expired: u64,
     pub(crate) pairs_reclaimed: u64,
-    pub(crate) crash: Option<String>,
+    pub(crate) stall: Option<String>,
     pub(crate) messages_dead_lettered: u64,
     pub(crate) poison_messages_sent: u64,
     pub(crate) dead_letters_by_queue: BTreeMap<String, u64>,
@@ -148,6 +155,28 @@ impl Summary {
             "  matches          {} pairs matched",
             self.matched_pairs
         )?;
+        let a = &self.analysis;
+        writeln!(
+            out,
+            "  analysis         {:.1} minutes of generated audio in {}",
+            self.audio_minutes, self.media
+        )?;
+        writeln!(
+            out,
+            "                   found {} of {} clip occurrences put in (recall {:.3}), {} false \
+             matches, {} of {} absent pairs matched",
+            a.found,
+            a.occurrences,
+            a.recall,
+            a.false_matches,
+            a.absent_pairs_matched,
+            a.absent_pairs
+        )?;
+        writeln!(
+            out,
+            "                   offset error median {:.2} ms, p95 {:.2} ms, max {:.2} ms",
+            a.offset_error_ms_median, a.offset_error_ms_p95, a.offset_error_ms_max
+        )?;
         writeln!(
             out,
             "  leases           {} created ({} lease), {} expired, {} pairs reclaimed",
@@ -156,8 +185,8 @@ impl Summary {
             self.leases_expired,
             self.pairs_reclaimed
         )?;
-        if let Some(crash) = &self.crash {
-            writeln!(out, "                   {crash}")?;
+        if let Some(stall) = &self.stall {
+            writeln!(out, "                   {stall}")?;
         }
         writeln!(
             out,

@@ -1,53 +1,43 @@
-//! The demo's researchers: concurrent tasks, each a live receiver on `pending_research` (so
-//! the bus counts it as a consumer). A researcher acknowledges a work item as soon as it takes
-//! it (the lease, not the message, is what brings abandoned work back), researches each clip
-//! with a small random delay, and sends one result per clip, the last one ending the lease.
-//!
-//! One researcher crashes mid-lease: after sending part of an item's results it stops for
-//! good. Its lease then expires and the pending-research archivist hands the rest to others.
-//!
-//! The [`Ledger`] counts every research execution per pair, for the exactly-once check.
+//! The demo's researchers: `archivist research`'s own runtime (its slots, media handling, line
+//! checks and settlement), in this process, running the reference analyser on the demo's
+//! audio. The analyser is wrapped in a [`StagedAnalyser`], which keeps the [`Ledger`] of every
+//! answer per pair (for the exactly-once check) and stages one failure: on one work item the
+//! analyser stops answering halfway through. The researcher's stall timeout stops it and
+//! releases the item; by then its lease has expired and the pending-research archivist has
+//! handed the unanswered pairs to another researcher, so the item, when it comes back, is
+//! skipped as expired.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use anyhow::Context;
-use archivist::messages::{decode, encode, CompletedResearchItem, PendingResearchItem};
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use messagebus::{Receiver, Sender};
-use rand::Rng;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::demo::analysis;
-
-/// How long one receive waits before checking for cancellation again.
-const RECEIVE_WAIT: Duration = Duration::from_millis(200);
+use crate::research::analyser::{Analyser, Ending, Run};
 
 /// A research pair: episode title, episode air date, clip title.
 pub(crate) type Pair = (String, DateTime<Utc>, String);
 
-/// The crash the demo stages.
+/// The stall the demo stages.
 #[derive(Debug, Clone)]
-pub(crate) struct Crash {
-    pub(crate) researcher: usize,
+pub(crate) struct Stall {
     pub(crate) lease_id: Uuid,
     pub(crate) episode: String,
-    pub(crate) sent: usize,
+    pub(crate) answered: usize,
     pub(crate) clips: usize,
 }
 
 /// What all researchers did.
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
-    /// The leases each pair was researched under.
+    /// The leases each pair was answered under, once per answer.
     executions: Mutex<HashMap<Pair, Vec<Uuid>>>,
     pub(crate) items: AtomicU64,
     pub(crate) results: AtomicU64,
     pub(crate) matches: AtomicU64,
-    crash: Mutex<Option<Crash>>,
+    stall: Mutex<Option<Stall>>,
 }
 
 impl Ledger {
@@ -56,7 +46,7 @@ impl Ledger {
         map.entry(pair).or_default().push(lease);
     }
 
-    /// The leases each pair was researched under: one entry per research execution.
+    /// The leases each pair was answered under: one entry per answer.
     pub(crate) fn executions(&self) -> HashMap<Pair, Vec<Uuid>> {
         self.executions
             .lock()
@@ -64,120 +54,148 @@ impl Ledger {
             .clone()
     }
 
-    /// The staged crash, once it happened.
-    pub(crate) fn crash(&self) -> Option<Crash> {
-        self.crash.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    /// The staged stall, once it happened.
+    pub(crate) fn stall(&self) -> Option<Stall> {
+        self.stall.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
-/// One researcher's settings.
-pub(crate) struct Researcher {
-    pub(crate) id: usize,
-    /// Crash on the `n`-th work item taken (1-based) that has at least two clips.
-    pub(crate) crash_on_item: Option<u64>,
+/// The reference analyser, with the ledger kept and one stall staged.
+pub(crate) struct StagedAnalyser {
+    inner: Arc<dyn Analyser>,
+    ledger: Arc<Ledger>,
+    /// Stall on the `n`-th work item (1-based) that has at least two clips.
+    stall_on_item: u64,
+    taken: AtomicU64,
 }
 
-/// Runs one researcher until the token is cancelled (finishing the item in hand) or its
-/// staged crash.
-pub(crate) async fn run(
-    me: Researcher,
-    token: CancellationToken,
-    receiver: Arc<dyn Receiver>,
-    results: Arc<dyn Sender>,
-    ledger: Arc<Ledger>,
-) -> anyhow::Result<()> {
-    let mut taken = 0u64;
-    while !token.is_cancelled() {
-        let batch = tokio::select! {
-            _ = token.cancelled() => break,
-            b = receiver.receive(1, RECEIVE_WAIT) => b.context("researcher: receiving work")?,
-        };
-        for delivery in batch {
-            let item: PendingResearchItem = match decode(delivery.body()) {
-                Ok(item) => item,
-                Err(e) => {
-                    delivery.dead_letter(&e.to_string()).await?;
-                    continue;
-                }
-            };
-            // Taking the work: from now on the lease, not the message, brings it back.
-            delivery
-                .ack()
-                .await
-                .context("researcher: acknowledging work")?;
-            ledger.items.fetch_add(1, Ordering::Relaxed);
-            if item.clips.len() >= 2 {
-                taken += 1;
-            }
-            let crash_at = match me.crash_on_item {
-                Some(n) if n == taken && item.clips.len() >= 2 => Some(item.clips.len() / 2),
-                _ => None,
-            };
-            // Fetching the episode's audio.
-            pause(2..12).await;
-            let last = item.clips.len().saturating_sub(1);
-            for (i, clip) in item.clips.iter().enumerate() {
-                if crash_at == Some(i) {
-                    let crash = Crash {
-                        researcher: me.id,
-                        lease_id: item.lease_id,
-                        episode: item.episode.title.clone(),
-                        sent: i,
-                        clips: item.clips.len(),
-                    };
-                    tracing::warn!(
-                        researcher = me.id,
-                        lease = %item.lease_id,
-                        episode = %crash.episode,
-                        "researcher crashed mid-lease after sending {} of {} results; \
-                         its lease will expire and the rest will be handed out again",
-                        crash.sent,
-                        crash.clips
-                    );
-                    *ledger.crash.lock().unwrap_or_else(|p| p.into_inner()) = Some(crash);
-                    return Ok(());
-                }
-                pause(0..2).await;
-                let finding = analysis::research(&item.episode, clip);
-                ledger.executed(
-                    (
-                        item.episode.title.clone(),
-                        item.episode.date_aired,
-                        clip.title.clone(),
-                    ),
-                    item.lease_id,
-                );
-                if !finding.clip_offsets_ns.is_empty() {
-                    ledger.matches.fetch_add(1, Ordering::Relaxed);
-                }
-                let result = CompletedResearchItem {
-                    lease_id: item.lease_id,
-                    revoke_lease: i == last,
-                    research_date: Utc::now(),
-                    episode: item.episode.clone(),
-                    clip: clip.clone(),
-                    episode_duration_ns: finding.episode_duration_ns,
-                    episode_hash: finding.episode_hash,
-                    clip_duration_ns: finding.clip_duration_ns,
-                    clip_hash: finding.clip_hash,
-                    clip_offsets_ns: finding.clip_offsets_ns,
-                    failure: None,
-                };
-                results
-                    .send(encode(&result))
-                    .await
-                    .context("researcher: sending a result")?;
-                ledger.results.fetch_add(1, Ordering::Relaxed);
-            }
+impl StagedAnalyser {
+    pub(crate) fn new(inner: Arc<dyn Analyser>, ledger: Arc<Ledger>, stall_on_item: u64) -> Self {
+        StagedAnalyser {
+            inner,
+            ledger,
+            stall_on_item,
+            taken: AtomicU64::new(0),
         }
     }
-    Ok(())
 }
 
-/// A short random pause, in milliseconds.
-async fn pause(range: std::ops::Range<u64>) {
-    let ms = rand::thread_rng().gen_range(range);
-    if ms > 0 {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
+/// What the wrapper reads of the item the runtime hands the analyser.
+#[derive(serde::Deserialize)]
+struct Input {
+    lease_id: Uuid,
+    episode: Titled,
+    clips: Vec<Titled>,
+}
+
+#[derive(serde::Deserialize)]
+struct Titled {
+    title: String,
+    #[serde(default)]
+    date_aired: Option<DateTime<Utc>>,
+}
+
+/// What the wrapper reads of an answer.
+#[derive(serde::Deserialize)]
+struct Answer {
+    clip_title: Option<String>,
+    #[serde(default)]
+    clip_offsets_ns: Vec<i64>,
+}
+
+#[async_trait]
+impl Analyser for StagedAnalyser {
+    async fn start(&self, input: Vec<u8>, lease: &str) -> anyhow::Result<Box<dyn Run>> {
+        let item: Input = serde_json::from_slice(&input)?;
+        self.ledger.items.fetch_add(1, Ordering::Relaxed);
+        let stall_after = if item.clips.len() >= 2 {
+            let n = self.taken.fetch_add(1, Ordering::Relaxed) + 1;
+            (n == self.stall_on_item).then_some(item.clips.len() / 2)
+        } else {
+            None
+        };
+        let run = self.inner.start(input, lease).await?;
+        Ok(Box::new(StagedRun {
+            run,
+            ledger: self.ledger.clone(),
+            lease_id: item.lease_id,
+            episode: item.episode.title,
+            aired: item.episode.date_aired.unwrap_or_default(),
+            clips: item.clips.len(),
+            answered: 0,
+            stall_after,
+            stalled: false,
+        }))
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+struct StagedRun {
+    run: Box<dyn Run>,
+    ledger: Arc<Ledger>,
+    lease_id: Uuid,
+    episode: String,
+    aired: DateTime<Utc>,
+    clips: usize,
+    answered: usize,
+    stall_after: Option<usize>,
+    stalled: bool,
+}
+
+#[async_trait]
+impl Run for StagedRun {
+    async fn next_line(&mut self) -> anyhow::Result<Option<String>> {
+        if self.stalled {
+            return std::future::pending().await;
+        }
+        let line = self.run.next_line().await?;
+        let Some(text) = &line else {
+            return Ok(line);
+        };
+        let Ok(Answer {
+            clip_title: Some(clip),
+            clip_offsets_ns,
+        }) = serde_json::from_str::<Answer>(text)
+        else {
+            return Ok(line);
+        };
+        if self.stall_after == Some(self.answered) {
+            self.stalled = true;
+            let stall = Stall {
+                lease_id: self.lease_id,
+                episode: self.episode.clone(),
+                answered: self.answered,
+                clips: self.clips,
+            };
+            tracing::warn!(
+                lease = %self.lease_id,
+                episode = %stall.episode,
+                "the analyser stopped answering after {} of {} clips (staged); the stall \
+                 timeout will stop it, and the lease will expire and hand the rest out again",
+                stall.answered,
+                stall.clips
+            );
+            *self.ledger.stall.lock().unwrap_or_else(|p| p.into_inner()) = Some(stall);
+            return std::future::pending().await;
+        }
+        self.answered += 1;
+        self.ledger
+            .executed((self.episode.clone(), self.aired, clip), self.lease_id);
+        self.ledger.results.fetch_add(1, Ordering::Relaxed);
+        if !clip_offsets_ns.is_empty() {
+            self.ledger.matches.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(line)
+    }
+
+    async fn finish(self: Box<Self>) -> Ending {
+        self.run.finish().await
+    }
+
+    async fn stop(self: Box<Self>) {
+        self.run.stop().await
     }
 }

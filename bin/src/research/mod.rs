@@ -17,12 +17,12 @@
 //! - `serve.rs`: `--metrics-addr`: `/metrics`, `/healthz` and `/api/researcher` (each slot's
 //!   work and since when).
 
-mod analyser;
+pub(crate) mod analyser;
 mod exec;
 mod http;
-mod media;
+pub(crate) mod media;
 mod protocol;
-mod reference;
+pub(crate) mod reference;
 mod serve;
 mod work;
 
@@ -33,7 +33,7 @@ use std::time::Duration;
 use archivist::messages::PendingResearchItem;
 use chrono::{DateTime, Utc};
 use clap::Args;
-use messagebus::{Receiver, Sender};
+use messagebus::{Bus, Receiver, Sender};
 use serde::Serialize;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -296,37 +296,76 @@ pub(crate) async fn run(
     } else {
         connect::shared_bus(config, "research", &token).await?
     };
-    let results = connect::sender(bus.as_ref(), &config.queues.completed_research).await?;
+    let setup = Setup {
+        analyser,
+        media,
+        concurrency,
+        once: args.once,
+        stall_timeout: args.stall_timeout,
+        drain_timeout: args.drain_timeout,
+    };
+    let outcome = run_on(config, bus.as_ref(), setup, &token).await;
+    match tokio::time::timeout(RELEASE_GRACE, bus.close()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "could not close the bus"),
+        Err(_) => tracing::warn!("the bus did not close in time"),
+    }
+    tracing::info!("researcher stopped");
+    outcome
+}
+
+/// What a researcher runs with, besides the bus: from `research`'s options, or the demo's.
+pub(crate) struct Setup {
+    pub(crate) analyser: Arc<dyn Analyser>,
+    pub(crate) media: Media,
+    /// Slots: work items at once, one receiver (one consumer) each.
+    pub(crate) concurrency: usize,
+    /// Take what is waiting, finish it, and return.
+    pub(crate) once: bool,
+    pub(crate) stall_timeout: Duration,
+    pub(crate) drain_timeout: Duration,
+}
+
+/// Runs the researcher's slots on `bus` until `token` is cancelled (then the drain) or, with
+/// `once`, until the queue is drained. The caller owns the bus and closes it.
+pub(crate) async fn run_on(
+    config: &Config,
+    bus: &dyn Bus,
+    setup: Setup,
+    token: &CancellationToken,
+) -> anyhow::Result<()> {
+    let concurrency = setup.concurrency;
+    let results = connect::sender(bus, &config.queues.completed_research).await?;
     // One receiver per slot, made before any receives: each counts as a researcher from the
     // start, so work assignment sees the whole capacity at once.
     let mut receivers: Vec<Arc<dyn Receiver>> = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
-        receivers.push(connect::receiver(bus.as_ref(), &config.queues.pending_research).await?);
+        receivers.push(connect::receiver(bus, &config.queues.pending_research).await?);
     }
     let ctx = Arc::new(Context {
-        analyser,
-        media,
+        analyser: setup.analyser,
+        media: setup.media,
         results,
         hard_stop: CancellationToken::new(),
-        stall_timeout: args.stall_timeout,
-        drain_timeout: args.drain_timeout,
+        stall_timeout: setup.stall_timeout,
+        drain_timeout: setup.drain_timeout,
         slots: Mutex::new(vec![SlotState::Idle; concurrency]),
     });
     if let Some(addr) = config.metrics_addr {
-        serve::spawn(addr, ctx.clone(), concurrency, &token).await?;
+        serve::spawn(addr, ctx.clone(), concurrency, token).await?;
     }
     metrics::gauge!("archivist_researcher_slots").set(concurrency as f64);
     tracing::info!(
         analyser = %ctx.analyser.describe(),
         concurrency,
-        once = args.once,
+        once = setup.once,
         "researcher started"
     );
 
     // The drain: once the token is cancelled, items in hand get the drain timeout.
     let drain = {
         let (token, hard_stop, timeout) =
-            (token.clone(), ctx.hard_stop.clone(), args.drain_timeout);
+            (token.clone(), ctx.hard_stop.clone(), setup.drain_timeout);
         tokio::spawn(async move {
             tokio::select! {
                 _ = token.cancelled() => {}
@@ -347,7 +386,7 @@ pub(crate) async fn run(
     for (slot, receiver) in receivers.into_iter().enumerate() {
         let (ctx, token) = (ctx.clone(), token.clone());
         let budget = config.retry_budget;
-        let once = args.once;
+        let once = setup.once;
         set.spawn(async move { run_slot(&ctx, slot, receiver, &token, once, budget).await });
     }
     let mut outcome = Ok(());
@@ -364,12 +403,6 @@ pub(crate) async fn run(
     }
     ctx.hard_stop.cancel();
     let _ = drain.await;
-    match tokio::time::timeout(RELEASE_GRACE, bus.close()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::debug!(error = %e, "could not close the bus"),
-        Err(_) => tracing::warn!("the bus did not close in time"),
-    }
-    tracing::info!("researcher stopped");
     outcome
 }
 

@@ -27,6 +27,10 @@ enum Outcome {
 
 /// How long sending one result keeps trying through a bus outage before the item fails.
 const SEND_PATIENCE: Duration = Duration::from_secs(60);
+/// How long a result is held back waiting for the next (which would let it be sent without
+/// `revoke_lease`) before it is sent anyway: an analyser quiet between two clips must not
+/// keep an answer from renewing the lease, or leave it to be sent after the lease ran out.
+const HOLD: Duration = Duration::from_secs(1);
 
 /// Handles one delivery of `pending_research` on slot `slot`. Returns `false` when the item
 /// went back to the queue (failed or released), so that the slot pauses before it takes
@@ -173,14 +177,24 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
         Err(e) => return results.fail(format!("{e:#}")).await,
     };
     let mut answered: HashSet<String> = HashSet::new();
+    // The stall timeout counts from the last line, whatever else happens in between.
+    let mut stall_at = tokio::time::Instant::now() + ctx.stall_timeout;
     loop {
         let next = tokio::select! {
             _ = stop.cancelled() => {
                 run.stop().await;
                 return results.released_at_drain().await;
             }
-            next = tokio::time::timeout(ctx.stall_timeout, run.next_line()) => next,
+            _ = results.hold_over(), if results.holding() => {
+                if let Err(e) = results.flush(false).await {
+                    run.stop().await;
+                    return results.fail(e).await;
+                }
+                continue;
+            }
+            next = tokio::time::timeout_at(stall_at, run.next_line()) => next,
         };
+        stall_at = tokio::time::Instant::now() + ctx.stall_timeout;
         let line = match next {
             Err(_) => {
                 run.stop().await;
@@ -269,12 +283,16 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
 }
 
 /// The results of one item, sent as they come. The latest one is held back until the next
-/// arrives or the item ends, so that the last one sent can carry `revoke_lease` when the item
-/// finished (and does not when it failed: the lease then stays with the item's next try).
+/// arrives, the item ends or [`HOLD`] passes, so that the last one sent can carry
+/// `revoke_lease` when the item finished (and does not when it failed: the lease then stays
+/// with the item's next try). When the last answer was sent before the item ended, it is sent
+/// again with `revoke_lease`: a result is recorded once however often it is delivered.
 struct Results<'a> {
     ctx: &'a Context,
     item: &'a PendingResearchItem,
     held: Option<CompletedResearchItem>,
+    held_since: tokio::time::Instant,
+    last_sent: Option<CompletedResearchItem>,
     episode_hash: String,
     clip_hashes: HashMap<String, String>,
 }
@@ -285,6 +303,8 @@ impl<'a> Results<'a> {
             ctx,
             item,
             held: None,
+            held_since: tokio::time::Instant::now(),
+            last_sent: None,
             episode_hash: String::new(),
             clip_hashes: HashMap::new(),
         }
@@ -349,7 +369,18 @@ impl<'a> Results<'a> {
         if let Some(previous) = self.held.replace(result) {
             self.send(previous).await?;
         }
+        self.held_since = tokio::time::Instant::now();
         Ok(())
+    }
+
+    /// Whether a result is held back.
+    fn holding(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Ready when the held result has waited [`HOLD`].
+    async fn hold_over(&self) {
+        tokio::time::sleep_until(self.held_since + HOLD).await;
     }
 
     /// Sends what is held back; with `revoke`, as the lease's last result.
@@ -361,11 +392,23 @@ impl<'a> Results<'a> {
         Ok(())
     }
 
-    async fn send(&self, result: CompletedResearchItem) -> Result<(), String> {
-        send_patiently(&*self.ctx.results, encode(&result)).await
+    async fn send(&mut self, result: CompletedResearchItem) -> Result<(), String> {
+        send_patiently(&*self.ctx.results, encode(&result)).await?;
+        self.last_sent = Some(result);
+        Ok(())
     }
 
     async fn done(mut self) -> Outcome {
+        if self.held.is_none() {
+            // Everything was sent already: the last answer again, ending the lease.
+            if let Some(mut last) = self.last_sent.take() {
+                last.revoke_lease = true;
+                if let Err(e) = self.send(last).await {
+                    return Outcome::Failed(e);
+                }
+            }
+            return Outcome::Finished;
+        }
         match self.flush(true).await {
             Ok(()) => Outcome::Finished,
             Err(e) => Outcome::Failed(e),

@@ -11,6 +11,7 @@ carrying its token.
 A mode as the first argument makes it misbehave, for the tests of what the researcher does
 then: `crash-after N` (exit 3 after N answers; with `MARKER` in the environment, only when
 that file does not exist yet, creating it: the next try runs normally), `hang` (a progress line, then sleep),
+`hang-after N` (N answers, then sleep: an analyser quiet between two clips),
 `garbage` (a line that is not JSON), `exit-75` (try later), `unknown-clip`, `progress`
 (a progress line before each answer). With `PIDFILE` in the environment it writes its pid
 there when it starts (the tests' signal that it is running).
@@ -78,6 +79,8 @@ def main():
         if mode[0] == "crash-after" and answered == int(mode[1]):
             print("crashing on purpose", file=sys.stderr)
             return 3
+        if mode[0] == "hang-after" and answered == int(mode[1]):
+            time.sleep(3600)
         if mode[0] == "progress":
             say({"progress": f"looking for {clip['title']}"})
         token, clip_duration = read_clip(clip["media_path"])
