@@ -59,8 +59,10 @@ const POLL: Duration = Duration::from_millis(200);
 /// The work item (1-based, of those with two clips or more) on which the analyser stalls.
 const STALL_ON_ITEM: u64 = 2;
 /// The researchers' stall timeout is the lease and this much more: the stalled item is
-/// released after its lease expired, so that it is skipped when it comes back.
-const STALL_MARGIN: Duration = Duration::from_secs(4);
+/// released after its lease expired, so that it is skipped when it comes back. The last
+/// answer before the stall goes out a second later and renews the lease when it is recorded:
+/// the margin covers that and a slow recording on a loaded machine.
+const STALL_MARGIN: Duration = Duration::from_secs(6);
 /// How long the researchers' items in hand may take to finish once the demo is done.
 const DEMO_DRAIN: Duration = Duration::from_secs(2);
 
