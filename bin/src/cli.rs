@@ -304,16 +304,18 @@ between can leave that batch in both: delivered twice, never lost).")]
     Research(crate::research::ResearchArgs),
 }
 
-const DEMO_ABOUT: &str = "The whole pipeline in one process, on an in-memory bus: built-in \
-curators send a year of a daily show's episodes and a few dozen clips (and two poison messages), \
-built-in researchers do a deterministic fake analysis, one of them crashes mid-lease so that its \
-lease expires and its work is taken over, and the four archivists run as in production. Ends \
-with a summary, and checks that every research pair was researched exactly once (exit 0 only \
-then).\n\n\
+const DEMO_ABOUT: &str = "The whole pipeline in one process: built-in curators send a month \
+of a daily show's episodes and a dozen clips (and two poison messages), with their audio \
+synthesised into files beside the datastore (archivist-demo-media/ for archivist.sqlite) and the \
+truth of where each clip was put; built-in researchers (`research`'s runtime) run the reference \
+analyser on it, one of them stalling mid-item on purpose so that its lease expires and its work \
+is taken over; and the four archivists run as in production. Ends with a summary: the \
+analyser's recall, false matches and offset error against the truth, and a check that every \
+research pair was researched exactly once (exit 0 only then).\n\n\
 The datastore is DATABASE_URL, by default archivist.sqlite in the working directory; it must \
 be new or empty (a demo never mixes with real data), and the results stay there to explore \
-with `status`, `matches` and the status page (`serve`). The lease is 5s, so that the crashed \
-researcher's work comes back quickly, unless --lease-duration is \
+with `status`, `matches` and the status page (`serve`). The lease is 5s, so that the stalled \
+item's work comes back quickly, unless --lease-duration is \
 given on the command line (ARCHIVIST_LEASE_DURATION, meant for production runs, is ignored).";
 
 /// Options of the ingestion archivists.
@@ -353,7 +355,7 @@ pub(crate) struct DemoArgs {
     /// Print the summary as one JSON object instead of text
     #[arg(long)]
     pub(crate) json: bool,
-    /// Built-in researcher tasks (one of them crashes mid-lease)
+    /// Research slots of the built-in researcher (one item's analyser stalls on purpose)
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(2..=64))]
     pub(crate) researcher_tasks: u32,
     /// Give up if the pipeline has not finished within this long
