@@ -60,14 +60,15 @@ pub mod testing_pg;
 pub use connect::{connect, redact_url};
 pub use error::DataStoreError;
 pub use model::{
-    ClipInfo, EpisodeInfo, EpisodeKey, FailureReason, Lease, LeaseRequest, LeaseState,
-    LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Status,
+    ClipInfo, ClipMatch, CompletionId, EpisodeCompletion, EpisodeInfo, EpisodeKey, FailureReason,
+    Lease, LeaseRequest, LeaseState, LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome,
+    ResearchResult, Status,
 };
 #[cfg(feature = "postgres")]
 pub use postgres::PgDataStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteDataStore;
-pub use store::{DataStore, EncodeWorkItem, TransactionalBus};
+pub use store::{DataStore, EncodeCompletion, EncodeWorkItem, TransactionalBus};
 
 /// Shorthand for results of datastore operations.
 pub type Result<T, E = DataStoreError> = std::result::Result<T, E>;

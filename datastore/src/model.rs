@@ -283,3 +283,57 @@ pub struct MatchFilter {
     /// At most this many, ordered by episode (latest aired first), then clip title.
     pub limit: Option<u64>,
 }
+
+/// An episode whose research completed — every clip known at that moment researched or failed
+/// — and whose completion has not been announced yet (the contract's `EpisodeResearched`).
+///
+/// Completions are kept by the transaction that records an episode's last pair, one per
+/// episode: an episode reopened by a new clip and completed again before its announcement
+/// went out is announced once, as it stands. [`DataStore::completions_announced`]
+/// (crate::DataStore::completions_announced) lets go of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpisodeCompletion {
+    /// Which completion this is, to hand back once it is announced.
+    pub id: CompletionId,
+    /// The episode.
+    pub episode: EpisodeInfo,
+    /// When its last pair was researched: the latest `research_date` of the batch that
+    /// completed it.
+    pub completed_at: DateTime<Utc>,
+    /// Its pairs with a successful result.
+    pub clips_researched: u64,
+    /// Of those, the pairs whose clip occurs in it.
+    pub clips_matched: u64,
+    /// Its pairs recorded as failed.
+    pub clips_failed: u64,
+    /// Every clip found in it, in the order of its first occurrence.
+    pub matches: Vec<ClipMatch>,
+}
+
+/// A clip found in an episode, with where.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClipMatch {
+    /// The clip.
+    pub clip: ClipInfo,
+    /// Where it occurs, in nanoseconds from the episode's start, ascending. Never empty.
+    pub clip_offsets_ns: Vec<i64>,
+}
+
+/// Names one [`EpisodeCompletion`] as it was read: announcing it lets go of it unless the
+/// episode completed again since (then the newer completion stays to be announced).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CompletionId {
+    pub(crate) episode_id: i64,
+    pub(crate) completions: i64,
+}
+
+/// Orders completions' matches as they occur: by first offset, then clip title.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn sort_matches(matches: &mut [ClipMatch]) {
+    for m in matches.iter_mut() {
+        m.clip_offsets_ns.sort_unstable();
+    }
+    matches.sort_by(|a, b| {
+        (a.clip_offsets_ns.first(), &a.clip.title).cmp(&(b.clip_offsets_ns.first(), &b.clip.title))
+    });
+}

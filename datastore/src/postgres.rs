@@ -41,11 +41,12 @@ use sqlx::postgres::{PgArguments, PgConnectOptions, PgDatabaseError, PgPool, PgP
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use crate::store::EncodeWorkItem;
+use crate::store::{EncodeCompletion, EncodeWorkItem};
 use crate::{
-    redact_url, ClipInfo, DataStore, DataStoreError, EpisodeInfo, EpisodeKey, FailureReason, Lease,
-    LeaseRequest, LeaseState, LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome,
-    ResearchResult, Result, Status, TransactionalBus,
+    redact_url, ClipInfo, ClipMatch, CompletionId, DataStore, DataStoreError, EpisodeCompletion,
+    EpisodeInfo, EpisodeKey, FailureReason, Lease, LeaseRequest, LeaseState, LeaseSummary,
+    LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Result, Status,
+    TransactionalBus,
 };
 
 /// The schema's migrations. The database bus keeps its own (versions from 1000001) in the same
@@ -1170,7 +1171,7 @@ WITH input AS (
         matched = EXCLUDED.matched, failure = NULL
     WHERE r.failure IS NOT NULL AND EXCLUDED.failure IS NULL
     RETURNING r.episode_id, r.clip_id, r.matched, r.failure IS NOT NULL AS failed,
-              r.xmax = 0 AS fresh
+              r.xmax = 0 AS fresh, r.research_date
 ), freed AS (
     DELETE FROM leased_pairs lp USING ins
     WHERE lp.episode_id = ins.episode_id AND lp.clip_id = ins.clip_id
@@ -1187,9 +1188,20 @@ WITH input AS (
     FROM (SELECT episode_id, (count(*) FILTER (WHERE fresh))::int4 AS n,
                  (count(*) FILTER (WHERE matched))::int4 AS m,
                  (count(*) FILTER (WHERE fresh AND failed))::int4
-                     - (count(*) FILTER (WHERE NOT fresh))::int4 AS f
+                     - (count(*) FILTER (WHERE NOT fresh))::int4 AS f,
+                 max(research_date) AS at
           FROM ins GROUP BY episode_id) AS s
     WHERE e.id = s.episode_id
+    RETURNING e.id, e.researched_count, s.n, s.at
+), completed AS (
+    -- This batch recorded the episode's last pair: its research is complete (0008). The clip
+    -- count is read once, and only when some episode's count changed.
+    INSERT INTO episode_completions AS c (episode_id, completed_at)
+    SELECT id, at FROM episodes_done
+    WHERE n > 0
+      AND (SELECT count(*) FROM clips) BETWEEN researched_count - n + 1 AND researched_count
+    ON CONFLICT (episode_id) DO UPDATE
+        SET completions = c.completions + 1, completed_at = EXCLUDED.completed_at
 )
 SELECT episode_id, clip_id, NULL::uuid FROM ins
 UNION ALL
@@ -1678,6 +1690,25 @@ impl DataStore for PgDataStore {
         .await
     }
 
+    async fn completions(&self, limit: u32) -> Result<Vec<EpisodeCompletion>> {
+        retrying("completions", Replay::Harmless, || async {
+            let mut conn = self.pool.acquire().await?;
+            read_completions(&mut conn, limit, false).await
+        })
+        .await
+    }
+
+    async fn completions_announced(&self, ids: &[CompletionId]) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        retrying("completions_announced", Replay::Harmless, || async {
+            let mut conn = self.pool.acquire().await?;
+            completions_announced_in(&mut conn, ids).await
+        })
+        .await
+    }
+
     async fn leases(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<LeaseSummary>> {
         retrying("leases", Replay::Harmless, || async {
             let rows: Vec<LeaseRow> = sqlx::query_as(LEASES)
@@ -1712,6 +1743,128 @@ impl DataStore for PgDataStore {
         })
         .await
     }
+}
+
+/// Unannounced completions, oldest first, with their episodes and counts (`$2`: whether to
+/// lock them for announcing, skipping those another announcer holds).
+const COMPLETIONS: &str = "
+SELECT u.episode_id, u.completions, u.completed_at,
+       e.title, e.date_aired, e.initial_date_curated, e.last_date_curated,
+       e.curator_information, e.description, e.media_uri, e.media_type, e.priority,
+       (e.researched_count - e.failed_count)::int8 AS researched,
+       e.matched_count::int8 AS matched, e.failed_count::int8 AS failed
+FROM episode_completions u JOIN episodes e ON e.id = u.episode_id
+ORDER BY u.completed_at, u.episode_id
+LIMIT $1";
+
+/// [`COMPLETIONS`] for announcing: the rows locked, those another announcer holds skipped.
+const COMPLETIONS_TO_ANNOUNCE: &str = "
+SELECT u.episode_id, u.completions, u.completed_at,
+       e.title, e.date_aired, e.initial_date_curated, e.last_date_curated,
+       e.curator_information, e.description, e.media_uri, e.media_type, e.priority,
+       (e.researched_count - e.failed_count)::int8 AS researched,
+       e.matched_count::int8 AS matched, e.failed_count::int8 AS failed
+FROM episode_completions u JOIN episodes e ON e.id = u.episode_id
+ORDER BY u.completed_at, u.episode_id
+LIMIT $1
+FOR UPDATE OF u SKIP LOCKED";
+
+/// The matched results of the episodes `$1`, through the partial index of matches.
+const COMPLETION_MATCHES: &str = "
+SELECT r.episode_id, c.id, c.title, c.initial_date_curated, c.last_date_curated,
+       c.curator_information, c.description, c.media_uri, c.media_type, c.priority,
+       r.clip_offsets_ns
+FROM research_results r JOIN clips c ON c.id = r.clip_id
+WHERE r.episode_id = ANY($1) AND r.matched";
+
+/// Lets go of announced completions, unless their episode completed again since.
+const COMPLETIONS_ANNOUNCED: &str = "
+DELETE FROM episode_completions u USING unnest($1::int8[], $2::int8[]) AS a (id, n)
+WHERE u.episode_id = a.id AND u.completions = a.n";
+
+#[derive(sqlx::FromRow)]
+struct CompletionRow {
+    episode_id: i64,
+    completions: i64,
+    completed_at: DateTime<Utc>,
+    #[sqlx(flatten)]
+    episode: EpisodeRow,
+    researched: i64,
+    matched: i64,
+    failed: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct CompletionMatchRow {
+    episode_id: i64,
+    #[sqlx(flatten)]
+    clip: ClipRow,
+    clip_offsets_ns: Vec<i64>,
+}
+
+/// Reads unannounced completions with their matches on `conn` (in the caller's transaction
+/// when announcing).
+async fn read_completions(
+    conn: &mut sqlx::PgConnection,
+    limit: u32,
+    lock: bool,
+) -> Result<Vec<EpisodeCompletion>, Failure> {
+    let rows: Vec<CompletionRow> = sqlx::query_as(if lock {
+        COMPLETIONS_TO_ANNOUNCE
+    } else {
+        COMPLETIONS
+    })
+    .bind(i64::from(limit))
+    .fetch_all(&mut *conn)
+    .await?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<i64> = rows.iter().map(|r| r.episode_id).collect();
+    let found: Vec<CompletionMatchRow> = sqlx::query_as(COMPLETION_MATCHES)
+        .bind(&ids)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut matches: HashMap<i64, Vec<ClipMatch>> = HashMap::new();
+    for m in found {
+        matches.entry(m.episode_id).or_default().push(ClipMatch {
+            clip: m.clip.into(),
+            clip_offsets_ns: m.clip_offsets_ns,
+        });
+    }
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let mut found = matches.remove(&r.episode_id).unwrap_or_default();
+            crate::model::sort_matches(&mut found);
+            EpisodeCompletion {
+                id: CompletionId {
+                    episode_id: r.episode_id,
+                    completions: r.completions,
+                },
+                episode: r.episode.into(),
+                completed_at: r.completed_at,
+                clips_researched: count(r.researched),
+                clips_matched: count(r.matched),
+                clips_failed: count(r.failed),
+                matches: found,
+            }
+        })
+        .collect())
+}
+
+async fn completions_announced_in(
+    conn: &mut sqlx::PgConnection,
+    ids: &[CompletionId],
+) -> Result<u64, Failure> {
+    let episodes: Vec<i64> = ids.iter().map(|c| c.episode_id).collect();
+    let completions: Vec<i64> = ids.iter().map(|c| c.completions).collect();
+    let done = sqlx::query(COMPLETIONS_ANNOUNCED)
+        .bind(&episodes)
+        .bind(&completions)
+        .execute(&mut *conn)
+        .await?;
+    Ok(done.rows_affected())
 }
 
 impl PgDataStore {
@@ -1807,6 +1960,34 @@ impl TransactionalBus for PgDataStore {
     ) -> Result<Option<Lease>> {
         crate::store::check_bus(self, bus_id).await?;
         self.lease(request, Some((queue, encode))).await
+    }
+
+    async fn announce_completions(
+        &self,
+        limit: u32,
+        bus_id: &str,
+        queue: &str,
+        encode: &EncodeCompletion,
+    ) -> Result<u64> {
+        crate::store::check_bus(self, bus_id).await?;
+        // Harmless to try again: after a commit whose answer was lost, the completions that
+        // try published are gone, so the next one publishes only the rest.
+        retrying("announce_completions", Replay::Harmless, || async {
+            let mut tx = self.pool.begin_with(BEGIN).await?;
+            let found = read_completions(&mut tx, limit, true).await?;
+            if found.is_empty() {
+                return Ok(0);
+            }
+            let bodies: Vec<Vec<u8>> = found.iter().map(|c| encode(c)).collect();
+            bus::send_in(&mut tx, queue, bodies)
+                .await
+                .map_err(DataStoreError::from)?;
+            let ids: Vec<CompletionId> = found.iter().map(|c| c.id).collect();
+            completions_announced_in(&mut tx, &ids).await?;
+            commit(tx).await?;
+            Ok(found.len() as u64)
+        })
+        .await
     }
 }
 

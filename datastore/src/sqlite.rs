@@ -28,18 +28,18 @@ use sqlx::query::Query;
 use sqlx::query_builder::Separated;
 use sqlx::sqlite::SqliteArguments;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
 };
 use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use uuid::Uuid;
 
-use crate::store::EncodeWorkItem;
+use crate::store::{EncodeCompletion, EncodeWorkItem};
 use crate::{
-    redact_url, ClipInfo, DataStore, DataStoreError, EpisodeInfo, FailureReason, Lease,
-    LeaseRequest, LeaseState, LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome,
-    ResearchResult, Result, Status, TransactionalBus,
+    redact_url, ClipInfo, ClipMatch, CompletionId, DataStore, DataStoreError, EpisodeCompletion,
+    EpisodeInfo, FailureReason, Lease, LeaseRequest, LeaseState, LeaseSummary, LeaseUpdate, Match,
+    MatchFilter, RecordOutcome, ResearchResult, Result, Status, TransactionalBus,
 };
 
 /// The schema's migrations. The database bus keeps its own (versions from 1000001) in the same
@@ -426,6 +426,21 @@ impl DataStore for SqliteDataStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(match_from_row).collect()
+    }
+
+    async fn completions(&self, limit: u32) -> Result<Vec<EpisodeCompletion>> {
+        let mut conn = self.pool.acquire().await?;
+        read_completions(&mut conn, limit).await
+    }
+
+    async fn completions_announced(&self, ids: &[CompletionId]) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        let done = completions_announced_in(&mut tx, ids).await?;
+        tx.commit().await?;
+        Ok(done)
     }
 
     async fn leases(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<LeaseSummary>> {
@@ -1066,16 +1081,28 @@ impl SqliteDataStore {
             .iter()
             .map(|(id, (researched, matched, failed))| [*id, *researched, *matched, *failed])
             .collect();
-        sqlx::query(
+        let now_counted: Vec<(i64, i64)> = sqlx::query_as(
             "UPDATE episodes \
              SET researched_count = researched_count + (j.value ->> 1), \
                  matched_count = matched_count + (j.value ->> 2), \
                  failed_count = failed_count + (j.value ->> 3) \
-             FROM json_each(?1) j WHERE episodes.id = j.value ->> 0",
+             FROM json_each(?1) j WHERE episodes.id = j.value ->> 0 \
+             RETURNING id, researched_count",
         )
         .bind(json_string(&counts)?)
-        .execute(&mut *tx)
+        .fetch_all(&mut *tx)
         .await?;
+        // Per episode, the latest research among the batch's new results: when it completed,
+        // if it did.
+        let mut latest: HashMap<i64, i64> = HashMap::new();
+        for c in candidates
+            .iter()
+            .filter(|c| inserted.contains(&(c.episode_id, c.clip_id)))
+        {
+            let at = latest.entry(c.episode_id).or_insert(i64::MIN);
+            *at = (*at).max(micros(c.result.research_date));
+        }
+        keep_completions(&mut tx, &now_counted, &per_episode, &latest).await?;
         let owners: Vec<Uuid> = sqlx::query_scalar(
             "DELETE FROM leased_pairs \
              WHERE (episode_id, clip_id) IN \
@@ -1097,6 +1124,47 @@ impl SqliteDataStore {
         );
         Ok(outcomes)
     }
+}
+
+/// Keeps the completion of each episode whose last pair this batch recorded (0005): its count
+/// of recorded pairs (`now_counted`, after the batch) reached the clip count, and was below it
+/// before the batch's new results (`per_episode`). The clip count is read only when some
+/// episode may have completed.
+async fn keep_completions(
+    tx: &mut Transaction<'static, Sqlite>,
+    now_counted: &[(i64, i64)],
+    per_episode: &HashMap<i64, (i64, i64, i64)>,
+    latest: &HashMap<i64, i64>,
+) -> Result<()> {
+    let grew: Vec<(i64, i64, i64)> = now_counted
+        .iter()
+        .filter_map(|&(id, count)| {
+            let added = per_episode.get(&id).map_or(0, |c| c.0);
+            (added > 0).then_some((id, count, added))
+        })
+        .collect();
+    if grew.is_empty() {
+        return Ok(());
+    }
+    let clips: i64 = sqlx::query_scalar("SELECT count(*) FROM clips")
+        .fetch_one(&mut **tx)
+        .await?;
+    for (id, count, added) in grew {
+        if count < clips || count - added >= clips {
+            continue;
+        }
+        let at = latest.get(&id).copied().unwrap_or_default();
+        sqlx::query(
+            "INSERT INTO episode_completions (episode_id, completed_at) VALUES (?1, ?2) \
+             ON CONFLICT (episode_id) DO UPDATE \
+             SET completions = completions + 1, completed_at = excluded.completed_at",
+        )
+        .bind(id)
+        .bind(at)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
 }
 
 /// Acknowledges, in the recording transaction, the delivery of each result that is not for an
@@ -1245,6 +1313,93 @@ fn match_from_row(row: &SqliteRow) -> Result<Match> {
     })
 }
 
+/// Unannounced completions, oldest first, with their episodes, counts and matches, read on
+/// `conn` (in the announcing transaction when announcing).
+async fn read_completions(
+    conn: &mut SqliteConnection,
+    limit: u32,
+) -> Result<Vec<EpisodeCompletion>> {
+    let rows = sqlx::query(
+        "SELECT u.episode_id, u.completions, u.completed_at, \
+                e.title, e.date_aired, e.initial_date_curated, e.last_date_curated, \
+                e.curator_information, e.description, e.media_uri, e.media_type, e.priority, \
+                e.researched_count - e.failed_count AS researched, \
+                e.matched_count AS matched, e.failed_count AS failed \
+         FROM episode_completions u JOIN episodes e ON e.id = u.episode_id \
+         ORDER BY u.completed_at, u.episode_id \
+         LIMIT ?1",
+    )
+    .bind(i64::from(limit))
+    .fetch_all(&mut *conn)
+    .await?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut ids = Vec::with_capacity(rows.len());
+    for row in &rows {
+        ids.push(row.try_get::<i64, _>("episode_id")?);
+    }
+    // Through the partial index of matches by episode.
+    let found = sqlx::query(
+        "SELECT r.episode_id, r.clip_offsets_ns, c.title, c.initial_date_curated, \
+                c.last_date_curated, c.curator_information, c.description, c.media_uri, \
+                c.media_type, c.priority \
+         FROM research_results r JOIN clips c ON c.id = r.clip_id \
+         WHERE r.episode_id IN (SELECT value FROM json_each(?1)) AND r.matched = 1",
+    )
+    .bind(json_ids(&ids))
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut matches: HashMap<i64, Vec<ClipMatch>> = HashMap::new();
+    for row in &found {
+        let offsets: String = row.try_get("clip_offsets_ns")?;
+        matches
+            .entry(row.try_get("episode_id")?)
+            .or_default()
+            .push(ClipMatch {
+                clip: clip_from_row(row)?,
+                clip_offsets_ns: serde_json::from_str(&offsets)
+                    .map_err(|e| corrupt(format!("clip_offsets_ns {offsets:?}: {e}")))?,
+            });
+    }
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let episode_id: i64 = row.try_get("episode_id")?;
+        let mut found = matches.remove(&episode_id).unwrap_or_default();
+        crate::model::sort_matches(&mut found);
+        out.push(EpisodeCompletion {
+            id: CompletionId {
+                episode_id,
+                completions: row.try_get("completions")?,
+            },
+            episode: episode_from_row(row)?,
+            completed_at: time(row.try_get("completed_at")?)?,
+            clips_researched: u64::try_from(row.try_get::<i64, _>("researched")?).unwrap_or(0),
+            clips_matched: u64::try_from(row.try_get::<i64, _>("matched")?).unwrap_or(0),
+            clips_failed: u64::try_from(row.try_get::<i64, _>("failed")?).unwrap_or(0),
+            matches: found,
+        });
+    }
+    Ok(out)
+}
+
+/// Lets go of announced completions, unless their episode completed again since.
+async fn completions_announced_in(
+    conn: &mut SqliteConnection,
+    ids: &[CompletionId],
+) -> Result<u64> {
+    let pairs: Vec<[i64; 2]> = ids.iter().map(|c| [c.episode_id, c.completions]).collect();
+    let done = sqlx::query(
+        "DELETE FROM episode_completions \
+         WHERE (episode_id, completions) IN \
+               (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
+    )
+    .bind(json_string(&pairs)?)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 fn len_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -1288,6 +1443,28 @@ impl TransactionalBus for SqliteDataStore {
         encode: &EncodeWorkItem,
     ) -> Result<Option<Lease>> {
         self.lease(request, Some((bus_id, queue, encode))).await
+    }
+
+    async fn announce_completions(
+        &self,
+        limit: u32,
+        bus_id: &str,
+        queue: &str,
+        encode: &EncodeCompletion,
+    ) -> Result<u64> {
+        crate::store::check_bus(self, bus_id).await?;
+        // The write lock first: no other announcer reads the same completions meanwhile.
+        let (mut tx, _turn) = self.begin_immediate(true).await?;
+        let found = read_completions(&mut tx, limit).await?;
+        if found.is_empty() {
+            return Ok(0);
+        }
+        let bodies: Vec<Vec<u8>> = found.iter().map(|c| encode(c)).collect();
+        messagebus::sql::sqlite::send_in(&mut tx, queue, bodies).await?;
+        let ids: Vec<CompletionId> = found.iter().map(|c| c.id).collect();
+        completions_announced_in(&mut tx, &ids).await?;
+        tx.commit().await?;
+        Ok(found.len() as u64)
     }
 }
 

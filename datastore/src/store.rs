@@ -4,8 +4,8 @@ use messagebus::SqlReceipt;
 use uuid::Uuid;
 
 use crate::{
-    ClipInfo, EpisodeInfo, FailureReason, Lease, LeaseRequest, LeaseSummary, LeaseUpdate, Match,
-    MatchFilter, RecordOutcome, ResearchResult, Result, Status,
+    ClipInfo, CompletionId, EpisodeCompletion, EpisodeInfo, FailureReason, Lease, LeaseRequest,
+    LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Result, Status,
 };
 
 /// Everything archivists store and ask. Object-safe: archivists hold an `Arc<dyn DataStore>`.
@@ -97,6 +97,19 @@ pub trait DataStore: Send + Sync {
     /// reason). Reads the failed pairs only.
     async fn failure_reasons(&self, limit: u32) -> Result<Vec<FailureReason>>;
 
+    /// Episodes whose research completed and whose completion is not announced yet, oldest
+    /// completion first, at most `limit`, each with its counts and matches. Recording an
+    /// episode's last pair (every clip known then researched or failed) keeps its completion,
+    /// in the recording transaction; a clip curated later reopens the episode, and recording
+    /// its pair completes it again. Completions are kept whether or not anyone announces them
+    /// (at most one per episode), so that switching announcing on misses none. Reads the
+    /// completions and the matched results of their episodes only.
+    async fn completions(&self, limit: u32) -> Result<Vec<EpisodeCompletion>>;
+
+    /// Lets go of completions that were announced. One that completed again since it was read
+    /// stays (its episode is announced again). Returns how many were let go.
+    async fn completions_announced(&self, ids: &[CompletionId]) -> Result<u64>;
+
     /// Inserts or updates one episode.
     async fn upsert_episode(&self, episode: &EpisodeInfo) -> Result<()> {
         self.upsert_episodes(std::slice::from_ref(episode)).await
@@ -128,6 +141,10 @@ pub trait DataStore: Send + Sync {
 /// [`TransactionalBus::lease_next_and_publish`]). An alias, so that `#[async_trait]` leaves the
 /// closure's argument lifetime alone.
 pub type EncodeWorkItem = dyn Fn(&Lease) -> Vec<u8> + Send + Sync;
+
+/// Turns an episode's completion into the body of its announcement (for
+/// [`TransactionalBus::announce_completions`]).
+pub type EncodeCompletion = dyn Fn(&EpisodeCompletion) -> Vec<u8> + Send + Sync;
 
 /// Writes that acknowledge or publish bus messages in their own transaction, for a datastore
 /// whose database also holds the database bus's queues (`messagebus::sql`). With these, no
@@ -174,6 +191,19 @@ pub trait TransactionalBus: Send + Sync {
         queue: &str,
         encode: &EncodeWorkItem,
     ) -> Result<Option<Lease>>;
+
+    /// Publishes up to `limit` unannounced completions ([`DataStore::completions`]), each as
+    /// `encode(completion)` on the bus queue `queue` (of the bus `bus_id`), and lets go of them,
+    /// in one transaction: each completion is announced exactly once. Completions another
+    /// caller is announcing at the same moment are skipped, not waited for. Returns how many
+    /// were published.
+    async fn announce_completions(
+        &self,
+        limit: u32,
+        bus_id: &str,
+        queue: &str,
+        encode: &EncodeCompletion,
+    ) -> Result<u64>;
 }
 
 /// Remembers the database bus `found` in the datastore's database (only one that exists: it

@@ -92,6 +92,10 @@ macro_rules! datastore_conformance_tests {
             success_replaces_failure_but_not_the_reverse,
             retry_failed_makes_pairs_researchable_again,
             new_media_uri_makes_failed_pairs_researchable_again,
+            completion_is_kept_when_the_last_pair_is_recorded,
+            completion_counts_failures_and_survives_duplicates,
+            a_later_clip_reopens_and_completes_again,
+            announcing_lets_go_only_of_what_was_read,
         );
     };
 }
@@ -2027,5 +2031,157 @@ pub mod cases {
                 pairs: 1
             }]
         );
+    }
+
+    /// The completions waiting to be announced: (episode title, researched, matched, failed,
+    /// matched clip titles in order).
+    async fn pending(store: &dyn DataStore) -> Vec<(String, u64, u64, u64, Vec<String>)> {
+        store
+            .completions(100)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| {
+                (
+                    c.episode.title,
+                    c.clips_researched,
+                    c.clips_matched,
+                    c.clips_failed,
+                    c.matches.into_iter().map(|m| m.clip.title).collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// An episode's completion is kept when its last pair is recorded, with its counts and its
+    /// matches in the order they occur, and not before; the other episode stays open.
+    pub async fn completion_is_kept_when_the_last_pair_is_recorded(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 2, 3).await;
+        let id = Uuid::new_v4();
+        store
+            .record_results(&[
+                result(id, &es[1], &cs[0], &[9_000, 2_000]),
+                result(id, &es[1], &cs[1], &[]),
+                result(id, &es[0], &cs[0], &[5]),
+            ])
+            .await
+            .unwrap();
+        assert!(pending(&*store).await.is_empty(), "nothing complete yet");
+        let mut last = result(id, &es[1], &cs[2], &[1_000]);
+        last.research_date = t0() + Duration::minutes(5);
+        store.record_results(&[last]).await.unwrap();
+        let done = store.completions(10).await.unwrap();
+        assert_eq!(done.len(), 1);
+        let c = &done[0];
+        assert_eq!(c.episode, es[1]);
+        assert_eq!(c.completed_at, t0() + Duration::minutes(5));
+        assert_eq!(
+            (c.clips_researched, c.clips_matched, c.clips_failed),
+            (3, 2, 0)
+        );
+        // In the order they occur: clip 2 at 1 µs, clip 0 first at 2 µs, its offsets sorted.
+        assert_eq!(c.matches.len(), 2);
+        assert_eq!(c.matches[0].clip, cs[2]);
+        assert_eq!(c.matches[0].clip_offsets_ns, vec![1_000]);
+        assert_eq!(c.matches[1].clip, cs[0]);
+        assert_eq!(c.matches[1].clip_offsets_ns, vec![2_000, 9_000]);
+        assert!(store.completions(0).await.unwrap().is_empty());
+        assert_eq!(store.completions_announced(&[c.id]).await.unwrap(), 1);
+        assert!(pending(&*store).await.is_empty());
+        assert_eq!(store.completions_announced(&[c.id]).await.unwrap(), 0);
+    }
+
+    /// Failed pairs count toward completion; results delivered again complete nothing again.
+    pub async fn completion_counts_failures_and_survives_duplicates(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 1, 2).await;
+        let id = Uuid::new_v4();
+        let batch = [
+            failed(id, &es[0], &cs[0], "not audio"),
+            result(id, &es[0], &cs[1], &[]),
+        ];
+        store.record_results(&batch).await.unwrap();
+        let done = store.completions(10).await.unwrap();
+        assert_eq!(done.len(), 1);
+        assert_eq!(
+            (
+                done[0].clips_researched,
+                done[0].clips_matched,
+                done[0].clips_failed
+            ),
+            (1, 0, 1)
+        );
+        assert!(done[0].matches.is_empty());
+        store.completions_announced(&[done[0].id]).await.unwrap();
+        // Duplicates, and a success replacing the failure, do not complete it again.
+        store.record_results(&batch).await.unwrap();
+        store
+            .record_results(&[result(id, &es[0], &cs[0], &[3])])
+            .await
+            .unwrap();
+        assert!(pending(&*store).await.is_empty());
+    }
+
+    /// A clip curated after an episode completed reopens it; recording that pair completes it
+    /// again. Retrying a failed pair reopens it too.
+    pub async fn a_later_clip_reopens_and_completes_again(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 1, 1).await;
+        let id = Uuid::new_v4();
+        store
+            .record_results(&[result(id, &es[0], &cs[0], &[])])
+            .await
+            .unwrap();
+        let first = store.completions(10).await.unwrap();
+        assert_eq!(first.len(), 1);
+        store.completions_announced(&[first[0].id]).await.unwrap();
+        store.upsert_clip(&clip(7)).await.unwrap();
+        assert!(pending(&*store).await.is_empty(), "reopened, not complete");
+        store
+            .record_results(&[failed(id, &es[0], &clip(7), "media gone: HTTP 404")])
+            .await
+            .unwrap();
+        assert_eq!(
+            pending(&*store).await,
+            vec![(es[0].title.clone(), 1, 0, 1, vec![])]
+        );
+        let second = store.completions(10).await.unwrap();
+        store.completions_announced(&[second[0].id]).await.unwrap();
+        assert_eq!(store.retry_failed(None, None).await.unwrap(), 1);
+        store
+            .record_results(&[result(id, &es[0], &clip(7), &[4])])
+            .await
+            .unwrap();
+        assert_eq!(
+            pending(&*store).await,
+            vec![(es[0].title.clone(), 2, 1, 0, vec![clip(7).title])]
+        );
+    }
+
+    /// Announcing lets go of the completion as it was read: one that completed again meanwhile
+    /// stays, to be announced with what it is now.
+    pub async fn announcing_lets_go_only_of_what_was_read(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 1, 1).await;
+        let id = Uuid::new_v4();
+        store
+            .record_results(&[result(id, &es[0], &cs[0], &[])])
+            .await
+            .unwrap();
+        let read = store.completions(10).await.unwrap();
+        // Reopened and completed again before the announcement went out.
+        store.upsert_clip(&clip(5)).await.unwrap();
+        store
+            .record_results(&[result(id, &es[0], &clip(5), &[8])])
+            .await
+            .unwrap();
+        assert_eq!(store.completions_announced(&[read[0].id]).await.unwrap(), 0);
+        assert_eq!(
+            pending(&*store).await,
+            vec![(es[0].title.clone(), 2, 1, 0, vec![clip(5).title])]
+        );
+        let again = store.completions(10).await.unwrap();
+        assert_eq!(
+            store.completions_announced(&[again[0].id]).await.unwrap(),
+            1
+        );
+        assert!(pending(&*store).await.is_empty());
     }
 }
