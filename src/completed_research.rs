@@ -8,6 +8,14 @@
 //! transaction itself when the database bus lives in the datastore's database, else after it.
 //! A failure anywhere before means the whole batch comes back and is redone.
 //!
+//! Announcing (optional, [`CompletedResearchConfig::announce`]): recording an episode's last
+//! pair keeps its completion in the datastore, in the recording transaction; after each batch
+//! (and once at the start of the run, for completions a stopped run left) the archivist
+//! publishes each kept completion as an [`EpisodeResearched`] and lets go of it. Where the
+//! announcement queue is on the database bus in the datastore's database, publishing and
+//! letting go are one transaction: each completion is announced exactly once. On another bus a
+//! stop between the two announces that one completion twice, never not at all.
+//!
 //! The bus does not keep order and several of these archivists may run at once, so a lease's
 //! revoking item can be recorded before some of its other results. Revoking
 //! ([`LeaseUpdate::Revoke`]) therefore does not free the lease's remaining pairs: they stay
@@ -21,18 +29,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
-use datastore::{DataStore, DataStoreError, LeaseUpdate, RecordOutcome};
-use messagebus::{Receiver, SqlReceipt};
+use datastore::{DataStore, DataStoreError, EpisodeCompletion, LeaseUpdate, RecordOutcome};
+use messagebus::{BusError, Receiver, Sender, SqlReceipt};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::messages::CompletedResearchItem;
+use crate::messages::{self, CompletedResearchItem, EpisodeResearched};
 use crate::runner::{self, Run, StoreBatch};
 use crate::telemetry::{self, DeadLetterClass};
 use crate::{ArchivistError, ArchivistHandle, Ended, RetryError, RetryPolicy};
 
 /// Settings of a result-recording run.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CompletedResearchConfig {
     /// Messages received and recorded together, in one datastore transaction. Default 100:
     /// per-transaction commit cost dominates, so on Postgres batches of 100 move about eight
@@ -43,6 +51,21 @@ pub struct CompletedResearchConfig {
     pub receive_wait: Duration,
     /// Backoff for passing datastore failures.
     pub retry: RetryPolicy,
+    /// Where to announce each episode fully researched (`researched_episodes`); `None`: not
+    /// announced (completions are still kept, one per episode, and announced once this is
+    /// set).
+    pub announce: Option<Arc<dyn Sender>>,
+}
+
+impl std::fmt::Debug for CompletedResearchConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletedResearchConfig")
+            .field("batch_size", &self.batch_size)
+            .field("receive_wait", &self.receive_wait)
+            .field("retry", &self.retry)
+            .field("announce", &self.announce.as_ref().map(|s| s.queue()))
+            .finish()
+    }
 }
 
 impl Default for CompletedResearchConfig {
@@ -51,9 +74,13 @@ impl Default for CompletedResearchConfig {
             batch_size: 100,
             receive_wait: Duration::from_secs(1),
             retry: RetryPolicy::default(),
+            announce: None,
         }
     }
 }
+
+/// Completions announced per datastore read (or per transaction on the database bus).
+const ANNOUNCE_BATCH: u32 = 100;
 
 /// Starts one run draining `receiver` (the `completed_research` queue).
 pub fn start(
@@ -107,6 +134,13 @@ async fn drain(
 ) -> Ended {
     let op = Record { store };
     let batch_size = config.batch_size.max(1);
+    let announcer = config.announce.as_deref();
+    if let Some(sender) = announcer {
+        // Completions a stopped run recorded but did not announce.
+        if let Err(stop) = announce(run, store, sender).await {
+            return stop;
+        }
+    }
     loop {
         if run.token.is_cancelled() {
             return Ended::Cancelled;
@@ -169,7 +203,120 @@ async fn drain(
             "batch recorded"
         );
         run.ack_all(settled).await;
+        if let Some(sender) = announcer {
+            if let Err(stop) = announce(run, store, sender).await {
+                return stop;
+            }
+        }
     }
+}
+
+/// Publishes every kept completion on `sender`'s queue and lets go of it: in one transaction
+/// where that queue is on the database bus in the datastore's database, else each one sent,
+/// then let go. Reads stop when none is left; a completion kept meanwhile by another recorder
+/// is that recorder's to announce (or the next batch's).
+async fn announce(run: &mut Run, store: &dyn DataStore, sender: &dyn Sender) -> Result<(), Ended> {
+    let in_store = match (sender.sql_bus_id(), store.transactional_bus()) {
+        (Some(bus_id), Some(tx)) => match tx.holds_bus(bus_id).await {
+            Ok(true) => Some((bus_id, tx)),
+            Ok(false) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not tell where the bus lives");
+                None
+            }
+        },
+        _ => None,
+    };
+    loop {
+        if let Some((bus_id, tx)) = in_store {
+            let encode = |c: &EpisodeCompletion| encode_announcement(c.clone());
+            let published = run
+                .retrying("announce", DataStoreError::is_retryable, || {
+                    tx.announce_completions(ANNOUNCE_BATCH, bus_id, sender.queue(), &encode)
+                })
+                .await
+                .map_err(|e| stop_on(e, ArchivistError::DataStore))?;
+            counted(run, published);
+            if published < u64::from(ANNOUNCE_BATCH) {
+                return Ok(());
+            }
+            continue;
+        }
+        let kept = run
+            .retrying("completions", DataStoreError::is_retryable, || {
+                store.completions(ANNOUNCE_BATCH)
+            })
+            .await
+            .map_err(|e| stop_on(e, ArchivistError::DataStore))?;
+        let more = kept.len() >= ANNOUNCE_BATCH as usize;
+        for completion in kept {
+            let id = completion.id;
+            let body = encode_announcement(completion);
+            run.retrying("announce", BusError::is_retryable, || {
+                sender.send(body.clone())
+            })
+            .await
+            .map_err(|e| stop_on(e, ArchivistError::Bus))?;
+            // Sent, not yet let go of: a stop here announces it again.
+            messagebus::fail_point("completed-research-announced").await;
+            run.retrying(
+                "completions_announced",
+                DataStoreError::is_retryable,
+                || store.completions_announced(std::slice::from_ref(&id)),
+            )
+            .await
+            .map_err(|e| stop_on(e, ArchivistError::DataStore))?;
+            counted(run, 1);
+        }
+        if !more {
+            return Ok(());
+        }
+    }
+}
+
+fn counted(run: &mut Run, announced: u64) {
+    if announced > 0 {
+        run.report.announced += announced;
+        telemetry::count(telemetry::ANNOUNCED, run.name, announced);
+        tracing::debug!(announced, "episodes announced fully researched");
+    }
+}
+
+fn stop_on<E>(e: RetryError<E>, wrap: fn(E) -> ArchivistError) -> Ended {
+    match e {
+        RetryError::Cancelled(_) => Ended::Cancelled,
+        RetryError::Failed(e) => Ended::Failed(wrap(e)),
+    }
+}
+
+/// The announcement's body. One that would exceed the bus's message limit (thousands of
+/// matches, long clip descriptions) drops the matched clips' descriptions, then its last
+/// matches, until it fits: `clips_matched` still counts them all, and `archivist matches`
+/// lists them. An announcement is never held back by its size.
+pub(crate) fn encode_announcement(completion: EpisodeCompletion) -> Vec<u8> {
+    let mut message = EpisodeResearched::from(completion);
+    let body = messages::encode(&message);
+    if body.len() <= messages::MAX_BODY_BYTES {
+        return body;
+    }
+    for m in &mut message.matches {
+        m.clip.description.clear();
+    }
+    let mut body = messages::encode(&message);
+    let all = message.matches.len();
+    while body.len() > messages::MAX_BODY_BYTES && !message.matches.is_empty() {
+        let keep = message.matches.len() * 9 / 10;
+        message.matches.truncate(keep);
+        body = messages::encode(&message);
+    }
+    tracing::warn!(
+        episode = %message.episode.title,
+        matches = all,
+        kept = message.matches.len(),
+        "announcement over the bus's message limit: clip descriptions dropped, and matches \
+         past the limit"
+    );
+    body
 }
 
 /// Renews or revokes each lease once. An unknown, expired or revoked lease is fine: the

@@ -87,6 +87,8 @@ pub struct Report {
     /// Leases ended: revoked by a researcher's last result (the lease then ends once all its
     /// results are in), or cancelled because publishing failed.
     pub leases_revoked: u64,
+    /// Episodes announced fully researched (completed research, when announcing).
+    pub announced: u64,
     /// Non-fatal errors dropped because the errors channel was full.
     pub errors_dropped: u64,
 }
@@ -106,6 +108,7 @@ impl Report {
             pairs_reclaimed: 0,
             leases_renewed: 0,
             leases_revoked: 0,
+            announced: 0,
             errors_dropped: 0,
         }
     }

@@ -5,12 +5,12 @@
 //! Any message that fails [`decode`] is poison: the error says why, for the dead-letter queue.
 
 use chrono::{DateTime, Utc};
-use datastore::{EpisodeKey, ResearchResult};
+use datastore::{EpisodeCompletion, EpisodeKey, ResearchResult};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-pub use datastore::{ClipInfo, EpisodeInfo};
+pub use datastore::{ClipInfo, ClipMatch, EpisodeInfo};
 
 /// The largest message body we accept, in bytes: the bus limit.
 pub const MAX_BODY_BYTES: usize = messagebus::MAX_BODY_BYTES;
@@ -40,6 +40,39 @@ pub struct PendingResearchItem {
     pub episode: EpisodeInfo,
     /// The clips to look for in it, most urgent first.
     pub clips: Vec<ClipInfo>,
+}
+
+/// An episode fully researched: every clip known when its last pair was recorded is
+/// researched or failed (queue `researched_episodes`, published only when announcing is
+/// configured). A clip curated later reopens the episode, and its completion is announced
+/// again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpisodeResearched {
+    /// The episode.
+    pub episode: EpisodeInfo,
+    /// When its last pair was researched.
+    pub completed_at: DateTime<Utc>,
+    /// Its clips researched (not failed).
+    pub clips_researched: u64,
+    /// Of those, the clips found in it.
+    pub clips_matched: u64,
+    /// Its clips whose research failed for a reason that will not pass.
+    pub clips_failed: u64,
+    /// The clips found, in the order of their first occurrence, with every offset.
+    pub matches: Vec<ClipMatch>,
+}
+
+impl From<EpisodeCompletion> for EpisodeResearched {
+    fn from(c: EpisodeCompletion) -> Self {
+        EpisodeResearched {
+            episode: c.episode,
+            completed_at: c.completed_at,
+            clips_researched: c.clips_researched,
+            clips_matched: c.clips_matched,
+            clips_failed: c.clips_failed,
+            matches: c.matches,
+        }
+    }
 }
 
 /// One researched clip (queue `completed_research`), or one that could not be researched
@@ -461,6 +494,18 @@ impl Message for PendingResearchItem {
         }
         let clip_check = Check::new(Self::KIND, "clips[].");
         self.clips.iter().try_for_each(|c| clip_check.clip(c))
+    }
+}
+
+impl Message for EpisodeResearched {
+    const KIND: &'static str = "EpisodeResearched";
+    fn validate(&self) -> Result<(), InvalidMessage> {
+        Check::new(Self::KIND, "episode.").episode(&self.episode)?;
+        Check::new(Self::KIND, "").time("completed_at", &self.completed_at)?;
+        let clip_check = Check::new(Self::KIND, "matches[].clip.");
+        self.matches
+            .iter()
+            .try_for_each(|m| clip_check.clip(&m.clip))
     }
 }
 

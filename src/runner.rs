@@ -170,6 +170,7 @@ impl Run {
         let idle = matches!(r.ended, Ended::Finished)
             && r.received == 0
             && r.leases_created == 0
+            && r.announced == 0
             && r.errors_dropped == 0;
         // Each archivist its own counters (the span names it).
         macro_rules! summary {
@@ -199,6 +200,7 @@ impl Run {
                 released = r.released,
                 leases_renewed = r.leases_renewed,
                 leases_revoked = r.leases_revoked,
+                announced = r.announced,
                 errors_dropped = r.errors_dropped
             ),
             _ => summary!(

@@ -24,6 +24,9 @@ pub(crate) const PUBLISHED: &str = "archivist_work_items_published_total";
 /// from expired leases).
 pub(crate) const LEASES: &str = "archivist_leases_total";
 
+/// Episodes announced fully researched (`EpisodeResearched`), when announcing is configured.
+pub(crate) const ANNOUNCED: &str = "archivist_episodes_announced_total";
+
 /// Latency of the archivists' datastore calls, by call (`lease`, `store`, `update lease`, …).
 pub(crate) const DATASTORE_CALL_SECONDS: &str = "archivist_datastore_call_duration_seconds";
 /// Latency of the archivists' bus calls, by call (`receive` includes its long-poll wait).
@@ -77,6 +80,10 @@ pub fn describe(archivists: &[&str]) {
         ),
         (PUBLISHED, "Work items published to researchers."),
         (
+            ANNOUNCED,
+            "Episodes announced fully researched (EpisodeResearched), when announcing is on.",
+        ),
+        (
             LEASES,
             "Lease events: created, renewed, revoked (or cancelled), and reclaimed_pairs \
              (pairs taken over from expired leases).",
@@ -102,7 +109,7 @@ pub fn describe(archivists: &[&str]) {
                 &[DeadLetterClass::Invalid, DeadLetterClass::Rejected],
             ),
             "completed-research" => (
-                &[RECEIVED, STORED, DUPLICATES, RELEASED, RETRIES],
+                &[RECEIVED, STORED, DUPLICATES, RELEASED, RETRIES, ANNOUNCED],
                 &[
                     DeadLetterClass::Invalid,
                     DeadLetterClass::Rejected,

@@ -1978,7 +1978,7 @@ impl TransactionalBus for PgDataStore {
             if found.is_empty() {
                 return Ok(0);
             }
-            let bodies: Vec<Vec<u8>> = found.iter().map(|c| encode(c)).collect();
+            let bodies: Vec<Vec<u8>> = found.iter().map(encode).collect();
             bus::send_in(&mut tx, queue, bodies)
                 .await
                 .map_err(DataStoreError::from)?;

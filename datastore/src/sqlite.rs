@@ -1459,7 +1459,7 @@ impl TransactionalBus for SqliteDataStore {
         if found.is_empty() {
             return Ok(0);
         }
-        let bodies: Vec<Vec<u8>> = found.iter().map(|c| encode(c)).collect();
+        let bodies: Vec<Vec<u8>> = found.iter().map(encode).collect();
         messagebus::sql::sqlite::send_in(&mut tx, queue, bodies).await?;
         let ids: Vec<CompletionId> = found.iter().map(|c| c.id).collect();
         completions_announced_in(&mut tx, &ids).await?;

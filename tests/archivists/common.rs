@@ -344,6 +344,20 @@ impl DataStore for HookedStore {
     ) -> datastore::Result<Vec<datastore::FailureReason>> {
         self.inner.failure_reasons(limit).await
     }
+    async fn completions(
+        &self,
+        limit: u32,
+    ) -> datastore::Result<Vec<datastore::EpisodeCompletion>> {
+        self.before("completions")?;
+        self.inner.completions(limit).await
+    }
+    async fn completions_announced(
+        &self,
+        ids: &[datastore::CompletionId],
+    ) -> datastore::Result<u64> {
+        self.before("completions_announced")?;
+        self.inner.completions_announced(ids).await
+    }
 }
 
 /// A sender that fails every send with `error()`, and can hide the consumer count.
@@ -512,6 +526,12 @@ impl DataStore for CuratedOnlyStore {
     }
     async fn failure_reasons(&self, _: u32) -> datastore::Result<Vec<datastore::FailureReason>> {
         Ok(Vec::new())
+    }
+    async fn completions(&self, _: u32) -> datastore::Result<Vec<datastore::EpisodeCompletion>> {
+        Ok(Vec::new())
+    }
+    async fn completions_announced(&self, _: &[datastore::CompletionId]) -> datastore::Result<u64> {
+        Ok(0)
     }
 }
 

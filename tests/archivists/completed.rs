@@ -9,6 +9,7 @@ use archivist::pending_research::PendingResearchConfig;
 use archivist::{Ended, Report};
 use chrono::Utc;
 use datastore::{DataStore, MatchFilter};
+use messagebus::Bus;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::*;
@@ -18,6 +19,7 @@ fn config() -> CompletedResearchConfig {
         batch_size: 10,
         receive_wait: Duration::ZERO,
         retry: fast_retry(5),
+        announce: None,
     }
 }
 
@@ -363,4 +365,131 @@ async fn cancelling_while_a_receive_waits_stops_at_once() {
     let report = done(handle).await;
     assert!(cancelled(&report), "{report:?}");
     assert_eq!(report.received, 0);
+}
+
+const ANNOUNCE: &str = "researched_episodes";
+
+async fn run_announcing(env: &Env) -> Report {
+    let announce = env.sender(ANNOUNCE).await;
+    done(start(
+        CancellationToken::new(),
+        env.receiver(COMPLETED).await,
+        env.store.clone(),
+        CompletedResearchConfig {
+            announce: Some(announce),
+            ..config()
+        },
+    ))
+    .await
+}
+
+/// Announcing: each episode's completion is published once, when its last pair is recorded,
+/// with its counts and matches; results delivered twice and out of order change nothing; a
+/// clip curated later reopens the episode and its completion is announced again.
+#[tokio::test]
+async fn each_completed_episode_is_announced_once_and_again_when_a_clip_reopens_it() {
+    use archivist::messages::EpisodeResearched;
+    let env = Env::new().await;
+    env.bus.create_queue(ANNOUNCE).await.unwrap();
+    seed(&*env.store, 2, 3).await;
+    let first = work(&env).await;
+    let second = work(&env).await;
+    let mut a = answers(&first);
+    let b = answers(&second);
+    // Out of order, and the first episode's results twice.
+    a.reverse();
+    send(&env, &a[..2]).await;
+    send(&env, &b).await;
+    let report = run_announcing(&env).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!(report.announced, 1, "only the second episode is complete");
+    send(&env, &a).await;
+    send(&env, &a).await;
+    let report = run_announcing(&env).await;
+    assert_eq!(report.announced, 1);
+    assert_eq!(report.duplicates, 5);
+
+    let announced: Vec<EpisodeResearched> = env
+        .drain(ANNOUNCE)
+        .await
+        .iter()
+        .map(|body| decode(body).unwrap())
+        .collect();
+    assert_eq!(announced.len(), 2);
+    assert_eq!(announced[0].episode, second.episode);
+    assert_eq!(announced[1].episode, first.episode);
+    for (message, item) in announced.iter().zip([&second, &first]) {
+        assert_eq!(message.clips_researched, 3);
+        assert_eq!(message.clips_failed, 0);
+        let expected: Vec<_> = answers(item)
+            .into_iter()
+            .filter(|r| !r.clip_offsets_ns.is_empty())
+            .collect();
+        assert_eq!(message.clips_matched, expected.len() as u64);
+        let mut titles: Vec<_> = message.matches.iter().map(|m| &m.clip.title).collect();
+        titles.sort();
+        let mut want: Vec<_> = expected.iter().map(|r| &r.clip.title).collect();
+        want.sort();
+        assert_eq!(titles, want);
+    }
+
+    // A clip curated later reopens both; the first one researched is announced again.
+    env.store.upsert_clip(&clip(9)).await.unwrap();
+    let again = work(&env).await;
+    assert_eq!(again.clips.len(), 1);
+    send(&env, &answers(&again)).await;
+    let report = run_announcing(&env).await;
+    assert_eq!(report.announced, 1);
+    let announced: Vec<EpisodeResearched> = env
+        .drain(ANNOUNCE)
+        .await
+        .iter()
+        .map(|body| decode(body).unwrap())
+        .collect();
+    assert_eq!(announced.len(), 1);
+    assert_eq!(announced[0].episode, again.episode);
+    assert_eq!(announced[0].clips_researched, 4);
+}
+
+/// A completion recorded by a run that failed to announce it (the datastore went away after
+/// recording) is announced by the next run, which has nothing else to do.
+#[tokio::test]
+async fn a_completion_left_unannounced_is_announced_by_the_next_run() {
+    let env = Env::new().await;
+    env.bus.create_queue(ANNOUNCE).await.unwrap();
+    seed(&*env.store, 1, 2).await;
+    let item = work(&env).await;
+    send(&env, &answers(&item)).await;
+    // Recording works; reading completions works at the start of the run (nothing yet), and
+    // fails after the batch for longer than the retries.
+    let reads = std::sync::atomic::AtomicU64::new(0);
+    let failing = HookedStore::new(
+        env.store.clone(),
+        Arc::new(move |method, _| {
+            let nth = if method == "completions" {
+                reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+            } else {
+                0
+            };
+            (nth > 1).then(unavailable)
+        }),
+    );
+    let report = done(start(
+        CancellationToken::new(),
+        env.receiver(COMPLETED).await,
+        failing,
+        CompletedResearchConfig {
+            announce: Some(env.sender(ANNOUNCE).await),
+            ..config()
+        },
+    ))
+    .await;
+    assert!(matches!(report.ended, Ended::Failed(_)), "{report:?}");
+    assert_eq!(env.status().await.researched_pairs, 2);
+    assert_eq!(env.stats(ANNOUNCE).await.waiting, 0);
+
+    let report = run_announcing(&env).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!((report.received, report.announced), (0, 1));
+    assert_eq!(env.drain(ANNOUNCE).await.len(), 1);
 }

@@ -103,6 +103,7 @@ async fn round_trip(backend: Backend, bus: MemoryBusConfig) {
                 batch_size: 10,
                 receive_wait: Duration::ZERO,
                 retry: fast_retry(20),
+                announce: None,
             },
         ))
         .await;
