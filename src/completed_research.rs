@@ -204,6 +204,8 @@ async fn drain(
         );
         run.ack_all(settled).await;
         if let Some(sender) = announcer {
+            // The batch recorded and acknowledged, its completions kept, none announced yet.
+            messagebus::fail_point("completed-research-announce").await;
             if let Err(stop) = announce(run, store, sender).await {
                 return stop;
             }
@@ -368,5 +370,76 @@ fn unknown_pair(item: &CompletedResearchItem, outcome: RecordOutcome) -> String 
             item.episode.title,
             item.episode.date_aired.to_rfc3339()
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use chrono::{TimeZone, Utc};
+    use datastore::{ClipInfo, ClipMatch, CompletionId, EpisodeInfo};
+
+    use super::*;
+
+    fn completion(matches: usize, description: usize) -> EpisodeCompletion {
+        let at = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
+        EpisodeCompletion {
+            id: CompletionId::default(),
+            episode: EpisodeInfo {
+                initial_date_curated: at,
+                last_date_curated: at,
+                curator_information: "test".into(),
+                date_aired: at,
+                title: "Episode".into(),
+                description: String::new(),
+                media_uri: "https://example.test/e.mp3".into(),
+                media_type: "mp3".into(),
+                priority: 0,
+            },
+            completed_at: at,
+            clips_researched: matches as u64,
+            clips_matched: matches as u64,
+            clips_failed: 0,
+            matches: (0..matches)
+                .map(|i| ClipMatch {
+                    clip: ClipInfo {
+                        initial_date_curated: at,
+                        last_date_curated: at,
+                        curator_information: "test".into(),
+                        title: format!("Clip {i}"),
+                        description: "d".repeat(description),
+                        media_uri: format!("https://example.test/{i}.mp3"),
+                        media_type: "mp3".into(),
+                        priority: 0,
+                    },
+                    clip_offsets_ns: vec![i as i64],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn an_announcement_that_fits_is_whole() {
+        let body = encode_announcement(completion(3, 100));
+        let m: EpisodeResearched = messages::decode(&body).unwrap();
+        assert_eq!(m.matches.len(), 3);
+        assert_eq!(m.matches[0].clip.description.len(), 100);
+    }
+
+    /// Too large for the bus: descriptions go first, then the last matches; the counts stay.
+    #[test]
+    fn an_announcement_over_the_limit_sheds_descriptions_then_matches() {
+        let body = encode_announcement(completion(80, 16 * 1024));
+        assert!(body.len() <= messages::MAX_BODY_BYTES);
+        let m: EpisodeResearched = messages::decode(&body).unwrap();
+        assert_eq!(m.matches.len(), 80);
+        assert!(m.matches.iter().all(|c| c.clip.description.is_empty()));
+
+        let body = encode_announcement(completion(20_000, 0));
+        assert!(body.len() <= messages::MAX_BODY_BYTES);
+        let m: EpisodeResearched = messages::decode(&body).unwrap();
+        assert!(m.matches.len() < 20_000 && !m.matches.is_empty());
+        assert_eq!(m.clips_matched, 20_000);
+        assert_eq!(m.matches[0].clip.title, "Clip 0");
     }
 }

@@ -138,6 +138,18 @@ pub(crate) struct GlobalArgs {
     )]
     pub(crate) completed_research_queue: String,
 
+    /// Where the completed-research archivist announces each episode fully researched
+    /// (EpisodeResearched, once each time an episode's last pair is recorded); the queue must
+    /// exist (`archivist queues` creates it). Unset: not announced
+    #[arg(
+        long = "announce",
+        value_name = "QUEUE",
+        env = "ARCHIVIST_ANNOUNCE_QUEUE",
+        global = true,
+        hide_env_values = true
+    )]
+    pub(crate) announce_queue: Option<String>,
+
     /// How long to keep trying to reach the datastore and the bus at start before giving up
     /// (exit 1)
     #[arg(
@@ -567,7 +579,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
         &[
             DATASTORE,
             BUS,
-            &["completed_research_queue"],
+            &["completed_research_queue", "announce_queue"],
             CONNECT,
             SHUTDOWN,
             RETRY,
@@ -626,6 +638,7 @@ const QUEUES: &[&str] = &[
     "clips_queue",
     "pending_research_queue",
     "completed_research_queue",
+    "announce_queue",
 ];
 const LEASING: &[&str] = &["researchers", "lease_duration", "max_clips", "start_jitter"];
 const CONNECT: &[&str] = &["connect_timeout"];

@@ -83,17 +83,21 @@ pub(crate) struct Queues {
     pub(crate) clips: String,
     pub(crate) pending_research: String,
     pub(crate) completed_research: String,
+    /// Where episodes fully researched are announced (ARCHIVIST_ANNOUNCE_QUEUE), if anywhere.
+    pub(crate) announce: Option<String>,
 }
 
 impl Queues {
-    /// All four, in pipeline order.
-    pub(crate) fn all(&self) -> [&str; 4] {
-        [
-            &self.episodes,
+    /// The four, in pipeline order, and the announcement queue when there is one.
+    pub(crate) fn all(&self) -> Vec<&str> {
+        let mut all = vec![
+            self.episodes.as_str(),
             &self.clips,
             &self.pending_research,
             &self.completed_research,
-        ]
+        ];
+        all.extend(self.announce.as_deref());
+        all
     }
 }
 
@@ -252,6 +256,10 @@ impl Config {
                     cli::DEFAULT_COMPLETED_RESEARCH_QUEUE,
                 ),
             )?,
+            announce: match args.announce_queue.as_deref().map(str::trim) {
+                None | Some("") => None,
+                Some(q) => Some(queue_name("ARCHIVIST_ANNOUNCE_QUEUE (--announce)", q)?),
+            },
         };
         let names = queues.all();
         for (i, a) in names.iter().enumerate() {
@@ -259,8 +267,8 @@ impl Config {
                 return Err(UsageError(format!(
                     "queue name {a:?} is used for two different queues: each of \
                      ARCHIVIST_EPISODES_QUEUE, ARCHIVIST_CLIPS_QUEUE, \
-                     ARCHIVIST_PENDING_RESEARCH_QUEUE and ARCHIVIST_COMPLETED_RESEARCH_QUEUE \
-                     needs its own"
+                     ARCHIVIST_PENDING_RESEARCH_QUEUE, ARCHIVIST_COMPLETED_RESEARCH_QUEUE and \
+                     ARCHIVIST_ANNOUNCE_QUEUE needs its own"
                 )));
             }
         }

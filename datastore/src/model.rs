@@ -320,8 +320,9 @@ pub struct ClipMatch {
 }
 
 /// Names one [`EpisodeCompletion`] as it was read: announcing it lets go of it unless the
-/// episode completed again since (then the newer completion stays to be announced).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// episode completed again since (then the newer completion stays to be announced). The
+/// default names no completion.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct CompletionId {
     pub(crate) episode_id: i64,
     pub(crate) completions: i64,

@@ -319,6 +319,12 @@ pub(crate) async fn spawn_completed(
     totals: SharedTotals,
 ) -> anyhow::Result<()> {
     let receiver = connect::receiver(bus, &config.queues.completed_research).await?;
+    // A configured announcement queue must exist: a missing one is said at start (exit 2),
+    // not found out at the first completion.
+    let mut completed = completed;
+    if let Some(queue) = &config.queues.announce {
+        completed.announce = Some(connect::sender(bus, queue).await?);
+    }
     let token = token.clone();
     set.spawn(async move {
         let t = token.clone();

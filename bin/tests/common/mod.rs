@@ -25,6 +25,7 @@ const OUR_VARS: &[&str] = &[
     "ARCHIVIST_CLIPS_QUEUE",
     "ARCHIVIST_PENDING_RESEARCH_QUEUE",
     "ARCHIVIST_COMPLETED_RESEARCH_QUEUE",
+    "ARCHIVIST_ANNOUNCE_QUEUE",
     "ARCHIVIST_CONNECT_TIMEOUT",
     "ARCHIVIST_SHUTDOWN_TIMEOUT",
     "ARCHIVIST_RETRY_BUDGET",
@@ -399,4 +400,35 @@ pub(crate) fn expire_visibility(url: &str) {
             pool.close().await;
         }
     });
+}
+
+/// Runs `args` with `ARCHIVIST_FAIL_POINT=point` in `dir`, waits until the process says it
+/// reached the point, and SIGKILLs it there.
+pub(crate) fn kill_at_point(dir: &Path, args: &[&str], env: &[(&str, &str)], point: &str) {
+    use std::io::BufRead;
+    let mut env = env.to_vec();
+    env.push(("ARCHIVIST_FAIL_POINT", point));
+    let mut child = command(dir, args, &env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let marker = format!("fail point {point} reached");
+    let mut seen = Vec::new();
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        if line.contains(&marker) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return;
+        }
+        seen.push(line);
+    }
+    panic!(
+        "{args:?} ended without reaching {point}: {:?}\n{}",
+        child.wait(),
+        seen.join("\n")
+    );
 }
