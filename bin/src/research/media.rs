@@ -106,7 +106,15 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 impl Media {
     /// Creates the cache directory if missing and clears what an earlier run left in it.
-    pub(crate) fn new(config: MediaConfig) -> anyhow::Result<Self> {
+    pub(crate) fn new(mut config: MediaConfig) -> anyhow::Result<Self> {
+        // Downloads are given to analysers as `media_path`, which the protocol promises is
+        // absolute: a relative --cache-dir would make them relative.
+        config.cache_dir = std::path::absolute(&config.cache_dir).map_err(|e| {
+            crate::config::usage(format!(
+                "--cache-dir {}: cannot resolve it: {e}",
+                config.cache_dir.display()
+            ))
+        })?;
         std::fs::create_dir_all(&config.cache_dir).map_err(|e| {
             crate::config::usage(format!(
                 "--cache-dir {}: cannot create it: {e}",

@@ -79,6 +79,11 @@ def main():
         with open(os.environ["PIDFILE"], "w") as f:
             f.write(str(os.getpid()))
     item = json.loads(sys.stdin.read())
+    # The protocol promises absolute paths; the tests give relative ones too.
+    for medium in [item["episode"]] + item["clips"]:
+        if not os.path.isabs(medium["media_path"]):
+            print(f"media_path {medium['media_path']!r} is not absolute", file=sys.stderr)
+            return 4
     mode = scripted(item["episode"]["title"], mode)
     episode_duration, marks = read_episode(item["episode"]["media_path"])
     print(f"analysing {item['episode']['title']} with {len(item['clips'])} clips", file=sys.stderr)

@@ -11,6 +11,10 @@
 set -eu
 item=$(cat)
 episode_path=$(printf '%s\n' "$item" | sed 's/.*"episode":{[^}]*"media_path":"\([^"]*\)".*/\1/')
+case $episode_path in
+/*) ;;
+*) echo "media_path $episode_path is not absolute" >&2; exit 4 ;;
+esac
 duration=$(awk '$1 == "DURATION" { print $2 }' "$episode_path")
 echo "analysing $episode_path" >&2
 # The clips array, one object a line: {"...","media_path":"P",...,"title":"T"} (awk splits
@@ -21,6 +25,10 @@ while IFS= read -r clip || [ -n "$clip" ]; do
     [ -n "$clip" ] || continue
     path=$(printf '%s\n' "$clip" | sed 's/.*"media_path":"\([^"]*\)".*/\1/')
     title=$(printf '%s\n' "$clip" | sed 's/.*"title":"\([^"]*\)".*/\1/')
+    case $path in
+    /*) ;;
+    *) echo "media_path $path is not absolute" >&2; exit 4 ;;
+    esac
     token=$(head -n 1 "$path")
     clip_duration=$(awk 'NR == 2 && $1 == "DURATION" { print $2 }' "$path")
     offsets=$(awk -v t="$token" '$1 == "AT" && $3 == t { print $2 }' "$episode_path" |

@@ -298,7 +298,8 @@ pub(crate) fn offsets(i: usize, k: usize) -> Vec<i64> {
     }
 }
 
-/// Where the world keeps a medium: on the media server, as a `file://` URL, or as a path.
+/// Where the world keeps a medium: on the media server, as a `file://` URL, or as a path
+/// relative to the world's directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     Http,
@@ -409,7 +410,9 @@ impl World {
                 if kind == Kind::FileUrl {
                     format!("file://{}", file.display())
                 } else {
-                    file.display().to_string()
+                    // Relative to the working directory every command runs in: the researcher
+                    // must still give the analysers an absolute `media_path`.
+                    format!("media/{name}")
                 }
             }
         }
