@@ -413,11 +413,16 @@ fn an_answer_goes_out_while_the_analyser_works_on() {
 /// Starts a long-running researcher with the hanging analyser and waits until the analyser
 /// runs (its pid file); returns the researcher and the analyser's pid.
 fn researcher_mid_item(w: &World, args: &[&str]) -> (std::process::Child, u32) {
+    researcher_mid_item_with(w, args, "hang")
+}
+
+/// [`researcher_mid_item`] with the Python analyser in `mode` (`hang` or `tick`).
+fn researcher_mid_item_with(w: &World, args: &[&str], mode: &str) -> (std::process::Child, u32) {
     let pidfile = w
         .path()
         .join(format!("pid-{}", uuid::Uuid::new_v4().simple()));
     let shown = pidfile.display().to_string();
-    let child = w.spawn_research(args, &python(&["hang"]), &[("PIDFILE", &shown)]);
+    let child = w.spawn_research(args, &python(&[mode]), &[("PIDFILE", &shown)]);
     common::research::eventually("the analyser to start", PATIENCE, || {
         std::fs::read_to_string(&pidfile).is_ok_and(|p| !p.trim().is_empty())
     });
@@ -547,6 +552,29 @@ fn sigkill_mid_item(w: World, redelivery: Redelivery) {
             });
         }
     }
+    w.research_once(&[], &python(&[]), &[]).expect_code(0);
+    w.run(&["completed-research"], &[]).expect_code(0);
+    assert_all_researched(&w);
+}
+
+/// A researcher killed outright cannot stop its analyser; one that keeps writing (progress
+/// lines) learns it at its next write, its output broken, and exits (README, the analyser
+/// protocol).
+#[test]
+fn sigkill_mid_item_an_analyser_that_writes_exits_on_its_broken_output() {
+    let w = one_item_world("5");
+    let (child, analyser) = researcher_mid_item_with(&w, &[], "tick");
+    common::research::signal(child.id(), "KILL");
+    let _ = child.wait_with_output();
+    common::research::eventually("the orphaned analyser to exit", PATIENCE, || {
+        // Gone, or a zombie waiting for whoever adopted it to reap it.
+        std::fs::read_to_string(format!("/proc/{analyser}/stat")).map_or(true, |stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
+    });
+    common::expire_visibility(&w.database_url());
     w.research_once(&[], &python(&[]), &[]).expect_code(0);
     w.run(&["completed-research"], &[]).expect_code(0);
     assert_all_researched(&w);

@@ -13,7 +13,8 @@ then: `crash-after N` (exit 3 after N answers; with `MARKER` in the environment,
 that file does not exist yet, creating it: the next try runs normally), `hang` (a progress line, then sleep),
 `hang-after N` (N answers, then sleep: an analyser quiet between two clips),
 `garbage` (a line that is not JSON), `exit-75` (try later), `unknown-clip`, `progress`
-(a progress line before each answer). With `PIDFILE` in the environment it writes its pid
+(a progress line before each answer), `tick` (a progress line every 100 ms, for ever: it
+ends when its output breaks). With `PIDFILE` in the environment it writes its pid
 there when it starts (the tests' signal that it is running).
 
 With `SCRIPT` and `STATE_DIR` in the environment, the mode is chosen per episode and per try
@@ -90,6 +91,11 @@ def main():
     if mode[0] == "hang":
         say({"progress": "decoding"})
         time.sleep(3600)
+    if mode[0] == "tick":
+        # Writes until its output breaks (BrokenPipeError ends it).
+        while True:
+            say({"progress": "decoding"})
+            time.sleep(0.1)
     if mode[0] == "garbage":
         print("this is not json", flush=True)
         return 0
