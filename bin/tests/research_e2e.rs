@@ -15,14 +15,18 @@ use common::{BusEnv, PgDatabase};
 
 const PATIENCE: Duration = Duration::from_secs(120);
 
-/// Every pair recorded exactly as the analyser answered, nothing failed or dead-lettered.
+/// Every pair recorded exactly as the analyser answered (offsets, durations) with the media's
+/// hashes, every lease ended by its last result, nothing failed or dead-lettered.
 fn assert_all_researched(w: &World) {
     let s = w.status();
     let pairs = (w.episodes * w.clips) as u64;
     assert_eq!(s["research_pairs"], pairs, "{s}");
     assert_eq!(s["researched_pairs"], pairs, "{s}");
     assert_eq!(s["failed_pairs"], 0, "{s}");
+    // `revoke_lease` on each item's last result ended its lease: none is left to expire.
+    assert_eq!(s["active_leases"], 0, "{s}");
     assert_eq!(w.matches(), w.expected_matches());
+    assert_eq!(w.stored_results(), w.expected_results());
     let depths = w.queue_depths();
     for q in [&w.bus.pending_queue, &w.bus.completed_queue] {
         assert_eq!(depths[q.as_str()]["dead_letters"], 0, "{q}: {depths:?}");
@@ -47,6 +51,23 @@ fn shell_analyser_four_researchers_on_the_postgres_bus() {
     let w = World::new(BusEnv::database(), Some(&db.url), 5, 4);
     w.curate();
     w.research_rounds(4, "1", &shell(), PATIENCE);
+    assert_all_researched(&w);
+}
+
+#[test]
+fn shell_analyser_two_researchers_on_the_sqlite_bus() {
+    let w = World::new(BusEnv::database(), None, 4, 3);
+    w.curate();
+    w.research_rounds(2, "2", &shell(), PATIENCE);
+    assert_all_researched(&w);
+}
+
+#[test]
+fn python_analyser_four_researchers_on_the_postgres_bus() {
+    let db = PgDatabase::create();
+    let w = World::new(BusEnv::database(), Some(&db.url), 5, 4);
+    w.curate();
+    w.research_rounds(4, "1", &python(&["progress"]), PATIENCE);
     assert_all_researched(&w);
 }
 
@@ -107,12 +128,44 @@ fn a_crash_after_two_clips_on_the_postgres_bus() {
     crash_after_two_clips(one_item_world_on(BusEnv::database(), Some(&db.url), "5"));
 }
 
+/// The first try crashes after two answers; the second hangs, so that the test can look at
+/// what was recorded between the two; the third finishes.
 fn crash_after_two_clips(w: World) {
-    let marker = w.path().join("crashed");
-    let marker = marker.display().to_string();
-    let run = w
-        .research_once(&[], &python(&["crash-after", "2"]), &[("MARKER", &marker)])
-        .expect_code(0);
+    let state = w.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let state = state.display().to_string();
+    let script = r#"{"Episode 0": [["crash-after", "2"], ["hang"]]}"#;
+    let env = [("SCRIPT", script), ("STATE_DIR", state.as_str())];
+    let child = w.spawn_research(
+        &[
+            "--concurrency",
+            "1",
+            "--drain-timeout",
+            "1s",
+            "--kill-grace",
+            "1s",
+        ],
+        &python(&[]),
+        &env,
+    );
+    let tries = w.path().join("state/tries-Episode_0");
+    common::research::eventually("the second try", PATIENCE, || {
+        std::fs::read_to_string(&tries).is_ok_and(|t| t.trim() == "2")
+    });
+    // The crashed try's two answers were sent before the item went back: recorded now, while
+    // the second try has answered nothing.
+    w.run(&["completed-research"], &[]).expect_code(0);
+    let s = w.status();
+    assert_eq!(s["researched_pairs"], 2, "{s}");
+    assert_eq!(s["failed_pairs"], 0, "{s}");
+    let first = w.stored_results();
+    let expected = w.expected_results();
+    assert_eq!(first.len(), 2, "{first:?}");
+    for (pair, stored) in &first {
+        assert_eq!(Some(stored), expected.get(pair), "{pair:?}");
+    }
+    common::research::signal(child.id(), "TERM");
+    let run = common::research::exits_within(child, "the researcher", PATIENCE).expect_code(0);
     assert!(run.stderr.contains("exited with code 3"), "{}", run.stderr);
     // The analyser's standard error, in the researcher's log.
     assert!(
@@ -120,15 +173,24 @@ fn crash_after_two_clips(w: World) {
         "{}",
         run.stderr
     );
-    assert!(run.stderr.contains("work item finished"), "{}", run.stderr);
+    assert_eq!(pending_depths(&w), (1, 0, 0));
+    w.research_once(&[], &python(&[]), &env).expect_code(0);
     let recorded = w.run(&["completed-research"], &[]).expect_code(0);
-    let s = w.status();
-    assert_eq!(s["researched_pairs"], 4, "{s}\n{}", recorded.stderr);
-    assert_eq!(s["failed_pairs"], 0);
-    assert_eq!(w.matches(), w.expected_matches());
+    assert_all_researched(&w);
     assert_eq!(pending_depths(&w), (0, 0, 0));
-    // The two clips of the crashed try came again and were duplicates, not recorded twice.
-    assert!(recorded.stdout.contains("duplicate") || recorded.stderr.contains("duplicate"));
+    // The two answered before came again: duplicates, not recorded twice.
+    let duplicates: u64 = recorded
+        .stderr
+        .split("duplicates=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no duplicates count in {}", recorded.stderr));
+    assert!(duplicates >= 2, "{}", recorded.stderr);
+    let last = w.stored_results();
+    for (pair, stored) in &first {
+        assert_eq!(Some(stored), last.get(pair), "{pair:?} changed");
+    }
 }
 
 #[test]
@@ -177,7 +239,17 @@ fn garbage_unknown_clips_and_exit_75_fail_or_release_the_item() {
 
 #[test]
 fn gone_media_fails_its_pairs_until_retried() {
-    let mut w = World::new(BusEnv::database(), None, 2, 3);
+    gone_media_fails_its_pairs(None);
+}
+
+#[test]
+fn gone_media_fails_its_pairs_until_retried_on_the_postgres_bus() {
+    let db = PgDatabase::create();
+    gone_media_fails_its_pairs(Some(&db.url));
+}
+
+fn gone_media_fails_its_pairs(database_url: Option<&str>) {
+    let mut w = World::new(BusEnv::database(), database_url, 2, 3);
     w.bus.set("ARCHIVIST_MAX_CLIPS", "3");
     w.curate();
     // Episode 1's media is gone; clip 2's file too.
@@ -341,11 +413,16 @@ fn an_answer_goes_out_while_the_analyser_works_on() {
 /// Starts a long-running researcher with the hanging analyser and waits until the analyser
 /// runs (its pid file); returns the researcher and the analyser's pid.
 fn researcher_mid_item(w: &World, args: &[&str]) -> (std::process::Child, u32) {
+    researcher_mid_item_with(w, args, "hang")
+}
+
+/// [`researcher_mid_item`] with the Python analyser in `mode` (`hang` or `tick`).
+fn researcher_mid_item_with(w: &World, args: &[&str], mode: &str) -> (std::process::Child, u32) {
     let pidfile = w
         .path()
         .join(format!("pid-{}", uuid::Uuid::new_v4().simple()));
     let shown = pidfile.display().to_string();
-    let child = w.spawn_research(args, &python(&["hang"]), &[("PIDFILE", &shown)]);
+    let child = w.spawn_research(args, &python(&[mode]), &[("PIDFILE", &shown)]);
     common::research::eventually("the analyser to start", PATIENCE, || {
         std::fs::read_to_string(&pidfile).is_ok_and(|p| !p.trim().is_empty())
     });
@@ -365,6 +442,17 @@ fn sigterm_mid_item_releases_it_at_the_drain_timeout() {
 #[test]
 fn sigterm_mid_item_on_sqs_releases_it_at_once() {
     sigterm_mid_item(one_item_world_on(BusEnv::sqs(), None, "5"));
+}
+
+#[test]
+fn sigterm_mid_item_on_the_postgres_bus_releases_it_at_once() {
+    let db = PgDatabase::create();
+    sigterm_mid_item(one_item_world_on(BusEnv::database(), Some(&db.url), "5"));
+}
+
+#[test]
+fn sigterm_mid_item_on_rabbitmq_releases_it_at_once() {
+    sigterm_mid_item(one_item_world_on(BusEnv::rabbitmq(), None, "5"));
 }
 
 fn sigterm_mid_item(w: World) {
@@ -404,7 +492,9 @@ fn sigterm_mid_item(w: World) {
         "{metrics}"
     );
     common::research::signal(child.id(), "TERM");
-    let run = common::Run::from_output(child.wait_with_output().unwrap()).expect_code(0);
+    // The drain (1 s), the analyser's grace (1 s), the release: seconds, not a timeout's worth.
+    let run = common::research::exits_within(child, "the researcher", Duration::from_secs(15))
+        .expect_code(0);
     assert!(run.stderr.contains("drain timeout"), "{}", run.stderr);
     // Released at once: waiting again, not in flight until a visibility timeout.
     assert_eq!(pending_depths(&w), (1, 0, 0));
@@ -416,22 +506,74 @@ fn sigterm_mid_item(w: World) {
 
 #[test]
 fn sigkill_mid_item_leaves_it_to_another_researcher() {
-    sigkill_mid_item(one_item_world("5"));
+    sigkill_mid_item(one_item_world("5"), Redelivery::AfterVisibilityTimeout);
 }
 
 #[test]
 fn sigkill_mid_item_on_the_postgres_bus() {
     let db = PgDatabase::create();
-    sigkill_mid_item(one_item_world_on(BusEnv::database(), Some(&db.url), "5"));
+    sigkill_mid_item(
+        one_item_world_on(BusEnv::database(), Some(&db.url), "5"),
+        Redelivery::AfterVisibilityTimeout,
+    );
 }
 
-fn sigkill_mid_item(w: World) {
+#[test]
+fn sigkill_mid_item_on_rabbitmq_redelivers_when_the_connection_drops() {
+    sigkill_mid_item(
+        one_item_world_on(BusEnv::rabbitmq(), None, "5"),
+        Redelivery::WhenTheConnectionDrops,
+    );
+}
+
+/// When a bus gives a dead researcher's item to another.
+enum Redelivery {
+    /// The database bus: once the visibility timeout runs out (the test makes it run out).
+    AfterVisibilityTimeout,
+    /// RabbitMQ: as soon as the broker sees the connection gone.
+    WhenTheConnectionDrops,
+}
+
+fn sigkill_mid_item(w: World, redelivery: Redelivery) {
     let (child, analyser) = researcher_mid_item(&w, &[]);
     common::research::signal(child.id(), "KILL");
     let _ = child.wait_with_output();
-    // The analyser lives on in its own process group; a machine that dies takes it along.
+    // The analyser lives on in its own process group until it writes to its broken output
+    // (README, the analyser protocol); the hanging one never writes, so the test stops it.
     common::research::signal(analyser, "KILL");
-    assert_eq!(pending_depths(&w).1, 1, "held until its visibility timeout");
+    match redelivery {
+        Redelivery::AfterVisibilityTimeout => {
+            assert_eq!(pending_depths(&w).1, 1, "held until its visibility timeout");
+            common::expire_visibility(&w.database_url());
+        }
+        Redelivery::WhenTheConnectionDrops => {
+            common::research::eventually("the item back on the queue", PATIENCE, || {
+                pending_depths(&w) == (1, 0, 0)
+            });
+        }
+    }
+    w.research_once(&[], &python(&[]), &[]).expect_code(0);
+    w.run(&["completed-research"], &[]).expect_code(0);
+    assert_all_researched(&w);
+}
+
+/// A researcher killed outright cannot stop its analyser; one that keeps writing (progress
+/// lines) learns it at its next write, its output broken, and exits (README, the analyser
+/// protocol).
+#[test]
+fn sigkill_mid_item_an_analyser_that_writes_exits_on_its_broken_output() {
+    let w = one_item_world("5");
+    let (child, analyser) = researcher_mid_item_with(&w, &[], "tick");
+    common::research::signal(child.id(), "KILL");
+    let _ = child.wait_with_output();
+    common::research::eventually("the orphaned analyser to exit", PATIENCE, || {
+        // Gone, or a zombie waiting for whoever adopted it to reap it.
+        std::fs::read_to_string(format!("/proc/{analyser}/stat")).map_or(true, |stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
+    });
     common::expire_visibility(&w.database_url());
     w.research_once(&[], &python(&[]), &[]).expect_code(0);
     w.run(&["completed-research"], &[]).expect_code(0);
@@ -440,8 +582,8 @@ fn sigkill_mid_item(w: World) {
 
 /// A researcher with `--concurrency 3` counts as three: one pending-research run hands out
 /// exactly three items.
-fn capacity_follows_concurrency(bus: BusEnv) {
-    let mut w = World::new(bus, None, 6, 1);
+fn capacity_follows_concurrency(bus: BusEnv, database_url: Option<&str>) {
+    let mut w = World::new(bus, database_url, 6, 1);
     w.bus.set("ARCHIVIST_MAX_CLIPS", "1");
     w.run(&["queues"], &[]).expect_code(0);
     w.curate();
@@ -470,12 +612,18 @@ fn capacity_follows_concurrency(bus: BusEnv) {
 
 #[test]
 fn capacity_follows_concurrency_on_the_database_bus() {
-    capacity_follows_concurrency(BusEnv::database());
+    capacity_follows_concurrency(BusEnv::database(), None);
+}
+
+#[test]
+fn capacity_follows_concurrency_on_the_postgres_bus() {
+    let db = PgDatabase::create();
+    capacity_follows_concurrency(BusEnv::database(), Some(&db.url));
 }
 
 #[test]
 fn capacity_follows_concurrency_on_rabbitmq() {
-    capacity_follows_concurrency(BusEnv::rabbitmq());
+    capacity_follows_concurrency(BusEnv::rabbitmq(), None);
 }
 
 #[test]
@@ -491,6 +639,205 @@ fn an_http_analyser_busy_at_first() {
     assert!(run.stderr.contains("HTTP 503"), "{}", run.stderr);
     w.run(&["completed-research"], &[]).expect_code(0);
     assert_all_researched(&w);
+}
+
+/// A service that accepts the request and never answers is a stall: the item fails at
+/// `--stall-timeout` and goes back, up to the receive limit.
+#[test]
+fn an_http_analyser_that_never_answers_fails_at_the_stall_timeout() {
+    let w = one_item_world("2");
+    let service = common::research::SilentService::start();
+    let run = w
+        .research_once(
+            &["--concurrency", "1", "--stall-timeout", "1s"],
+            &common::research::http(&service.url),
+            &[],
+        )
+        .expect_code(0);
+    assert!(
+        run.stderr
+            .contains("the analyser did not answer within 1s (--stall-timeout)"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(service.accepted(), 2, "one request per try");
+    assert_eq!(pending_depths(&w), (0, 0, 1));
+    w.run(&["completed-research"], &[]).expect_code(0);
+    assert_eq!(w.status()["researched_pairs"], 0);
+}
+
+/// SIGTERM while the service holds the request unanswered: the drain timeout ends the wait,
+/// the item is released at once and the researcher exits.
+#[test]
+fn sigterm_while_an_http_analyser_never_answers() {
+    let w = one_item_world("5");
+    let service = common::research::SilentService::start();
+    let child = w.spawn_research(
+        &["--concurrency", "1", "--drain-timeout", "1s"],
+        &common::research::http(&service.url),
+        &[],
+    );
+    common::research::eventually("the request", PATIENCE, || service.accepted() == 1);
+    common::research::signal(child.id(), "TERM");
+    let run = common::research::exits_within(child, "the researcher", Duration::from_secs(15))
+        .expect_code(0);
+    assert!(run.stderr.contains("drain timeout"), "{}", run.stderr);
+    assert_eq!(pending_depths(&w), (1, 0, 0));
+    let answering = common::research::AnalyserService::start(0);
+    w.research_http_once(&answering.url, &[]).expect_code(0);
+    w.run(&["completed-research"], &[]).expect_code(0);
+    assert_all_researched(&w);
+}
+
+/// 429 is "try later" (released, not failed); a body cut off after one answer fails the
+/// item, the answer standing; the third try finishes.
+#[test]
+fn an_http_analyser_answering_429_then_cutting_its_body_off() {
+    use common::research::Reply;
+    let w = one_item_world("5");
+    let service =
+        common::research::AnalyserService::scripted(vec![Reply::Status(429), Reply::CutOff(1)]);
+    let run = w
+        .research_http_once(&service.url, &["--concurrency", "1"])
+        .expect_code(0);
+    assert!(run.stderr.contains("HTTP 429"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("work item released for later"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("the analyser's response broke off"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("work item finished"), "{}", run.stderr);
+    w.run(&["completed-research"], &[]).expect_code(0);
+    assert_all_researched(&w);
+    assert_eq!(pending_depths(&w), (0, 0, 0));
+}
+
+/// The analyser answers `failure` for a clip that is not audio: that pair is failed research
+/// with the analyser's reason, not leased again, until a person retries the clip.
+#[test]
+fn an_analyser_rejecting_a_clip_fails_that_pair_until_retried() {
+    let w = one_item_world("5");
+    let clip1 = w.path().join("media/c1.mp3");
+    let clip1_bytes = std::fs::read(&clip1).unwrap();
+    std::fs::write(&clip1, "NOT AUDIO\n").unwrap();
+    w.research_once(&[], &python(&[]), &[]).expect_code(0);
+    w.run(&["completed-research"], &[]).expect_code(0);
+    let s = w.status();
+    assert_eq!(
+        (s["researched_pairs"].as_u64(), s["failed_pairs"].as_u64()),
+        (Some(3), Some(1)),
+        "{s}"
+    );
+    assert_eq!(s["active_leases"], 0, "{s}");
+    assert!(
+        s["failure_reasons"]
+            .to_string()
+            .contains("not audio: no frames found"),
+        "{s}"
+    );
+    // Not leased again.
+    w.pending_research_at_once(1, Some("1"));
+    assert_eq!(w.status()["active_leases"], 0);
+    assert_eq!(pending_depths(&w), (0, 0, 0));
+    // The clip is fixed; a person retries it.
+    std::fs::write(&clip1, clip1_bytes).unwrap();
+    let retried = w
+        .run(&["retry-failed", "--clip", "Clip 1", "--json"], &[])
+        .expect_code(0);
+    let retried: serde_json::Value = serde_json::from_str(retried.stdout.trim()).unwrap();
+    assert_eq!(retried["retried"], 1, "{retried}");
+    assert_eq!(retried["clip"], "Clip 1", "{retried}");
+    w.pending_research_at_once(1, Some("1"));
+    w.research_once(&[], &python(&[]), &[]).expect_code(0);
+    w.run(&["completed-research"], &[]).expect_code(0);
+    assert_all_researched(&w);
+}
+
+/// A scripted run and the researcher's counters after it: four items (one finished at once,
+/// one crashing on its first try, one asking for later on its first, one whose episode is
+/// gone), an item whose lease expired and a poison item.
+#[test]
+fn the_researchers_metrics_count_a_scripted_run() {
+    use common::research::{episode_audio, metric, Answer};
+    let w = World::new(BusEnv::database(), None, 4, 2);
+    w.curate();
+    w.server.set("/media/e3.mp3", Answer::NotFound);
+    w.pending_research_at_once(1, Some("4"));
+    let expired = serde_json::json!({
+        "lease_id": uuid::Uuid::new_v4(),
+        "lease_expires_at": "2026-01-01T00:00:00Z",
+        "episode": w.episode_json(0, &w.server.url("/media/e0.mp3")),
+        "clips": [w.clip_json(0, "/nowhere/c0.mp3")],
+    });
+    w.send(
+        &w.bus.pending_queue.clone(),
+        &[expired.to_string(), r#"{"not":"a work item"}"#.to_string()],
+    );
+    let state = w.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let state = state.display().to_string();
+    let script = r#"{"Episode 1": [["crash-after", "1"]], "Episode 2": [["exit-75"]]}"#;
+    let port = common::research::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let child = w.spawn_research(
+        &["--concurrency", "1", "--metrics-addr", &addr],
+        &python(&[]),
+        &[("SCRIPT", script), ("STATE_DIR", &state)],
+    );
+    let mut scrape = String::new();
+    let outcome = |o: &str| format!("archivist_researcher_items_total{{outcome=\"{o}\"}}");
+    common::research::eventually("every item handled", PATIENCE, || {
+        scrape = common::research::http_get(port, "/metrics").unwrap_or_default();
+        metric(&scrape, &outcome("finished")) == Some(4.0)
+            && metric(&scrape, &outcome("skipped_expired")) == Some(1.0)
+            && metric(&scrape, &outcome("poison")) == Some(1.0)
+    });
+    common::research::signal(child.id(), "TERM");
+    common::research::exits_within(child, "the researcher", PATIENCE).expect_code(0);
+    let fetched: usize = (0..3).map(|i| episode_audio(i, 2).len()).sum();
+    for (name, value) in [
+        // Valid bodies received: 4 items, 2 second tries, the expired one.
+        ("archivist_researcher_items_taken_total".to_string(), 7.0),
+        (outcome("failed"), 1.0),
+        (outcome("released"), 1.0),
+        (
+            "archivist_researcher_clips_total{result=\"researched\"}".to_string(),
+            7.0,
+        ),
+        (
+            "archivist_researcher_clips_total{result=\"failed\"}".to_string(),
+            2.0,
+        ),
+        // Each episode downloaded once: second tries find it in the cache.
+        (
+            "archivist_researcher_fetched_bytes_total".to_string(),
+            fetched as f64,
+        ),
+        // 5 analyser runs of 3 media each; misses: the 5 media once, and the gone episode.
+        ("archivist_researcher_cache_hits_total".to_string(), 10.0),
+        ("archivist_researcher_cache_misses_total".to_string(), 6.0),
+        // Every run, however it ended: the crash and the exit 75 too.
+        (
+            "archivist_researcher_analysis_duration_seconds_count".to_string(),
+            5.0,
+        ),
+        ("archivist_researcher_slots".to_string(), 1.0),
+        ("archivist_researcher_slots_busy".to_string(), 0.0),
+    ] {
+        assert_eq!(metric(&scrape, &name), Some(value), "{name}\n{scrape}");
+    }
+    w.run(&["completed-research"], &[]).expect_code(0);
+    let s = w.status();
+    assert_eq!(
+        (s["researched_pairs"].as_u64(), s["failed_pairs"].as_u64()),
+        (Some(6), Some(2)),
+        "{s}"
+    );
 }
 
 #[test]

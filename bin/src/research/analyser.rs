@@ -22,6 +22,8 @@ pub(crate) trait Analyser: Send + Sync {
     /// Starts analysing one work item: `input` is the item as the analyser reads it (one JSON
     /// object and a newline, media paths included; see `protocol::analyser_input`). An error
     /// here (the program cannot be started, the service cannot be reached) fails the item.
+    /// The caller bounds the wait (the stall timeout, the drain) and drops the future when
+    /// either runs out: a service that never answers must not hold the slot.
     async fn start(&self, input: Vec<u8>, lease: &str) -> anyhow::Result<Box<dyn Run>>;
 
     /// Names the analyser in logs and the status, as `exec python3` (never a secret: URLs

@@ -4,6 +4,10 @@
 //! body: done; 429 or 503: try later; any other status or a body cut short: the item fails.
 //! The media paths are local to the researcher: the service must see the same files (run it
 //! on the same host, or share the cache directory).
+//!
+//! The client has only a connect timeout: the researcher puts the wait for the headers and
+//! for each line under its stall timeout and the drain (`work.rs`), dropping the request when
+//! either runs out.
 
 use std::time::Duration;
 

@@ -106,7 +106,15 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 impl Media {
     /// Creates the cache directory if missing and clears what an earlier run left in it.
-    pub(crate) fn new(config: MediaConfig) -> anyhow::Result<Self> {
+    pub(crate) fn new(mut config: MediaConfig) -> anyhow::Result<Self> {
+        // Downloads are given to analysers as `media_path`, which the protocol promises is
+        // absolute: a relative --cache-dir would make them relative.
+        config.cache_dir = std::path::absolute(&config.cache_dir).map_err(|e| {
+            crate::config::usage(format!(
+                "--cache-dir {}: cannot resolve it: {e}",
+                config.cache_dir.display()
+            ))
+        })?;
         std::fs::create_dir_all(&config.cache_dir).map_err(|e| {
             crate::config::usage(format!(
                 "--cache-dir {}: cannot create it: {e}",
@@ -487,7 +495,11 @@ impl Source {
                 "media URI scheme {scheme:?} is not supported (http, https, file, or a path)"
             )));
         }
-        Ok(Source::Local(PathBuf::from(uri)))
+        // Absolute, as the analyser protocol promises `media_path` is: a relative path is
+        // the researcher's working directory's, which an HTTP analyser does not share.
+        std::path::absolute(uri)
+            .map(Source::Local)
+            .map_err(|e| MediaError::Passing(format!("cannot resolve the path {uri:?}: {e}")))
     }
 }
 
@@ -569,6 +581,131 @@ mod tests {
             Err(MediaError::Gone(why)) if why.contains("too large")
         ));
         assert_eq!(m.cached_bytes(), 0, "local files are not the cache's");
+    }
+
+    /// Serves `routes` on a local port; the base URL.
+    async fn serve(routes: axum::Router) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, routes).await.unwrap() });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn the_least_recently_used_download_nobody_holds_is_evicted() {
+        use axum::routing::get;
+        let base = serve(
+            axum::Router::new()
+                .route("/a", get(|| async { vec![b'a'; 6] }))
+                .route("/b", get(|| async { vec![b'b'; 6] }))
+                .route("/c", get(|| async { vec![b'c'; 6] })),
+        )
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let m = media(dir.path(), 10);
+        let cancel = CancellationToken::new();
+        let (a, b, c) = (
+            format!("{base}/a"),
+            format!("{base}/b"),
+            format!("{base}/c"),
+        );
+        let a_path = m.fetch(&a, &cancel).await.unwrap().entry.path.clone();
+        assert!(a_path.exists());
+        // b does not fit beside a: a, unused, goes.
+        let held_b = m.fetch(&b, &cancel).await.unwrap();
+        assert_eq!(m.cached_bytes(), 6);
+        assert!(!a_path.exists(), "evicted from disk too");
+        // b is in use: fetching a again keeps both, over the size for a while.
+        let again = m.fetch(&a, &cancel).await.unwrap();
+        assert!(!again.cache_hit);
+        assert_eq!(m.cached_bytes(), 12);
+        drop(again);
+        // Then c evicts the least recently used that nobody holds (a), not b.
+        let _c = m.fetch(&c, &cancel).await.unwrap();
+        assert!(held_b.entry.path.exists());
+        assert!(m.fetch(&b, &cancel).await.unwrap().cache_hit);
+        assert!(!m.fetch(&a, &cancel).await.unwrap().cache_hit);
+    }
+
+    #[tokio::test]
+    async fn a_429_waits_as_long_as_retry_after_says() {
+        use axum::http::StatusCode;
+        use axum::response::IntoResponse;
+        let asked = Arc::new(AtomicU64::new(0));
+        let base = serve(
+            axum::Router::new()
+                .route(
+                    "/limited",
+                    axum::routing::get(
+                        |axum::extract::State(asked): axum::extract::State<Arc<AtomicU64>>| async move {
+                            if asked.fetch_add(1, Ordering::SeqCst) == 0 {
+                                (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "1")], "later")
+                                    .into_response()
+                            } else {
+                                b"audio".to_vec().into_response()
+                            }
+                        },
+                    ),
+                )
+                .with_state(asked.clone()),
+        )
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let m = media(dir.path(), 1000);
+        let started = Instant::now();
+        let got = m
+            .fetch(&format!("{base}/limited"), &CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(got.entry.size, 5);
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+        // A second, not the first backoff's half second.
+        assert!(
+            started.elapsed() >= Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_download_without_a_length_is_cut_off_at_the_size_limit() {
+        let base = serve(axum::Router::new().route(
+            "/big",
+            axum::routing::get(|| async {
+                // Streamed: no Content-Length to refuse it by.
+                let chunks = (0..4).map(|_| Ok::<_, std::io::Error>(vec![b'x'; 500]));
+                axum::body::Body::from_stream(futures::stream::iter(chunks))
+            }),
+        ))
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let m = media(dir.path(), 10_000);
+        let got = m
+            .fetch(&format!("{base}/big"), &CancellationToken::new())
+            .await;
+        assert!(
+            matches!(&got, Err(MediaError::Gone(why)) if why.contains("too large")),
+            "{:?}",
+            got.as_ref().err()
+        );
+        // Nothing left behind: no partial download, nothing cached.
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("cache"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| n.to_str() != Some(".lock"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        assert_eq!(m.cached_bytes(), 0);
+    }
+
+    #[test]
+    fn a_relative_path_is_made_absolute() {
+        let Ok(Source::Local(path)) = Source::of("media/a.mp3") else {
+            panic!("not a local path");
+        };
+        assert!(path.is_absolute(), "{}", path.display());
+        assert!(path.ends_with("media/a.mp3"), "{}", path.display());
     }
 
     #[test]

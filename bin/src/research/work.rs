@@ -170,11 +170,27 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
         .filter_map(|(i, _)| item.clips.get(*i).map(|c| (c.title.clone(), *i)))
         .collect();
     let input = protocol::analyser_input(item, &episode.path.display().to_string(), &given);
-    let started = Instant::now();
+    // Recorded however the run ends (a crash, a stall, exit 75, the drain), not only when it
+    // finishes: the histogram is the time slots spend in analysers.
+    let timer = AnalysisTimer(Instant::now());
     let lease = item.lease_id.to_string();
-    let mut run = match ctx.analyser.start(input, &lease).await {
-        Ok(run) => run,
-        Err(e) => return results.fail(format!("{e:#}")).await,
+    // Starting counts as the first line: an HTTP service that accepts the request and never
+    // answers its headers is a stall, and must not hold the slot through a shutdown either.
+    let started = tokio::select! {
+        _ = stop.cancelled() => return results.released_at_drain().await,
+        started = tokio::time::timeout(ctx.stall_timeout, ctx.analyser.start(input, &lease)) => started,
+    };
+    let mut run = match started {
+        Ok(Ok(run)) => run,
+        Ok(Err(e)) => return results.fail(format!("{e:#}")).await,
+        Err(_) => {
+            return results
+                .fail(format!(
+                    "the analyser did not answer within {} (--stall-timeout)",
+                    humantime::format_duration(ctx.stall_timeout)
+                ))
+                .await
+        }
     };
     let mut answered: HashSet<String> = HashSet::new();
     // The stall timeout counts from the last line, whatever else happens in between.
@@ -267,8 +283,7 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
         }),
     };
     drop(clip_entries);
-    metrics::histogram!("archivist_researcher_analysis_duration_seconds")
-        .record(started.elapsed().as_secs_f64());
+    drop(timer);
     match ending {
         Ending::Done => {
             let unanswered = titles.len() - answered.len();
@@ -279,6 +294,16 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
         }
         Ending::TryLater(why) => results.released(why).await,
         Ending::Failed(why) => results.fail(why).await,
+    }
+}
+
+/// Records one analyser run's duration when dropped, so that every ending counts.
+struct AnalysisTimer(Instant);
+
+impl Drop for AnalysisTimer {
+    fn drop(&mut self) {
+        metrics::histogram!("archivist_researcher_analysis_duration_seconds")
+            .record(self.0.elapsed().as_secs_f64());
     }
 }
 

@@ -13,11 +13,19 @@ then: `crash-after N` (exit 3 after N answers; with `MARKER` in the environment,
 that file does not exist yet, creating it: the next try runs normally), `hang` (a progress line, then sleep),
 `hang-after N` (N answers, then sleep: an analyser quiet between two clips),
 `garbage` (a line that is not JSON), `exit-75` (try later), `unknown-clip`, `progress`
-(a progress line before each answer). With `PIDFILE` in the environment it writes its pid
+(a progress line before each answer), `tick` (a progress line every 100 ms, for ever: it
+ends when its output breaks). With `PIDFILE` in the environment it writes its pid
 there when it starts (the tests' signal that it is running).
+
+With `SCRIPT` and `STATE_DIR` in the environment, the mode is chosen per episode and per try
+instead: `SCRIPT` is a JSON object from episode titles to a list of modes (each a list of
+arguments), the first for the episode's first try, and so on; tries past the list run
+normally. `STATE_DIR/tries-<title>` counts the episode's tries, written as each starts (the
+tests wait on it).
 """
 import json
 import os
+import re
 import sys
 import time
 
@@ -44,6 +52,23 @@ def read_clip(path):
     return token, duration
 
 
+def scripted(title, mode):
+    script, state = os.environ.get("SCRIPT"), os.environ.get("STATE_DIR")
+    if not script or not state:
+        return mode
+    counter = os.path.join(state, "tries-" + re.sub(r"[^A-Za-z0-9]", "_", title))
+    tries = 0
+    if os.path.exists(counter):
+        with open(counter) as f:
+            tries = int(f.read().strip() or "0")
+    modes = json.loads(script).get(title, [])
+    # Written whole, then renamed: a test reading it never sees a half-written count.
+    with open(counter + ".tmp", "w") as f:
+        f.write(str(tries + 1))
+    os.replace(counter + ".tmp", counter)
+    return modes[tries] if tries < len(modes) else [""]
+
+
 def say(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
@@ -55,11 +80,22 @@ def main():
         with open(os.environ["PIDFILE"], "w") as f:
             f.write(str(os.getpid()))
     item = json.loads(sys.stdin.read())
+    # The protocol promises absolute paths; the tests give relative ones too.
+    for medium in [item["episode"]] + item["clips"]:
+        if not os.path.isabs(medium["media_path"]):
+            print(f"media_path {medium['media_path']!r} is not absolute", file=sys.stderr)
+            return 4
+    mode = scripted(item["episode"]["title"], mode)
     episode_duration, marks = read_episode(item["episode"]["media_path"])
     print(f"analysing {item['episode']['title']} with {len(item['clips'])} clips", file=sys.stderr)
     if mode[0] == "hang":
         say({"progress": "decoding"})
         time.sleep(3600)
+    if mode[0] == "tick":
+        # Writes until its output breaks (BrokenPipeError ends it).
+        while True:
+            say({"progress": "decoding"})
+            time.sleep(0.1)
     if mode[0] == "garbage":
         print("this is not json", flush=True)
         return 0

@@ -3,7 +3,7 @@
 //! the text the test analysers (`bin/tests/analysers/`) read; the answers those analysers
 //! must give; and running researchers and archivists against it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
@@ -127,16 +127,30 @@ async fn serve(
 
 use futures::StreamExt;
 
+/// How the analyser service answers one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// This status and no body (429, 503: try later).
+    Status(u16),
+    /// 200 and the analyser's first `n` lines, then the connection is cut mid-body.
+    CutOff(usize),
+}
+
 /// The Python test analyser as an HTTP service (`research --http`): each POSTed item is given
-/// to `analyser.py` on its standard input and its output is the response body. Answers 503
-/// to the first `busy` requests (try later).
+/// to `analyser.py` on its standard input and its output is the response body, streamed.
+/// The first requests get the scripted replies instead, one each, in order.
 pub(crate) struct AnalyserService {
     pub(crate) url: String,
     _thread: std::thread::JoinHandle<()>,
 }
 
 impl AnalyserService {
+    /// Answers 503 to the first `busy` requests.
     pub(crate) fn start(busy: u32) -> Self {
+        Self::scripted((0..busy).map(|_| Reply::Status(503)).collect())
+    }
+
+    pub(crate) fn scripted(replies: Vec<Reply>) -> Self {
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -147,10 +161,10 @@ impl AnalyserService {
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 tx.send(listener.local_addr().unwrap()).unwrap();
-                let left = Arc::new(Mutex::new(busy));
+                let replies = Arc::new(Mutex::new(std::collections::VecDeque::from(replies)));
                 let app = axum::Router::new()
                     .route("/analyse", axum::routing::post(analyse))
-                    .with_state(left);
+                    .with_state(replies);
                 axum::serve(listener, app).await.unwrap();
             });
         });
@@ -163,17 +177,18 @@ impl AnalyserService {
 }
 
 async fn analyse(
-    axum::extract::State(busy): axum::extract::State<Arc<Mutex<u32>>>,
+    axum::extract::State(replies): axum::extract::State<
+        Arc<Mutex<std::collections::VecDeque<Reply>>>,
+    >,
     body: axum::body::Bytes,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     use tokio::io::AsyncWriteExt;
-    {
-        let mut left = busy.lock().unwrap();
-        if *left > 0 {
-            *left -= 1;
-            return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
-        }
+    let reply = replies.lock().unwrap().pop_front();
+    if let Some(Reply::Status(code)) = reply {
+        return axum::http::StatusCode::from_u16(code)
+            .unwrap()
+            .into_response();
     }
     let mut child = tokio::process::Command::new("python3")
         .arg(analysers().join("analyser.py"))
@@ -185,7 +200,60 @@ async fn analyse(
     stdin.write_all(&body).await.unwrap();
     drop(stdin);
     let out = child.wait_with_output().await.unwrap();
-    out.stdout.into_response()
+    let lines: Vec<Result<Vec<u8>, std::io::Error>> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| Ok(format!("{l}\n").into_bytes()))
+        .collect();
+    let Some(Reply::CutOff(n)) = reply else {
+        return axum::body::Body::from_stream(futures::stream::iter(lines)).into_response();
+    };
+    let mut cut: Vec<_> = lines.into_iter().take(n).collect();
+    // An error in the body stream makes the server drop the connection mid-body; the pause
+    // before it lets the server write out what came first (else it may drop it unsent).
+    cut.push(Err(std::io::Error::other("cut off on purpose")));
+    let stream = futures::stream::iter(cut).then(|chunk| async move {
+        if chunk.is_err() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        chunk
+    });
+    axum::body::Body::from_stream(stream).into_response()
+}
+
+/// An "analyser service" that accepts connections and never reads or answers: a hung
+/// service. Counts the connections it accepted.
+pub(crate) struct SilentService {
+    pub(crate) url: String,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    _thread: std::thread::JoinHandle<()>,
+}
+
+impl SilentService {
+    pub(crate) fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/analyse", listener.local_addr().unwrap());
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        let thread = std::thread::spawn(move || {
+            // Held open, never read: the client waits for an answer that never comes.
+            let mut held = Vec::new();
+            for stream in listener.incoming().flatten() {
+                held.push(stream);
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        SilentService {
+            url,
+            accepted,
+            _thread: thread,
+        }
+    }
+
+    /// Connections accepted so far.
+    pub(crate) fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// The test analysers' directory.
@@ -201,6 +269,11 @@ pub(crate) fn python(mode: &[&str]) -> Vec<String> {
     ];
     v.extend(mode.iter().map(|m| m.to_string()));
     v
+}
+
+/// `research` arguments for the analyser service at `url` (where the others give `--exec`'s).
+pub(crate) fn http(url: &str) -> Vec<String> {
+    vec!["--http".to_string(), url.to_string()]
 }
 
 /// `research --exec` arguments for the shell analyser.
@@ -225,7 +298,8 @@ pub(crate) fn offsets(i: usize, k: usize) -> Vec<i64> {
     }
 }
 
-/// Where the world keeps a medium: on the media server, as a `file://` URL, or as a path.
+/// Where the world keeps a medium: on the media server, as a `file://` URL, or as a path
+/// relative to the world's directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     Http,
@@ -249,6 +323,25 @@ pub(crate) fn episode_title(i: usize) -> String {
 
 pub(crate) fn clip_title(k: usize) -> String {
     format!("Clip {k}")
+}
+
+/// The duration the test analysers report for clip `k` (from its file): each clip its own.
+pub(crate) fn clip_duration_ns(k: usize) -> i64 {
+    (k as i64 + 2) * 1_000_000_000
+}
+
+/// The text "audio" of clip `k`: its token, then its duration.
+pub(crate) fn clip_audio(k: usize) -> Vec<u8> {
+    format!("token-{k}\nDURATION {}\n", clip_duration_ns(k)).into_bytes()
+}
+
+/// Lowercase hex SHA-256 of `bytes`, as results carry it.
+pub(crate) fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The text "audio" of episode `i` among `clips` clips.
@@ -317,7 +410,9 @@ impl World {
                 if kind == Kind::FileUrl {
                     format!("file://{}", file.display())
                 } else {
-                    file.display().to_string()
+                    // Relative to the working directory every command runs in: the researcher
+                    // must still give the analysers an absolute `media_path`.
+                    format!("media/{name}")
                 }
             }
         }
@@ -371,11 +466,7 @@ impl World {
                 } else {
                     Kind::Path
                 };
-                let uri = self.place(
-                    &format!("c{k}.mp3"),
-                    format!("token-{k}\n").into_bytes(),
-                    kind,
-                );
+                let uri = self.place(&format!("c{k}.mp3"), clip_audio(k), kind);
                 self.clip_json(k, &uri).to_string()
             })
             .collect();
@@ -419,7 +510,9 @@ impl World {
                     .to_string(),
             );
         }
-        all.push("--exec".into());
+        if exec.first().map(String::as_str) != Some("--http") {
+            all.push("--exec".into());
+        }
         all.extend(exec.iter().cloned());
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
         command(self.path(), &all, &self.bus.with(extra))
@@ -485,6 +578,60 @@ impl World {
                 )
             })
             .collect()
+    }
+
+    /// Every recorded (not failed) result as stored: (episode, clip) → (episode duration,
+    /// episode hash, clip duration, clip hash). Read from the datastore's tables: no command
+    /// shows them.
+    pub(crate) fn stored_results(&self) -> BTreeMap<(String, String), (i64, String, i64, String)> {
+        const SQL: &str = "SELECT e.title, c.title, r.episode_duration_ns, r.episode_hash, \
+             r.clip_duration_ns, r.clip_hash FROM research_results r \
+             JOIN episodes e ON e.id = r.episode_id JOIN clips c ON c.id = r.clip_id";
+        type Row = (String, String, i64, String, i64, String);
+        let url = self.database_url();
+        let rows: Vec<Row> = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                if url.starts_with("sqlite:") {
+                    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+                    let rows = sqlx::query_as(SQL).fetch_all(&pool).await.unwrap();
+                    pool.close().await;
+                    rows
+                } else {
+                    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+                    let rows = sqlx::query_as(SQL).fetch_all(&pool).await.unwrap();
+                    pool.close().await;
+                    rows
+                }
+            });
+        rows.into_iter()
+            .map(|(e, c, ed, eh, cd, ch)| ((e, c), (ed, eh, cd, ch)))
+            .collect()
+    }
+
+    /// What [`World::stored_results`] holds when every pair is researched: the durations the
+    /// analysers read from the media, the hashes of the media's bytes.
+    pub(crate) fn expected_results(
+        &self,
+    ) -> BTreeMap<(String, String), (i64, String, i64, String)> {
+        let mut out = BTreeMap::new();
+        for i in 0..self.episodes {
+            let episode_hash = sha256(&episode_audio(i, self.clips));
+            for k in 0..self.clips {
+                out.insert(
+                    (episode_title(i), clip_title(k)),
+                    (
+                        EPISODE_NS,
+                        episode_hash.clone(),
+                        clip_duration_ns(k),
+                        sha256(&clip_audio(k)),
+                    ),
+                );
+            }
+        }
+        out
     }
 
     /// What the analysers find: every pair with offsets.
@@ -564,6 +711,28 @@ pub(crate) fn eventually(what: &str, deadline: Duration, mut check: impl FnMut()
         assert!(Instant::now() < until, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Waits for `child` to exit, failing after `deadline`; what it gave.
+pub(crate) fn exits_within(child: Child, what: &str, deadline: Duration) -> Run {
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Waited for on a thread of its own, reading both pipes so that the child never blocks.
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(deadline) {
+        Ok(out) => Run::from_output(out.unwrap()),
+        Err(_) => panic!("{what} did not exit within {deadline:?}"),
+    }
+}
+
+/// The value of the metric line `name` (with its labels, as `x_total{outcome="failed"}`) in a
+/// Prometheus scrape, if present.
+pub(crate) fn metric(scrape: &str, name: &str) -> Option<f64> {
+    scrape.lines().find_map(|l| {
+        let (key, value) = l.rsplit_once(' ')?;
+        (key == name).then(|| value.parse().ok())?
+    })
 }
 
 /// Sends `signal` (as `TERM`, `KILL`) to `pid`.
