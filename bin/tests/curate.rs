@@ -891,7 +891,7 @@ fn clip_folders_arrive_once_and_changed_files_again() {
         "unchanged clips printed: {}",
         run.stdout
     );
-    let single = dir.path().join("single/Sting.opus");
+    let single = dir.path().join("single/Sting.wav");
     write(&single, b"sting");
     let run = curate(
         dir.path(),
@@ -899,6 +899,33 @@ fn clip_folders_arrive_once_and_changed_files_again() {
     )
     .expect_code(0);
     assert_eq!(titles(&run.json_lines()), ["Sting"]);
+    assert!(receive(dir.path(), "curated_clips").is_empty());
+
+    // Opus is found but not taken, and says why: the analyser has no Opus decoder.
+    let opus = dir.path().join("single/Bumper.opus");
+    write(&opus, b"bumper");
+    write(&clips.join("sub/Bumper.opus"), b"bumper");
+    let run = curate(dir.path(), &["clips", opus.to_str().unwrap()]).expect_code(1);
+    assert!(run.stderr.contains("cannot decode Opus"), "{}", run.stderr);
+    let run = curate(
+        dir.path(),
+        &[
+            "clips",
+            folder,
+            "--base-url",
+            "https://media.example/clips",
+            "--json",
+        ],
+    )
+    .expect_code(0);
+    let s = summary(&run);
+    assert_eq!(s["sent"], 0, "{s}");
+    assert!(
+        s["paths"][0]["skipped_files"]
+            .to_string()
+            .contains("cannot decode Opus"),
+        "{s}"
+    );
     assert!(receive(dir.path(), "curated_clips").is_empty());
 }
 

@@ -401,7 +401,11 @@ async fn parse_page(
 /// Adds an older page's items to `into`; an item repeating one of a newer page is skipped.
 fn merge_page(into: &mut ParsedFeed, page: ParsedFeed) {
     let mut keys: HashSet<String> = into.items.iter().map(|i| i.key.clone()).collect();
-    let mut uris: HashSet<String> = into.items.iter().map(|i| i.media_uri.clone()).collect();
+    let mut uris: HashSet<String> = into
+        .items
+        .iter()
+        .map(|i| parse::enclosure_identity(&i.media_uri))
+        .collect();
     let mut ids: HashSet<(String, DateTime<Utc>)> = into
         .items
         .iter()
@@ -412,7 +416,8 @@ fn merge_page(into: &mut ParsedFeed, page: ParsedFeed) {
     into.next_page = page.next_page;
     for item in page.items {
         let id = (item.title.clone(), item.date_aired);
-        if keys.contains(&item.key) || uris.contains(&item.media_uri) || ids.contains(&id) {
+        let enclosure = parse::enclosure_identity(&item.media_uri);
+        if keys.contains(&item.key) || uris.contains(&enclosure) || ids.contains(&id) {
             into.skipped.push(Skipped {
                 item: format!("{:?}", cut(&item.title, 80).0),
                 reason: "repeats an item of a newer page: only that one is curated".into(),
@@ -420,7 +425,7 @@ fn merge_page(into: &mut ParsedFeed, page: ParsedFeed) {
             continue;
         }
         keys.insert(item.key.clone());
-        uris.insert(item.media_uri.clone());
+        uris.insert(enclosure);
         ids.insert(id);
         into.items.push(item);
     }

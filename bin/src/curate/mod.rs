@@ -74,16 +74,20 @@ Retry-After it gave earlier), 1 some feed failed (each is named), 2 bad usage. O
 stops the others. What was sent, and the feeds' ETag and Last-Modified, are kept in the --state \
 file: a feed that has not changed costs one request and no body.")]
     Feed(FeedArgs),
-    /// Send one ClipInfo per audio file (mp3, m4a, aac, ogg, oga, flac, wav, opus) in the
-    /// files and folders given, when new or changed since it was sent, to the clips queue
+    /// Send one ClipInfo per audio file (mp3, m4a, aac, ogg, oga, flac, wav) in the files and
+    /// folders given, titled by its title tag or else its file name, when new or changed since
+    /// it was sent, to the clips queue
     #[command(after_help = "Examples:\n  \
         archivist curate clips ~/clips                                     # file:// addresses\n  \
         archivist curate clips --base-url https://media.example.org/clips/ /srv/clips\n  \
         archivist curate clips --dry-run intro.mp3 outro.wav\n\n\
 Folders are walked recursively (hidden files and folders skipped, symbolic links to folders not \
-followed). A clip's title is its file name without the extension: clips are identified by title, \
-so two files with one name are reported and the second is skipped. Exit codes: 0 every path \
-was read, 1 some path failed (each is named), 2 bad usage.")]
+followed); Opus files are skipped and named (the reference analyser cannot decode Opus). A \
+clip's title is its title tag (ID3 TIT2, Vorbis TITLE, MP4 ©nam, RIFF INAM), else its file name \
+without the extension; its artist and album tags become its description. Clips are identified \
+by title, so of two files with one title the second is reported and skipped, and a file sent \
+before keeps its title. Exit codes: 0 every path was read, 1 some path failed (each is named), \
+2 bad usage.")]
     Clips(ClipsArgs),
 }
 
