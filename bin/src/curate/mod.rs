@@ -5,8 +5,10 @@
 //!
 //! # Layout
 //!
-//! - `mod.rs`: the options, the sink (the bus, or standard output for `--dry-run`), the
-//!   metrics server of `--every`, and the text and JSON reports.
+//! - `mod.rs`: the options, the sink (the bus, or standard output for `--dry-run`), and the
+//!   text and JSON reports.
+//! - `page.rs`: the server of `--every --metrics-addr`: `/metrics`, `/healthz`, and each
+//!   feed's state as a page (`/`) and as JSON (`/api/curator`).
 //! - `feeds.rs`: one pass over the feeds, and the `--every` loop.
 //! - `fetch.rs`: HTTP, politely: User-Agent, conditional GET, gzip, 304, 429/503 with
 //!   Retry-After, timeouts, a size limit, redirects followed by hand so 301/308 are seen.
@@ -24,11 +26,11 @@
 mod clips;
 mod feeds;
 mod fetch;
+mod page;
 mod parse;
 mod state;
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -362,54 +364,6 @@ pub(crate) fn shown_url(url: &str) -> String {
         u.query_pairs_mut().clear().extend_pairs(pairs);
     }
     u.to_string()
-}
-
-/// Serves `/metrics` and `/healthz` on `addr` (`--metrics-addr`) until `token` is
-/// cancelled. A curator has no datastore to read gauges from, so this is the Prometheus
-/// recorder alone, not the archivists' server.
-pub(crate) async fn serve_metrics(
-    addr: SocketAddr,
-    token: &CancellationToken,
-) -> anyhow::Result<SocketAddr> {
-    use crate::web::guard;
-    use axum::routing::get;
-    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .context("cannot install the metrics recorder")?;
-    metrics::gauge!("archivist_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
-        format!("cannot listen on ARCHIVIST_METRICS_ADDR (--metrics-addr) {addr}")
-    })?;
-    let bound = listener.local_addr().context("the listener's address")?;
-    let router = axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let text = prometheus.render();
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4",
-                        )],
-                        text,
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok\n" }))
-        .layer(axum::middleware::from_fn(guard::deadline));
-    let router = match guard::Hosts::for_bound(bound) {
-        Some(hosts) => router.layer(axum::middleware::from_fn_with_state(
-            hosts,
-            guard::check_host,
-        )),
-        None => router,
-    };
-    tracing::info!("serving /metrics and /healthz on http://{bound}");
-    // The archivists' server guard: bounded connections, deadlines, own host names only.
-    tokio::spawn(guard::serve(listener, router, token.clone()));
-    Ok(bound)
 }
 
 /// A usage error for a state file that cannot be read as one.
