@@ -74,7 +74,9 @@ pub(crate) enum CurateCommand {
 Exit codes: 0 every feed was read (or answered 304 Not Modified, or is waiting out a \
 Retry-After it gave earlier), 1 some feed failed (each is named), 2 bad usage. One bad feed never \
 stops the others. What was sent, and the feeds' ETag and Last-Modified, are kept in the --state \
-file: a feed that has not changed costs one request and no body.")]
+file: a feed that has not changed costs one request and no body. With --every and --metrics-addr, \
+the curator serves its own page on / (each feed's last poll, outcome, items sent, not modified, \
+errors), the same as JSON on /api/curator, /metrics and /healthz.")]
     Feed(FeedArgs),
     /// Send one ClipInfo per audio file (mp3, m4a, aac, ogg, oga, flac, wav) in the files and
     /// folders given, titled by its title tag or else its file name, when new or changed since
