@@ -1145,6 +1145,103 @@ fn clip_folders_arrive_once_and_changed_files_again() {
     assert!(receive(dir.path(), "curated_clips").is_empty());
 }
 
+/// A second of a tone as WAV, then encoded by ffmpeg to `dst` with `metadata` tags.
+fn tagged(dst: &Path, codec: &[&str], metadata: &[&str]) {
+    let wav = dst.with_extension("source.wav");
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 8_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(&wav, spec).unwrap();
+    for i in 0..8_000 {
+        let s = (i as f32 * 0.3).sin();
+        w.write_sample((s * 8_000.0) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+    let mut cmd = std::process::Command::new("ffmpeg");
+    cmd.args(["-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-i"])
+        .arg(&wav)
+        .args(codec);
+    for m in metadata {
+        cmd.args(["-metadata", m]);
+    }
+    let status = cmd
+        .arg(dst)
+        .status()
+        .expect("ffmpeg (scripts/test.sh installs it)");
+    assert!(status.success());
+    std::fs::remove_file(&wav).unwrap();
+}
+
+#[test]
+fn clips_are_titled_by_their_tags_and_keep_the_title_they_were_sent_under() {
+    let dir = tempfile::tempdir().unwrap();
+    let clips = dir.path().join("clips");
+    std::fs::create_dir_all(&clips).unwrap();
+    let artist = ["artist=Archive Radio", "album=Station Sounds"];
+    tagged(
+        &clips.join("01 jingle.mp3"),
+        &["-c:a", "libmp3lame"],
+        &["title=Intro Jingle", artist[0], artist[1]],
+    );
+    tagged(&clips.join("bell.flac"), &[], &["title=Closing Bell"]);
+    tagged(
+        &clips.join("vm.ogg"),
+        &["-c:a", "libvorbis"],
+        &["title=Voicemail: Dave"],
+    );
+    tagged(
+        &clips.join("laugh.m4a"),
+        &["-c:a", "aac"],
+        &["title=Big Laugh"],
+    );
+    // No title tag: its file name.
+    tagged(&clips.join("Outro Theme.wav"), &[], &["title="]);
+    let folder = clips.to_str().unwrap();
+    curate(dir.path(), &["clips", folder]).expect_code(0);
+    let sent = receive(dir.path(), "curated_clips");
+    assert_eq!(
+        titles(&sent),
+        [
+            "Big Laugh",
+            "Closing Bell",
+            "Intro Jingle",
+            "Outro Theme",
+            "Voicemail: Dave"
+        ]
+    );
+    let jingle = sent.iter().find(|m| m["title"] == "Intro Jingle").unwrap();
+    assert_eq!(jingle["description"], "Archive Radio — Station Sounds");
+    assert_eq!(jingle["media_type"], "mp3");
+    let bell = sent.iter().find(|m| m["title"] == "Closing Bell").unwrap();
+    assert_eq!(bell["description"], "");
+
+    // Retagged: the content changed, so it is sent again, under the title it was sent under
+    // (a new title would be a second clip with the first one's address), and a note says so.
+    tagged(
+        &clips.join("01 jingle.mp3"),
+        &["-c:a", "libmp3lame"],
+        &["title=Intro Jingle (2026 mix)", artist[0]],
+    );
+    let run = curate(dir.path(), &["clips", folder, "--json"]).expect_code(0);
+    let s = summary(&run);
+    assert_eq!(s["sent"], 1, "{s}");
+    assert!(
+        s["paths"][0]["notes"]
+            .to_string()
+            .contains("keeps the title it was sent under"),
+        "{s}"
+    );
+    let again = receive(dir.path(), "curated_clips");
+    assert_eq!(titles(&again), ["Intro Jingle"]);
+    assert_eq!(again[0]["description"], "Archive Radio");
+    // Unchanged since: nothing.
+    let run = curate(dir.path(), &["clips", folder, "--json"]).expect_code(0);
+    assert_eq!(summary(&run)["sent"], 0);
+}
+
 // ---------------------------------------------------------------------------------------
 // The whole way.
 

@@ -319,6 +319,18 @@ fn from_a_feed_url_and_a_clip_folder_to_exactly_the_true_matches() {
     assert_eq!(s["matched_pairs"], truth.len(), "{s}");
     assert_eq!(s["active_leases"], 0, "{s}");
 
+    // Nothing was set aside on the way.
+    for q in [
+        "curated_episodes",
+        "curated_clips",
+        "pending_research",
+        "completed_research",
+    ] {
+        let dead =
+            archivist(home, &["receive", q, "--dead-letters", "--wait", "0s"], &[]).expect_code(0);
+        assert!(dead.stdout.is_empty(), "{q}: {}", dead.stdout);
+    }
+
     let matches = archivist(home, &["matches"], &[])
         .expect_code(0)
         .json_lines();
