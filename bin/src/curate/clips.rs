@@ -55,7 +55,7 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 /// and album tags as the description. A file whose tags cannot be read (not audio, or in a
 /// format the analyser does not read) is named by its file name: the researchers report
 /// what is wrong with it, per pair.
-pub(crate) fn clip_title(path: &Path) -> (Option<String>, String) {
+pub(crate) fn title_and_description(path: &Path) -> (Option<String>, String) {
     let tags = match analysis::read_tags(path) {
         Ok(t) => t,
         Err(e) => {
@@ -336,7 +336,7 @@ async fn clips(
             _ => {
                 let path = found.path.clone();
                 let read = tokio::task::spawn_blocking(move || {
-                    hash_file(&path).map(|h| (h, clip_title(&path)))
+                    hash_file(&path).map(|h| (h, title_and_description(&path)))
                 });
                 match read.await.context("hashing stopped")? {
                     Ok((h, (title, description))) => (h, title, description),
@@ -352,7 +352,8 @@ async fn clips(
         // address, still the first one's, would make it poison).
         let title = match previous.filter(|p| !p.title.is_empty()) {
             Some(p) => {
-                if let Some(t) = tag_title.filter(|t| cut(t, MAX_SHORT_TEXT).0 != p.title) {
+                let retitled = tag_title.filter(|t| cut(t, MAX_SHORT_TEXT).0 != p.title);
+                if let Some(t) = retitled.filter(|_| report.notes.len() < MAX_NAMED_SKIPS) {
                     report.notes.push(format!(
                         "{shown} is now titled {t:?} but keeps the title it was sent under, \
                          {:?} (clips are identified by title)",
@@ -375,7 +376,7 @@ async fn clips(
             report.skip(
                 shown,
                 format!(
-                    "the same title {title:?} as {} (clips are identified by title): rename one",
+                    "the same title {title:?} as {} (clips are identified by title): retitle or rename one",
                     first.display()
                 ),
             );
@@ -587,7 +588,7 @@ mod tests {
         );
         // No such file: no tags, the file name.
         assert_eq!(
-            clip_title(Path::new("/nowhere/Outro.flac")),
+            title_and_description(Path::new("/nowhere/Outro.flac")),
             (Some("Outro".to_string()), String::new())
         );
         assert_eq!(clip_media_type(Path::new("/a/x.opus")), None);

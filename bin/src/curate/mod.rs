@@ -16,7 +16,8 @@
 //!   HTML reduced to text; media types.
 //! - `state.rs`: what was sent, per feed and per file, and the feeds' validators; written
 //!   atomically after each feed or folder, so that a crash loses nothing (it re-sends).
-//! - `clips.rs`: the folder walk, content hashes, `file://` and `--base-url` addresses.
+//! - `clips.rs`: the folder walk, titles from tags (`analysis::read_tags`), content hashes,
+//!   `file://` and `--base-url` addresses.
 //!
 //! Every message is checked with the archivists' own rules (`archivist::messages::decode`)
 //! before it is sent: an item that would be poison is skipped with its reason instead.
