@@ -41,6 +41,8 @@ struct FeedReport {
     moved_to: Option<String>,
     deferred_until: Option<DateTime<Utc>>,
     error: Option<String>,
+    /// Stopped by SIGINT/SIGTERM mid-fetch: neither a poll nor an error of the feed's.
+    interrupted: bool,
 }
 
 impl FeedReport {
@@ -250,6 +252,9 @@ async fn pass(
 /// Counts one feed's pass in the metrics and on the board. A feed put off (waiting out an
 /// earlier Retry-After) was not asked: it is not counted as polled, and its last poll stays.
 fn count(shown: &str, report: &FeedReport, board: Option<&Board>) {
+    if report.interrupted {
+        return;
+    }
     let feed = shown.to_string();
     let put_off = report.deferred_until.is_some();
     let now = Utc::now();
@@ -337,6 +342,7 @@ async fn curate_feed(
         Ok(f) => f,
         Err(FetchError::Cancelled) => {
             report.error = Some("interrupted".into());
+            report.interrupted = true;
             return Ok((report, false));
         }
         Err(e @ FetchError::RetryLater { until, .. }) => {
