@@ -53,6 +53,7 @@ pub mod refine;
 pub mod resample;
 pub mod spectrum;
 pub mod synth;
+pub mod tags;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -61,6 +62,7 @@ pub use clip::ClipPrint;
 pub use error::Error;
 pub use matcher::{EpisodeScan, Match};
 pub use params::Params;
+pub use tags::{read_tags, Tags};
 
 use cache::ClipCache;
 

@@ -28,6 +28,8 @@ use serde_json::Value;
 enum Route {
     /// A feed with its ETag: 304 when asked with that ETag.
     Feed { body: String, etag: String },
+    /// A feed with a Last-Modified and no ETag: 304 when asked If-Modified-Since that time.
+    Dated { body: String, last_modified: String },
     /// Any answer, as it is.
     Raw {
         status: u16,
@@ -36,8 +38,9 @@ enum Route {
     },
     /// A redirect.
     Redirect { status: u16, to: String },
-    /// `remaining` answers of 429 with this Retry-After, then `then`.
+    /// `remaining` answers of `status` (429 or 503) with this Retry-After, then `then`.
     Throttle {
+        status: u16,
         remaining: usize,
         retry_after: String,
         then: Box<Route>,
@@ -54,6 +57,7 @@ struct Hit {
     body_bytes: usize,
     user_agent: String,
     if_none_match: Option<String>,
+    if_modified_since: Option<String>,
     /// Whether the body went gzipped (asked for with Accept-Encoding).
     gzip: bool,
 }
@@ -128,7 +132,7 @@ fn fxhash(s: &str) -> u64 {
 
 async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     // Read out before any await: a request's body is not `Sync`.
-    let (path, user_agent, if_none_match, accepts_gzip) = {
+    let (path, user_agent, if_none_match, if_modified_since, accepts_gzip) = {
         let text = |name: header::HeaderName| {
             request
                 .headers()
@@ -140,6 +144,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
             request.uri().path().to_string(),
             text(header::USER_AGENT).unwrap_or_default(),
             text(header::IF_NONE_MATCH),
+            text(header::IF_MODIFIED_SINCE),
             text(header::ACCEPT_ENCODING).is_some_and(|e| e.contains("gzip")),
         )
     };
@@ -151,13 +156,14 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
                 remaining, then, ..
             }) if *remaining == 0 => Some((**then).clone()),
             Some(Route::Throttle {
+                status,
                 remaining,
                 retry_after,
                 ..
             }) => {
                 *remaining -= 1;
                 Some(Route::Raw {
-                    status: 429,
+                    status: *status,
                     content_type: "text/plain",
                     body: format!("retry-after:{retry_after}"),
                 })
@@ -199,6 +205,26 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
                 r
             }
         }
+        Some(Route::Dated {
+            body,
+            last_modified,
+        }) => {
+            let status = if if_modified_since.as_deref() == Some(last_modified.as_str()) {
+                304
+            } else {
+                200
+            };
+            let mut r = plain(
+                status,
+                "application/rss+xml",
+                if status == 304 { String::new() } else { body },
+            );
+            r.headers_mut().insert(
+                header::LAST_MODIFIED,
+                HeaderValue::from_str(&last_modified).unwrap(),
+            );
+            r
+        }
         Some(Route::Raw {
             status,
             content_type,
@@ -236,6 +262,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         body_bytes,
         user_agent,
         if_none_match,
+        if_modified_since,
     });
     response
 }
@@ -611,6 +638,7 @@ fn too_many_requests_is_waited_out_or_put_off() {
     server.set(
         "/busy",
         Route::Throttle {
+            status: 429,
             remaining: 1,
             retry_after: "1".into(),
             then: Box::new(feed.clone()),
@@ -619,6 +647,7 @@ fn too_many_requests_is_waited_out_or_put_off() {
     server.set(
         "/closed",
         Route::Throttle {
+            status: 429,
             remaining: 1,
             retry_after: "3600".into(),
             then: Box::new(feed),
@@ -643,6 +672,193 @@ fn too_many_requests_is_waited_out_or_put_off() {
     let run = curate(dir.path(), &["feed", &closed, "--json"]).expect_code(0);
     assert!(!summary(&run)["feeds"][0]["deferred_until"].is_null());
     assert!(server.take_hits("/closed").is_empty());
+}
+
+#[test]
+fn a_feed_with_only_last_modified_is_asked_if_modified_since_and_costs_a_304() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FeedServer::start();
+    let date = "Wed, 21 Oct 2026 07:28:00 GMT";
+    server.set(
+        "/dated.xml",
+        Route::Dated {
+            body: rss(&[item(1), item(2)]),
+            last_modified: date.into(),
+        },
+    );
+    let url = server.url("/dated.xml");
+    let run = curate(dir.path(), &["feed", &url, "--json"]).expect_code(0);
+    assert_eq!(summary(&run)["feeds"][0]["sent"], 2);
+    let first = server.take_hits("/dated.xml");
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].if_modified_since, None);
+    assert_eq!(receive(dir.path(), "curated_episodes").len(), 2);
+    // The second poll asks If-Modified-Since the date given, gets a 304, and sends nothing.
+    let run = curate(dir.path(), &["feed", &url, "--json"]).expect_code(0);
+    let s = summary(&run);
+    assert_eq!(s["feeds"][0]["not_modified"], true, "{s}");
+    assert_eq!(s["sent"], 0, "{s}");
+    let second = server.take_hits("/dated.xml");
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].if_modified_since.as_deref(), Some(date));
+    assert_eq!(second[0].if_none_match, None);
+    assert_eq!(second[0].status, 304);
+    assert_eq!(second[0].body_bytes, 0);
+    assert!(receive(dir.path(), "curated_episodes").is_empty());
+}
+
+#[test]
+fn service_unavailable_with_retry_after_is_waited_out_or_put_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FeedServer::start();
+    let feed = Route::Feed {
+        body: rss(&[item(1)]),
+        etag: "\"v1\"".into(),
+    };
+    server.set(
+        "/maintenance",
+        Route::Throttle {
+            status: 503,
+            remaining: 1,
+            retry_after: "1".into(),
+            then: Box::new(feed.clone()),
+        },
+    );
+    server.set(
+        "/down",
+        Route::Throttle {
+            status: 503,
+            remaining: 1,
+            retry_after: "7200".into(),
+            then: Box::new(feed),
+        },
+    );
+    let maintenance = server.url("/maintenance");
+    let down = server.url("/down");
+    let run = curate(dir.path(), &["feed", &maintenance, &down, "--json"]).expect_code(1);
+    let s = summary(&run);
+    assert_eq!(s["feeds"][0]["sent"], 1, "{s}");
+    assert!(s["feeds"][0]["error"].is_null(), "{s}");
+    let error = s["feeds"][1]["error"].as_str().unwrap();
+    assert!(
+        error.contains("503") && error.contains("Retry-After"),
+        "{s}"
+    );
+    let hits = server.take_hits("/maintenance");
+    assert_eq!(
+        hits.iter().map(|h| h.status).collect::<Vec<_>>(),
+        [503, 200]
+    );
+    // Put off: not asked again, and no failure.
+    let run = curate(dir.path(), &["feed", &down, "--json"]).expect_code(0);
+    assert!(!summary(&run)["feeds"][0]["deferred_until"].is_null());
+    assert!(server.take_hits("/down").is_empty());
+    assert_eq!(receive(dir.path(), "curated_episodes").len(), 1);
+}
+
+#[test]
+fn a_temporary_redirect_keeps_the_feeds_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FeedServer::start();
+    server.feed("/today.xml", rss(&[item(1), item(2)]));
+    server.set(
+        "/show.xml",
+        Route::Redirect {
+            status: 302,
+            to: "/today.xml".into(),
+        },
+    );
+    let url = server.url("/show.xml");
+    let run = curate(dir.path(), &["feed", &url, "--json"]).expect_code(0);
+    let s = summary(&run);
+    assert_eq!(s["feeds"][0]["sent"], 2, "{s}");
+    assert!(s["feeds"][0]["moved_to"].is_null(), "{s}");
+    assert!(!run.stderr.contains("moved"), "{}", run.stderr);
+    let state = std::fs::read_to_string(dir.path().join("archivist-feeds.json")).unwrap();
+    assert!(!state.contains("today.xml"), "{state}");
+    server.take_hits("");
+    // The next poll asks the address given again (and the feed's ETag gets a 304 there).
+    let run = curate(dir.path(), &["feed", &url, "--json"]).expect_code(0);
+    assert_eq!(summary(&run)["feeds"][0]["not_modified"], true);
+    let all = server.shared.hits.lock().unwrap().clone();
+    let paths: Vec<&str> = all.iter().map(|h| h.path.as_str()).collect();
+    assert_eq!(paths, ["/show.xml", "/today.xml"]);
+    assert_eq!(receive(dir.path(), "curated_episodes").len(), 2);
+}
+
+#[test]
+fn repeats_by_enclosure_or_by_title_and_date_are_sent_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FeedServer::start();
+    let first = item(1);
+    // Another GUID, the same file: only the tracking parameters differ.
+    let mut same_file = item(2);
+    same_file.enclosure = Some((
+        "https://cdn.example/show/1.mp3?utm_source=apple&utm_medium=podcast".into(),
+        "audio/mpeg".into(),
+    ));
+    // Another GUID and file, the same title and date: the same episode by the contract.
+    let mut same_identity = item(3);
+    same_identity.title = first.title.clone();
+    same_identity.date = first.date.clone();
+    // No GUID: known by its enclosure, whatever its tracking parameters say next time.
+    let mut no_guid = item(4);
+    no_guid.guid = None;
+    let feed = |tracking: &str| {
+        let mut n = no_guid.clone();
+        n.enclosure = Some((
+            format!("https://cdn.example/show/4.mp3?utm_source={tracking}"),
+            "audio/mpeg".into(),
+        ));
+        rss(&[first.clone(), same_file.clone(), same_identity.clone(), n])
+    };
+    server.feed("/show.xml", feed("rss"));
+    let url = server.url("/show.xml");
+    let run = curate(dir.path(), &["feed", &url, "--json"]).expect_code(0);
+    let s = summary(&run);
+    assert_eq!(s["feeds"][0]["sent"], 2, "{s}");
+    let skipped = s["feeds"][0]["skipped_items"].to_string();
+    assert!(skipped.contains("the same enclosure as item 1"), "{s}");
+    assert!(skipped.contains("the same title and date as item 1"), "{s}");
+    assert_eq!(
+        titles(&receive(dir.path(), "curated_episodes")),
+        ["Episode 1: The Archive", "Episode 4: The Archive"]
+    );
+    // The host rotates its tracking parameters: nothing has changed, nothing is sent.
+    server.feed("/show.xml", feed("rotated-42"));
+    let run = curate(dir.path(), &["feed", &url, "--json"]).expect_code(0);
+    let s = summary(&run);
+    assert_eq!(s["feeds"][0]["sent"], 0, "{s}");
+    assert_eq!(s["feeds"][0]["unchanged"], 2, "{s}");
+    assert!(receive(dir.path(), "curated_episodes").is_empty());
+}
+
+#[test]
+fn opus_enclosures_are_skipped_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FeedServer::start();
+    let mut opus = item(1);
+    opus.enclosure = Some((
+        "https://cdn.example/show/1.opus".into(),
+        "audio/opus".into(),
+    ));
+    let mut ogg_opus = item(2);
+    ogg_opus.enclosure = Some((
+        "https://cdn.example/show/2.ogg".into(),
+        "audio/ogg; codecs=opus".into(),
+    ));
+    server.feed("/show.xml", rss(&[opus, ogg_opus, item(3)]));
+    let run = curate(dir.path(), &["feed", &server.url("/show.xml"), "--json"]).expect_code(0);
+    let s = summary(&run);
+    assert_eq!(s["feeds"][0]["sent"], 1, "{s}");
+    let skipped = s["feeds"][0]["skipped_items"].as_array().unwrap();
+    assert_eq!(skipped.len(), 2, "{s}");
+    assert!(
+        skipped
+            .iter()
+            .all(|k| k["reason"].as_str().unwrap().contains("cannot decode Opus")),
+        "{s}"
+    );
 }
 
 #[test]
@@ -891,7 +1107,7 @@ fn clip_folders_arrive_once_and_changed_files_again() {
         "unchanged clips printed: {}",
         run.stdout
     );
-    let single = dir.path().join("single/Sting.opus");
+    let single = dir.path().join("single/Sting.wav");
     write(&single, b"sting");
     let run = curate(
         dir.path(),
@@ -900,6 +1116,130 @@ fn clip_folders_arrive_once_and_changed_files_again() {
     .expect_code(0);
     assert_eq!(titles(&run.json_lines()), ["Sting"]);
     assert!(receive(dir.path(), "curated_clips").is_empty());
+
+    // Opus is found but not taken, and says why: the analyser has no Opus decoder.
+    let opus = dir.path().join("single/Bumper.opus");
+    write(&opus, b"bumper");
+    write(&clips.join("sub/Bumper.opus"), b"bumper");
+    let run = curate(dir.path(), &["clips", opus.to_str().unwrap()]).expect_code(1);
+    assert!(run.stderr.contains("cannot decode Opus"), "{}", run.stderr);
+    let run = curate(
+        dir.path(),
+        &[
+            "clips",
+            folder,
+            "--base-url",
+            "https://media.example/clips",
+            "--json",
+        ],
+    )
+    .expect_code(0);
+    let s = summary(&run);
+    assert_eq!(s["sent"], 0, "{s}");
+    assert!(
+        s["paths"][0]["skipped_files"]
+            .to_string()
+            .contains("cannot decode Opus"),
+        "{s}"
+    );
+    assert!(receive(dir.path(), "curated_clips").is_empty());
+}
+
+/// A second of a tone as WAV, then encoded by ffmpeg to `dst` with `metadata` tags.
+fn tagged(dst: &Path, codec: &[&str], metadata: &[&str]) {
+    let wav = dst.with_extension("source.wav");
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 8_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(&wav, spec).unwrap();
+    for i in 0..8_000 {
+        let s = (i as f32 * 0.3).sin();
+        w.write_sample((s * 8_000.0) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+    let mut cmd = std::process::Command::new("ffmpeg");
+    cmd.args(["-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-i"])
+        .arg(&wav)
+        .args(codec);
+    for m in metadata {
+        cmd.args(["-metadata", m]);
+    }
+    let status = cmd
+        .arg(dst)
+        .status()
+        .expect("ffmpeg (scripts/test.sh installs it)");
+    assert!(status.success());
+    std::fs::remove_file(&wav).unwrap();
+}
+
+#[test]
+fn clips_are_titled_by_their_tags_and_keep_the_title_they_were_sent_under() {
+    let dir = tempfile::tempdir().unwrap();
+    let clips = dir.path().join("clips");
+    std::fs::create_dir_all(&clips).unwrap();
+    let artist = ["artist=Archive Radio", "album=Station Sounds"];
+    tagged(
+        &clips.join("01 jingle.mp3"),
+        &["-c:a", "libmp3lame"],
+        &["title=Intro Jingle", artist[0], artist[1]],
+    );
+    tagged(&clips.join("bell.flac"), &[], &["title=Closing Bell"]);
+    tagged(
+        &clips.join("vm.ogg"),
+        &["-c:a", "libvorbis"],
+        &["title=Voicemail: Dave"],
+    );
+    tagged(
+        &clips.join("laugh.m4a"),
+        &["-c:a", "aac"],
+        &["title=Big Laugh"],
+    );
+    // No title tag: its file name.
+    tagged(&clips.join("Outro Theme.wav"), &[], &["title="]);
+    let folder = clips.to_str().unwrap();
+    curate(dir.path(), &["clips", folder]).expect_code(0);
+    let sent = receive(dir.path(), "curated_clips");
+    assert_eq!(
+        titles(&sent),
+        [
+            "Big Laugh",
+            "Closing Bell",
+            "Intro Jingle",
+            "Outro Theme",
+            "Voicemail: Dave"
+        ]
+    );
+    let jingle = sent.iter().find(|m| m["title"] == "Intro Jingle").unwrap();
+    assert_eq!(jingle["description"], "Archive Radio — Station Sounds");
+    assert_eq!(jingle["media_type"], "mp3");
+    let bell = sent.iter().find(|m| m["title"] == "Closing Bell").unwrap();
+    assert_eq!(bell["description"], "");
+
+    // Retagged: the content changed, so it is sent again, under the title it was sent under
+    // (a new title would be a second clip with the first one's address), and a note says so.
+    tagged(
+        &clips.join("01 jingle.mp3"),
+        &["-c:a", "libmp3lame"],
+        &["title=Intro Jingle (2026 mix)", artist[0]],
+    );
+    let run = curate(dir.path(), &["clips", folder, "--json"]).expect_code(0);
+    let s = summary(&run);
+    assert_eq!(s["sent"], 1, "{s}");
+    assert!(
+        s["paths"][0]["notes"]
+            .to_string()
+            .contains("keeps the title it was sent under"),
+        "{s}"
+    );
+    let again = receive(dir.path(), "curated_clips");
+    assert_eq!(titles(&again), ["Intro Jingle"]);
+    assert_eq!(again[0]["description"], "Archive Radio");
+    // Unchanged since: nothing.
+    let run = curate(dir.path(), &["clips", folder, "--json"]).expect_code(0);
+    assert_eq!(summary(&run)["sent"], 0);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -950,24 +1290,60 @@ fn from_a_feed_and_a_clip_folder_to_research_under_way() {
     assert_eq!(work[0]["clips"].as_array().unwrap().len(), 2);
 }
 
+/// The value of the metric line that starts with `series` (name and labels) in a scrape.
+fn metric(scrape: &str, series: &str) -> Option<f64> {
+    scrape.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 #[test]
-fn polling_serves_metrics_and_stops_on_sigterm() {
+fn polling_serves_metrics_and_the_curators_page_and_stops_on_sigterm() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     let dir = tempfile::tempdir().unwrap();
     let server = FeedServer::start();
     server.feed("/show.xml", rss(&[item(1), item(2)]));
-    let url = server.url("/show.xml");
+    server.set(
+        "/dated.xml",
+        Route::Dated {
+            body: rss(&[item(3)]),
+            last_modified: "Wed, 21 Oct 2026 07:28:00 GMT".into(),
+        },
+    );
+    // Always 404: an error at each poll.
+    let broken = server.url("/gone.xml");
+    // 429 with a Retry-After of an hour: asked once, then put off.
+    server.set(
+        "/closed.xml",
+        Route::Throttle {
+            status: 429,
+            remaining: usize::MAX,
+            retry_after: "3600".into(),
+            then: Box::new(Route::Hang),
+        },
+    );
+    let show = server.url("/show.xml");
+    let dated = server.url("/dated.xml");
+    let closed = server.url("/closed.xml");
+    // Every 2 s: the second pass comes on its own; the test waits for its report lines.
     let mut child = common::command(
         dir.path(),
         &[
             "curate",
             "feed",
             "--every",
-            "1h",
+            "2s",
             "--metrics-addr",
             "127.0.0.1:0",
-            &url,
+            &show,
+            &dated,
+            &broken,
+            &closed,
         ],
         &[],
     )
@@ -984,29 +1360,103 @@ fn polling_serves_metrics_and_stops_on_sigterm() {
             let _ = tx.send(line);
         }
     });
-    // Wait for the server's address, then for the first pass's report: no sleeping.
-    let mut seen = Vec::new();
-    let mut addr = None;
-    let done = format!("feed {url}: 2 items, 2 sent");
-    while !seen.iter().any(|l: &String| l.contains(&done)) {
-        let line = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("no first pass: {seen:#?}"));
-        if let Some((_, rest)) = line.split_once("on http://") {
-            addr = Some(rest.trim().to_string());
+    let mut seen: Vec<String> = Vec::new();
+    let wait_for = |text: &str, seen: &mut Vec<String>| {
+        while !seen.iter().any(|l| l.contains(text)) {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("never {text:?}: {seen:#?}"));
+            seen.push(line);
         }
-        seen.push(line);
+    };
+    // The first pass ends with the last feed's report: asked, refused, put off.
+    wait_for(&format!("feed {closed}: FAILED"), &mut seen);
+    let addr = seen
+        .iter()
+        .find_map(|l| Some(l.split_once("on http://")?.1.trim().to_string()))
+        .unwrap_or_else(|| panic!("no address: {seen:#?}"));
+    let (code, first) = common::serving::get(&addr, "/api/curator");
+    assert_eq!(code, 200, "{first}");
+    let first: Value = serde_json::from_str(&first).unwrap();
+    let closed_first_poll = first["feeds"][3]["last_poll"].clone();
+    assert!(closed_first_poll.is_string(), "{first}");
+    // The second pass: 304s, the error again, and the put-off feed not asked.
+    wait_for(&format!("feed {closed}: put off until"), &mut seen);
+    let (code, metrics) = common::serving::get(&addr, "/metrics");
+    assert_eq!(code, 200);
+    let (code, api) = common::serving::get(&addr, "/api/curator");
+    assert_eq!(code, 200, "{api}");
+    let api: Value = serde_json::from_str(&api).unwrap();
+    let (code, page) = common::serving::get(&addr, "/");
+    assert_eq!(code, 200);
+    server.take_hits("");
+
+    let m = |name: &str, feed: &str| {
+        metric(&metrics, &format!("{name}{{feed=\"{feed}\"}}"))
+            .unwrap_or_else(|| panic!("{name} of {feed}:\n{metrics}"))
+    };
+    // Per feed, so that a third pass starting meanwhile cannot make the test flaky.
+    for feed in [&show, &dated] {
+        let polled = m("archivist_curator_feeds_polled_total", feed);
+        assert!(polled >= 2.0, "{feed}: {polled}\n{metrics}");
+        assert_eq!(
+            m("archivist_curator_not_modified_total", feed),
+            polled - 1.0,
+            "{feed}\n{metrics}"
+        );
+        assert_eq!(m("archivist_curator_errors_total", feed), 0.0);
     }
-    let addr = addr.unwrap_or_else(|| panic!("no metrics address: {seen:#?}"));
-    let (status, metrics) = common::serving::request(&addr, "GET", "/metrics");
-    assert_eq!(status, 200);
-    for expected in [
-        format!("archivist_curator_feeds_polled_total{{feed=\"{url}\"}} 1"),
-        format!("archivist_curator_items_sent_total{{feed=\"{url}\"}} 2"),
-        format!("archivist_curator_last_poll_timestamp_seconds{{feed=\"{url}\"}}"),
+    assert_eq!(m("archivist_curator_items_sent_total", &show), 2.0);
+    assert_eq!(m("archivist_curator_items_sent_total", &dated), 1.0);
+    assert_eq!(
+        m("archivist_curator_errors_total", &broken),
+        m("archivist_curator_feeds_polled_total", &broken)
+    );
+    // Put off: polled once (the 429), never counted again, its last poll unchanged.
+    assert_eq!(m("archivist_curator_feeds_polled_total", &closed), 1.0);
+    assert_eq!(m("archivist_curator_errors_total", &closed), 1.0);
+    assert!(m("archivist_curator_put_off_total", &closed) >= 1.0);
+    assert!(metrics.contains(&format!(
+        "archivist_curator_last_poll_timestamp_seconds{{feed=\"{show}\"}}"
+    )));
+
+    let feeds = api["feeds"].as_array().unwrap();
+    assert_eq!(feeds.len(), 4, "{api}");
+    // Finished passes: the second one's last report line may come just before it counts.
+    assert!(api["passes"].as_u64().unwrap() >= 1, "{api}");
+    let by = |url: &str| feeds.iter().find(|f| f["feed"] == url).unwrap();
+    assert_eq!(by(&show)["outcome"], "not_modified", "{api}");
+    assert_eq!(by(&show)["items_sent"], 2, "{api}");
+    assert!(by(&show)["not_modified"].as_u64().unwrap() >= 1, "{api}");
+    assert_eq!(by(&show)["title"], "The Best Show in the Archive", "{api}");
+    assert_eq!(by(&dated)["outcome"], "not_modified", "{api}");
+    assert_eq!(by(&broken)["outcome"], "failed", "{api}");
+    assert!(
+        by(&broken)["error"].as_str().unwrap().contains("404"),
+        "{api}"
+    );
+    assert_eq!(by(&broken)["errors"], by(&broken)["polls"], "{api}");
+    assert_eq!(by(&closed)["outcome"], "put_off", "{api}");
+    assert_eq!(by(&closed)["polls"], 1, "{api}");
+    assert_eq!(by(&closed)["errors"], 1, "{api}");
+    assert_eq!(by(&closed)["last_poll"], closed_first_poll, "{api}");
+    assert!(by(&closed)["deferred_until"].is_string(), "{api}");
+    // The page says the same in words, each feed on it.
+    for text in [
+        "archivist curator",
+        show.as_str(),
+        broken.as_str(),
+        "not modified (304)",
+        "put off (Retry-After)",
+        "the server answered 404",
     ] {
-        assert!(metrics.contains(&expected), "{expected}:\n{metrics}");
+        assert!(page.contains(text), "{text}:\n{page}");
     }
+    assert_eq!(
+        common::serving::request(&addr, "POST", "/api/curator").0,
+        405
+    );
+
     let kill = std::process::Command::new("kill")
         .args(["-TERM", &running.0.id().to_string()])
         .status()
@@ -1014,7 +1464,7 @@ fn polling_serves_metrics_and_stops_on_sigterm() {
     assert!(kill.success());
     let status = running.0.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{seen:#?}");
-    assert_eq!(receive(dir.path(), "curated_episodes").len(), 2);
+    assert_eq!(receive(dir.path(), "curated_episodes").len(), 3);
 }
 
 /// `rss(items)` with `<atom:link rel="next">` to `next`.

@@ -11,7 +11,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
-use archivist::messages::{self, ClipInfo, MAX_SHORT_TEXT};
+use archivist::messages::{self, ClipInfo, MAX_DESCRIPTION, MAX_SHORT_TEXT};
 use chrono::{DateTime, Utc};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::json;
@@ -32,8 +32,10 @@ const CLIP_EXTENSIONS: &[(&str, &str)] = &[
     ("oga", "ogg"),
     ("flac", "flac"),
     ("wav", "wav"),
-    ("opus", "opus"),
 ];
+
+/// Extensions of audio files found but not taken, with why: the analyser could not read them.
+const REFUSED_EXTENSIONS: &[(&str, &str)] = &[("opus", super::parse::OPUS_REASON)];
 
 /// Folders deeper than this are not walked (a bind mount into itself, a pathological tree).
 const MAX_DEPTH: usize = 64;
@@ -48,13 +50,36 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
-/// A clip's title, from its file. Today the file name without its extension.
-///
-/// This is the one place to change when the analysis crate lands: read the file's title tag
-/// with symphonia's metadata first, and fall back to the file name when it has none.
-pub(crate) fn clip_title(path: &Path) -> Option<String> {
+/// A clip's title and description, from its file: the title tag (ID3v2 `TIT2`, Vorbis
+/// `TITLE`, MP4 `©nam`, RIFF `INAM`), else the file name without its extension; the artist
+/// and album tags as the description. A file whose tags cannot be read (not audio, or in a
+/// format the analyser does not read) is named by its file name: the researchers report
+/// what is wrong with it, per pair.
+pub(crate) fn title_and_description(path: &Path) -> (Option<String>, String) {
+    let tags = match analysis::read_tags(path) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::debug!(file = %path.display(), error = %e, "no tags read: titled by its file name");
+            analysis::Tags::default()
+        }
+    };
+    let description = tags.artist_and_album().unwrap_or_default();
+    (tags.title.or_else(|| file_title(path)), description)
+}
+
+/// The file name without its extension, if it is usable as a title.
+fn file_title(path: &Path) -> Option<String> {
     let stem = path.file_stem()?.to_str()?.trim();
     (!stem.is_empty()).then(|| stem.to_string())
+}
+
+/// Why a file of this extension is found but not taken, if it is one of those.
+fn refused(path: &Path) -> Option<&'static str> {
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    REFUSED_EXTENSIONS
+        .iter()
+        .find(|(e, _)| *e == ext)
+        .map(|(_, why)| *why)
 }
 
 /// The `media_type` of a clip file, if it is audio we take.
@@ -83,6 +108,7 @@ struct PathReport {
     unchanged: usize,
     skipped: Vec<Skipped>,
     skipped_count: usize,
+    notes: Vec<String>,
     error: Option<String>,
 }
 
@@ -102,6 +128,7 @@ impl PathReport {
             "unchanged": self.unchanged,
             "skipped": self.skipped_count,
             "skipped_files": self.skipped,
+            "notes": self.notes,
             "error": self.error,
         })
     }
@@ -114,6 +141,9 @@ impl PathReport {
                 "clips {}: {} audio files, {} {sent}, {} unchanged, {} skipped",
                 self.path, self.files_found, self.sent, self.unchanged, self.skipped_count
             )),
+        }
+        for note in &self.notes {
+            say(&format!("  note: {note}"));
         }
         for s in &self.skipped {
             say(&format!("  skipped {}: {}", s.item, s.reason));
@@ -273,22 +303,6 @@ async fn clips(
             report.skip(shown, "its path is not UTF-8".into());
             continue;
         };
-        let Some(title) = clip_title(&found.path) else {
-            report.skip(shown, "no usable file name for a title".into());
-            continue;
-        };
-        let (title, _) = cut(&title, MAX_SHORT_TEXT);
-        if let Some(first) = titles.get(&title).filter(|p| **p != found.path) {
-            report.skip(
-                shown,
-                format!(
-                    "the same title {title:?} as {} (clips are identified by title): rename one",
-                    first.display()
-                ),
-            );
-            continue;
-        }
-        titles.insert(title.clone(), found.path.clone());
         let Some(media_type) = clip_media_type(&found.path) else {
             continue;
         };
@@ -313,18 +327,19 @@ async fn clips(
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_nanos() as i128);
-        // Same size and time: the content is taken as unchanged, without reading it again.
-        let sha256 = match previous {
+        // Same size and time: the content (and so its tags) is taken as unchanged, without
+        // reading it again.
+        let (sha256, tag_title, description) = match previous {
             Some(p) if p.size == size && p.modified_ns == modified_ns && modified_ns != 0 => {
-                p.sha256.clone()
+                (p.sha256.clone(), None, p.description.clone())
             }
             _ => {
                 let path = found.path.clone();
-                match tokio::task::spawn_blocking(move || hash_file(&path))
-                    .await
-                    .context("hashing stopped")?
-                {
-                    Ok(h) => h,
+                let read = tokio::task::spawn_blocking(move || {
+                    hash_file(&path).map(|h| (h, title_and_description(&path)))
+                });
+                match read.await.context("hashing stopped")? {
+                    Ok((h, (title, description))) => (h, title, description),
                     Err(e) => {
                         report.skip(shown, format!("cannot read it: {e}"));
                         continue;
@@ -332,18 +347,63 @@ async fn clips(
                 }
             }
         };
+        // Clips are identified by title: a file sent before keeps the title it was sent
+        // under even when its tag changes, since a new title would be a second clip (and its
+        // address, still the first one's, would make it poison).
+        let title = match previous.filter(|p| !p.title.is_empty()) {
+            Some(p) => {
+                let retitled = tag_title.filter(|t| cut(t, MAX_SHORT_TEXT).0 != p.title);
+                if let Some(t) = retitled.filter(|_| report.notes.len() < MAX_NAMED_SKIPS) {
+                    report.notes.push(format!(
+                        "{shown} is now titled {t:?} but keeps the title it was sent under, \
+                         {:?} (clips are identified by title)",
+                        p.title
+                    ));
+                }
+                Some(p.title.clone())
+            }
+            None => tag_title.or_else(|| file_title(&found.path)),
+        };
+        let Some(title) = title else {
+            report.skip(
+                shown,
+                "no title tag and no usable file name for a title".into(),
+            );
+            continue;
+        };
+        let (title, _) = cut(&title, MAX_SHORT_TEXT);
+        if let Some(first) = titles.get(&title).filter(|p| **p != found.path) {
+            report.skip(
+                shown,
+                format!(
+                    "the same title {title:?} as {} (clips are identified by title): retitle or rename one",
+                    first.display()
+                ),
+            );
+            continue;
+        }
+        titles.insert(title.clone(), found.path.clone());
+        let (description, _) = cut(&description, MAX_DESCRIPTION);
         let (curator, _) = cut("archivist curate clips", MAX_SHORT_TEXT);
-        let print = fingerprint(&[
-            &title,
-            &media_uri,
+        let priority_text = priority.to_string();
+        let mut parts = vec![
+            title.as_str(),
+            media_uri.as_str(),
             media_type,
-            &priority.to_string(),
-            &curator,
-            &sha256,
-        ]);
+            &priority_text,
+            curator.as_str(),
+            sha256.as_str(),
+        ];
+        // Only when there is one: a clip without tags keeps the fingerprint it had before
+        // descriptions were sent, and is not sent again for nothing.
+        if !description.is_empty() {
+            parts.push(description.as_str());
+        }
+        let print = fingerprint(&parts);
         let first_sent = previous.map_or(now, |p| p.first_sent);
         let record = SentClip {
             title: title.clone(),
+            description: description.clone(),
             size,
             modified_ns,
             sha256,
@@ -361,7 +421,7 @@ async fn clips(
             last_date_curated: now.max(first_sent),
             curator_information: curator,
             title,
-            description: String::new(),
+            description,
             media_uri,
             media_type: media_type.to_string(),
             priority,
@@ -432,6 +492,9 @@ fn walk(given: &Path) -> Result<(Vec<Found>, Vec<(String, String)>), String> {
             .and_then(|n| n.to_str())
             .map(str::to_string)
             .ok_or_else(|| "its name is not UTF-8".to_string())?;
+        if let Some(why) = refused(&root) {
+            return Err(why.to_string());
+        }
         if clip_media_type(&root).is_none() {
             return Err(format!(
                 "not an audio file we take (by extension: {})",
@@ -497,6 +560,10 @@ fn walk_dir(
         // A symbolic link to a file is taken; to a folder, not followed.
         let is_file = kind.is_file()
             || (kind.is_symlink() && std::fs::metadata(&path).is_ok_and(|m| m.is_file()));
+        if let Some(why) = refused(&path).filter(|_| is_file) {
+            problems.push((path.display().to_string(), why.to_string()));
+            continue;
+        }
         if is_file && clip_media_type(&path).is_some() {
             let mut rel = relative.clone();
             rel.push(name);
@@ -516,9 +583,16 @@ mod tests {
     #[test]
     fn titles_and_types() {
         assert_eq!(
-            clip_title(Path::new("/a/Intro Jingle.mp3")).unwrap(),
+            file_title(Path::new("/a/Intro Jingle.mp3")).unwrap(),
             "Intro Jingle"
         );
+        // No such file: no tags, the file name.
+        assert_eq!(
+            title_and_description(Path::new("/nowhere/Outro.flac")),
+            (Some("Outro".to_string()), String::new())
+        );
+        assert_eq!(clip_media_type(Path::new("/a/x.opus")), None);
+        assert!(refused(Path::new("/a/x.OPUS")).is_some());
         assert_eq!(clip_media_type(Path::new("/a/x.OGA")), Some("ogg"));
         assert_eq!(clip_media_type(Path::new("/a/x.txt")), None);
     }

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use super::fetch::{FetchError, Fetched, Fetcher, Validators};
+use super::page::{self, Board, Outcome};
 use super::parse::{self, ParsedFeed, Skipped};
 use super::state::{self, FeedState, FeedsState, SentEpisode};
 use super::{cut, fingerprint, say, shown_url, FeedArgs, Sink};
@@ -40,6 +41,8 @@ struct FeedReport {
     moved_to: Option<String>,
     deferred_until: Option<DateTime<Utc>>,
     error: Option<String>,
+    /// Stopped by SIGINT/SIGTERM mid-fetch: neither a poll nor an error of the feed's.
+    interrupted: bool,
 }
 
 impl FeedReport {
@@ -122,11 +125,27 @@ pub(crate) async fn run(
         "curate feed",
     )
     .await?;
-    if let (true, Some(addr)) = (long_running, config.metrics_addr) {
-        super::serve_metrics(addr, &token).await?;
+    let board = args.every.map(|every| {
+        let shown: Vec<String> = feeds.iter().map(|(g, _)| shown_url(g)).collect();
+        Board::new(&shown, every)
+    });
+    if let (Some(board), Some(addr)) = (&board, config.metrics_addr) {
+        page::serve(addr, Some(board.clone()), &token).await?;
     }
     loop {
-        let outcome = pass(&feeds, &args, &fetcher, &sink, &mut state, &token).await;
+        let outcome = pass(
+            &feeds,
+            &args,
+            &fetcher,
+            &sink,
+            &mut state,
+            board.as_ref(),
+            &token,
+        )
+        .await;
+        if let Some(b) = &board {
+            b.pass_done();
+        }
         match (args.every, outcome) {
             (None, Ok(failed)) if failed.is_empty() => return Ok(()),
             (None, Ok(failed)) => {
@@ -190,6 +209,7 @@ async fn pass(
     fetcher: &Fetcher,
     sink: &Sink,
     state: &mut FeedsState,
+    board: Option<&Board>,
     token: &CancellationToken,
 ) -> anyhow::Result<Vec<String>> {
     let mut failed = Vec::new();
@@ -207,21 +227,7 @@ async fn pass(
             state.feeds.insert(given.clone(), entry);
             state::save(&args.state, state)?;
         }
-        let feed = shown.clone();
-        metrics::counter!("archivist_curator_feeds_polled_total", "feed" => feed.clone())
-            .increment(1);
-        metrics::counter!("archivist_curator_items_sent_total", "feed" => feed.clone())
-            .increment(report.sent as u64);
-        if report.not_modified {
-            metrics::counter!("archivist_curator_not_modified_total", "feed" => feed.clone())
-                .increment(1);
-        }
-        if report.error.is_some() {
-            metrics::counter!("archivist_curator_errors_total", "feed" => feed.clone())
-                .increment(1);
-        }
-        metrics::gauge!("archivist_curator_last_poll_timestamp_seconds", "feed" => feed)
-            .set(Utc::now().timestamp() as f64);
+        count(&shown, &report, board);
         if let Some(e) = &report.error {
             tracing::warn!(feed = %shown, error = %e, "feed not read");
             failed.push(format!("{shown} ({e})"));
@@ -241,6 +247,66 @@ async fn pass(
         }))?;
     }
     Ok(failed)
+}
+
+/// Counts one feed's pass in the metrics and on the board. A feed put off (waiting out an
+/// earlier Retry-After) was not asked: it is not counted as polled, and its last poll stays.
+fn count(shown: &str, report: &FeedReport, board: Option<&Board>) {
+    if report.interrupted {
+        return;
+    }
+    let feed = shown.to_string();
+    let put_off = report.deferred_until.is_some();
+    let now = Utc::now();
+    if put_off {
+        metrics::counter!("archivist_curator_put_off_total", "feed" => feed.clone()).increment(1);
+    } else {
+        metrics::counter!("archivist_curator_feeds_polled_total", "feed" => feed.clone())
+            .increment(1);
+        metrics::gauge!("archivist_curator_last_poll_timestamp_seconds", "feed" => feed.clone())
+            .set(now.timestamp() as f64);
+    }
+    // Created at zero on every poll, so that a scrape shows the series before the first 304
+    // or error (a rate over a missing series is no rate).
+    let sent = metrics::counter!("archivist_curator_items_sent_total", "feed" => feed.clone());
+    let not_modified =
+        metrics::counter!("archivist_curator_not_modified_total", "feed" => feed.clone());
+    let errors = metrics::counter!("archivist_curator_errors_total", "feed" => feed);
+    sent.increment(report.sent as u64);
+    if report.not_modified {
+        not_modified.increment(1);
+    }
+    if report.error.is_some() {
+        errors.increment(1);
+    }
+    let Some(board) = board else {
+        return;
+    };
+    board.update(shown, |s| {
+        s.url = report.url.clone();
+        if report.title.is_some() {
+            s.title = report.title.clone();
+        }
+        s.deferred_until = report.deferred_until;
+        if put_off {
+            s.outcome = Outcome::PutOff;
+            s.error = None;
+            return;
+        }
+        s.last_poll = Some(now);
+        s.polls += 1;
+        s.items_sent += report.sent as u64;
+        s.error = report.error.clone();
+        s.outcome = if report.error.is_some() {
+            s.errors += 1;
+            Outcome::Failed
+        } else if report.not_modified {
+            s.not_modified += 1;
+            Outcome::NotModified
+        } else {
+            Outcome::Read
+        };
+    });
 }
 
 /// Curates one feed into `entry`; the report, and whether `entry` is to be recorded.
@@ -276,6 +342,7 @@ async fn curate_feed(
         Ok(f) => f,
         Err(FetchError::Cancelled) => {
             report.error = Some("interrupted".into());
+            report.interrupted = true;
             return Ok((report, false));
         }
         Err(e @ FetchError::RetryLater { until, .. }) => {
@@ -401,7 +468,11 @@ async fn parse_page(
 /// Adds an older page's items to `into`; an item repeating one of a newer page is skipped.
 fn merge_page(into: &mut ParsedFeed, page: ParsedFeed) {
     let mut keys: HashSet<String> = into.items.iter().map(|i| i.key.clone()).collect();
-    let mut uris: HashSet<String> = into.items.iter().map(|i| i.media_uri.clone()).collect();
+    let mut uris: HashSet<String> = into
+        .items
+        .iter()
+        .map(|i| parse::enclosure_identity(&i.media_uri))
+        .collect();
     let mut ids: HashSet<(String, DateTime<Utc>)> = into
         .items
         .iter()
@@ -412,7 +483,8 @@ fn merge_page(into: &mut ParsedFeed, page: ParsedFeed) {
     into.next_page = page.next_page;
     for item in page.items {
         let id = (item.title.clone(), item.date_aired);
-        if keys.contains(&item.key) || uris.contains(&item.media_uri) || ids.contains(&id) {
+        let enclosure = parse::enclosure_identity(&item.media_uri);
+        if keys.contains(&item.key) || uris.contains(&enclosure) || ids.contains(&id) {
             into.skipped.push(Skipped {
                 item: format!("{:?}", cut(&item.title, 80).0),
                 reason: "repeats an item of a newer page: only that one is curated".into(),
@@ -420,7 +492,7 @@ fn merge_page(into: &mut ParsedFeed, page: ParsedFeed) {
             continue;
         }
         keys.insert(item.key.clone());
-        uris.insert(item.media_uri.clone());
+        uris.insert(enclosure);
         ids.insert(id);
         into.items.push(item);
     }
@@ -496,11 +568,13 @@ fn episodes(
             notes += 1;
         }
         let (description, _) = cut(&item.description, MAX_DESCRIPTION);
+        // The enclosure without its tracking parameters: a host that rotates `utm_*` on
+        // every fetch has not changed the episode, and re-sending it each poll is noise.
         let print = fingerprint(&[
             &title,
             &date_aired.to_rfc3339(),
             &description,
-            &item.media_uri,
+            &parse::enclosure_identity(&item.media_uri),
             &item.media_type,
             &priority.to_string(),
             &curator,

@@ -5,8 +5,10 @@
 //!
 //! # Layout
 //!
-//! - `mod.rs`: the options, the sink (the bus, or standard output for `--dry-run`), the
-//!   metrics server of `--every`, and the text and JSON reports.
+//! - `mod.rs`: the options, the sink (the bus, or standard output for `--dry-run`), and the
+//!   text and JSON reports.
+//! - `page.rs`: the server of `--every --metrics-addr`: `/metrics`, `/healthz`, and each
+//!   feed's state as a page (`/`) and as JSON (`/api/curator`).
 //! - `feeds.rs`: one pass over the feeds, and the `--every` loop.
 //! - `fetch.rs`: HTTP, politely: User-Agent, conditional GET, gzip, 304, 429/503 with
 //!   Retry-After, timeouts, a size limit, redirects followed by hand so 301/308 are seen.
@@ -14,7 +16,8 @@
 //!   HTML reduced to text; media types.
 //! - `state.rs`: what was sent, per feed and per file, and the feeds' validators; written
 //!   atomically after each feed or folder, so that a crash loses nothing (it re-sends).
-//! - `clips.rs`: the folder walk, content hashes, `file://` and `--base-url` addresses.
+//! - `clips.rs`: the folder walk, titles from tags (`analysis::read_tags`), content hashes,
+//!   `file://` and `--base-url` addresses.
 //!
 //! Every message is checked with the archivists' own rules (`archivist::messages::decode`)
 //! before it is sent: an item that would be poison is skipped with its reason instead.
@@ -24,11 +27,11 @@
 mod clips;
 mod feeds;
 mod fetch;
+mod page;
 mod parse;
 mod state;
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,18 +75,24 @@ pub(crate) enum CurateCommand {
 Exit codes: 0 every feed was read (or answered 304 Not Modified, or is waiting out a \
 Retry-After it gave earlier), 1 some feed failed (each is named), 2 bad usage. One bad feed never \
 stops the others. What was sent, and the feeds' ETag and Last-Modified, are kept in the --state \
-file: a feed that has not changed costs one request and no body.")]
+file: a feed that has not changed costs one request and no body. With --every and --metrics-addr, \
+the curator serves its own page on / (each feed's last poll, outcome, items sent, not modified, \
+errors), the same as JSON on /api/curator, /metrics and /healthz.")]
     Feed(FeedArgs),
-    /// Send one ClipInfo per audio file (mp3, m4a, aac, ogg, oga, flac, wav, opus) in the
-    /// files and folders given, when new or changed since it was sent, to the clips queue
+    /// Send one ClipInfo per audio file (mp3, m4a, aac, ogg, oga, flac, wav) in the files and
+    /// folders given, titled by its title tag or else its file name, when new or changed since
+    /// it was sent, to the clips queue
     #[command(after_help = "Examples:\n  \
         archivist curate clips ~/clips                                     # file:// addresses\n  \
         archivist curate clips --base-url https://media.example.org/clips/ /srv/clips\n  \
         archivist curate clips --dry-run intro.mp3 outro.wav\n\n\
 Folders are walked recursively (hidden files and folders skipped, symbolic links to folders not \
-followed). A clip's title is its file name without the extension: clips are identified by title, \
-so two files with one name are reported and the second is skipped. Exit codes: 0 every path \
-was read, 1 some path failed (each is named), 2 bad usage.")]
+followed); Opus files are skipped and named (the reference analyser cannot decode Opus). A \
+clip's title is its title tag (ID3 TIT2, Vorbis TITLE, MP4 ©nam, RIFF INAM), else its file name \
+without the extension; its artist and album tags become its description. Clips are identified \
+by title, so of two files with one title the second is reported and skipped, and a file sent \
+before keeps its title. Exit codes: 0 every path was read, 1 some path failed (each is named), \
+2 bad usage.")]
     Clips(ClipsArgs),
 }
 
@@ -358,54 +367,6 @@ pub(crate) fn shown_url(url: &str) -> String {
         u.query_pairs_mut().clear().extend_pairs(pairs);
     }
     u.to_string()
-}
-
-/// Serves `/metrics` and `/healthz` on `addr` (`--metrics-addr`) until `token` is
-/// cancelled. A curator has no datastore to read gauges from, so this is the Prometheus
-/// recorder alone, not the archivists' server.
-pub(crate) async fn serve_metrics(
-    addr: SocketAddr,
-    token: &CancellationToken,
-) -> anyhow::Result<SocketAddr> {
-    use crate::web::guard;
-    use axum::routing::get;
-    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .context("cannot install the metrics recorder")?;
-    metrics::gauge!("archivist_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
-        format!("cannot listen on ARCHIVIST_METRICS_ADDR (--metrics-addr) {addr}")
-    })?;
-    let bound = listener.local_addr().context("the listener's address")?;
-    let router = axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let text = prometheus.render();
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4",
-                        )],
-                        text,
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok\n" }))
-        .layer(axum::middleware::from_fn(guard::deadline));
-    let router = match guard::Hosts::for_bound(bound) {
-        Some(hosts) => router.layer(axum::middleware::from_fn_with_state(
-            hosts,
-            guard::check_host,
-        )),
-        None => router,
-    };
-    tracing::info!("serving /metrics and /healthz on http://{bound}");
-    // The archivists' server guard: bounded connections, deadlines, own host names only.
-    tokio::spawn(guard::serve(listener, router, token.clone()));
-    Ok(bound)
 }
 
 /// A usage error for a state file that cannot be read as one.

@@ -73,6 +73,10 @@ pub(crate) struct SentClip {
     /// The title it was sent under: another file of the same name is another clip's claim.
     #[serde(default)]
     pub(crate) title: String,
+    /// The description sent (the file's artist and album tags), so that a file unchanged on
+    /// disk is not opened again to learn it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub(crate) description: String,
     pub(crate) size: u64,
     /// Modification time, nanoseconds since the epoch (0 where the system keeps none).
     pub(crate) modified_ns: i128,
