@@ -91,7 +91,7 @@ macro_rules! datastore_conformance_tests {
             failed_pairs_are_recorded_and_not_leased,
             success_replaces_failure_but_not_the_reverse,
             retry_failed_makes_pairs_researchable_again,
-            new_media_uri_makes_failed_pairs_researchable_again,
+            curated_anew_makes_failed_pairs_researchable_again,
             completion_is_kept_when_the_last_pair_is_recorded,
             completion_counts_failures_and_survives_duplicates,
             a_later_clip_reopens_and_completes_again,
@@ -1980,7 +1980,7 @@ pub mod cases {
 
     /// Curating an episode or clip again with another `media_uri` frees its failed pairs;
     /// with the same one, nothing changes.
-    pub async fn new_media_uri_makes_failed_pairs_researchable_again(store: Arc<dyn DataStore>) {
+    pub async fn curated_anew_makes_failed_pairs_researchable_again(store: Arc<dyn DataStore>) {
         let (es, cs) = seed(&*store, 2, 2).await;
         let id = Uuid::new_v4();
         let mut batch = Vec::new();
@@ -1993,16 +1993,15 @@ pub mod cases {
         assert_eq!(done_counts(&*store).await, (0, 4, 0));
         assert!(lease(&*store, 5, t0()).await.is_none());
 
-        // The same URI, newer curation: still failed.
-        let mut e1 = es[1].clone();
-        e1.last_date_curated += Duration::hours(1);
-        e1.description = "described anew".into();
-        store.upsert_episode(&e1).await.unwrap();
-        let mut c0 = cs[0].clone();
-        c0.last_date_curated += Duration::hours(1);
-        store.upsert_clip(&c0).await.unwrap();
+        // The same curation delivered again, or an older one: still failed.
+        store.upsert_episode(&es[1]).await.unwrap();
+        store.upsert_clip(&cs[0]).await.unwrap();
+        let mut older = cs[0].clone();
+        older.last_date_curated -= Duration::minutes(1);
+        store.upsert_clip(&older).await.unwrap();
         assert_eq!(done_counts(&*store).await, (0, 4, 0));
         assert!(lease(&*store, 5, t0()).await.is_none());
+        let mut e1 = es[1].clone();
 
         // Another URI for episode 1: its two pairs come back.
         e1.last_date_curated += Duration::hours(1);
@@ -2014,10 +2013,10 @@ pub mod cases {
         assert_eq!(l.clips.len(), 2);
         assert!(lease(&*store, 5, t0()).await.is_none());
 
-        // Another URI for clip 1: its pair with episode 0 comes back (episode 1's is leased).
+        // Clip 1 curated anew at the same URI (a curator sends an item again when its media
+        // changed): its pair with episode 0 comes back (episode 1's is leased).
         let mut c1 = cs[1].clone();
         c1.last_date_curated += Duration::hours(1);
-        c1.media_uri = "https://media.example.invalid/clips/1-fixed.mp3".into();
         store.upsert_clip(&c1).await.unwrap();
         assert_eq!(done_counts(&*store).await, (0, 1, 0));
         let l2 = lease(&*store, 5, t0()).await.unwrap();

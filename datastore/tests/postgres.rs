@@ -249,7 +249,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0005 episodes hot counters",
             "0006 recent matches",
             "0007 failed research",
-            "0008 episode completions"
+            "0008 episode completions",
+            "0009 newer curation retries failures"
         ]
     );
     store.migrate().await.unwrap();
@@ -331,7 +332,8 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
             "0005 episodes hot counters",
             "0006 recent matches",
             "0007 failed research",
-            "0008 episode completions"
+            "0008 episode completions",
+            "0009 newer curation retries failures"
         ]
     );
     store.migrate().await.unwrap();

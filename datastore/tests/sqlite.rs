@@ -256,7 +256,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0002 lease duration",
             "0003 recent matches",
             "0004 failed research",
-            "0005 episode completions"
+            "0005 episode completions",
+            "0006 newer curation retries failures"
         ]
     );
     store.migrate().await.unwrap();
