@@ -195,3 +195,142 @@ async fn connections_killed_mid_receive_are_retryable_and_lose_nothing() {
     bodies.dedup();
     assert_eq!(bodies, vec![b"held".to_vec(), b"waiting".to_vec()]);
 }
+
+/// A claim or an extension that waits for a lock on the table (another writer holding it)
+/// counts its visibility from when it takes the row, not from when its statement started
+/// (`now()`): otherwise a long wait would leave the message visible again almost at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn visibility_counts_from_the_lock_not_the_wait() {
+    use sqlx::Connection;
+
+    let visibility = Duration::from_secs(30);
+    let db = Arc::new(PgTestDb::create().await);
+    // Two connections: one listens, every statement runs on the other, so the claim below
+    // runs as a prepared statement, as every claim after a process's first does (a
+    // statement's first run waits for its locks while being prepared, before its `now()`).
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(db.url())
+        .await
+        .unwrap();
+    let bus = TestBus {
+        bus: PgBus::from_pool(
+            pool,
+            SqlBusConfig {
+                visibility_timeout: visibility,
+                ..SqlBusConfig::default()
+            },
+        ),
+        db,
+    };
+    let mut watcher = sqlx::PgConnection::connect(bus.db.url()).await.unwrap();
+    loop {
+        let listening: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'LISTEN%'",
+        )
+        .bind(bus.db.name())
+        .fetch_one(&mut watcher)
+        .await
+        .unwrap();
+        if listening > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    bus.create_queue("q").await.unwrap();
+    let rx = bus.receiver("q").await.unwrap();
+    assert!(rx.receive(1, Duration::ZERO).await.unwrap().is_empty());
+    bus.sender("q")
+        .await
+        .unwrap()
+        .send(b"m".to_vec())
+        .await
+        .unwrap();
+    let url = bus.db.url().to_owned();
+
+    // Another writer locks the table; returns its connection, in its transaction.
+    let hold_the_lock = || {
+        let url = url.clone();
+        async move {
+            let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
+            sqlx::query("BEGIN").execute(&mut other).await.unwrap();
+            sqlx::query("LOCK TABLE bus_messages IN EXCLUSIVE MODE")
+                .execute(&mut other)
+                .await
+                .unwrap();
+            other
+        }
+    };
+    let mut other = hold_the_lock().await;
+    let claim = tokio::spawn({
+        let rx = Arc::clone(&rx);
+        async move { rx.receive(1, Duration::ZERO).await.unwrap() }
+    });
+    wait_until_blocked(&mut other, bus.db.name()).await;
+    let released_at = clock(&mut other).await;
+    sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+    let got = claim.await.unwrap();
+    assert_eq!(got.len(), 1);
+    let receipt = got[0].sql_receipt().unwrap();
+    let at = visible_at(&mut other, receipt.message_id).await;
+    assert!(
+        at >= released_at + visibility,
+        "the claim's visibility was counted from before its wait for the lock: {} short",
+        released_at + visibility - at
+    );
+
+    // Prepared once, as a heartbeat's every extension after its first.
+    bus.bus
+        .extend_visibility(&receipt, visibility)
+        .await
+        .unwrap();
+    let mut other = hold_the_lock().await;
+    let extend = tokio::spawn({
+        let receipt = receipt.clone();
+        let bus = bus.bus.clone();
+        async move { bus.extend_visibility(&receipt, visibility).await.unwrap() }
+    });
+    wait_until_blocked(&mut other, bus.db.name()).await;
+    let released_at = clock(&mut other).await;
+    sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+    extend.await.unwrap();
+    let at = visible_at(&mut other, receipt.message_id).await;
+    assert!(
+        at >= released_at + visibility,
+        "the extension was counted from before its wait for the lock"
+    );
+    drop(got);
+}
+
+/// Returns once a statement on database `name` waits for a lock (no sleep: it is seen
+/// waiting, so its `now()` is from before any time read after this).
+async fn wait_until_blocked(other: &mut sqlx::PgConnection, name: &str) {
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(name)
+        .fetch_one(&mut *other)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn clock(other: &mut sqlx::PgConnection) -> chrono::DateTime<chrono::Utc> {
+    sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(other)
+        .await
+        .unwrap()
+}
+
+async fn visible_at(other: &mut sqlx::PgConnection, id: i64) -> chrono::DateTime<chrono::Utc> {
+    sqlx::query_scalar("SELECT visible_at FROM bus_messages WHERE id = $1")
+        .bind(id)
+        .fetch_one(other)
+        .await
+        .unwrap()
+}

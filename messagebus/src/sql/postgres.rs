@@ -458,7 +458,8 @@ impl Dialect for Pg {
 /// Claims the oldest visible rows: those under the receive limit become in flight with a new
 /// receipt, those at it move to the dead-letter queue (`dead` = true, no body returned).
 /// $1 queue, $2 limit, $3 visibility ms, $4 receive limit (0: none), $5 dead-letter queue,
-/// $6 reason.
+/// $6 reason. The visibility counts from `clock_timestamp()`, when the row is claimed: `now()`
+/// is when the statement started, before any wait for a lock on the table.
 const CLAIM: &str = "
 WITH next AS (
     SELECT id, receive_count FROM bus_messages
@@ -474,7 +475,7 @@ WITH next AS (
     RETURNING m.id
 ), taken AS (
     UPDATE bus_messages m
-    SET visible_at = now() + $3 * interval '1 millisecond',
+    SET visible_at = clock_timestamp() + $3 * interval '1 millisecond',
         receive_count = m.receive_count + 1,
         receipt = nextval('bus_receipts')
     FROM next
