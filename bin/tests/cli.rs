@@ -922,16 +922,37 @@ fn bus_commands_never_create_a_datastore() {
             "{args:?} wrote"
         );
     }
+    // A missing bus file, with the datastore missing too and then with it migrated.
     let bus = [("ARCHIVIST_BUS_URL", "sqlite://bus.sqlite")];
-    let run = archivist(
-        dir.path(),
-        &["receive", "curated_clips", "--wait", "0s"],
-        &bus,
+    let bus_file = dir.path().canonicalize().unwrap().join("bus.sqlite");
+    let check_bus_refused = |files: usize| {
+        for args in runs {
+            let run = common::archivist_with_input(dir.path(), args, &bus, "{}\n").expect_code(2);
+            for named in [
+                "ARCHIVIST_BUS_URL",
+                "archivist migrate",
+                &bus_file.display().to_string(),
+            ] {
+                assert!(run.stderr.contains(named), "{args:?}: {}", run.stderr);
+            }
+            assert!(!bus_file.exists(), "{args:?} created the bus file");
+            assert_eq!(
+                std::fs::read_dir(dir.path()).unwrap().count(),
+                files,
+                "{args:?} wrote"
+            );
+        }
+    };
+    check_bus_refused(0);
+    let datastore = tempfile::tempdir().unwrap();
+    archivist(datastore.path(), &["migrate"], &[]).expect_code(0);
+    std::fs::copy(
+        datastore.path().join("archivist.sqlite"),
+        dir.path().join("archivist.sqlite"),
     )
-    .expect_code(2);
-    assert!(run.stderr.contains("ARCHIVIST_BUS_URL"), "{}", run.stderr);
-    assert!(run.stderr.contains("bus.sqlite"), "{}", run.stderr);
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    .unwrap();
+    check_bus_refused(1);
+    std::fs::remove_file(dir.path().join("archivist.sqlite")).unwrap();
 
     // Once migrated, a dry run changes nothing in the database. (Compared row by row, not
     // byte by byte: the last connection to close checkpoints the write-ahead log into the
