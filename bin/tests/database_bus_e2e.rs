@@ -217,6 +217,20 @@ fn work_assignment_follows_the_researchers_the_bus_counts() {
         "{}",
         table.stdout
     );
+    // The status page says the same.
+    let (serving, addr) = common::serving::start_serving(
+        &s,
+        &["serve", "--addr", "127.0.0.1:0"],
+        &[],
+        std::time::Duration::from_secs(60),
+    );
+    let (code, page) = common::serving::get(&addr, "/");
+    assert_eq!(code, 200, "{page}");
+    assert!(
+        page.contains("1 work item waits on pending_research with no researcher consuming it"),
+        "{page}"
+    );
+    drop(serving);
     // It waits for a researcher: no capacity, still one.
     s.run(&["pending-research"], &no_jitter).expect_code(0);
     assert_depth(&s.queue_depths(), "pending_research", 1, 0);
@@ -647,4 +661,72 @@ fn a_templated_postgres_database_is_another_bus() {
     .expect_code(0);
     let copy = store.copy();
     a_copied_database_is_another_bus(&store.url, &copy.url, dir.path());
+}
+
+/// A Postgres role that may not read `pg_control_system()` gets a bus id without the
+/// cluster's identifier, and the log says so once per process, not silently; the datastore
+/// and the bus in its database still work as one.
+#[test]
+fn a_role_without_pg_control_system_is_warned_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = PgDatabase::create();
+    let role = format!("archivist_r_{}", uuid::Uuid::new_v4().simple());
+    let admin_sql = |url: &str, statements: &[String]| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+            for sql in statements {
+                sqlx::query(sql).execute(&mut conn).await.unwrap();
+            }
+        });
+    };
+    // Names of our own making: they cannot be bound. pg_proc is per database, so the revoke
+    // stays in this one.
+    admin_sql(
+        &db.url,
+        &[
+            "REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC".to_string(),
+            format!("CREATE ROLE {role} LOGIN"),
+            format!("ALTER DATABASE {} OWNER TO {role}", db.name),
+        ],
+    );
+    let mut url = url::Url::parse(&db.url).unwrap();
+    url.set_username(&role).unwrap();
+    url.set_password(None).unwrap();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("ARCHIVIST_START_JITTER", "0s"),
+    ];
+    common::archivist(dir.path(), &["migrate"], &env).expect_code(0);
+    let episode = episode_json("Warned episode", "2026-01-01T00:00:00Z", 1, 1).to_string();
+    common::archivist_with_input(
+        dir.path(),
+        &["send", "curated_episodes"],
+        &env,
+        &(episode + "\n"),
+    )
+    .expect_code(0);
+    let run = common::archivist(dir.path(), &["episodes", "--once"], &env).expect_code(0);
+    assert_eq!(
+        run.stderr
+            .matches("cannot read pg_control_system()")
+            .count(),
+        1,
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("WARN"), "{}", run.stderr);
+    let status = common::archivist(dir.path(), &["status", "--json"], &env).expect_code(0);
+    let status: Value = serde_json::from_str(status.stdout.trim()).unwrap();
+    assert_eq!(status["episodes"], 1, "{status}");
+
+    drop(db);
+    admin_sql(
+        &common::pg_admin_url(),
+        &[format!("DROP ROLE IF EXISTS {role}")],
+    );
 }

@@ -583,9 +583,25 @@ pub async fn bus_id_in(conn: &mut PgConnection) -> Result<Option<String>, BusErr
     .await
     .map_err(|e| db_error("looking for the bus", e))?;
     let system: String =
-        sqlx::query_scalar("SELECT system_identifier::text FROM pg_control_system()")
+        match sqlx::query_scalar("SELECT system_identifier::text FROM pg_control_system()")
             .fetch_one(&mut *conn)
             .await
-            .unwrap_or_default();
+        {
+            Ok(system) => system,
+            Err(e) => {
+                // Said once: the id is read again at every connection of the datastore.
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!(
+                        error = %e,
+                        "the bus id leaves out the cluster's system identifier: this role \
+                         cannot read pg_control_system(); processes whose roles can will \
+                         count it another bus and acknowledge after the commit instead of \
+                         in it"
+                    );
+                });
+                String::new()
+            }
+        };
     Ok(Some(format!("{stored}@{system}/{oid}/{name}/{table}")))
 }
