@@ -610,3 +610,29 @@ fn dead_letters_are_cut_in_the_database_and_bytes_that_are_not_utf8_shown() {
     let (code, body) = request(&addr, "GET", "/api/queues");
     assert_eq!(code, 200, "{body}");
 }
+
+/// On the database bus too, queues not created yet are missing, not unreachable: with the bus
+/// in a database of its own that `archivist migrate` has not made queues in, `serve` is ready
+/// (it only reads) and its page names the queues as not created yet.
+#[test]
+fn serve_is_ready_with_queues_not_created_yet_on_the_database_bus() {
+    let s = Scenario::database(None);
+    s.run(&["migrate"], &[]).expect_code(0);
+    let bus = PgDatabase::create();
+    let on_bus = [
+        ("ARCHIVIST_BUS", "postgres"),
+        ("ARCHIVIST_BUS_URL", bus.url.as_str()),
+    ];
+    let (_serving, addr) = start_serving(
+        &s,
+        &["serve", "--addr", "127.0.0.1:0"],
+        &on_bus,
+        Duration::from_secs(60),
+    );
+    let (code, ready) = request(&addr, "GET", "/readyz");
+    assert_eq!((code, ready.as_str()), (200, "ready\n"));
+    let (code, page) = request(&addr, "GET", "/");
+    assert_eq!(code, 200);
+    assert!(page.contains("Not created yet"), "{page}");
+    assert!(!page.contains("unreachable"), "{page}");
+}
