@@ -1089,11 +1089,17 @@ fn the_example_messages_are_valid_and_send_check_uses_the_archivists_rules() {
         .next()
         .unwrap();
     let readme_lines: Vec<&str> = block.lines().collect();
-    assert_eq!(readme_lines.len(), 3, "{block}");
+    assert_eq!(readme_lines.len(), 4, "{block}");
     let help = archivist(dir.path(), &["send", "--help"], &[]).expect_code(0);
-    let queues = ["curated_episodes", "curated_clips", "completed_research"];
+    let queues = [
+        "curated_episodes",
+        "curated_clips",
+        "pending_research",
+        "completed_research",
+    ];
     for (line, queue) in readme_lines.iter().zip(queues) {
         assert!(help.stdout.contains(line), "send --help lacks {line}");
+        assert!(!line.contains('…'), "an example left incomplete: {line}");
         let run = common::archivist_with_input(
             dir.path(),
             &["send", "--check", queue],
