@@ -334,3 +334,75 @@ async fn visible_at(other: &mut sqlx::PgConnection, id: i64) -> chrono::DateTime
         .await
         .unwrap()
 }
+
+/// Dead letters are cut by the database, not after reading them whole: peeking at a dead
+/// letter of 5 MB through a proxy that counts what the server sends reads a few KiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peeking_cuts_dead_letters_in_the_database() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let db = Arc::new(PgTestDb::create().await);
+    let direct = bus_on(Arc::clone(&db), SqlBusConfig::default()).await;
+    direct.create_queue("q").await.unwrap();
+    let pool = sqlx::PgPool::connect(db.url()).await.unwrap();
+    let big = 5_000_000usize;
+    sqlx::query(
+        "INSERT INTO bus_messages (queue, body, dead_letter_reason)
+         VALUES ('q_dead_letter', repeat('x', $1), 'large')",
+    )
+    .bind(i32::try_from(big).unwrap())
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    // Every byte the server sends, through the proxy.
+    let from_server = Arc::new(AtomicU64::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut upstream = url::Url::parse(db.url()).unwrap();
+    let server_addr = format!(
+        "{}:{}",
+        upstream.host_str().unwrap(),
+        upstream.port_or_known_default().unwrap()
+    );
+    tokio::spawn({
+        let from_server = Arc::clone(&from_server);
+        async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&server_addr).await else {
+                    continue;
+                };
+                let (mut c_in, mut c_out) = client.into_split();
+                let (mut s_in, mut s_out) = server.into_split();
+                tokio::spawn(async move { tokio::io::copy(&mut c_in, &mut s_out).await });
+                let from_server = Arc::clone(&from_server);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = s_in.read(&mut buf).await {
+                        if n == 0 || c_out.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                        from_server.fetch_add(n as u64, Ordering::SeqCst);
+                    }
+                });
+            }
+        }
+    });
+    upstream.set_host(Some("127.0.0.1")).unwrap();
+    upstream.set_port(Some(port)).unwrap();
+    let proxied = PgBus::connect(upstream.as_str(), SqlBusConfig::default())
+        .await
+        .unwrap();
+    let sender = proxied.sender("q").await.unwrap();
+    let before = from_server.load(Ordering::SeqCst);
+    let letters = sender.peek_dead_letters(10, 2048).await.unwrap().unwrap();
+    let read = from_server.load(Ordering::SeqCst) - before;
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].body.len(), 2048);
+    assert_eq!(letters[0].body_bytes, big);
+    assert!(
+        read < 64 * 1024,
+        "{read} bytes read from the server to show 2048 of a dead letter"
+    );
+}
