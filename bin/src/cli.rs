@@ -387,6 +387,9 @@ const SEND_HELP: &str = concat!(
     include_str!("examples/episode.json"),
     "A ClipInfo (curated_clips):\n  ",
     include_str!("examples/clip.json"),
+    "A PendingResearchItem (pending_research: what work assignment publishes and a researcher \
+     takes; sent by hand only to try out a researcher):\n  ",
+    include_str!("examples/pending.json"),
     "A CompletedResearchItem (completed_research; revoke_lease: true on a lease's last result; \
      \"failure\": \"reason\" in place of clip_offsets_ns for a pair that cannot be researched):\n  ",
     include_str!("examples/completed.json"),

@@ -923,16 +923,37 @@ fn bus_commands_never_create_a_datastore() {
             "{args:?} wrote"
         );
     }
+    // A missing bus file, with the datastore missing too and then with it migrated.
     let bus = [("ARCHIVIST_BUS_URL", "sqlite://bus.sqlite")];
-    let run = archivist(
-        dir.path(),
-        &["receive", "curated_clips", "--wait", "0s"],
-        &bus,
+    let bus_file = dir.path().canonicalize().unwrap().join("bus.sqlite");
+    let check_bus_refused = |files: usize| {
+        for args in runs {
+            let run = common::archivist_with_input(dir.path(), args, &bus, "{}\n").expect_code(2);
+            for named in [
+                "ARCHIVIST_BUS_URL",
+                "archivist migrate",
+                &bus_file.display().to_string(),
+            ] {
+                assert!(run.stderr.contains(named), "{args:?}: {}", run.stderr);
+            }
+            assert!(!bus_file.exists(), "{args:?} created the bus file");
+            assert_eq!(
+                std::fs::read_dir(dir.path()).unwrap().count(),
+                files,
+                "{args:?} wrote"
+            );
+        }
+    };
+    check_bus_refused(0);
+    let datastore = tempfile::tempdir().unwrap();
+    archivist(datastore.path(), &["migrate"], &[]).expect_code(0);
+    std::fs::copy(
+        datastore.path().join("archivist.sqlite"),
+        dir.path().join("archivist.sqlite"),
     )
-    .expect_code(2);
-    assert!(run.stderr.contains("ARCHIVIST_BUS_URL"), "{}", run.stderr);
-    assert!(run.stderr.contains("bus.sqlite"), "{}", run.stderr);
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    .unwrap();
+    check_bus_refused(1);
+    std::fs::remove_file(dir.path().join("archivist.sqlite")).unwrap();
 
     // Once migrated, a dry run changes nothing in the database. (Compared row by row, not
     // byte by byte: the last connection to close checkpoints the write-ahead log into the
@@ -1069,11 +1090,17 @@ fn the_example_messages_are_valid_and_send_check_uses_the_archivists_rules() {
         .next()
         .unwrap();
     let readme_lines: Vec<&str> = block.lines().collect();
-    assert_eq!(readme_lines.len(), 3, "{block}");
+    assert_eq!(readme_lines.len(), 4, "{block}");
     let help = archivist(dir.path(), &["send", "--help"], &[]).expect_code(0);
-    let queues = ["curated_episodes", "curated_clips", "completed_research"];
+    let queues = [
+        "curated_episodes",
+        "curated_clips",
+        "pending_research",
+        "completed_research",
+    ];
     for (line, queue) in readme_lines.iter().zip(queues) {
         assert!(help.stdout.contains(line), "send --help lacks {line}");
+        assert!(!line.contains('…'), "an example left incomplete: {line}");
         let run = common::archivist_with_input(
             dir.path(),
             &["send", "--check", queue],

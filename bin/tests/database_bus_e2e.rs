@@ -217,6 +217,20 @@ fn work_assignment_follows_the_researchers_the_bus_counts() {
         "{}",
         table.stdout
     );
+    // The status page says the same.
+    let (serving, addr) = common::serving::start_serving(
+        &s,
+        &["serve", "--addr", "127.0.0.1:0"],
+        &[],
+        std::time::Duration::from_secs(60),
+    );
+    let (code, page) = common::serving::get(&addr, "/");
+    assert_eq!(code, 200, "{page}");
+    assert!(
+        page.contains("1 work item waits on pending_research with no researcher consuming it"),
+        "{page}"
+    );
+    drop(serving);
     // It waits for a researcher: no capacity, still one.
     s.run(&["pending-research"], &no_jitter).expect_code(0);
     assert_depth(&s.queue_depths(), "pending_research", 1, 0);
@@ -647,4 +661,273 @@ fn a_templated_postgres_database_is_another_bus() {
     .expect_code(0);
     let copy = store.copy();
     a_copied_database_is_another_bus(&store.url, &copy.url, dir.path());
+}
+
+/// A Postgres role that may not read `pg_control_system()` gets a bus id without the
+/// cluster's identifier, and the log says so once per process, not silently; the datastore
+/// and the bus in its database still work as one.
+#[test]
+fn a_role_without_pg_control_system_is_warned_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = PgDatabase::create();
+    let role = format!("archivist_r_{}", uuid::Uuid::new_v4().simple());
+    let admin_sql = |url: &str, statements: &[String]| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+            for sql in statements {
+                sqlx::query(sql).execute(&mut conn).await.unwrap();
+            }
+        });
+    };
+    // Names of our own making: they cannot be bound. pg_proc is per database, so the revoke
+    // stays in this one.
+    admin_sql(
+        &db.url,
+        &[
+            "REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC".to_string(),
+            format!("CREATE ROLE {role} LOGIN"),
+            format!("ALTER DATABASE {} OWNER TO {role}", db.name),
+        ],
+    );
+    let mut url = url::Url::parse(&db.url).unwrap();
+    url.set_username(&role).unwrap();
+    url.set_password(None).unwrap();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("ARCHIVIST_START_JITTER", "0s"),
+    ];
+    common::archivist(dir.path(), &["migrate"], &env).expect_code(0);
+    let episode = episode_json("Warned episode", "2026-01-01T00:00:00Z", 1, 1).to_string();
+    common::archivist_with_input(
+        dir.path(),
+        &["send", "curated_episodes"],
+        &env,
+        &(episode + "\n"),
+    )
+    .expect_code(0);
+    let run = common::archivist(dir.path(), &["episodes", "--once"], &env).expect_code(0);
+    assert_eq!(
+        run.stderr
+            .matches("cannot read pg_control_system()")
+            .count(),
+        1,
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("WARN"), "{}", run.stderr);
+    let status = common::archivist(dir.path(), &["status", "--json"], &env).expect_code(0);
+    let status: Value = serde_json::from_str(status.stdout.trim()).unwrap();
+    assert_eq!(status["episodes"], 1, "{status}");
+
+    drop(db);
+    admin_sql(
+        &common::pg_admin_url(),
+        &[format!("DROP ROLE IF EXISTS {role}")],
+    );
+}
+
+/// Forwards to Postgres; when armed, the first COMMIT of a transaction that inserted a lease
+/// reaches the server, and its answer is swallowed and both ends cut: the lease is committed,
+/// the client hears only a broken connection. (The datastore's own test,
+/// `datastore/tests/postgres_commit_lost.rs`, cuts its COMMITs the same way.)
+struct LeaseCommitCutter {
+    port: u16,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cuts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl LeaseCommitCutter {
+    fn start(upstream: String) -> Self {
+        use std::io::{Read, Write};
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::Arc;
+
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(AtomicBool::new(false));
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let (a, c) = (armed.clone(), cuts.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                // Set once this connection's lease COMMIT went through: its answer is not
+                // forwarded.
+                let swallow = Arc::new(AtomicBool::new(false));
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (armed, sw) = (a.clone(), swallow.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    // This connection sent a lease's INSERT in the transaction now open.
+                    let mut leasing = false;
+                    loop {
+                        let n = match c_in.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let chunk = &buf[..n];
+                        if chunk.windows(18).any(|w| w == b"INSERT INTO leases") {
+                            leasing = true;
+                        }
+                        let commit = chunk.windows(7).any(|w| w == b"COMMIT\0");
+                        if commit && leasing && armed.swap(false, Ordering::SeqCst) {
+                            sw.store(true, Ordering::SeqCst);
+                        }
+                        if commit {
+                            leasing = false;
+                        }
+                        if s_out.write_all(chunk).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_out.shutdown(Shutdown::Both);
+                });
+                let (mut s_in, mut c_out) = (server, client);
+                let cuts = c.clone();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match s_in.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if swallow.load(Ordering::SeqCst) {
+                            // The server answered the COMMIT: it is done. The client hears
+                            // nothing but a closed connection.
+                            cuts.fetch_add(1, Ordering::SeqCst);
+                            break;
+                        }
+                        if c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = c_out.shutdown(Shutdown::Both);
+                    let _ = s_in.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        LeaseCommitCutter { port, armed, cuts }
+    }
+
+    /// `url` through the proxy, in clear text (the proxy must see the COMMIT go by).
+    fn url(&self, url: &str) -> String {
+        let mut through = url::Url::parse(url).unwrap();
+        through.set_host(Some("127.0.0.1")).unwrap();
+        through.set_port(Some(self.port)).unwrap();
+        through.query_pairs_mut().append_pair("sslmode", "disable");
+        through.to_string()
+    }
+}
+
+/// The two-step route (the bus in an SQLite file, the datastore on Postgres): a lease whose
+/// COMMIT reached the server but whose answer was lost is published once, as the lease it is,
+/// not leased again. Every lease in the datastore has exactly one work item on the queue, and
+/// no work item names a lease the datastore does not hold: nothing is stranded.
+#[test]
+fn a_lease_whose_commit_answer_was_lost_has_exactly_one_work_item() {
+    use std::sync::atomic::Ordering;
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = PgDatabase::create();
+    let bus_url = format!("sqlite://{}", dir.path().join("bus.sqlite").display());
+    let direct = [
+        ("DATABASE_URL", db.url.as_str()),
+        ("ARCHIVIST_BUS", "sqlite"),
+        ("ARCHIVIST_BUS_URL", bus_url.as_str()),
+        ("ARCHIVIST_START_JITTER", "0s"),
+    ];
+    common::archivist(dir.path(), &["migrate"], &direct).expect_code(0);
+    common::archivist(dir.path(), &["queues"], &direct).expect_code(0);
+    let episodes: Vec<String> = (0..3)
+        .map(|n| {
+            episode_json(&format!("Cut episode {n}"), "2026-01-01T00:00:00Z", 1, n).to_string()
+        })
+        .collect();
+    let clips: Vec<String> = (0..2)
+        .map(|n| clip_json(&format!("Cut clip {n}"), 1, n).to_string())
+        .collect();
+    common::archivist_with_input(
+        dir.path(),
+        &["send", "curated_episodes"],
+        &direct,
+        &(episodes.join("\n") + "\n"),
+    )
+    .expect_code(0);
+    common::archivist_with_input(
+        dir.path(),
+        &["send", "curated_clips"],
+        &direct,
+        &(clips.join("\n") + "\n"),
+    )
+    .expect_code(0);
+    common::archivist(dir.path(), &["episodes", "--once"], &direct).expect_code(0);
+    common::archivist(dir.path(), &["clips", "--once"], &direct).expect_code(0);
+
+    let proxy = LeaseCommitCutter::start(
+        url::Url::parse(&db.url)
+            .map(|u| {
+                format!(
+                    "{}:{}",
+                    u.host_str().unwrap(),
+                    u.port_or_known_default().unwrap()
+                )
+            })
+            .unwrap(),
+    );
+    let through = proxy.url(&db.url);
+    let mut cut = direct.to_vec();
+    cut[0] = ("DATABASE_URL", through.as_str());
+    cut.push(("ARCHIVIST_RESEARCHERS", "2"));
+    proxy.armed.store(true, Ordering::SeqCst);
+    let run = common::archivist(dir.path(), &["pending-research"], &cut);
+    assert_eq!(
+        proxy.cuts.load(Ordering::SeqCst),
+        1,
+        "no lease's COMMIT was cut: {}",
+        run.stderr
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+
+    let leases: BTreeSet<String> = {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+            let ids: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM leases")
+                .fetch_all(&mut conn)
+                .await
+                .unwrap();
+            ids.into_iter().map(|id| id.to_string()).collect()
+        })
+    };
+    let items = common::archivist(
+        dir.path(),
+        &["receive", "pending_research", "--max", "10", "--wait", "1s"],
+        &direct,
+    )
+    .expect_code(0)
+    .json_lines();
+    let mut published: Vec<String> = items
+        .iter()
+        .map(|i| i["lease_id"].as_str().unwrap().to_string())
+        .collect();
+    published.sort();
+    assert_eq!(
+        published,
+        leases.iter().cloned().collect::<Vec<_>>(),
+        "each lease must have exactly one work item, and each work item its lease"
+    );
+    assert_eq!(leases.len(), 2, "{}", run.stderr);
 }

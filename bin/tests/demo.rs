@@ -178,6 +178,9 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
         .json_lines();
     assert_eq!(limited.len(), 5);
 
+    // `serve` on what the demo left is ready at once (the demo names it as the next step).
+    assert_ready(dir, env);
+
     // A second demo on the same datastore is refused: it needs an empty one.
     let again = archivist(dir, &["demo"], env).expect_code(2);
     assert!(
@@ -185,6 +188,45 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
         "{}",
         again.stderr
     );
+}
+
+/// Starts `archivist serve` on a free port in `dir` with `env` and expects `/readyz` to
+/// answer 200 (and the status page too).
+fn assert_ready(dir: &Path, env: &[(&str, &str)]) {
+    use std::io::BufRead;
+    let mut child = common::command(dir, &["serve", "--addr", "127.0.0.1:0"], env)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _serving = common::serving::Running(child);
+    // The reader keeps draining so the pipe never fills.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            match line.split_once("on http://") {
+                Some((_, rest)) => drop(tx.send(Ok(rest.trim().to_string()))),
+                None => drop(tx.send(Err(line))),
+            }
+        }
+    });
+    let mut log = Vec::new();
+    let addr = loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(Ok(addr)) => break addr,
+            Ok(Err(line)) => log.push(line),
+            Err(_) => panic!("serve never said where it serves: {}", log.join("\n")),
+        }
+    };
+    let (code, body) = common::serving::get(&addr, "/readyz");
+    assert_eq!(code, 200, "/readyz after the demo: {body}");
+    let (code, body) = common::serving::get(&addr, "/");
+    assert_eq!(code, 200, "/ after the demo: {body}");
 }
 
 #[test]
@@ -264,6 +306,7 @@ fn demo_without_database_url_leaves_its_results_in_the_default_datastore_to_expl
     .json_lines();
     assert_eq!(dead.len(), 1);
     assert!(dead[0]["reason"].is_string(), "{:?}", dead[0]);
+    assert_ready(dir.path(), &[]);
     let matches = archivist(dir.path(), &["matches"], &[])
         .expect_code(0)
         .json_lines();

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::pipeline::{episode_json, results_for, Scenario, POISON};
+use common::pipeline::{clip_json, episode_json, results_for, Scenario, CLIPS, EPISODES, POISON};
 use common::serving::{get, start_serving};
 
 /// How long the process may take to do what the test waits for (a loaded machine).
@@ -128,22 +128,47 @@ fn counters(scrape: &str) -> std::collections::BTreeMap<String, f64> {
         .collect()
 }
 
-/// Serves `args` with metrics until its counters are exactly `expected` and each of `gauges`
-/// has its value (the gauges are read at the start of a scrape, and a broker's counts may
-/// trail its confirms); the scrape then.
-fn scrape_until(
+type Counters = std::collections::BTreeMap<String, f64>;
+
+/// Starts `args` serving its metrics on a free port: the process and the address.
+fn serve(
     s: &Scenario,
     args: &[&str],
     extra: &[(&str, &str)],
-    expected: &std::collections::BTreeMap<String, f64>,
-    gauges: &[(String, f64)],
 ) -> (common::serving::Running, String) {
     let mut all = args.to_vec();
-    all.extend(["--every", "1h", "--metrics-addr", "127.0.0.1:0"]);
-    let (running, addr) = start_serving(s, &all, extra, DEADLINE);
+    all.extend(["--metrics-addr", "127.0.0.1:0"]);
+    start_serving(s, &all, extra, DEADLINE)
+}
+
+/// Every metric of `scrape` that has a `# TYPE` line has a `# HELP` line.
+fn assert_every_metric_described(scrape: &str) {
+    for line in scrape.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let name = line.split(' ').nth(2).unwrap();
+        assert!(
+            scrape.contains(&format!("# HELP {name} ")),
+            "{name} has no # HELP line:\n{scrape}"
+        );
+    }
+}
+
+/// The first scrape of a process that has had nothing to do: every counter it can count is
+/// there, at 0, and nothing else.
+fn assert_counters_start_at_zero(addr: &str, expected: &Counters) {
+    let (code, scrape) = get(addr, "/metrics");
+    assert_eq!(code, 200);
+    let zeros: Counters = expected.keys().map(|k| (k.clone(), 0.0)).collect();
+    assert_eq!(counters(&scrape), zeros, "{scrape}");
+    assert_every_metric_described(&scrape);
+}
+
+/// Scrapes `addr` until its counters are exactly `expected` and every one of `gauges` has its
+/// value (the gauges are read at the start of a scrape, and a broker's counts may trail its
+/// confirms); the scrape then, every metric in it described.
+fn scrape_until(addr: &str, expected: &Counters, gauges: &[(String, f64)]) -> String {
     let started = Instant::now();
     loop {
-        let (code, scrape) = get(&addr, "/metrics");
+        let (code, scrape) = get(addr, "/metrics");
         assert_eq!(code, 200);
         let got = counters(&scrape);
         let wrong: Vec<_> = gauges
@@ -151,7 +176,8 @@ fn scrape_until(
             .filter(|(series, value)| sample(&scrape, series) != Some(*value))
             .collect();
         if &got == expected && wrong.is_empty() {
-            return (running, scrape);
+            assert_every_metric_described(&scrape);
+            return scrape;
         }
         assert!(
             started.elapsed() < DEADLINE,
@@ -161,20 +187,142 @@ fn scrape_until(
     }
 }
 
-/// A scripted run: two work items published, then their results recorded (one duplicate, one
-/// poison line); every counter of each process has exactly the value of what it did, every
-/// counter it can count is there from the start (at 0 if nothing happened), every metric has a
-/// `# HELP` line, and the gauges are the datastore's and the queues' figures.
+/// What the datastore and the queues hold at one moment of the scripted run.
+struct Figures {
+    episodes: f64,
+    clips: f64,
+    researched: f64,
+    leased: f64,
+    matches: f64,
+    active_leases: f64,
+    /// (waiting, in flight, dead letters) of each queue, in pipeline order.
+    queues: [(f64, f64, f64); 4],
+}
+
+/// Every gauge the process serves, with its value: the datastore's counts, the leases by
+/// state, each queue's depths (the binary's version aside).
+fn every_gauge(s: &Scenario, f: &Figures) -> Vec<(String, f64)> {
+    let pairs = f.episodes * f.clips;
+    let mut gauges: Vec<(String, f64)> = [
+        ("archivist_episodes", f.episodes),
+        ("archivist_clips", f.clips),
+        ("archivist_research_pairs", pairs),
+        ("archivist_pairs_researched", f.researched),
+        ("archivist_pairs_failed", 0.0),
+        ("archivist_pairs_to_do", pairs - f.researched),
+        ("archivist_pairs_leased", f.leased),
+        ("archivist_matches", f.matches),
+        (r#"archivist_leases{state="active"}"#, f.active_leases),
+        (r#"archivist_leases{state="awaiting_late_results"}"#, 0.0),
+        (r#"archivist_leases{state="expired"}"#, 0.0),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let names = [
+        &s.bus.episodes_queue,
+        &s.bus.clips_queue,
+        &s.bus.pending_queue,
+        &s.bus.completed_queue,
+    ];
+    for (q, (waiting, in_flight, dead)) in names.into_iter().zip(f.queues) {
+        gauges.push((
+            format!(r#"archivist_queue_messages{{queue="{q}",state="waiting"}}"#),
+            waiting,
+        ));
+        gauges.push((
+            format!(r#"archivist_queue_messages{{queue="{q}",state="in_flight"}}"#),
+            in_flight,
+        ));
+        gauges.push((
+            format!(r#"archivist_queue_dead_letters{{queue="{q}"}}"#),
+            dead,
+        ));
+    }
+    gauges
+}
+
+/// The counters of an ingestion archivist (`episodes`, `clips`) after it received `valid`
+/// messages and one poison.
+fn ingestion_counters(archivist: &str, valid: f64) -> Counters {
+    let c = |name: &str| format!(r#"archivist_{name}_total{{archivist="{archivist}"}}"#);
+    let dead = |reason: &str| {
+        format!(
+            r#"archivist_messages_dead_lettered_total{{archivist="{archivist}",reason="{reason}"}}"#
+        )
+    };
+    [
+        (c("messages_received"), valid + 1.0),
+        (c("messages_stored"), valid),
+        (c("messages_released"), 0.0),
+        (c("retries"), 0.0),
+        (dead("invalid_message"), 1.0),
+        (dead("rejected_by_datastore"), 0.0),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// A scripted run, one process per archivist, each serving its metrics: the episodes and the
+/// clips ingested (one poison each), two work items published, then their results recorded
+/// (one duplicate, one poison line). Every counter of each process is there from its start
+/// (at 0 where it had nothing to do yet), has exactly the value of what it did, and no other
+/// counter is there; every metric has a `# HELP` line; and every gauge has the value of the
+/// datastore's and the queues' figures at that moment.
 fn every_counter_counts_exactly(s: &Scenario) {
     s.run(&["queues"], &[]).expect_code(0);
-    s.curate();
+    s.run(&["migrate"], &[]).expect_code(0);
+    let (ne, nc) = (EPISODES.len() as f64, CLIPS.len() as f64);
+    let mut figures = Figures {
+        episodes: 0.0,
+        clips: 0.0,
+        researched: 0.0,
+        leased: 0.0,
+        matches: 0.0,
+        active_leases: 0.0,
+        queues: [(0.0, 0.0, 0.0); 4],
+    };
+
+    // Ingestion: each archivist starts with nothing to do, then gets its messages.
+    let episodes: Vec<String> = EPISODES
+        .iter()
+        .enumerate()
+        .map(|(n, (t, a, p))| episode_json(t, a, *p, n).to_string())
+        .chain([POISON.to_string()])
+        .collect();
+    let clips: Vec<String> = CLIPS
+        .iter()
+        .enumerate()
+        .map(|(n, (t, p))| clip_json(t, *p, n).to_string())
+        .chain([POISON.to_string()])
+        .collect();
+    for (archivist, queue, lines, valid) in [
+        ("episodes", &s.bus.episodes_queue, &episodes, ne),
+        ("clips", &s.bus.clips_queue, &clips, nc),
+    ] {
+        let expected = ingestion_counters(archivist, valid);
+        let (running, addr) = serve(s, &[archivist], &[]);
+        assert_counters_start_at_zero(&addr, &expected);
+        s.run_with_input(&["send", "--raw", queue], &(lines.join("\n") + "\n"))
+            .expect_code(0);
+        if archivist == "episodes" {
+            figures.episodes = ne;
+            figures.queues[0] = (0.0, 0.0, 1.0);
+        } else {
+            figures.clips = nc;
+            figures.queues[1] = (0.0, 0.0, 1.0);
+        }
+        scrape_until(&addr, &expected, &every_gauge(s, &figures));
+        drop(running);
+    }
+
     let one_clip = [
         ("ARCHIVIST_RESEARCHERS", "2"),
         ("ARCHIVIST_START_JITTER", "0s"),
         ("ARCHIVIST_MAX_CLIPS", "1"),
     ];
     let published = r#"archivist_work_items_published_total{archivist="pending-research"}"#;
-    let expected: std::collections::BTreeMap<String, f64> = [
+    let expected: Counters = [
         (published, 2.0),
         (
             r#"archivist_retries_total{archivist="pending-research"}"#,
@@ -188,33 +336,20 @@ fn every_counter_counts_exactly(s: &Scenario) {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    let pending_q = &s.bus.pending_queue;
-    let waiting = format!(r#"archivist_queue_messages{{queue="{pending_q}",state="waiting"}}"#);
-    let (pending, scrape) = scrape_until(
-        s,
-        &["pending-research"],
-        &one_clip,
-        &expected,
-        &[
-            (waiting, 2.0),
-            ("archivist_pairs_leased".to_string(), 2.0),
-            (r#"archivist_leases{state="active"}"#.to_string(), 2.0),
-        ],
-    );
+    figures.leased = 2.0;
+    figures.active_leases = 2.0;
+    figures.queues[2] = (2.0, 0.0, 0.0);
+    let (pending, addr) = serve(s, &["pending-research", "--every", "1h"], &one_clip);
+    let scrape = scrape_until(&addr, &expected, &every_gauge(s, &figures));
     drop(pending);
-    for line in scrape.lines().filter(|l| l.starts_with("# TYPE ")) {
-        let name = line.split(' ').nth(2).unwrap();
-        assert!(
-            scrape.contains(&format!("# HELP {name} ")),
-            "{name}:\n{scrape}"
-        );
-    }
+    // The gauges are the figures `status` shows.
     let status = s.status();
     for (gauge, field) in [
         ("archivist_episodes", "episodes"),
         ("archivist_clips", "clips"),
         ("archivist_research_pairs", "research_pairs"),
         ("archivist_pairs_researched", "researched_pairs"),
+        ("archivist_pairs_failed", "failed_pairs"),
         ("archivist_pairs_leased", "leased_pairs"),
         ("archivist_matches", "matched_pairs"),
     ] {
@@ -226,28 +361,13 @@ fn every_counter_counts_exactly(s: &Scenario) {
     }
 
     // The results: one per item (each the last, so it revokes), the first twice, and poison.
-    let work = s.receive_work("2", "5s");
-    assert_eq!(work.len(), 2);
-    let mut lines: Vec<String> = work
-        .iter()
-        .flat_map(results_for)
-        .map(|r| r.to_string())
-        .collect();
-    assert_eq!(lines.len(), 2);
-    lines.push(lines[0].clone());
-    lines.push(POISON.to_string());
-    s.run_with_input(
-        &["send", "--raw", &s.bus.completed_queue],
-        &(lines.join("\n") + "\n"),
-    )
-    .expect_code(0);
     let c = |name: &str| format!(r#"archivist_{name}_total{{archivist="completed-research"}}"#);
     let dead = |reason: &str| {
         format!(
             r#"archivist_messages_dead_lettered_total{{archivist="completed-research",reason="{reason}"}}"#
         )
     };
-    let expected: std::collections::BTreeMap<String, f64> = [
+    let expected: Counters = [
         (c("messages_received"), 4.0),
         (c("messages_stored"), 3.0),
         (c("duplicates"), 1.0),
@@ -275,21 +395,32 @@ fn every_counter_counts_exactly(s: &Scenario) {
     ]
     .into_iter()
     .collect();
-    let completed_q = &s.bus.completed_queue;
-    scrape_until(
-        s,
-        &["completed-research"],
-        &[],
-        &expected,
-        &[
-            ("archivist_pairs_researched".to_string(), 2.0),
-            (r#"archivist_leases{state="active"}"#.to_string(), 0.0),
-            (
-                format!(r#"archivist_queue_dead_letters{{queue="{completed_q}"}}"#),
-                1.0,
-            ),
-        ],
-    );
+    let (completed, addr) = serve(s, &["completed-research", "--every", "1h"], &[]);
+    assert_counters_start_at_zero(&addr, &expected);
+    let work = s.receive_work("2", "5s");
+    assert_eq!(work.len(), 2);
+    let results: Vec<serde_json::Value> = work.iter().flat_map(results_for).collect();
+    assert_eq!(results.len(), 2);
+    let found = results
+        .iter()
+        .filter(|r| !r["clip_offsets_ns"].as_array().unwrap().is_empty())
+        .count();
+    let mut lines: Vec<String> = results.iter().map(|r| r.to_string()).collect();
+    lines.push(lines[0].clone());
+    lines.push(POISON.to_string());
+    s.run_with_input(
+        &["send", "--raw", &s.bus.completed_queue],
+        &(lines.join("\n") + "\n"),
+    )
+    .expect_code(0);
+    figures.researched = 2.0;
+    figures.leased = 0.0;
+    figures.matches = found as f64;
+    figures.active_leases = 0.0;
+    figures.queues[2] = (0.0, 0.0, 0.0);
+    figures.queues[3] = (0.0, 0.0, 1.0);
+    scrape_until(&addr, &expected, &every_gauge(s, &figures));
+    drop(completed);
 }
 
 #[test]

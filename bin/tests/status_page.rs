@@ -610,3 +610,124 @@ fn dead_letters_are_cut_in_the_database_and_bytes_that_are_not_utf8_shown() {
     let (code, body) = request(&addr, "GET", "/api/queues");
     assert_eq!(code, 200, "{body}");
 }
+
+/// On the database bus too, queues not created yet are missing, not unreachable: with the bus
+/// in a database of its own that `archivist migrate` has not made queues in, `serve` is ready
+/// (it only reads) and its page names the queues as not created yet.
+#[test]
+fn serve_is_ready_with_queues_not_created_yet_on_the_database_bus() {
+    let s = Scenario::database(None);
+    s.run(&["migrate"], &[]).expect_code(0);
+    let bus = PgDatabase::create();
+    let on_bus = [
+        ("ARCHIVIST_BUS", "postgres"),
+        ("ARCHIVIST_BUS_URL", bus.url.as_str()),
+    ];
+    let (_serving, addr) = start_serving(
+        &s,
+        &["serve", "--addr", "127.0.0.1:0"],
+        &on_bus,
+        Duration::from_secs(60),
+    );
+    let (code, ready) = request(&addr, "GET", "/readyz");
+    assert_eq!((code, ready.as_str()), (200, "ready\n"));
+    let (code, page) = request(&addr, "GET", "/");
+    assert_eq!(code, 200);
+    assert!(page.contains("Not created yet"), "{page}");
+    assert!(!page.contains("unreachable"), "{page}");
+}
+
+/// A request the server cannot answer within its bound (15 s) is cut with 503, not left to
+/// hang: the bus's database answers each round trip 1.4 s late, so that every read (a pool's
+/// check and a statement, a prepare at most besides) stays within its own 5 s bound while the
+/// page's queue section, reading the four queues one after another (16 round trips or more),
+/// would take over 22 s.
+#[test]
+fn a_request_past_its_time_bound_is_cut() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let bus = PgDatabase::create();
+    let s = Scenario::database(None);
+    let direct = [
+        ("ARCHIVIST_BUS", "postgres"),
+        ("ARCHIVIST_BUS_URL", bus.url.as_str()),
+    ];
+    s.run(&["migrate"], &direct).expect_code(0);
+    s.run(&["queues"], &direct).expect_code(0);
+
+    // A proxy to the bus's database that, once slowed, holds each answer 1.4 s.
+    let slow = Arc::new(AtomicBool::new(false));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut url = url::Url::parse(&bus.url).unwrap();
+    let upstream = format!(
+        "{}:{}",
+        url.host_str().unwrap(),
+        url.port_or_known_default().unwrap()
+    );
+    std::thread::spawn({
+        let slow = Arc::clone(&slow);
+        move || {
+            use std::io::Write;
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = std::net::TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut c_in, &mut s_out));
+                let (mut s_in, mut c_out) = (server, client);
+                let slow = Arc::clone(&slow);
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = s_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        if slow.load(Ordering::SeqCst) {
+                            std::thread::sleep(Duration::from_millis(1400));
+                        }
+                        if c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = c_out.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        }
+    });
+    url.set_host(Some("127.0.0.1")).unwrap();
+    url.set_port(Some(port)).unwrap();
+    let through = [
+        ("ARCHIVIST_BUS", "postgres"),
+        ("ARCHIVIST_BUS_URL", url.as_str()),
+    ];
+    let (_serving, addr) = start_serving(
+        &s,
+        &["serve", "--addr", "127.0.0.1:0"],
+        &through,
+        Duration::from_secs(60),
+    );
+    // Answered in time while the database is quick (and the bus's id read once).
+    let (code, body) = request(&addr, "GET", "/api/queues");
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = request(&addr, "GET", "/");
+    assert_eq!(code, 200, "{body}");
+
+    slow.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let (code, body) = request(&addr, "GET", "/");
+    let took = started.elapsed();
+    assert_eq!(code, 503, "answered after {took:?}: {body}");
+    assert!(body.contains("took too long"), "{body}");
+    assert!(
+        took >= Duration::from_secs(14) && took < Duration::from_secs(25),
+        "cut after {took:?}"
+    );
+    // Quick again, answered again.
+    slow.store(false, Ordering::SeqCst);
+    let (code, _) = request(&addr, "GET", "/healthz");
+    assert_eq!(code, 200);
+}

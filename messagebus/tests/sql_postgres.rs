@@ -195,3 +195,214 @@ async fn connections_killed_mid_receive_are_retryable_and_lose_nothing() {
     bodies.dedup();
     assert_eq!(bodies, vec![b"held".to_vec(), b"waiting".to_vec()]);
 }
+
+/// A claim or an extension that waits for a lock on the table (another writer holding it)
+/// counts its visibility from when it takes the row, not from when its statement started
+/// (`now()`): otherwise a long wait would leave the message visible again almost at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn visibility_counts_from_the_lock_not_the_wait() {
+    use sqlx::Connection;
+
+    let visibility = Duration::from_secs(30);
+    let db = Arc::new(PgTestDb::create().await);
+    // Two connections: one listens, every statement runs on the other, so the claim below
+    // runs as a prepared statement, as every claim after a process's first does (a
+    // statement's first run waits for its locks while being prepared, before its `now()`).
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(db.url())
+        .await
+        .unwrap();
+    let bus = TestBus {
+        bus: PgBus::from_pool(
+            pool,
+            SqlBusConfig {
+                visibility_timeout: visibility,
+                ..SqlBusConfig::default()
+            },
+        ),
+        db,
+    };
+    let mut watcher = sqlx::PgConnection::connect(bus.db.url()).await.unwrap();
+    loop {
+        let listening: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'LISTEN%'",
+        )
+        .bind(bus.db.name())
+        .fetch_one(&mut watcher)
+        .await
+        .unwrap();
+        if listening > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    bus.create_queue("q").await.unwrap();
+    let rx = bus.receiver("q").await.unwrap();
+    assert!(rx.receive(1, Duration::ZERO).await.unwrap().is_empty());
+    bus.sender("q")
+        .await
+        .unwrap()
+        .send(b"m".to_vec())
+        .await
+        .unwrap();
+    let url = bus.db.url().to_owned();
+
+    // Another writer locks the table; returns its connection, in its transaction.
+    let hold_the_lock = || {
+        let url = url.clone();
+        async move {
+            let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
+            sqlx::query("BEGIN").execute(&mut other).await.unwrap();
+            sqlx::query("LOCK TABLE bus_messages IN EXCLUSIVE MODE")
+                .execute(&mut other)
+                .await
+                .unwrap();
+            other
+        }
+    };
+    let mut other = hold_the_lock().await;
+    let claim = tokio::spawn({
+        let rx = Arc::clone(&rx);
+        async move { rx.receive(1, Duration::ZERO).await.unwrap() }
+    });
+    wait_until_blocked(&mut other, bus.db.name()).await;
+    let released_at = clock(&mut other).await;
+    sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+    let got = claim.await.unwrap();
+    assert_eq!(got.len(), 1);
+    let receipt = got[0].sql_receipt().unwrap();
+    let at = visible_at(&mut other, receipt.message_id).await;
+    assert!(
+        at >= released_at + visibility,
+        "the claim's visibility was counted from before its wait for the lock: {} short",
+        released_at + visibility - at
+    );
+
+    // Prepared once, as a heartbeat's every extension after its first.
+    bus.bus
+        .extend_visibility(&receipt, visibility)
+        .await
+        .unwrap();
+    let mut other = hold_the_lock().await;
+    let extend = tokio::spawn({
+        let receipt = receipt.clone();
+        let bus = bus.bus.clone();
+        async move { bus.extend_visibility(&receipt, visibility).await.unwrap() }
+    });
+    wait_until_blocked(&mut other, bus.db.name()).await;
+    let released_at = clock(&mut other).await;
+    sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+    extend.await.unwrap();
+    let at = visible_at(&mut other, receipt.message_id).await;
+    assert!(
+        at >= released_at + visibility,
+        "the extension was counted from before its wait for the lock"
+    );
+    drop(got);
+}
+
+/// Returns once a statement on database `name` waits for a lock (no sleep: it is seen
+/// waiting, so its `now()` is from before any time read after this).
+async fn wait_until_blocked(other: &mut sqlx::PgConnection, name: &str) {
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(name)
+        .fetch_one(&mut *other)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn clock(other: &mut sqlx::PgConnection) -> chrono::DateTime<chrono::Utc> {
+    sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(other)
+        .await
+        .unwrap()
+}
+
+async fn visible_at(other: &mut sqlx::PgConnection, id: i64) -> chrono::DateTime<chrono::Utc> {
+    sqlx::query_scalar("SELECT visible_at FROM bus_messages WHERE id = $1")
+        .bind(id)
+        .fetch_one(other)
+        .await
+        .unwrap()
+}
+
+/// Dead letters are cut by the database, not after reading them whole: peeking at a dead
+/// letter of 5 MB through a proxy that counts what the server sends reads a few KiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peeking_cuts_dead_letters_in_the_database() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let db = Arc::new(PgTestDb::create().await);
+    let direct = bus_on(Arc::clone(&db), SqlBusConfig::default()).await;
+    direct.create_queue("q").await.unwrap();
+    let pool = sqlx::PgPool::connect(db.url()).await.unwrap();
+    let big = 5_000_000usize;
+    sqlx::query(
+        "INSERT INTO bus_messages (queue, body, dead_letter_reason)
+         VALUES ('q_dead_letter', repeat('x', $1), 'large')",
+    )
+    .bind(i32::try_from(big).unwrap())
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    // Every byte the server sends, through the proxy.
+    let from_server = Arc::new(AtomicU64::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut upstream = url::Url::parse(db.url()).unwrap();
+    let server_addr = format!(
+        "{}:{}",
+        upstream.host_str().unwrap(),
+        upstream.port_or_known_default().unwrap()
+    );
+    tokio::spawn({
+        let from_server = Arc::clone(&from_server);
+        async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&server_addr).await else {
+                    continue;
+                };
+                let (mut c_in, mut c_out) = client.into_split();
+                let (mut s_in, mut s_out) = server.into_split();
+                tokio::spawn(async move { tokio::io::copy(&mut c_in, &mut s_out).await });
+                let from_server = Arc::clone(&from_server);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = s_in.read(&mut buf).await {
+                        if n == 0 || c_out.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                        from_server.fetch_add(n as u64, Ordering::SeqCst);
+                    }
+                });
+            }
+        }
+    });
+    upstream.set_host(Some("127.0.0.1")).unwrap();
+    upstream.set_port(Some(port)).unwrap();
+    let proxied = PgBus::connect(upstream.as_str(), SqlBusConfig::default())
+        .await
+        .unwrap();
+    let sender = proxied.sender("q").await.unwrap();
+    let before = from_server.load(Ordering::SeqCst);
+    let letters = sender.peek_dead_letters(10, 2048).await.unwrap().unwrap();
+    let read = from_server.load(Ordering::SeqCst) - before;
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].body.len(), 2048);
+    assert_eq!(letters[0].body_bytes, big);
+    assert!(
+        read < 64 * 1024,
+        "{read} bytes read from the server to show 2048 of a dead letter"
+    );
+}

@@ -130,7 +130,8 @@ pub(crate) async fn run(
 
 /// The queues' depths when the bus is shared: `Ok(None)` when the bus cannot be inspected
 /// from another process; a queue that is missing or refused is left out with a note in the
-/// log. An unreachable bus is an error (exit 1), after the counts are printed.
+/// log. An unreachable bus is an error, which [`run`] prints as depths unknown, with a
+/// warning and exit 0: the counts are what `status` is for.
 async fn queue_depths(
     config: &Config,
     token: &CancellationToken,
@@ -227,7 +228,7 @@ fn write_table(out: &mut impl Write, o: &StatusOutput) -> std::io::Result<()> {
 /// then (the contract's rule for neither researchers nor waiting items), for the first
 /// researcher to come; said so that it is not taken for a leak. `None` on a bus that cannot
 /// count its consumers (SQS).
-fn no_researcher_note(pending: &QueueDepth) -> Option<String> {
+pub(crate) fn no_researcher_note(pending: &QueueDepth) -> Option<String> {
     if pending.consumers != Some(0) || pending.waiting == 0 {
         return None;
     }

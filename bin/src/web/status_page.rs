@@ -69,7 +69,7 @@ pub(super) async fn page(State(app): State<Arc<App>>) -> Markup {
                 main {
                     (research_section(&counts, &samples))
                     (leases_section(&counts, &leases))
-                    (queues_section(&queues))
+                    (queues_section(&queues, app.sources.queues.get(2).map(String::as_str)))
                     (dead_letters_section(&queues))
                     (matches_section(&matches))
                 }
@@ -238,7 +238,16 @@ fn leases_section(counts: &Section<Counts>, leases: &Section<Vec<LeaseRow>>) -> 
     }
 }
 
-fn queues_section(queues: &Section<Option<Queues>>) -> Markup {
+/// The queues' table; `pending` is the work items' queue (the third of `Sources::queues`,
+/// which lists them in pipeline order), for the note `status` shows too.
+fn queues_section(queues: &Section<Option<Queues>>, pending: Option<&str>) -> Markup {
+    let note = match queues {
+        Ok(Some(Queues { views, .. })) => views
+            .iter()
+            .find(|v| Some(v.depth.queue.as_str()) == pending)
+            .and_then(|v| crate::commands::status::no_researcher_note(&v.depth)),
+        _ => None,
+    };
     html! {
         section #queues {
             h2 { "Queues" }
@@ -270,6 +279,9 @@ fn queues_section(queues: &Section<Option<Queues>>) -> Markup {
                         }
                     }
                     } }
+                    @if let Some(note) = &note {
+                        p #no-researcher { (note) }
+                    }
                 }
             }
         }

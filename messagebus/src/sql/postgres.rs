@@ -458,7 +458,8 @@ impl Dialect for Pg {
 /// Claims the oldest visible rows: those under the receive limit become in flight with a new
 /// receipt, those at it move to the dead-letter queue (`dead` = true, no body returned).
 /// $1 queue, $2 limit, $3 visibility ms, $4 receive limit (0: none), $5 dead-letter queue,
-/// $6 reason.
+/// $6 reason. The visibility counts from `clock_timestamp()`, when the row is claimed: `now()`
+/// is when the statement started, before any wait for a lock on the table.
 const CLAIM: &str = "
 WITH next AS (
     SELECT id, receive_count FROM bus_messages
@@ -474,7 +475,7 @@ WITH next AS (
     RETURNING m.id
 ), taken AS (
     UPDATE bus_messages m
-    SET visible_at = now() + $3 * interval '1 millisecond',
+    SET visible_at = clock_timestamp() + $3 * interval '1 millisecond',
         receive_count = m.receive_count + 1,
         receipt = nextval('bus_receipts')
     FROM next
@@ -582,9 +583,25 @@ pub async fn bus_id_in(conn: &mut PgConnection) -> Result<Option<String>, BusErr
     .await
     .map_err(|e| db_error("looking for the bus", e))?;
     let system: String =
-        sqlx::query_scalar("SELECT system_identifier::text FROM pg_control_system()")
+        match sqlx::query_scalar("SELECT system_identifier::text FROM pg_control_system()")
             .fetch_one(&mut *conn)
             .await
-            .unwrap_or_default();
+        {
+            Ok(system) => system,
+            Err(e) => {
+                // Said once: the id is read again at every connection of the datastore.
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!(
+                        error = %e,
+                        "the bus id leaves out the cluster's system identifier: this role \
+                         cannot read pg_control_system(); processes whose roles can will \
+                         count it another bus and acknowledge after the commit instead of \
+                         in it"
+                    );
+                });
+                String::new()
+            }
+        };
     Ok(Some(format!("{stored}@{system}/{oid}/{name}/{table}")))
 }

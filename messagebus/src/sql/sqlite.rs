@@ -465,16 +465,13 @@ impl Dialect for Lite {
     ) -> Result<Vec<DeadLetter>, BusError> {
         // As bytes: a TEXT column can hold bytes that are not UTF-8 (a poison body), which
         // would fail the whole read as a String.
-        let rows: Vec<(i64, Vec<u8>, i64, Option<String>)> = sqlx::query_as(
-            "SELECT id, substr(CAST(body AS BLOB), 1, ?3), length(CAST(body AS BLOB)), \
-             dead_letter_reason FROM bus_messages WHERE queue = ?1 ORDER BY id LIMIT ?2",
-        )
-        .bind(dead_letter_queue)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .bind(i64::try_from(max_body_bytes).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| db_error("reading dead letters", e))?;
+        let rows: Vec<(i64, Vec<u8>, i64, Option<String>)> = sqlx::query_as(PEEK)
+            .bind(dead_letter_queue)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(i64::try_from(max_body_bytes).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error("reading dead letters", e))?;
         Ok(rows
             .into_iter()
             .map(|(id, body, bytes, reason)| DeadLetter {
@@ -609,4 +606,29 @@ pub async fn bus_id_in(conn: &mut SqliteConnection) -> Result<Option<String>, Bu
         None | Some("") => format!("{id}@memory:{}", Uuid::new_v4()),
         Some(path) => format!("{id}@{path}"),
     }))
+}
+
+/// A look at a dead-letter queue: ?1 the queue, ?2 how many, ?3 the bytes of each body shown.
+/// The body leaves SQLite only cut by `substr`, so a look at a large dead letter copies no
+/// more than it shows into this process.
+const PEEK: &str = "SELECT id, substr(CAST(body AS BLOB), 1, ?3), length(CAST(body AS BLOB)), \
+                    dead_letter_reason FROM bus_messages WHERE queue = ?1 ORDER BY id LIMIT ?2";
+
+#[cfg(test)]
+mod tests {
+    /// The body is read only through `substr` (cut to ?3 bytes) and `length`: never whole.
+    #[test]
+    fn peeking_cuts_bodies_in_the_statement() {
+        let peek = super::PEEK;
+        let wrapped = |at: usize| {
+            ["substr(CAST(", "length(CAST("]
+                .iter()
+                .any(|f| peek[..at].ends_with(f))
+        };
+        assert!(
+            peek.match_indices("body").all(|(at, _)| wrapped(at)),
+            "{peek}"
+        );
+        assert!(super::PEEK.contains("substr(CAST(body AS BLOB), 1, ?3)"));
+    }
 }
