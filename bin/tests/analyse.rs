@@ -276,6 +276,130 @@ fn file_urls_are_read_and_http_urls_downloaded() {
     server.join().unwrap();
 }
 
+/// A server on an ephemeral port that answers each of `requests` connections with `answer`
+/// (given the stream), then ends.
+fn serve(
+    requests: usize,
+    answer: impl Fn(&mut std::net::TcpStream) + Send + 'static,
+) -> (u16, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        for stream in listener.incoming().take(requests) {
+            let mut stream = stream.unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+                    break;
+                }
+            }
+            answer(&mut stream);
+        }
+    });
+    (port, server)
+}
+
+#[test]
+fn a_download_that_stalls_trickles_or_is_too_large_fails_clearly() {
+    let f = files();
+    let body = std::fs::read(f.dir.join("episode.mp3")).unwrap();
+    let len = body.len();
+    // A server that sends the headers and the first 10 kB, then nothing, holding the
+    // connection open until the client gives up.
+    let (port, server) = serve(1, move |stream| {
+        write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: audio/mpeg\r\nContent-Length: {len}\r\n\r\n"
+        )
+        .unwrap();
+        stream.write_all(&body[..10_000]).unwrap();
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest);
+    });
+    let url = format!("http://127.0.0.1:{port}/stalls.mp3");
+    let started = std::time::Instant::now();
+    let run = analyse(&f.dir, &[&url, "speech.wav", "--fetch-read-timeout", "1s"]).expect_code(2);
+    assert!(
+        run.stderr.contains(&url)
+            && run
+                .stderr
+                .contains("sent nothing for 1s (--fetch-read-timeout)"),
+        "{}",
+        run.stderr
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    server.join().unwrap();
+
+    // A byte every 100 ms never trips the read timeout; the whole download's limit stops it.
+    let (port, server) = serve(1, |stream| {
+        write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n").unwrap();
+        while stream.write_all(b"x").is_ok() {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    });
+    let url = format!("http://127.0.0.1:{port}/trickles.mp3");
+    let run = analyse(&f.dir, &[&url, "speech.wav", "--fetch-timeout", "1s"]).expect_code(2);
+    assert!(
+        run.stderr.contains(&url) && run.stderr.contains("not done after 1s (--fetch-timeout)"),
+        "{}",
+        run.stderr
+    );
+    server.join().unwrap();
+
+    // Too large: by its announced length, and, with none announced, as it comes.
+    let (port, server) = serve(2, |stream| {
+        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n");
+        let _ = stream.write_all(&[0u8; 5_000]);
+    });
+    let url = format!("http://127.0.0.1:{port}/large.mp3");
+    let run = analyse(&f.dir, &[&url, "speech.wav", "--max-media-size", "4KB"]).expect_code(2);
+    assert!(
+        run.stderr.contains(&url) && run.stderr.contains("over 4000 bytes (--max-media-size)"),
+        "{}",
+        run.stderr
+    );
+    // The clip's download fails alone; the episode is still analysed.
+    let clip = format!("http://127.0.0.1:{port}/large-clip.wav");
+    let run = analyse(
+        &f.dir,
+        &[
+            "episode.wav",
+            &clip,
+            "speech.wav",
+            "--max-media-size",
+            "4KB",
+            "--json",
+        ],
+    )
+    .expect_code(2);
+    let lines = run.json_lines();
+    assert!(
+        lines[0]["failure"]
+            .as_str()
+            .unwrap()
+            .contains("over 4000 bytes"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(lines[1]["clip_offsets_ns"].as_array().unwrap().len(), 2);
+    server.join().unwrap();
+
+    let (port, server) = serve(1, |stream| {
+        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+        let _ = stream.write_all(&[0u8; 5_000]);
+    });
+    let url = format!("http://127.0.0.1:{port}/unannounced.mp3");
+    let run = analyse(&f.dir, &[&url, "speech.wav", "--max-media-size", "4KB"]).expect_code(2);
+    assert!(
+        run.stderr.contains("over 4000 bytes (--max-media-size)"),
+        "{}",
+        run.stderr
+    );
+    server.join().unwrap();
+}
+
 #[test]
 fn bad_inputs_exit_2_naming_the_file_and_the_problem() {
     let f = files();
@@ -291,7 +415,8 @@ fn bad_inputs_exit_2_naming_the_file_and_the_problem() {
         ("empty.mp3", "empty file"),
         ("notes.mp3", "not audio"),
         ("missing.mp3", "cannot read"),
-        ("header-only.mp3", "header-only.mp3"),
+        // The container is found, the stream is not: the codec and its problem are named.
+        ("header-only.mp3", "no audio in the mp3 stream"),
     ] {
         let run = analyse(d, &[episode, "speech.wav"]).expect_code(2);
         assert!(
