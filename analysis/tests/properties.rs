@@ -185,6 +185,16 @@ fn the_recorded_failure_at_10_db_is_found() {
     scan_in_memory(718, 1_150, Distortion::Noise(10.0)).unwrap();
 }
 
+/// A known miss (issue 18): this low voice (105 Hz) under pink noise at 10 dB keeps only 3
+/// landmark votes at its offset (5 are needed before refinement), though its correlation
+/// there (0.65) would pass. Rare: 0 of 300 other fixed cases at 10 dB missed, 2 of 300 at
+/// 5 dB, so the recall targets hold; the property "every offset, every distortion" does not.
+#[test]
+#[ignore = "a known miss: too few votes for a low voice at 10 dB SNR (issue 18)"]
+fn a_low_voice_at_10_db_keeps_enough_votes() {
+    scan_in_memory(780, 12_262, Distortion::Noise(10.0)).unwrap();
+}
+
 fn write_wav(path: &Path, samples: &[f32]) {
     let spec = hound::WavSpec {
         channels: 1,
