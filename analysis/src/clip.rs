@@ -84,6 +84,16 @@ impl ClipPrint {
         }
     }
 
+    /// A print made of given variants (tests of the stages after fingerprinting).
+    #[cfg(test)]
+    pub(crate) fn from_variants(duration_ns: u64, variants: Vec<Variant>) -> ClipPrint {
+        ClipPrint {
+            hash: String::new(),
+            duration_ns,
+            variants,
+        }
+    }
+
     /// The clip file's SHA-256 (lower-case hex).
     pub fn hash(&self) -> &str {
         &self.hash
@@ -112,5 +122,101 @@ impl ClipPrint {
                         + v.windows.iter().map(RefWindow::bytes).sum::<usize>()
                 })
                 .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::synth::{Speech, Voice};
+
+    #[test]
+    fn a_clip_is_printed_at_each_speed_with_its_length_scaled() {
+        let params = Params::default();
+        let rate = 16_000;
+        let samples = Speech::render(5, rate, Voice::numbered(2), 5.0);
+        let print = ClipPrint::from_samples(&samples, rate, "h".into(), &params);
+        assert_eq!(print.duration_ns(), 5_000_000_000);
+        assert_eq!(print.hash(), "h");
+        let speeds: Vec<f64> = print.variants.iter().map(|v| v.speed).collect();
+        assert_eq!(speeds, params.speed_variants);
+        for v in &print.variants {
+            // Played at `speed`, 5 s last 5 / speed s: at 8 kHz, 40,000 / speed samples.
+            let expected = 40_000.0 / v.speed;
+            assert!(
+                (v.samples as f64 - expected).abs() <= 2.0,
+                "speed {}: {} samples",
+                v.speed,
+                v.samples
+            );
+            assert!(v.frames as usize * params.hop <= v.samples + params.fft_size);
+            assert!(
+                v.landmarks.len() > 500,
+                "speed {}: {}",
+                v.speed,
+                v.landmarks.len()
+            );
+            assert!(
+                v.landmarks.windows(2).all(|w| w[0].t <= w[1].t),
+                "anchor order"
+            );
+            assert_eq!(v.windows.len(), params.refine_windows);
+            assert_eq!(v.windows[0].start, 0, "the clip's start is always a window");
+        }
+        // A speed changes the landmarks' hashes (the frequencies move): the variants are
+        // not copies of one another.
+        let hashes = |v: &Variant| v.landmarks.iter().map(|l| l.hash).collect::<Vec<_>>();
+        assert_ne!(hashes(&print.variants[0]), hashes(&print.variants[1]));
+        assert_ne!(hashes(&print.variants[1]), hashes(&print.variants[2]));
+        assert_eq!(print.landmark_count(), print.variants[0].landmarks.len());
+        assert!(print.bytes() > print.variants.iter().map(|v| v.landmarks.len() * 8).sum());
+    }
+
+    #[test]
+    fn the_variant_at_a_speed_matches_the_clip_played_at_that_speed() {
+        let params = Params::default();
+        let rate = 16_000;
+        let samples = Speech::render(6, rate, Voice::numbered(1), 5.0);
+        let print = ClipPrint::from_samples(&samples, rate, String::new(), &params);
+        for v in &print.variants {
+            let played = crate::synth::change_speed(&samples, v.speed);
+            let direct = ClipPrint::from_samples(&played, rate, String::new(), &params);
+            let theirs: std::collections::BTreeSet<_> =
+                direct.variants[0].landmarks.iter().collect();
+            let shared = v.landmarks.iter().filter(|l| theirs.contains(l)).count();
+            // Most landmarks agree exactly (hash and frame): the variant is what a listener
+            // of the sped-up clip would fingerprint.
+            assert!(
+                shared * 2 > v.landmarks.len(),
+                "speed {}: {shared} of {}",
+                v.speed,
+                v.landmarks.len()
+            );
+        }
+    }
+
+    #[test]
+    fn a_clip_longer_than_allowed_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.wav");
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: 8_000,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut w = hound::WavWriter::create(&path, spec).unwrap();
+        for i in 0..8_000 * 3 {
+            w.write_sample((i % 100) as i16).unwrap();
+        }
+        w.finalize().unwrap();
+        let params = Params {
+            max_clip_seconds: 2.0,
+            ..Params::default()
+        };
+        let e = ClipPrint::from_file(&path, &params).unwrap_err();
+        assert!(matches!(e, Error::ClipTooLong { .. }), "{e}");
+        assert!(e.to_string().contains("long.wav"), "{e}");
     }
 }

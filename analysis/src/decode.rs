@@ -406,3 +406,139 @@ impl MediaSource for HashingSource {
         Some(self.len)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use std::process::Command;
+
+    /// A stereo 16-bit WAV of `frames` frames: left a ramp of small integers, right its
+    /// negative plus one (their mean is 0.5 / 32,768 on every frame).
+    fn stereo_wav(path: &Path, rate: u32, frames: u32) {
+        let spec = hound::WavSpec {
+            channels: 2,
+            sample_rate: rate,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut w = hound::WavWriter::create(path, spec).unwrap();
+        for i in 0..frames {
+            let v = (i % 1_000) as i16;
+            w.write_sample(v).unwrap();
+            w.write_sample(1 - v).unwrap();
+        }
+        w.finalize().unwrap();
+    }
+
+    fn ffmpeg(input: &Path, output: &Path, args: &[&str]) {
+        let status = Command::new("ffmpeg")
+            .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-i"])
+            .arg(input)
+            .args(args)
+            .arg(output)
+            .status()
+            .expect("ffmpeg is needed for these tests: run scripts/test.sh");
+        assert!(status.success(), "ffmpeg failed for {}", output.display());
+    }
+
+    #[test]
+    fn a_stereo_wav_is_every_frame_mixed_to_mono_at_its_rate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stereo.wav");
+        stereo_wav(&path, 48_000, 123_457);
+        let (samples, rate, hash) = decode_all(&path).unwrap();
+        assert_eq!(rate, 48_000);
+        assert_eq!(samples.len(), 123_457);
+        let mean = 0.5 / 32_768.0;
+        assert!(samples.iter().all(|s| (s - mean).abs() < 1e-6));
+        assert_eq!(hash, hash_file(&path).unwrap());
+        assert_eq!(hash.len(), 64);
+    }
+
+    #[test]
+    fn flac_decodes_to_the_samples_it_was_made_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let wav = dir.path().join("tone.wav");
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: 44_100,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut w = hound::WavWriter::create(&wav, spec).unwrap();
+        let original: Vec<i16> = (0..100_003)
+            .map(|i| ((i * 37) % 20_000 - 10_000) as i16)
+            .collect();
+        for &s in &original {
+            w.write_sample(s).unwrap();
+        }
+        w.finalize().unwrap();
+        let flac = dir.path().join("tone.flac");
+        ffmpeg(&wav, &flac, &["-c:a", "flac"]);
+        let mut d = Decoder::open(&flac).unwrap();
+        assert_eq!(d.codec(), "flac");
+        assert_eq!(d.total_frames(), Some(100_003));
+        let mut samples = Vec::new();
+        while let Some(chunk) = d.next_chunk().unwrap() {
+            samples.extend_from_slice(chunk);
+        }
+        assert_eq!(d.sample_rate(), 44_100);
+        assert_eq!(d.frames_decoded(), 100_003);
+        // Lossless: every sample back exactly.
+        assert!(samples
+            .iter()
+            .zip(&original)
+            .all(|(&a, &b)| (a * 32_768.0).round() as i16 == b));
+        assert_eq!(d.finish_hash().unwrap(), hash_file(&flac).unwrap());
+    }
+
+    #[test]
+    fn an_mp3_is_trimmed_to_the_length_it_was_made_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let wav = dir.path().join("noise.wav");
+        // An odd length, so the last frame is padded; 5,678 samples ≠ a multiple of 1,152.
+        let frames = 44_100 * 3 + 5_678;
+        let mut rng = crate::synth::Rng::new(3);
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: 44_100,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut w = hound::WavWriter::create(&wav, spec).unwrap();
+        for _ in 0..frames {
+            w.write_sample((rng.signed() * 8_000.0) as i16).unwrap();
+        }
+        w.finalize().unwrap();
+        for (name, args) in [
+            ("cbr.mp3", &["-c:a", "libmp3lame", "-b:a", "64k"][..]),
+            ("vbr.mp3", &["-c:a", "libmp3lame", "-q:a", "4"][..]),
+        ] {
+            let mp3 = dir.path().join(name);
+            ffmpeg(&wav, &mp3, args);
+            let (samples, rate, _) = decode_all(&mp3).unwrap();
+            assert_eq!(rate, 44_100);
+            // The encoder delay (~1,105 samples) and the last frame's padding are gone (exactly,
+            // with this ffmpeg): without the trimming this would be off by more than a frame.
+            assert!(
+                samples.len().abs_diff(frames as usize) <= 1_152,
+                "{name}: {} samples for {frames}",
+                samples.len()
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_that_is_not_audio_is_named_and_not_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("page.ogg");
+        std::fs::write(&path, "<html>not found</html>\n".repeat(50)).unwrap();
+        let Err(e) = Decoder::open(&path) else {
+            panic!("decoded html");
+        };
+        assert!(matches!(e, Error::NotAudio { .. }), "{e}");
+        assert!(e.to_string().contains("page.ogg"), "{e}");
+        assert!(!e.is_retryable());
+    }
+}

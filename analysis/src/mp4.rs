@@ -30,7 +30,8 @@ pub(crate) fn priming_samples(path: &Path, sample_rate: u32) -> Option<u64> {
             file.read_exact(&mut moov).ok()?;
             return moov_priming(&moov, sample_rate);
         }
-        pos += size;
+        // A crafted 64-bit size must not wrap the position back (a loop without end).
+        pos = pos.checked_add(size)?;
     }
     None
 }
@@ -137,4 +138,190 @@ fn moov_priming(moov: &[u8], sample_rate: u32) -> Option<u64> {
         return None;
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    /// A box: 32-bit size, kind, payload.
+    fn mp4_box(kind: &[u8; 4], payload: &[u8]) -> Vec<u8> {
+        let mut b = ((payload.len() + 8) as u32).to_be_bytes().to_vec();
+        b.extend_from_slice(kind);
+        b.extend_from_slice(payload);
+        b
+    }
+
+    fn hdlr(kind: &[u8; 4]) -> Vec<u8> {
+        // version/flags, pre_defined, handler type, reserved, an empty name.
+        let mut p = vec![0u8; 8];
+        p.extend_from_slice(kind);
+        p.extend_from_slice(&[0u8; 13]);
+        mp4_box(b"hdlr", &p)
+    }
+
+    fn mdhd_v0(timescale: u32) -> Vec<u8> {
+        // version/flags, creation, modification, timescale, duration, language, pre_defined.
+        let mut p = vec![0u8; 12];
+        p.extend_from_slice(&timescale.to_be_bytes());
+        p.extend_from_slice(&[0u8; 8]);
+        mp4_box(b"mdhd", &p)
+    }
+
+    fn mdhd_v1(timescale: u32) -> Vec<u8> {
+        let mut p = vec![1, 0, 0, 0];
+        p.extend_from_slice(&[0u8; 16]);
+        p.extend_from_slice(&timescale.to_be_bytes());
+        p.extend_from_slice(&[0u8; 12]);
+        mp4_box(b"mdhd", &p)
+    }
+
+    /// An `elst` of version 0 with these media times (duration 1000, rate 1.0 each).
+    fn elst_v0(times: &[i32]) -> Vec<u8> {
+        let mut p = vec![0u8; 4];
+        p.extend_from_slice(&(times.len() as u32).to_be_bytes());
+        for t in times {
+            p.extend_from_slice(&1_000u32.to_be_bytes());
+            p.extend_from_slice(&t.to_be_bytes());
+            p.extend_from_slice(&0x0001_0000u32.to_be_bytes());
+        }
+        mp4_box(b"elst", &p)
+    }
+
+    fn elst_v1(times: &[i64]) -> Vec<u8> {
+        let mut p = vec![1, 0, 0, 0];
+        p.extend_from_slice(&(times.len() as u32).to_be_bytes());
+        for t in times {
+            p.extend_from_slice(&1_000u64.to_be_bytes());
+            p.extend_from_slice(&t.to_be_bytes());
+            p.extend_from_slice(&0x0001_0000u32.to_be_bytes());
+        }
+        mp4_box(b"elst", &p)
+    }
+
+    fn trak(handler: &[u8; 4], mdhd: Vec<u8>, elst: Vec<u8>) -> Vec<u8> {
+        let mdia = mp4_box(b"mdia", &[hdlr(handler), mdhd].concat());
+        let edts = mp4_box(b"edts", &elst);
+        mp4_box(
+            b"trak",
+            &[mp4_box(b"tkhd", &[0u8; 84]), edts, mdia].concat(),
+        )
+    }
+
+    /// A `moov` payload: a video track first (its edit list is not the sound's), then sound.
+    fn moov_payload() -> Vec<u8> {
+        [
+            mp4_box(b"mvhd", &[0u8; 100]),
+            trak(b"vide", mdhd_v0(90_000), elst_v0(&[3_000])),
+            trak(b"soun", mdhd_v0(44_100), elst_v0(&[-1, 2_112])),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn the_sound_tracks_first_real_edit_gives_the_priming() {
+        let moov = moov_payload();
+        assert_eq!(moov_priming(&moov, 44_100), Some(2_112));
+        // In the decoder's rate, when the media's time scale differs.
+        assert_eq!(moov_priming(&moov, 22_050), Some(1_056));
+        let v1 = trak(b"soun", mdhd_v1(48_000), elst_v1(&[1_024]));
+        assert_eq!(moov_priming(&v1_moov(v1), 48_000), Some(1_024));
+    }
+
+    fn v1_moov(trak: Vec<u8>) -> Vec<u8> {
+        [mp4_box(b"mvhd", &[0u8; 100]), trak].concat()
+    }
+
+    #[test]
+    fn a_file_with_ftyp_and_moov_is_read_from_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.m4a");
+        let file = [
+            mp4_box(b"ftyp", b"M4A \0\0\0\0isomM4A "),
+            mp4_box(b"free", &[0u8; 10]),
+            mp4_box(b"moov", &moov_payload()),
+            mp4_box(b"mdat", &[0u8; 64]),
+        ]
+        .concat();
+        std::fs::write(&path, &file).unwrap();
+        assert!(is_mp4(&path));
+        assert_eq!(priming_samples(&path, 44_100), Some(2_112));
+        // Cut inside the moov: not parsed, no trimming.
+        std::fs::write(&path, &file[..file.len() - 100]).unwrap();
+        assert_eq!(priming_samples(&path, 44_100), None);
+    }
+
+    #[test]
+    fn malformed_boxes_give_no_priming_and_never_panic() {
+        let good = moov_payload();
+        // No edit list, no sound track, a zero time scale, an edit list that claims more
+        // entries than it has, only empty edits.
+        let no_edts = mp4_box(
+            b"trak",
+            &mp4_box(b"mdia", &[hdlr(b"soun"), mdhd_v0(44_100)].concat()),
+        );
+        assert_eq!(moov_priming(&no_edts, 44_100), None);
+        assert_eq!(
+            moov_priming(&trak(b"vide", mdhd_v0(1), elst_v0(&[5])), 1),
+            None
+        );
+        assert_eq!(
+            moov_priming(&trak(b"soun", mdhd_v0(0), elst_v0(&[5])), 44_100),
+            None
+        );
+        let mut short = elst_v0(&[-1]);
+        short[12..16].copy_from_slice(&9u32.to_be_bytes());
+        assert_eq!(
+            moov_priming(&trak(b"soun", mdhd_v0(44_100), short), 44_100),
+            None
+        );
+        assert_eq!(
+            moov_priming(&trak(b"soun", mdhd_v0(44_100), elst_v0(&[-1, -1])), 44_100),
+            None
+        );
+        // Sizes that lie: smaller than the header, past the end, 64-bit and huge, zero.
+        for size in [0u32, 1, 4, 7, 0xFFFF_FFFF] {
+            let mut bad = good.clone();
+            bad[..4].copy_from_slice(&size.to_be_bytes());
+            let _ = moov_priming(&bad, 44_100);
+        }
+        // Every byte of the payload changed in turn, to values that matter to a parser.
+        for at in 0..good.len() {
+            for v in [0u8, 1, 0x7F, 0x80, 0xFF] {
+                let mut bad = good.clone();
+                bad[at] = v;
+                let _ = moov_priming(&bad, 44_100);
+            }
+            let _ = moov_priming(&good[..at], 44_100);
+        }
+    }
+
+    #[test]
+    fn a_file_whose_box_sizes_lie_is_not_trimmed_and_does_not_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.m4a");
+        // A 64-bit size that wraps the read position back to the file's start: unchecked,
+        // the walk went round for ever in a release build (and panicked in a debug one).
+        let mut wrap = mp4_box(b"ftyp", b"M4A ");
+        let mut big = 1u32.to_be_bytes().to_vec();
+        big.extend_from_slice(b"free");
+        big.extend_from_slice(&(u64::MAX - 11).to_be_bytes());
+        wrap.extend_from_slice(&big);
+        std::fs::write(&path, &wrap).unwrap();
+        assert_eq!(priming_samples(&path, 44_100), None);
+        // A moov larger than the file, and one larger than the parser reads.
+        for size in [1_000u64, MAX_MOOV + 1] {
+            let mut f = mp4_box(b"ftyp", b"M4A ");
+            f.extend_from_slice(&1u32.to_be_bytes());
+            f.extend_from_slice(b"moov");
+            f.extend_from_slice(&size.to_be_bytes());
+            f.extend_from_slice(&[0u8; 32]);
+            std::fs::write(&path, &f).unwrap();
+            assert_eq!(priming_samples(&path, 44_100), None);
+        }
+        std::fs::write(&path, b"ftyp").unwrap();
+        assert!(!is_mp4(&path));
+        assert_eq!(priming_samples(&path, 44_100), None);
+    }
 }

@@ -406,6 +406,50 @@ pub fn change_speed(samples: &[f32], speed: f64) -> Vec<f32> {
         .collect()
 }
 
+/// A linear gain ramp from `from` at the first sample to `to` at the last, in place (a
+/// level change that is not one constant gain: a producer riding the fader).
+pub fn gain_ramp(samples: &mut [f32], from: f32, to: f32) {
+    let last = samples.len().saturating_sub(1).max(1) as f32;
+    for (i, s) in samples.iter_mut().enumerate() {
+        *s *= from + (to - from) * i as f32 / last;
+    }
+}
+
+/// Linear fades in and out over `seconds` at each end, in place (how a clip is often
+/// spliced in).
+pub fn fade(samples: &mut [f32], rate: u32, seconds: f32) {
+    let n = ((seconds * rate as f32) as usize).clamp(1, samples.len().max(1));
+    let len = samples.len();
+    for i in 0..n.min(len) {
+        let g = i as f32 / n as f32;
+        samples[i] *= g;
+        samples[len - 1 - i] *= g;
+    }
+}
+
+/// A feed-forward dynamic range compressor, in place: above `threshold` (linear peak level)
+/// the level rises only 1/`ratio` as fast; 5 ms attack, 100 ms release, and make-up gain
+/// back to about the original peak level. Broadcast processing does this to a whole
+/// episode, so the clip inside is reshaped by whatever surrounds it.
+pub fn compress(samples: &mut [f32], rate: u32, threshold: f32, ratio: f32) {
+    let r = rate as f32;
+    let attack = (-1.0 / (0.005 * r)).exp();
+    let release = (-1.0 / (0.1 * r)).exp();
+    let makeup = (0.5 / threshold).powf(1.0 - 1.0 / ratio.max(1.0));
+    let mut env = 0.0f32;
+    for s in samples.iter_mut() {
+        let x = s.abs();
+        let k = if x > env { attack } else { release };
+        env = k * env + (1.0 - k) * x;
+        let gain = if env > threshold {
+            (threshold / env).powf(1.0 - 1.0 / ratio.max(1.0))
+        } else {
+            1.0
+        };
+        *s *= gain * makeup;
+    }
+}
+
 /// One clip placed in an episode.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Insertion {

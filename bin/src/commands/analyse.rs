@@ -11,7 +11,9 @@ use clap::Args;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::cli::parse_duration;
 use crate::config::usage;
+use crate::research::parse_size;
 
 pub(crate) const ABOUT: &str = "Where each clip occurs in an episode, found from the audio by \
 the reference analyser: landmark fingerprints voted into an offset histogram per clip in one \
@@ -29,9 +31,6 @@ Exit codes: 0 analysed (clips found or not), 2 bad usage or an input that cannot
 decoded (named in the message; with --json, a failing clip gets a line with `failure`), \
 1 another fatal error.";
 
-/// How long a download may take to start answering.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// `archivist analyse` arguments.
 #[derive(Debug, Args)]
 pub(crate) struct AnalyseArgs {
@@ -45,6 +44,19 @@ pub(crate) struct AnalyseArgs {
     /// `clip_hash`, `episode`, `episode_duration_ns`, `episode_hash`; or `failure`
     #[arg(long)]
     pub(crate) json: bool,
+    /// The longest wait to connect to a media server
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub(crate) fetch_connect_timeout: Duration,
+    /// The longest wait for the next bytes of a download (a server that stalls mid-body)
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub(crate) fetch_read_timeout: Duration,
+    /// The longest a whole download may take (a server that trickles)
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    pub(crate) fetch_timeout: Duration,
+    /// The largest file downloaded, as 500MB or 2GiB (a two-hour WAV at 48 kHz stereo is
+    /// 1.4 GB)
+    #[arg(long, default_value = "2GiB", value_parser = parse_size)]
+    pub(crate) max_media_size: u64,
 }
 
 /// A local file for an input, downloaded if it was a URL (the temporary file lives as long).
@@ -55,18 +67,20 @@ struct Local {
 
 pub(crate) async fn run(args: &AnalyseArgs, token: &CancellationToken) -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
+        .connect_timeout(args.fetch_connect_timeout)
+        .read_timeout(args.fetch_read_timeout)
         .build()
         .context("cannot set up the HTTP client")?;
-    let episode = fetch(&client, &args.episode, token).await?;
+    let fetcher = Fetcher {
+        client,
+        args,
+        token,
+    };
+    let episode = fetcher.fetch(&args.episode).await?;
     let mut clips = Vec::new();
     for c in &args.clips {
         // A clip that cannot be fetched fails alone, as one that cannot be decoded does.
-        clips.push(
-            fetch(&client, c, token)
-                .await
-                .map_err(|e| crate::describe(&e)),
-        );
+        clips.push(fetcher.fetch(c).await.map_err(|e| crate::describe(&e)));
     }
     let inputs: Vec<ClipInput> = clips
         .iter()
@@ -191,77 +205,107 @@ fn clock(ns: u64) -> String {
     )
 }
 
-/// The input as a local file: a path as is, a file:// URL's path, an http(s):// URL
-/// downloaded. Errors are usage errors (exit 2) naming the input.
-async fn fetch(
-    client: &reqwest::Client,
-    input: &str,
-    token: &CancellationToken,
-) -> anyhow::Result<Local> {
-    let Some((scheme, _)) = input.split_once("://") else {
-        return Ok(Local {
-            path: PathBuf::from(input),
-            _temp: None,
-        });
-    };
-    let url =
-        url::Url::parse(input).map_err(|e| usage(format!("{input}: not a valid URL: {e}")))?;
-    match scheme.to_ascii_lowercase().as_str() {
-        "file" => {
-            let path = url
-                .to_file_path()
-                .map_err(|()| usage(format!("{input}: not a local file URL")))?;
-            Ok(Local { path, _temp: None })
-        }
-        "http" | "https" => tokio::select! {
-            r = download(client, &url, input) => r,
-            () = token.cancelled() => anyhow::bail!("interrupted"),
-        },
-        other => Err(usage(format!(
-            "{input}: unsupported URL scheme {other:?} (use a path, file://, http:// or https://)"
-        ))),
-    }
+/// Fetches inputs for one run: the HTTP client, its limits, the cancellation token.
+struct Fetcher<'a> {
+    client: reqwest::Client,
+    args: &'a AnalyseArgs,
+    token: &'a CancellationToken,
 }
 
-async fn download(client: &reqwest::Client, url: &url::Url, input: &str) -> anyhow::Result<Local> {
-    let cannot = |e: &dyn std::fmt::Display| usage(format!("cannot download {input}: {e}"));
-    let mut response = client
-        .get(url.clone())
-        .send()
-        .await
-        .map_err(|e| cannot(&error_chain(&e)))?;
-    let status = response.status();
-    if !status.is_success() {
-        return Err(cannot(&format!("HTTP {status}")));
+impl Fetcher<'_> {
+    /// The input as a local file: a path as is, a file:// URL's path, an http(s):// URL
+    /// downloaded. Errors are usage errors (exit 2) naming the input.
+    async fn fetch(&self, input: &str) -> anyhow::Result<Local> {
+        let Some((scheme, _)) = input.split_once("://") else {
+            return Ok(Local {
+                path: PathBuf::from(input),
+                _temp: None,
+            });
+        };
+        let url =
+            url::Url::parse(input).map_err(|e| usage(format!("{input}: not a valid URL: {e}")))?;
+        match scheme.to_ascii_lowercase().as_str() {
+            "file" => {
+                let path = url
+                    .to_file_path()
+                    .map_err(|()| usage(format!("{input}: not a local file URL")))?;
+                Ok(Local { path, _temp: None })
+            }
+            "http" | "https" => {
+                let limit = self.args.fetch_timeout;
+                tokio::select! {
+                    r = tokio::time::timeout(limit, self.download(&url, input)) => r.unwrap_or_else(|_| {
+                        Err(usage(format!(
+                            "cannot download {input}: not done after {} (--fetch-timeout)",
+                            humantime::format_duration(limit)
+                        )))
+                    }),
+                    () = self.token.cancelled() => anyhow::bail!("interrupted"),
+                }
+            }
+            other => Err(usage(format!(
+                "{input}: unsupported URL scheme {other:?} (use a path, file://, http:// or https://)"
+            ))),
+        }
     }
-    // Keep the URL's extension: it is the decoder's first hint at the format.
-    let suffix = Path::new(url.path())
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(|e| format!(".{e}"))
-        .unwrap_or_default();
-    let temp = tempfile::Builder::new()
-        .prefix("archivist-analyse-")
-        .suffix(&suffix)
-        .tempfile()
-        .context("cannot create a temporary file")?;
-    let (file, path) = temp.into_parts();
-    let mut file = tokio::fs::File::from_std(file);
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| cannot(&error_chain(&e)))?
-    {
-        tokio::io::AsyncWriteExt::write_all(&mut file, &chunk)
-            .await
-            .context("cannot write the download to a temporary file")?;
+
+    async fn download(&self, url: &url::Url, input: &str) -> anyhow::Result<Local> {
+        let cannot = |e: &dyn std::fmt::Display| usage(format!("cannot download {input}: {e}"));
+        let read_timeout = self.args.fetch_read_timeout;
+        // reqwest's own words for a read timeout ("operation timed out") do not say which
+        // limit, nor how to change it.
+        let failed = |e: reqwest::Error| {
+            if e.is_timeout() {
+                cannot(&format!(
+                    "the server sent nothing for {} (--fetch-read-timeout)",
+                    humantime::format_duration(read_timeout)
+                ))
+            } else {
+                cannot(&error_chain(&e))
+            }
+        };
+        let max = self.args.max_media_size;
+        let too_large = || cannot(&format!("over {max} bytes (--max-media-size)"));
+        let mut response = self.client.get(url.clone()).send().await.map_err(failed)?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(cannot(&format!("HTTP {status}")));
+        }
+        if response.content_length().is_some_and(|n| n > max) {
+            return Err(too_large());
+        }
+        // Keep the URL's extension: it is the decoder's first hint at the format.
+        let suffix = Path::new(url.path())
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(|e| format!(".{e}"))
+            .unwrap_or_default();
+        let temp = tempfile::Builder::new()
+            .prefix("archivist-analyse-")
+            .suffix(&suffix)
+            .tempfile()
+            .context("cannot create a temporary file")?;
+        // On any error below the temporary path is dropped, and the partial file with it.
+        let (file, path) = temp.into_parts();
+        let mut file = tokio::fs::File::from_std(file);
+        let mut written = 0u64;
+        while let Some(chunk) = response.chunk().await.map_err(failed)? {
+            // Counted as it comes: a server may send no length, or lie about it.
+            written += chunk.len() as u64;
+            if written > max {
+                return Err(too_large());
+            }
+            tokio::io::AsyncWriteExt::write_all(&mut file, &chunk)
+                .await
+                .context("cannot write the download to a temporary file")?;
+        }
+        tokio::io::AsyncWriteExt::flush(&mut file).await?;
+        tracing::debug!(url = input, path = %path.display(), bytes = written, "downloaded");
+        Ok(Local {
+            path: path.to_path_buf(),
+            _temp: Some(path),
+        })
     }
-    tokio::io::AsyncWriteExt::flush(&mut file).await?;
-    tracing::debug!(url = input, path = %path.display(), "downloaded");
-    Ok(Local {
-        path: path.to_path_buf(),
-        _temp: Some(path),
-    })
 }
 
 /// reqwest's error with its causes (its own message alone says little: "error sending request").
