@@ -1532,5 +1532,46 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(synchronous(&store).await, 2, "lease without the bus");
+
+        // Upserts and recordings that acknowledge their messages in the same transaction.
+        let receipt = |queue: &'static str, body: &'static str| {
+            let bus = &bus;
+            async move {
+                bus.create_queue(queue).await.unwrap();
+                bus.sender(queue)
+                    .await
+                    .unwrap()
+                    .send(body.as_bytes().to_vec())
+                    .await
+                    .unwrap();
+                let delivery = bus
+                    .receiver(queue)
+                    .await
+                    .unwrap()
+                    .receive(1, std::time::Duration::from_secs(1))
+                    .await
+                    .unwrap()
+                    .pop()
+                    .unwrap();
+                let receipt = delivery.sql_receipt().unwrap();
+                delivery.settled_elsewhere();
+                receipt
+            }
+        };
+        let ack = receipt("curated_episodes", "episode").await;
+        store
+            .upsert_episodes_and_ack(&[episode(2)], &[ack])
+            .await
+            .unwrap();
+        assert_eq!(synchronous(&store).await, 1, "upsert and acknowledge");
+        store.upsert_episodes(&[episode(3)]).await.unwrap();
+        assert_eq!(synchronous(&store).await, 2, "upsert alone");
+        let ack = receipt("completed_research", "result").await;
+        let result = crate::testing::result(lease.id, &episode(1), &clip(1), &[]);
+        store
+            .record_results_and_ack(&[result], &[ack])
+            .await
+            .unwrap();
+        assert_eq!(synchronous(&store).await, 1, "record and acknowledge");
     }
 }
