@@ -35,31 +35,7 @@ fn pipeline_across_processes_on_the_postgres_bus() {
 /// Runs `args` with `ARCHIVIST_FAIL_POINT=point`, waits until the process says it reached
 /// the point (inside an open transaction), and SIGKILLs it there.
 fn kill_at(s: &Scenario, args: &[&str], extra: &[(&str, &str)], point: &str) {
-    let mut env = s.bus.with(extra);
-    env.push(("ARCHIVIST_FAIL_POINT", point));
-    let mut child = common::command(s.path(), args, &env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let marker = format!("fail point {point} reached");
-    let mut seen = Vec::new();
-    for line in BufReader::new(stderr).lines() {
-        let line = line.unwrap();
-        if line.contains(&marker) {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            return;
-        }
-        seen.push(line);
-    }
-    panic!(
-        "{args:?} ended without reaching {point}: {:?}\n{}",
-        child.wait(),
-        seen.join("\n")
-    );
+    common::kill_at_point(s.path(), args, &s.bus.with(extra), point);
 }
 
 fn queue<'a>(depths: &'a HashMap<String, Value>, name: &str) -> &'a Value {
