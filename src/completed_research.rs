@@ -176,9 +176,12 @@ async fn drain(
 
         let mut settled = Vec::with_capacity(recorded.len());
         let mut unknown = Vec::new();
+        // Only a newly recorded pair can complete an episode.
+        let mut new_pairs = false;
         for (delivery, item, outcome) in recorded {
             match outcome {
                 RecordOutcome::Recorded => {
+                    new_pairs = true;
                     run.report.stored += 1;
                     telemetry::count(telemetry::STORED, run.name, 1);
                     settled.push(delivery);
@@ -203,7 +206,7 @@ async fn drain(
             "batch recorded"
         );
         run.ack_all(settled).await;
-        if let Some(sender) = announcer {
+        if let Some(sender) = announcer.filter(|_| new_pairs) {
             // The batch recorded and acknowledged, its completions kept, none announced yet.
             messagebus::fail_point("completed-research-announce").await;
             if let Err(stop) = announce(run, store, sender).await {
