@@ -282,4 +282,6 @@ pub struct MatchFilter {
     pub episode_title: Option<String>,
     /// At most this many, ordered by episode (latest aired first), then clip title.
     pub limit: Option<u64>,
+    /// Only matches researched at or after this time (incremental exports).
+    pub since: Option<DateTime<Utc>>,
 }

@@ -248,7 +248,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0004 leased pairs unchecked lease",
             "0005 episodes hot counters",
             "0006 recent matches",
-            "0007 failed research"
+            "0007 failed research",
+            "0009 browse"
         ]
     );
     store.migrate().await.unwrap();
@@ -329,7 +330,8 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
             "0004 leased pairs unchecked lease",
             "0005 episodes hot counters",
             "0006 recent matches",
-            "0007 failed research"
+            "0007 failed research",
+            "0009 browse"
         ]
     );
     store.migrate().await.unwrap();

@@ -255,7 +255,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
         [
             "0002 lease duration",
             "0003 recent matches",
-            "0004 failed research"
+            "0004 failed research",
+            "0006 browse"
         ]
     );
     store.migrate().await.unwrap();
