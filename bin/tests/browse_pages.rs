@@ -10,11 +10,12 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
 use common::serving::{get, Running};
-use datastore::{ClipInfo, DataStore, EpisodeInfo, EpisodeKey, ResearchResult, SqliteDataStore};
+use datastore::{ClipInfo, DataStore, EpisodeInfo, EpisodeKey, ResearchResult};
 use serde_json::Value;
 
 /// How long a process may take to do what the test waits for (a loaded machine).
@@ -83,12 +84,25 @@ fn found(
     }
 }
 
-/// A migrated SQLite store in `dir` (migrated by the binary, as a user would), opened
-/// through the datastore's API to load it; and its URL.
-async fn store_in(dir: &Path) -> (SqliteDataStore, String) {
-    let url = format!("sqlite://{}", dir.join("archivist.sqlite").display());
-    common::archivist(dir, &["migrate"], &[("DATABASE_URL", &url)]).expect_code(0);
-    (SqliteDataStore::connect(&url).await.unwrap(), url)
+/// Runs `f` to its end on a runtime of its own (the tests' helpers block).
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// A new SQLite store's URL in `dir`.
+fn sqlite_url(dir: &Path) -> String {
+    format!("sqlite://{}", dir.join("archivist.sqlite").display())
+}
+
+/// Migrates the store at `url` with the binary (as a user would), then opens it through the
+/// datastore's API to load it.
+fn store_at(dir: &Path, url: &str) -> Arc<dyn DataStore> {
+    common::archivist(dir, &["migrate"], &[("DATABASE_URL", url)]).expect_code(0);
+    block_on(datastore::connect(url)).unwrap()
 }
 
 /// `archivist serve` on `url`, and the address it serves on.
@@ -198,10 +212,22 @@ fn between<'a>(dom: &'a str, start: &str, end: &str) -> &'a str {
     &rest[..rest.find(end).unwrap_or(rest.len())]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_person_browses_clips_and_episodes_in_a_browser() {
+#[test]
+fn a_person_browses_clips_and_episodes_in_a_browser() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, url) = store_in(dir.path()).await;
+    browse_in_a_browser(dir.path(), &sqlite_url(dir.path()));
+}
+
+/// The same on Postgres: its own search index, its own escaping of nothing.
+#[test]
+fn a_person_browses_clips_and_episodes_in_a_browser_on_postgres() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::PgDatabase::create();
+    browse_in_a_browser(dir.path(), &db.url);
+}
+
+fn browse_in_a_browser(dir: &Path, url: &str) {
+    let store = store_at(dir, url);
 
     // 4,000 episodes, one of them with a word no other title has, one hostile, one whose
     // media is a script.
@@ -218,35 +244,37 @@ async fn a_person_browses_clips_and_episodes_in_a_browser() {
     episodes[3001].title = HOSTILE_EPISODE.into();
     episodes[3002].media_uri = "javascript:alert(document.domain)".into();
     let started = Instant::now();
-    store.upsert_episodes(&episodes).await.unwrap();
     let laugh = clip(HOSTILE_CLIP, 1);
     let other = clip("Theme tune", 2);
-    store
-        .upsert_clips(&[laugh.clone(), other.clone()])
-        .await
-        .unwrap();
     let t = Utc.with_ymd_and_hms(2026, 6, 1, 0, 0, 0).unwrap();
-    // The laugh is in three playable moments of two episodes, and in the one whose media is a
-    // script.
-    store
-        .record_results(&[
-            found(&episodes[10], &laugh, &[120_000_000_000], t),
-            found(
-                &episodes[20],
-                &laugh,
-                &[3_725_900_000_000, 1_000_000_000],
-                t,
-            ),
-            found(&episodes[3002], &laugh, &[60_000_000_000], t),
-            found(&episodes[3001], &laugh, &[], t),
-            found(&episodes[3001], &other, &[5_000_000_000], t),
-        ])
-        .await
-        .unwrap();
+    block_on(async {
+        store.upsert_episodes(&episodes).await.unwrap();
+        store
+            .upsert_clips(&[laugh.clone(), other.clone()])
+            .await
+            .unwrap();
+        // The laugh is in three playable moments of two episodes, and in the one whose media is a
+        // script.
+        store
+            .record_results(&[
+                found(&episodes[10], &laugh, &[120_000_000_000], t),
+                found(
+                    &episodes[20],
+                    &laugh,
+                    &[3_725_900_000_000, 1_000_000_000],
+                    t,
+                ),
+                found(&episodes[3002], &laugh, &[60_000_000_000], t),
+                found(&episodes[3001], &laugh, &[], t),
+                found(&episodes[3001], &other, &[5_000_000_000], t),
+            ])
+            .await
+            .unwrap();
+    });
     println!("loaded {EPISODES} episodes in {:?}", started.elapsed());
     drop(store);
 
-    let (_serve, addr) = serve(dir.path(), &url);
+    let (_serve, addr) = serve(dir, url);
     let base = format!("http://{addr}");
 
     // The status page links the pages.
@@ -341,10 +369,11 @@ async fn a_person_browses_clips_and_episodes_in_a_browser() {
 
 /// The JSON listings page by cursor through all 4,000 episodes, each once; bad cursors and
 /// ids are refused with 400 and 404.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_json_pages_through_every_episode_once() {
+#[test]
+fn the_json_pages_through_every_episode_once() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, url) = store_in(dir.path()).await;
+    let url = sqlite_url(dir.path());
+    let store = store_at(dir.path(), &url);
     let episodes: Vec<EpisodeInfo> = (0..EPISODES)
         .map(|i| {
             episode(
@@ -354,7 +383,7 @@ async fn the_json_pages_through_every_episode_once() {
             )
         })
         .collect();
-    store.upsert_episodes(&episodes).await.unwrap();
+    block_on(store.upsert_episodes(&episodes)).unwrap();
     drop(store);
     let (_serve, addr) = serve(dir.path(), &url);
 
@@ -391,10 +420,11 @@ async fn the_json_pages_through_every_episode_once() {
 
 /// `matches --format csv` writes RFC 4180 that a CSV parser reads back to the exact titles
 /// (commas, quotes, line breaks, unicode), with a header; `--since` keeps the later ones.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn matches_as_csv_read_back_exactly() {
+#[test]
+fn matches_as_csv_read_back_exactly() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, url) = store_in(dir.path()).await;
+    let url = sqlite_url(dir.path());
+    let store = store_at(dir.path(), &url);
     let titles = [
         "Commas, \"quotes\", and\na line break",
         "Ünïcødé 🎙 — ✓ עברית",
@@ -411,18 +441,20 @@ async fn matches_as_csv_read_back_exactly() {
             )
         })
         .collect();
-    store.upsert_episodes(&episodes).await.unwrap();
     let c = clip("Clip, \"the\" one\n", 1);
-    store.upsert_clips(std::slice::from_ref(&c)).await.unwrap();
     let day = |d: u32| Utc.with_ymd_and_hms(2026, 6, d, 12, 0, 0).unwrap();
-    store
-        .record_results(&[
-            found(&episodes[0], &c, &[1, 2_000_000_000], day(1)),
-            found(&episodes[1], &c, &[3], day(2)),
-            found(&episodes[2], &c, &[4], day(3)),
-        ])
-        .await
-        .unwrap();
+    block_on(async {
+        store.upsert_episodes(&episodes).await.unwrap();
+        store.upsert_clips(std::slice::from_ref(&c)).await.unwrap();
+        store
+            .record_results(&[
+                found(&episodes[0], &c, &[1, 2_000_000_000], day(1)),
+                found(&episodes[1], &c, &[3], day(2)),
+                found(&episodes[2], &c, &[4], day(3)),
+            ])
+            .await
+            .unwrap();
+    });
     drop(store);
     let env = [("DATABASE_URL", url.as_str())];
 

@@ -1834,6 +1834,13 @@ fn tsquery(words: &[String]) -> String {
         .join(" & ")
 }
 
+/// The words of a clip's and an episode's title, exactly as the indexes of 0009 have them
+/// (else the planner cannot use them): punctuation made space, then the 'simple' parser.
+const TITLE_WORDS_C: &str =
+    "to_tsvector('simple', regexp_replace(c.title, '[[:punct:]]+', ' ', 'g'))";
+const TITLE_WORDS_E: &str =
+    "to_tsvector('simple', regexp_replace(e.title, '[[:punct:]]+', ' ', 'g'))";
+
 /// The columns of an episode row, for [`episode_from_pg_row`].
 const EPISODE_COLUMNS: &str = "e.id, e.title, e.date_aired, e.initial_date_curated, \
      e.last_date_curated, e.curator_information, e.description, e.media_uri, e.media_type, \
@@ -1918,7 +1925,9 @@ impl PgDataStore {
         );
         if !words.is_empty() {
             // clips_title_words (0009).
-            q.push(" WHERE to_tsvector('simple', c.title) @@ to_tsquery('simple', ")
+            q.push(" WHERE ")
+                .push(TITLE_WORDS_C)
+                .push(" @@ to_tsquery('simple', ")
                 .push_bind(tsquery(&words))
                 .push(")");
         }
@@ -1960,7 +1969,9 @@ impl PgDataStore {
         );
         if !words.is_empty() {
             // episodes_title_words (0009).
-            q.push(" AND to_tsvector('simple', e.title) @@ to_tsquery('simple', ")
+            q.push(" AND ")
+                .push(TITLE_WORDS_E)
+                .push(" @@ to_tsquery('simple', ")
                 .push_bind(tsquery(&words))
                 .push(")");
         }

@@ -2149,6 +2149,7 @@ pub mod cases {
             "Bonus: <b>Live</b> & \"loud\" — Zürich",
             "Episode 4012: The Archive",
             "Nothing here",
+            "Mail a@b.example, /srv/show/77.mp3 <script>x</script>",
         ];
         let es: Vec<EpisodeInfo> = titles
             .iter()
@@ -2213,6 +2214,10 @@ pub mod cases {
         assert_eq!(episodes("zürich").await, vec![titles[2].to_string()]);
         assert_eq!(episodes("<b>live</b>").await, vec![titles[2].to_string()]);
         assert!(episodes("absent").await.is_empty());
+        // Words inside markup, addresses and paths are words like any other.
+        for q in ["script", "example", "mp3", "srv show", "b.example"] {
+            assert_eq!(episodes(q).await, vec![titles[5].to_string()], "{q}");
+        }
         // Syntax of tsquery, FTS5 and SQL, and nothing at all to search for.
         assert!(episodes("' OR 1=1 --").await.len() <= titles.len());
         assert!(episodes("\"archive* NEAR(").await.len() <= 3);
