@@ -142,6 +142,35 @@ fn api(addr: &str, path: &str) -> Value {
 
 /// The machine's headless `chromium`: the page as a person's browser builds it.
 fn dom(url: &str) -> String {
+    chromium(url, &["--dump-dom"])
+}
+
+/// A screenshot of `url` at `width` × `height` CSS pixels (a phone's: 390 × 844), kept under
+/// the test's output directory (its path printed).
+fn screenshot(url: &str, name: &str, width: u32, height: u32) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browse_pages");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    chromium(
+        url,
+        &[
+            &format!("--screenshot={}", path.display()),
+            &format!("--window-size={width},{height}"),
+            "--hide-scrollbars",
+        ],
+    );
+    let png = std::fs::read(&path).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{} is no PNG",
+        path.display()
+    );
+    println!("screenshot: {}", path.display());
+}
+
+/// Runs headless `chromium` on `url` with `args`, within the deadline; its standard output.
+fn chromium(url: &str, args: &[&str]) -> String {
     let binary = std::env::var_os("PATH")
         .iter()
         .flat_map(std::env::split_paths)
@@ -162,8 +191,8 @@ fn dom(url: &str) -> String {
             "--disable-gpu",
             "--disable-dev-shm-usage",
             &format!("--user-data-dir={}", profile.path().display()),
-            "--dump-dom",
         ])
+        .args(args)
         .arg(url)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -318,6 +347,18 @@ fn browse_in_a_browser(dir: &Path, url: &str) {
     assert!(!page.contains("<b>track"), "{page}");
     assert!(!page.contains("<script>"), "{page}");
 
+    let kind = if url.starts_with("sqlite") {
+        "sqlite"
+    } else {
+        "postgres"
+    };
+    screenshot(
+        &format!("{base}/clips/{clip_id}"),
+        &format!("clip-phone-{kind}.png"),
+        390,
+        844,
+    );
+
     // Search finds the one episode among 4,000 by a word of its title, any case.
     let search = dom(&format!("{base}/episodes?q=ZEPPELIN"));
     let table = between(&search, "<table id=\"episodes\"", "</table>");
@@ -365,6 +406,18 @@ fn browse_in_a_browser(dir: &Path, url: &str) {
     assert!(timeline.contains("Theme tune"), "{timeline}");
     assert!(!episode_page.contains("<script>"), "{episode_page}");
     assert!(!episode_page.contains("<img"), "{episode_page}");
+    screenshot(
+        &format!("{base}/episodes/{episode_id}"),
+        &format!("episode-phone-{kind}.png"),
+        390,
+        844,
+    );
+    screenshot(
+        &format!("{base}/episodes"),
+        &format!("episodes-phone-{kind}.png"),
+        390,
+        844,
+    );
 }
 
 /// The JSON listings page by cursor through all 4,000 episodes, each once; bad cursors and

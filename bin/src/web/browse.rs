@@ -416,7 +416,7 @@ async fn clip_page(app: &App, id_text: &str, params: &Params) -> Result<Markup, 
                     }
                     ol.moments {
                         @for &ns in &o.clip_offsets_ns {
-                            li { "at " strong { (hms(ns)) } (player(&o.episode.media_uri, ns)) }
+                            li { "at " strong { (hms(ns)) } " " (player(&o.episode.media_uri, ns)) }
                         }
                     }
                 }
