@@ -487,9 +487,31 @@ pub(crate) struct MatchesArgs {
     /// At most this many (latest aired episodes first)
     #[arg(long)]
     pub(crate) limit: Option<u64>,
-    /// `json`: one JSON object a line, for scripts; `table`: aligned columns, for people
+    /// Only matches researched at or after DATE: RFC 3339 (`2026-01-02T03:04:05Z`) or a day
+    /// (`2026-01-02`, from its midnight UTC), for incremental exports
+    #[arg(long, value_name = "DATE", value_parser = parse_since)]
+    pub(crate) since: Option<chrono::DateTime<chrono::Utc>>,
+    /// `json`: one JSON object a line, for scripts; `table`: aligned columns, for people;
+    /// `csv`: RFC 4180 with a header row, for spreadsheets
     #[arg(long, value_enum, default_value_t = MatchesFormat::Json)]
     pub(crate) format: MatchesFormat,
+}
+
+/// `--since`: an RFC 3339 time, or a day (its midnight UTC).
+fn parse_since(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(t.with_timezone(&chrono::Utc));
+    }
+    chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|t| t.and_utc())
+        .ok_or_else(|| {
+            format!(
+                "{text:?} is neither an RFC 3339 time (2026-01-02T03:04:05Z) nor a day \
+                 (2026-01-02)"
+            )
+        })
 }
 
 /// How `matches` prints.
@@ -497,6 +519,7 @@ pub(crate) struct MatchesArgs {
 pub(crate) enum MatchesFormat {
     Json,
     Table,
+    Csv,
 }
 
 /// Options of `completions`.

@@ -22,6 +22,8 @@
 //!
 //! - `model.rs`: the domain types the trait speaks ([`EpisodeInfo`], [`ClipInfo`], [`Lease`], …).
 //! - `store.rs`: the [`DataStore`] trait.
+//! - `browse.rs`: the [`Browse`] trait (listings, title search and pages for people), its
+//!   types and opaque cursors.
 //! - `error.rs`: [`DataStoreError`] and its [`DataStoreError::is_retryable`] classification.
 //! - `sqlite.rs` and `migrations/sqlite/`: the SQLite adapter and its schema.
 //! - `postgres.rs` and `migrations/postgres/`: the Postgres adapter and its schema.
@@ -44,6 +46,7 @@
 #![cfg_attr(not(feature = "postgres"), doc = "- `postgres`: `PgDataStore`.")]
 //! - `test-utils`: the `testing` (and with `postgres`, `testing_pg`) modules.
 
+mod browse;
 mod connect;
 mod error;
 mod model;
@@ -57,6 +60,10 @@ pub mod testing;
 #[cfg(all(any(test, feature = "test-utils"), feature = "postgres"))]
 pub mod testing_pg;
 
+pub use browse::{
+    Browse, ClipPage, ClipSummary, EpisodePage, EpisodeSummary, FailedPair, ListQuery, Occurrence,
+    Page, TimelineEntry, FAILED_SHOWN, MAX_PAGE,
+};
 pub use connect::{connect, redact_url};
 pub use error::DataStoreError;
 pub use model::{

@@ -282,6 +282,8 @@ pub struct MatchFilter {
     pub episode_title: Option<String>,
     /// At most this many, ordered by episode (latest aired first), then clip title.
     pub limit: Option<u64>,
+    /// Only matches researched at or after this time (incremental exports).
+    pub since: Option<DateTime<Utc>>,
 }
 
 /// An episode whose research completed — every clip known at that moment researched or failed

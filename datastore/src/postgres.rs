@@ -37,16 +37,22 @@ use chrono::{DateTime, Utc};
 use messagebus::sql::postgres as bus;
 use messagebus::SqlReceipt;
 use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::postgres::PgRow;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgDatabaseError, PgPool, PgPoolOptions};
-use sqlx::{Postgres, Transaction};
+use sqlx::{Postgres, QueryBuilder, Row, Transaction};
 use uuid::Uuid;
 
+use crate::browse::{self, Browse};
 use crate::store::{EncodeCompletion, EncodeWorkItem};
 use crate::{
     redact_url, ClipInfo, ClipMatch, CompletionId, DataStore, DataStoreError, EpisodeCompletion,
     EpisodeInfo, EpisodeKey, FailureReason, Lease, LeaseRequest, LeaseState, LeaseSummary,
     LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Result, Status,
     TransactionalBus,
+};
+use crate::{
+    ClipPage, ClipSummary, EpisodePage, EpisodeSummary, FailedPair, ListQuery, Occurrence, Page,
+    TimelineEntry, FAILED_SHOWN,
 };
 
 /// The schema's migrations. The database bus keeps its own (versions from 1000001) in the same
@@ -1443,6 +1449,7 @@ JOIN clips c ON c.id = r.clip_id
 WHERE r.matched
   AND ($1::text IS NULL OR c.title = $1)
   AND ($2::text IS NULL OR e.title = $2)
+  AND ($4::timestamptz IS NULL OR r.research_date >= $4)
 ORDER BY e.date_aired DESC, e.title, c.title
 LIMIT $3";
 
@@ -1545,6 +1552,10 @@ impl DataStore for PgDataStore {
     }
 
     fn transactional_bus(&self) -> Option<&dyn TransactionalBus> {
+        Some(self)
+    }
+
+    fn browse(&self) -> Option<&dyn Browse> {
         Some(self)
     }
 
@@ -1672,6 +1683,7 @@ impl DataStore for PgDataStore {
                 .bind(filter.clip_title.as_deref())
                 .bind(filter.episode_title.as_deref())
                 .bind(limit)
+                .bind(filter.since)
                 .fetch_all(&self.pool)
                 .await?;
             Ok(rows.into_iter().map(match_from_row).collect())
@@ -1986,6 +1998,344 @@ impl TransactionalBus for PgDataStore {
             completions_announced_in(&mut tx, &ids).await?;
             commit(tx).await?;
             Ok(found.len() as u64)
+        })
+        .await
+    }
+}
+
+// ------------------------------------------------------------------------------------ browsing
+
+/// The tsquery for `words` (see [`browse::search_words`]): each word a prefix, all of them
+/// required. The words are letters and digits only, quoted, so no input is tsquery syntax.
+fn tsquery(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| format!("'{w}':*"))
+        .collect::<Vec<_>>()
+        .join(" & ")
+}
+
+/// The words of a clip's and an episode's title, exactly as the indexes of 0009 have them
+/// (else the planner cannot use them): punctuation made space, then the 'simple' parser.
+const TITLE_WORDS_C: &str =
+    "to_tsvector('simple', regexp_replace(c.title, '[[:punct:]]+', ' ', 'g'))";
+const TITLE_WORDS_E: &str =
+    "to_tsvector('simple', regexp_replace(e.title, '[[:punct:]]+', ' ', 'g'))";
+
+/// The columns of an episode row, for [`episode_from_pg_row`].
+const EPISODE_COLUMNS: &str = "e.id, e.title, e.date_aired, e.initial_date_curated, \
+     e.last_date_curated, e.curator_information, e.description, e.media_uri, e.media_type, \
+     e.priority";
+
+/// The columns of a clip row with its counts, for [`clip_summary_from_row`].
+const CLIP_SUMMARY_COLUMNS: &str = "c.id, c.title, c.initial_date_curated, c.last_date_curated, \
+     c.curator_information, c.description, c.media_uri, c.media_type, c.priority";
+
+fn episode_from_pg_row(row: &PgRow) -> Result<EpisodeInfo> {
+    Ok(EpisodeInfo {
+        initial_date_curated: row.try_get("initial_date_curated")?,
+        last_date_curated: row.try_get("last_date_curated")?,
+        curator_information: row.try_get("curator_information")?,
+        date_aired: row.try_get("date_aired")?,
+        title: row.try_get("title")?,
+        description: row.try_get("description")?,
+        media_uri: row.try_get("media_uri")?,
+        media_type: row.try_get("media_type")?,
+        priority: row.try_get("priority")?,
+    })
+}
+
+fn episode_summary_from_row(row: &PgRow) -> Result<EpisodeSummary> {
+    let researched: i32 = row.try_get("researched_count")?;
+    let failed: i32 = row.try_get("failed_count")?;
+    let matched: i32 = row.try_get("matched_count")?;
+    Ok(EpisodeSummary {
+        id: row.try_get("id")?,
+        episode: episode_from_pg_row(row)?,
+        researched_pairs: browse::count(i64::from(researched) - i64::from(failed)),
+        failed_pairs: browse::count(i64::from(failed)),
+        matched_pairs: browse::count(i64::from(matched)),
+        total_pairs: browse::count(row.try_get("total_pairs")?),
+    })
+}
+
+fn clip_summary_from_row(row: &PgRow) -> Result<ClipSummary> {
+    Ok(ClipSummary {
+        id: row.try_get("id")?,
+        clip: ClipInfo {
+            initial_date_curated: row.try_get("initial_date_curated")?,
+            last_date_curated: row.try_get("last_date_curated")?,
+            curator_information: row.try_get("curator_information")?,
+            title: row.try_get("title")?,
+            description: row.try_get("description")?,
+            media_uri: row.try_get("media_uri")?,
+            media_type: row.try_get("media_type")?,
+            priority: row.try_get("priority")?,
+        },
+        occurrences: browse::count(row.try_get("occurrences")?),
+        failed_pairs: browse::count(row.try_get("failed_pairs")?),
+        total_pairs: browse::count(row.try_get("total_pairs")?),
+    })
+}
+
+/// A cursor's time: stored as unix microseconds.
+fn cursor_time(us: i64) -> Result<DateTime<Utc>> {
+    DateTime::from_timestamp_micros(us)
+        .ok_or_else(|| DataStoreError::Invalid("not a cursor of this listing".to_string()))
+}
+
+/// A read-only snapshot: a page's counts and rows agree.
+const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+
+impl PgDataStore {
+    async fn list_clips_once(&self, query: &ListQuery) -> Result<Page<ClipSummary>, Failure> {
+        let limit = browse::page_limit(query)?;
+        let after = browse::decode_cursor("clips", query.cursor.as_deref())?;
+        let words = browse::search_words(query.search.as_deref());
+        // Occurrences and failures are counted from the partial indexes on matched and failed
+        // results (0001, 0007): a few rows per clip, never the results at large.
+        let mut q = QueryBuilder::<Postgres>::new("SELECT * FROM (SELECT ");
+        q.push(CLIP_SUMMARY_COLUMNS).push(
+            ", COALESCE(o.n, 0) AS occurrences, COALESCE(f.n, 0) AS failed_pairs, \
+             (SELECT count(*) FROM episodes) AS total_pairs \
+             FROM clips c \
+             LEFT JOIN (SELECT clip_id, count(*) AS n FROM research_results \
+                        WHERE matched GROUP BY clip_id) o ON o.clip_id = c.id \
+             LEFT JOIN (SELECT clip_id, count(*) AS n FROM research_results \
+                        WHERE failure IS NOT NULL GROUP BY clip_id) f ON f.clip_id = c.id",
+        );
+        if !words.is_empty() {
+            // clips_title_words (0009).
+            q.push(" WHERE ")
+                .push(TITLE_WORDS_C)
+                .push(" @@ to_tsquery('simple', ")
+                .push_bind(tsquery(&words))
+                .push(")");
+        }
+        q.push(") AS listed WHERE true");
+        if let Some((occurrences, _, title)) = after {
+            q.push(" AND (occurrences < ")
+                .push_bind(occurrences)
+                .push(" OR (occurrences = ")
+                .push_bind(occurrences)
+                .push(" AND title > ")
+                .push_bind(title)
+                .push("))");
+        }
+        q.push(" ORDER BY occurrences DESC, title LIMIT ")
+            .push_bind(limit + 1);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        let items = rows
+            .iter()
+            .map(clip_summary_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(browse::paged(items, limit, "clips", |c| {
+            (
+                i64::try_from(c.occurrences).unwrap_or(i64::MAX),
+                0,
+                c.clip.title.clone(),
+            )
+        }))
+    }
+
+    async fn list_episodes_once(&self, query: &ListQuery) -> Result<Page<EpisodeSummary>, Failure> {
+        let limit = browse::page_limit(query)?;
+        let after = browse::decode_cursor("episodes", query.cursor.as_deref())?;
+        let words = browse::search_words(query.search.as_deref());
+        let mut q = QueryBuilder::<Postgres>::new("SELECT ");
+        q.push(EPISODE_COLUMNS).push(
+            ", e.researched_count, e.failed_count, e.matched_count, \
+             (SELECT count(*) FROM clips) AS total_pairs \
+             FROM episodes e WHERE true",
+        );
+        if !words.is_empty() {
+            // episodes_title_words (0009).
+            q.push(" AND ")
+                .push(TITLE_WORDS_E)
+                .push(" @@ to_tsquery('simple', ")
+                .push_bind(tsquery(&words))
+                .push(")");
+        }
+        if let Some((aired, id, _)) = after {
+            // Walks episodes_aired (0009) from the cursor on.
+            q.push(" AND (e.date_aired, e.id) < (")
+                .push_bind(cursor_time(aired)?)
+                .push(", ")
+                .push_bind(id)
+                .push(")");
+        }
+        q.push(" ORDER BY e.date_aired DESC, e.id DESC LIMIT ")
+            .push_bind(limit + 1);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        let items = rows
+            .iter()
+            .map(episode_summary_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(browse::paged(items, limit, "episodes", |e| {
+            (e.episode.date_aired.timestamp_micros(), e.id, String::new())
+        }))
+    }
+
+    async fn clip_page_once(&self, id: i64, page: &ListQuery) -> Result<Option<ClipPage>, Failure> {
+        let limit = browse::page_limit(page)?;
+        let after = browse::decode_cursor("occurrences", page.cursor.as_deref())?;
+        let mut tx = self.pool.begin_with(BEGIN_READ).await?;
+        let mut q = QueryBuilder::<Postgres>::new("SELECT ");
+        q.push(CLIP_SUMMARY_COLUMNS).push(
+            ", (SELECT count(*) FROM research_results \
+                WHERE clip_id = c.id AND matched) AS occurrences, \
+              (SELECT count(*) FROM research_results \
+                WHERE clip_id = c.id AND failure IS NOT NULL) AS failed_pairs, \
+              (SELECT count(*) FROM episodes) AS total_pairs \
+             FROM clips c WHERE c.id = ",
+        );
+        q.push_bind(id);
+        let Some(row) = q.build().fetch_optional(&mut *tx).await? else {
+            return Ok(None);
+        };
+        let summary = clip_summary_from_row(&row)?;
+        // research_results_matched_clip (0001): the clip's matches only.
+        let mut q = QueryBuilder::<Postgres>::new("SELECT ");
+        q.push(EPISODE_COLUMNS).push(
+            ", r.clip_offsets_ns, r.research_date \
+             FROM research_results r JOIN episodes e ON e.id = r.episode_id \
+             WHERE r.matched AND r.clip_id = ",
+        );
+        q.push_bind(id);
+        if let Some((aired, episode_id, _)) = after {
+            q.push(" AND (e.date_aired, e.id) < (")
+                .push_bind(cursor_time(aired)?)
+                .push(", ")
+                .push_bind(episode_id)
+                .push(")");
+        }
+        q.push(" ORDER BY e.date_aired DESC, e.id DESC LIMIT ")
+            .push_bind(limit + 1);
+        let rows = q.build().fetch_all(&mut *tx).await?;
+        commit(tx).await?;
+        let items = rows
+            .iter()
+            .map(|row| {
+                let mut clip_offsets_ns: Vec<i64> = row.try_get("clip_offsets_ns")?;
+                clip_offsets_ns.sort_unstable();
+                Ok(Occurrence {
+                    episode_id: row.try_get("id")?,
+                    episode: episode_from_pg_row(row)?,
+                    clip_offsets_ns,
+                    research_date: row.try_get("research_date")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(ClipPage {
+            summary,
+            occurrences: browse::paged(items, limit, "occurrences", |o| {
+                (
+                    o.episode.date_aired.timestamp_micros(),
+                    o.episode_id,
+                    String::new(),
+                )
+            }),
+        }))
+    }
+
+    async fn episode_page_once(
+        &self,
+        id: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<EpisodePage>, Failure> {
+        let mut tx = self.pool.begin_with(BEGIN_READ).await?;
+        let mut q = QueryBuilder::<Postgres>::new("SELECT ");
+        q.push(EPISODE_COLUMNS).push(
+            ", e.researched_count, e.failed_count, e.matched_count, \
+             (SELECT count(*) FROM clips) AS total_pairs \
+             FROM episodes e WHERE e.id = ",
+        );
+        q.push_bind(id);
+        let Some(row) = q.build().fetch_optional(&mut *tx).await? else {
+            return Ok(None);
+        };
+        let summary = episode_summary_from_row(&row)?;
+        // The episode's matches (research_results_matched_episode, 0001).
+        let found: Vec<(i64, String, Vec<i64>)> = sqlx::query_as(
+            "SELECT r.clip_id, c.title, r.clip_offsets_ns \
+             FROM research_results r JOIN clips c ON c.id = r.clip_id \
+             WHERE r.episode_id = $1 AND r.matched",
+        )
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut timeline: Vec<TimelineEntry> = found
+            .into_iter()
+            .flat_map(|(clip_id, clip_title, offsets)| {
+                offsets.into_iter().map(move |offset_ns| TimelineEntry {
+                    offset_ns,
+                    clip_id,
+                    clip_title: clip_title.clone(),
+                })
+            })
+            .collect();
+        browse::sort_timeline(&mut timeline);
+        // Its leased pairs: the primary key of leased_pairs starts with the episode.
+        let leased: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM leased_pairs p JOIN leases l ON l.id = p.lease_id \
+             WHERE p.episode_id = $1 AND l.expires_at > $2",
+        )
+        .bind(id)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        // Its failures (research_results_failed_episode, 0007).
+        let failed: Vec<(i64, String, String)> = sqlx::query_as(
+            "SELECT r.clip_id, c.title, r.failure \
+             FROM research_results r JOIN clips c ON c.id = r.clip_id \
+             WHERE r.episode_id = $1 AND r.failure IS NOT NULL \
+             ORDER BY c.title LIMIT $2",
+        )
+        .bind(id)
+        .bind(i64::from(FAILED_SHOWN))
+        .fetch_all(&mut *tx)
+        .await?;
+        commit(tx).await?;
+        let failed = failed
+            .into_iter()
+            .map(|(clip_id, clip_title, reason)| FailedPair {
+                clip_id,
+                clip_title,
+                reason,
+            })
+            .collect();
+        Ok(Some(browse::episode_page(
+            summary, timeline, leased, failed,
+        )))
+    }
+}
+
+#[async_trait]
+impl Browse for PgDataStore {
+    async fn list_clips(&self, query: &ListQuery) -> Result<Page<ClipSummary>> {
+        retrying("list_clips", Replay::Harmless, || {
+            self.list_clips_once(query)
+        })
+        .await
+    }
+
+    async fn list_episodes(&self, query: &ListQuery) -> Result<Page<EpisodeSummary>> {
+        retrying("list_episodes", Replay::Harmless, || {
+            self.list_episodes_once(query)
+        })
+        .await
+    }
+
+    async fn clip_page(&self, id: i64, page: &ListQuery) -> Result<Option<ClipPage>> {
+        retrying("clip_page", Replay::Harmless, || {
+            self.clip_page_once(id, page)
+        })
+        .await
+    }
+
+    async fn episode_page(&self, id: i64, now: DateTime<Utc>) -> Result<Option<EpisodePage>> {
+        retrying("episode_page", Replay::Harmless, || {
+            self.episode_page_once(id, now)
         })
         .await
     }

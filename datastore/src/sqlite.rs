@@ -35,11 +35,16 @@ use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use uuid::Uuid;
 
+use crate::browse::{self, Browse};
 use crate::store::{EncodeCompletion, EncodeWorkItem};
 use crate::{
     redact_url, ClipInfo, ClipMatch, CompletionId, DataStore, DataStoreError, EpisodeCompletion,
     EpisodeInfo, FailureReason, Lease, LeaseRequest, LeaseState, LeaseSummary, LeaseUpdate, Match,
     MatchFilter, RecordOutcome, ResearchResult, Result, Status, TransactionalBus,
+};
+use crate::{
+    ClipPage, ClipSummary, EpisodePage, EpisodeSummary, FailedPair, ListQuery, Occurrence, Page,
+    TimelineEntry, FAILED_SHOWN,
 };
 
 /// The schema's migrations. The database bus keeps its own (versions from 1000001) in the same
@@ -205,6 +210,10 @@ impl DataStore for SqliteDataStore {
     }
 
     fn transactional_bus(&self) -> Option<&dyn TransactionalBus> {
+        Some(self)
+    }
+
+    fn browse(&self) -> Option<&dyn Browse> {
         Some(self)
     }
 
@@ -400,6 +409,11 @@ impl DataStore for SqliteDataStore {
         }
         if let Some(title) = &filter.episode_title {
             query.push(" AND e.title = ").push_bind(title);
+        }
+        if let Some(since) = filter.since {
+            query
+                .push(" AND r.research_date >= ")
+                .push_bind(micros(since));
         }
         query.push(" ORDER BY e.date_aired DESC, e.title, c.title");
         if let Some(limit) = filter.limit {
@@ -1465,6 +1479,279 @@ impl TransactionalBus for SqliteDataStore {
         completions_announced_in(&mut tx, &ids).await?;
         tx.commit().await?;
         Ok(found.len() as u64)
+    }
+}
+
+// ------------------------------------------------------------------------------------ browsing
+
+/// The FTS5 query for `words` (see [`browse::search_words`]): each word a prefix, all of them
+/// required. The words are letters and digits only, quoted, so no input is FTS5 syntax.
+fn fts_query(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| format!("\"{w}\"*"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The columns of an episode row, for [`episode_from_row`].
+const EPISODE_COLUMNS: &str = "e.id, e.title, e.date_aired, e.initial_date_curated, \
+     e.last_date_curated, e.curator_information, e.description, e.media_uri, e.media_type, \
+     e.priority";
+
+fn episode_summary_from_row(row: &SqliteRow) -> Result<EpisodeSummary> {
+    let researched: i64 = row.try_get("researched_count")?;
+    let failed: i64 = row.try_get("failed_count")?;
+    Ok(EpisodeSummary {
+        id: row.try_get("id")?,
+        episode: episode_from_row(row)?,
+        researched_pairs: browse::count(researched - failed),
+        failed_pairs: browse::count(failed),
+        matched_pairs: browse::count(row.try_get("matched_count")?),
+        total_pairs: browse::count(row.try_get("total_pairs")?),
+    })
+}
+
+fn clip_summary_from_row(row: &SqliteRow) -> Result<ClipSummary> {
+    Ok(ClipSummary {
+        id: row.try_get("id")?,
+        clip: clip_from_row(row)?,
+        occurrences: browse::count(row.try_get("occurrences")?),
+        failed_pairs: browse::count(row.try_get("failed_pairs")?),
+        total_pairs: browse::count(row.try_get("total_pairs")?),
+    })
+}
+
+fn offsets_from(text: &str) -> Result<Vec<i64>> {
+    let mut offsets: Vec<i64> = serde_json::from_str(text)
+        .map_err(|e| corrupt(format!("clip_offsets_ns {text:?}: {e}")))?;
+    offsets.sort_unstable();
+    Ok(offsets)
+}
+
+#[async_trait]
+impl Browse for SqliteDataStore {
+    async fn list_clips(&self, query: &ListQuery) -> Result<Page<ClipSummary>> {
+        let limit = browse::page_limit(query)?;
+        let after = browse::decode_cursor("clips", query.cursor.as_deref())?;
+        let words = browse::search_words(query.search.as_deref());
+        // Occurrences and failures are counted from the partial indexes on matched and failed
+        // results (0001, 0004): a few rows per clip, never the results at large.
+        let mut q = QueryBuilder::<Sqlite>::new(
+            "SELECT * FROM (\
+             SELECT c.id, c.title, c.initial_date_curated, c.last_date_curated, \
+                    c.curator_information, c.description, c.media_uri, c.media_type, c.priority, \
+                    COALESCE(o.n, 0) AS occurrences, COALESCE(f.n, 0) AS failed_pairs, \
+                    (SELECT COUNT(*) FROM episodes) AS total_pairs \
+             FROM clips c \
+             LEFT JOIN (SELECT clip_id, COUNT(*) AS n FROM research_results \
+                        WHERE matched = 1 GROUP BY clip_id) o ON o.clip_id = c.id \
+             LEFT JOIN (SELECT clip_id, COUNT(*) AS n FROM research_results \
+                        WHERE failure IS NOT NULL GROUP BY clip_id) f ON f.clip_id = c.id",
+        );
+        if !words.is_empty() {
+            q.push(
+                " WHERE c.id IN (SELECT rowid FROM clips_title_words \
+                 WHERE clips_title_words MATCH ",
+            )
+            .push_bind(fts_query(&words))
+            .push(")");
+        }
+        q.push(") WHERE 1 = 1");
+        if let Some((occurrences, _, title)) = after {
+            q.push(" AND (occurrences < ")
+                .push_bind(occurrences)
+                .push(" OR (occurrences = ")
+                .push_bind(occurrences)
+                .push(" AND title > ")
+                .push_bind(title)
+                .push("))");
+        }
+        q.push(" ORDER BY occurrences DESC, title LIMIT ")
+            .push_bind(limit + 1);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        let items = rows
+            .iter()
+            .map(clip_summary_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(browse::paged(items, limit, "clips", |c| {
+            (
+                i64::try_from(c.occurrences).unwrap_or(i64::MAX),
+                0,
+                c.clip.title.clone(),
+            )
+        }))
+    }
+
+    async fn list_episodes(&self, query: &ListQuery) -> Result<Page<EpisodeSummary>> {
+        let limit = browse::page_limit(query)?;
+        let after = browse::decode_cursor("episodes", query.cursor.as_deref())?;
+        let words = browse::search_words(query.search.as_deref());
+        let mut q = QueryBuilder::<Sqlite>::new("SELECT ");
+        q.push(EPISODE_COLUMNS).push(
+            ", e.researched_count, e.failed_count, e.matched_count, \
+             (SELECT COUNT(*) FROM clips) AS total_pairs \
+             FROM episodes e WHERE 1 = 1",
+        );
+        if !words.is_empty() {
+            q.push(
+                " AND e.id IN (SELECT rowid FROM episodes_title_words \
+                 WHERE episodes_title_words MATCH ",
+            )
+            .push_bind(fts_query(&words))
+            .push(")");
+        }
+        if let Some((aired, id, _)) = after {
+            // Walks episodes_aired (0006) from the cursor on.
+            q.push(" AND (e.date_aired, e.id) < (")
+                .push_bind(aired)
+                .push(", ")
+                .push_bind(id)
+                .push(")");
+        }
+        q.push(" ORDER BY e.date_aired DESC, e.id DESC LIMIT ")
+            .push_bind(limit + 1);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        let items = rows
+            .iter()
+            .map(episode_summary_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(browse::paged(items, limit, "episodes", |e| {
+            (micros(e.episode.date_aired), e.id, String::new())
+        }))
+    }
+
+    async fn clip_page(&self, id: i64, page: &ListQuery) -> Result<Option<ClipPage>> {
+        let limit = browse::page_limit(page)?;
+        let after = browse::decode_cursor("occurrences", page.cursor.as_deref())?;
+        // One read transaction: the counts and the page agree.
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = sqlx::query(
+            "SELECT c.id, c.title, c.initial_date_curated, c.last_date_curated, \
+                    c.curator_information, c.description, c.media_uri, c.media_type, c.priority, \
+                    (SELECT COUNT(*) FROM research_results \
+                     WHERE clip_id = c.id AND matched = 1) AS occurrences, \
+                    (SELECT COUNT(*) FROM research_results \
+                     WHERE clip_id = c.id AND failure IS NOT NULL) AS failed_pairs, \
+                    (SELECT COUNT(*) FROM episodes) AS total_pairs \
+             FROM clips c WHERE c.id = ?1",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let summary = clip_summary_from_row(&row)?;
+        let mut q = QueryBuilder::<Sqlite>::new("SELECT ");
+        q.push(EPISODE_COLUMNS).push(
+            ", r.clip_offsets_ns, r.research_date \
+             FROM research_results r JOIN episodes e ON e.id = r.episode_id \
+             WHERE r.matched = 1 AND r.clip_id = ",
+        );
+        q.push_bind(id);
+        if let Some((aired, episode_id, _)) = after {
+            q.push(" AND (e.date_aired, e.id) < (")
+                .push_bind(aired)
+                .push(", ")
+                .push_bind(episode_id)
+                .push(")");
+        }
+        q.push(" ORDER BY e.date_aired DESC, e.id DESC LIMIT ")
+            .push_bind(limit + 1);
+        let rows = q.build().fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        let items = rows
+            .iter()
+            .map(|row| {
+                let offsets: String = row.try_get("clip_offsets_ns")?;
+                Ok(Occurrence {
+                    episode_id: row.try_get("id")?,
+                    episode: episode_from_row(row)?,
+                    clip_offsets_ns: offsets_from(&offsets)?,
+                    research_date: time(row.try_get("research_date")?)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(ClipPage {
+            summary,
+            occurrences: browse::paged(items, limit, "occurrences", |o| {
+                (micros(o.episode.date_aired), o.episode_id, String::new())
+            }),
+        }))
+    }
+
+    async fn episode_page(&self, id: i64, now: DateTime<Utc>) -> Result<Option<EpisodePage>> {
+        let mut tx = self.pool.begin().await?;
+        let mut q = QueryBuilder::<Sqlite>::new("SELECT ");
+        q.push(EPISODE_COLUMNS).push(
+            ", e.researched_count, e.failed_count, e.matched_count, \
+             (SELECT COUNT(*) FROM clips) AS total_pairs \
+             FROM episodes e WHERE e.id = ",
+        );
+        q.push_bind(id);
+        let Some(row) = q.build().fetch_optional(&mut *tx).await? else {
+            return Ok(None);
+        };
+        let summary = episode_summary_from_row(&row)?;
+        // The episode's matches (research_results_matched_episode, 0001).
+        let found = sqlx::query(
+            "SELECT r.clip_id, c.title, r.clip_offsets_ns \
+             FROM research_results r JOIN clips c ON c.id = r.clip_id \
+             WHERE r.episode_id = ?1 AND r.matched = 1",
+        )
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut timeline = Vec::new();
+        for row in &found {
+            let clip_id: i64 = row.try_get(0)?;
+            let clip_title: String = row.try_get(1)?;
+            let offsets: String = row.try_get(2)?;
+            timeline.extend(
+                offsets_from(&offsets)?
+                    .into_iter()
+                    .map(|offset_ns| TimelineEntry {
+                        offset_ns,
+                        clip_id,
+                        clip_title: clip_title.clone(),
+                    }),
+            );
+        }
+        browse::sort_timeline(&mut timeline);
+        // Its leased pairs: the primary key of leased_pairs starts with the episode.
+        let leased: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM leased_pairs p JOIN leases l ON l.id = p.lease_id \
+             WHERE p.episode_id = ?1 AND l.expires_at > ?2",
+        )
+        .bind(id)
+        .bind(micros(now))
+        .fetch_one(&mut *tx)
+        .await?;
+        // Its failures (research_results_failed_episode, 0004).
+        let failed = sqlx::query(
+            "SELECT r.clip_id, c.title, r.failure \
+             FROM research_results r JOIN clips c ON c.id = r.clip_id \
+             WHERE r.episode_id = ?1 AND r.failure IS NOT NULL \
+             ORDER BY c.title LIMIT ?2",
+        )
+        .bind(id)
+        .bind(i64::from(FAILED_SHOWN))
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(FailedPair {
+                clip_id: row.try_get(0)?,
+                clip_title: row.try_get(1)?,
+                reason: row.try_get(2)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+        tx.commit().await?;
+        Ok(Some(browse::episode_page(
+            summary, timeline, leased, failed,
+        )))
     }
 }
 

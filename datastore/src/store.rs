@@ -135,6 +135,12 @@ pub trait DataStore: Send + Sync {
     fn transactional_bus(&self) -> Option<&dyn TransactionalBus> {
         None
     }
+
+    /// Listings and pages of the archive for people (the status page's `/clips` and
+    /// `/episodes`), where this datastore offers them (the SQL adapters). `None`: it does not.
+    fn browse(&self) -> Option<&dyn crate::Browse> {
+        None
+    }
 }
 
 /// Turns a lease into the body of its work item (for

@@ -96,6 +96,12 @@ macro_rules! datastore_conformance_tests {
             completion_counts_failures_and_survives_duplicates,
             a_later_clip_reopens_and_completes_again,
             announcing_lets_go_only_of_what_was_read,
+            browse_lists_clips_by_occurrences,
+            browse_searches_titles,
+            browse_lists_episodes_newest_first,
+            browse_clip_page_lists_its_episodes,
+            browse_episode_page_shows_timeline_and_work_left,
+            matches_since_a_research_date,
         );
     };
 }
@@ -211,7 +217,7 @@ pub mod cases {
     use super::{clip, episode, failed, result, t0};
     use crate::{
         ClipInfo, DataStore, DataStoreError, EpisodeInfo, Lease, LeaseRequest, LeaseState,
-        LeaseUpdate, MatchFilter, RecordOutcome, Status,
+        LeaseUpdate, MatchFilter, RecordOutcome, ResearchResult, Status,
     };
 
     fn request(max_clips: u32, now: DateTime<Utc>) -> LeaseRequest {
@@ -1467,6 +1473,7 @@ pub mod cases {
                 episode_title: Some("Episode 0".into()),
                 clip_title: Some("Clip 2".into()),
                 limit: None,
+                since: None,
             })
             .await
             .unwrap();
@@ -2182,5 +2189,495 @@ pub mod cases {
             1
         );
         assert!(pending(&*store).await.is_empty());
+    }
+
+    // ------------------------------------------------------------------------ browsing
+
+    fn browse(store: &dyn DataStore) -> &dyn crate::Browse {
+        store.browse().expect("the SQL adapters offer browsing")
+    }
+
+    fn list(search: Option<&str>, cursor: Option<String>, limit: u32) -> crate::ListQuery {
+        crate::ListQuery {
+            search: search.map(str::to_string),
+            cursor,
+            limit,
+        }
+    }
+
+    /// Clips listed most occurrences first (ties: title), each with its failures and pairs;
+    /// paged by cursor through every clip exactly once; a bad cursor or page size is refused.
+    pub async fn browse_lists_clips_by_occurrences(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 3, 4).await;
+        let id = Uuid::new_v4();
+        // Clip 2 in three episodes, clip 0 in one, clip 3 failed once, clip 1 nowhere.
+        let mut batch = Vec::new();
+        for e in &es {
+            batch.push(result(id, e, &cs[2], &[5_000_000_000]));
+        }
+        batch.push(result(id, &es[0], &cs[0], &[1_000_000_000, 9_000_000_000]));
+        batch.push(result(id, &es[1], &cs[0], &[]));
+        batch.push(failed(id, &es[2], &cs[3], "not audio"));
+        store.record_results(&batch).await.unwrap();
+
+        let page = browse(&*store)
+            .list_clips(&list(None, None, 50))
+            .await
+            .unwrap();
+        let rows: Vec<(String, u64, u64, u64)> = page
+            .items
+            .iter()
+            .map(|c| {
+                (
+                    c.clip.title.clone(),
+                    c.occurrences,
+                    c.failed_pairs,
+                    c.total_pairs,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("Clip 2".to_string(), 3, 0, 3),
+                ("Clip 0".to_string(), 1, 0, 3),
+                ("Clip 1".to_string(), 0, 0, 3),
+                ("Clip 3".to_string(), 0, 1, 3),
+            ]
+        );
+        assert_eq!(page.items[0].clip, cs[2]);
+        assert_eq!(page.next_cursor, None);
+
+        // One at a time: the same rows, each once, and no cursor after the last.
+        let mut walked = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = browse(&*store)
+                .list_clips(&list(None, cursor, 1))
+                .await
+                .unwrap();
+            assert!(page.items.len() <= 1);
+            walked.extend(page.items.iter().map(|c| c.clip.title.clone()));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+            assert!(walked.len() <= 4, "paging does not end: {walked:?}");
+        }
+        let expected: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+        assert_eq!(walked, expected);
+
+        // A cursor is the listing's own; sizes are bounded.
+        for bad in ["zz", "00", "", "not a cursor"] {
+            let e = browse(&*store)
+                .list_clips(&list(None, Some(bad.to_string()), 10))
+                .await
+                .unwrap_err();
+            assert!(matches!(e, DataStoreError::Invalid(_)), "{bad}: {e}");
+        }
+        let episodes_cursor = browse(&*store)
+            .list_episodes(&list(None, None, 1))
+            .await
+            .unwrap()
+            .next_cursor
+            .unwrap();
+        assert!(matches!(
+            browse(&*store)
+                .list_clips(&list(None, Some(episodes_cursor), 10))
+                .await,
+            Err(DataStoreError::Invalid(_))
+        ));
+        for limit in [0, crate::MAX_PAGE + 1] {
+            assert!(matches!(
+                browse(&*store).list_clips(&list(None, None, limit)).await,
+                Err(DataStoreError::Invalid(_))
+            ));
+        }
+    }
+
+    /// Titles are searched by word (any case, each word a prefix, all words required) through
+    /// the datastore's index; input that is query syntax elsewhere finds by its words only.
+    pub async fn browse_searches_titles(store: Arc<dyn DataStore>) {
+        let titles = [
+            "The Archive Strikes Back",
+            "Archivists, united",
+            "Bonus: <b>Live</b> & \"loud\" — Zürich",
+            "Episode 4012: The Archive",
+            "Nothing here",
+            "Mail a@b.example, /srv/show/77.mp3 <script>x</script>",
+        ];
+        let es: Vec<EpisodeInfo> = titles
+            .iter()
+            .enumerate()
+            .map(|(i, t)| EpisodeInfo {
+                title: (*t).to_string(),
+                ..episode(i as u32)
+            })
+            .collect();
+        store.upsert_episodes(&es).await.unwrap();
+        let cs: Vec<ClipInfo> = titles
+            .iter()
+            .enumerate()
+            .map(|(i, t)| ClipInfo {
+                title: (*t).to_string(),
+                ..clip(i as u32)
+            })
+            .collect();
+        store.upsert_clips(&cs).await.unwrap();
+
+        let episodes = |q: &'static str| {
+            let store = store.clone();
+            async move {
+                let page = browse(&*store)
+                    .list_episodes(&list(Some(q), None, 50))
+                    .await
+                    .unwrap();
+                let mut found: Vec<String> =
+                    page.items.into_iter().map(|e| e.episode.title).collect();
+                found.sort();
+                found
+            }
+        };
+        let clips = |q: &'static str| {
+            let store = store.clone();
+            async move {
+                let page = browse(&*store)
+                    .list_clips(&list(Some(q), None, 50))
+                    .await
+                    .unwrap();
+                let mut found: Vec<String> = page.items.into_iter().map(|c| c.clip.title).collect();
+                found.sort();
+                found
+            }
+        };
+        let archive = vec![
+            "Episode 4012: The Archive".to_string(),
+            "The Archive Strikes Back".to_string(),
+        ];
+        assert_eq!(episodes("archive").await, archive);
+        assert_eq!(episodes("ARCHIVE the").await, archive);
+        assert_eq!(
+            episodes("archiv").await,
+            vec![
+                "Archivists, united".to_string(),
+                "Episode 4012: The Archive".to_string(),
+                "The Archive Strikes Back".to_string(),
+            ]
+        );
+        assert_eq!(episodes("4012").await, vec![archive[0].clone()]);
+        assert_eq!(episodes("live loud").await, vec![titles[2].to_string()]);
+        assert_eq!(episodes("zürich").await, vec![titles[2].to_string()]);
+        assert_eq!(episodes("<b>live</b>").await, vec![titles[2].to_string()]);
+        assert!(episodes("absent").await.is_empty());
+        // Words inside markup, addresses and paths are words like any other.
+        for q in ["script", "example", "mp3", "srv show", "b.example"] {
+            assert_eq!(episodes(q).await, vec![titles[5].to_string()], "{q}");
+        }
+        // Syntax of tsquery, FTS5 and SQL, and nothing at all to search for.
+        assert!(episodes("' OR 1=1 --").await.len() <= titles.len());
+        assert!(episodes("\"archive* NEAR(").await.len() <= 3);
+        assert_eq!(episodes("  :*&| ").await.len(), titles.len());
+        assert_eq!(episodes("").await.len(), titles.len());
+        assert_eq!(clips("archive").await, archive);
+        assert_eq!(
+            clips("united").await,
+            vec!["Archivists, united".to_string()]
+        );
+        // A new episode is found at once.
+        store
+            .upsert_episode(&EpisodeInfo {
+                title: "A Fresh Archive".into(),
+                ..episode(9)
+            })
+            .await
+            .unwrap();
+        assert_eq!(episodes("fresh").await, vec!["A Fresh Archive".to_string()]);
+    }
+
+    /// Episodes listed latest aired first, with their research counts, paged by cursor.
+    pub async fn browse_lists_episodes_newest_first(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 5, 3).await;
+        let id = Uuid::new_v4();
+        store
+            .record_results(&[
+                result(id, &es[4], &cs[0], &[7]),
+                result(id, &es[4], &cs[1], &[]),
+                failed(id, &es[4], &cs[2], "gone"),
+                result(id, &es[1], &cs[0], &[]),
+            ])
+            .await
+            .unwrap();
+        let page = browse(&*store)
+            .list_episodes(&list(None, None, 50))
+            .await
+            .unwrap();
+        let titles: Vec<&str> = page
+            .items
+            .iter()
+            .map(|e| e.episode.title.as_str())
+            .collect();
+        assert_eq!(
+            titles,
+            [
+                "Episode 4",
+                "Episode 3",
+                "Episode 2",
+                "Episode 1",
+                "Episode 0"
+            ]
+        );
+        let e4 = &page.items[0];
+        assert_eq!(e4.episode, es[4]);
+        assert_eq!(
+            (
+                e4.researched_pairs,
+                e4.failed_pairs,
+                e4.matched_pairs,
+                e4.total_pairs
+            ),
+            (2, 1, 1, 3)
+        );
+        let e1 = &page.items[3];
+        assert_eq!(
+            (
+                e1.researched_pairs,
+                e1.failed_pairs,
+                e1.matched_pairs,
+                e1.total_pairs
+            ),
+            (1, 0, 0, 3)
+        );
+
+        let first = browse(&*store)
+            .list_episodes(&list(None, None, 2))
+            .await
+            .unwrap();
+        assert_eq!(first.items.len(), 2);
+        let second = browse(&*store)
+            .list_episodes(&list(None, first.next_cursor.clone(), 2))
+            .await
+            .unwrap();
+        let third = browse(&*store)
+            .list_episodes(&list(None, second.next_cursor.clone(), 2))
+            .await
+            .unwrap();
+        assert_eq!(third.next_cursor, None);
+        let walked: Vec<String> = [first, second, third]
+            .into_iter()
+            .flat_map(|p| p.items.into_iter().map(|e| e.episode.title))
+            .collect();
+        assert_eq!(walked, titles);
+        // Two episodes aired at once: both listed, once each, across a page boundary.
+        store
+            .upsert_episode(&EpisodeInfo {
+                title: "Episode 4 again".into(),
+                media_uri: "https://media.example.invalid/episodes/4b.mp3".into(),
+                ..es[4].clone()
+            })
+            .await
+            .unwrap();
+        let first = browse(&*store)
+            .list_episodes(&list(None, None, 1))
+            .await
+            .unwrap();
+        let second = browse(&*store)
+            .list_episodes(&list(None, first.next_cursor, 1))
+            .await
+            .unwrap();
+        let mut both = vec![
+            first.items[0].episode.title.clone(),
+            second.items[0].episode.title.clone(),
+        ];
+        both.sort();
+        assert_eq!(both, ["Episode 4", "Episode 4 again"]);
+    }
+
+    /// A clip's page: its episodes latest aired first with their offsets ascending, paged;
+    /// an unknown id is `None`.
+    pub async fn browse_clip_page_lists_its_episodes(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 4, 2).await;
+        let id = Uuid::new_v4();
+        store
+            .record_results(&[
+                result(id, &es[0], &cs[1], &[3_000_000_000]),
+                result(id, &es[2], &cs[1], &[3_723_000_000_000, 61_000_000_000]),
+                result(id, &es[3], &cs[1], &[1]),
+                result(id, &es[1], &cs[1], &[]),
+                result(id, &es[1], &cs[0], &[42]),
+            ])
+            .await
+            .unwrap();
+        let clips = browse(&*store)
+            .list_clips(&list(Some("Clip 1"), None, 10))
+            .await
+            .unwrap();
+        let clip_id = clips
+            .items
+            .iter()
+            .find(|c| c.clip.title == "Clip 1")
+            .unwrap()
+            .id;
+        let page = browse(&*store)
+            .clip_page(clip_id, &list(None, None, 50))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(page.summary.clip, cs[1]);
+        assert_eq!((page.summary.occurrences, page.summary.total_pairs), (3, 4));
+        let rows: Vec<(&str, Vec<i64>)> = page
+            .occurrences
+            .items
+            .iter()
+            .map(|o| (o.episode.title.as_str(), o.clip_offsets_ns.clone()))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("Episode 3", vec![1]),
+                ("Episode 2", vec![61_000_000_000, 3_723_000_000_000]),
+                ("Episode 0", vec![3_000_000_000]),
+            ]
+        );
+        assert_eq!(page.occurrences.items[1].episode, es[2]);
+        assert_eq!(page.occurrences.items[1].research_date, t0());
+        assert_eq!(page.occurrences.next_cursor, None);
+
+        let first = browse(&*store)
+            .clip_page(clip_id, &list(None, None, 2))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.occurrences.items.len(), 2);
+        let rest = browse(&*store)
+            .clip_page(clip_id, &list(None, first.occurrences.next_cursor, 2))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(rest.occurrences.items.len(), 1);
+        assert_eq!(rest.occurrences.items[0].episode.title, "Episode 0");
+        assert_eq!(rest.occurrences.next_cursor, None);
+
+        assert!(browse(&*store)
+            .clip_page(clip_id + 1000, &list(None, None, 10))
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    /// An episode's page: its clips in the order they occur, its pairs leased (judged at the
+    /// time given), left and failed with their reasons; an unknown id is `None`.
+    pub async fn browse_episode_page_shows_timeline_and_work_left(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 1, 6).await;
+        let id = Uuid::new_v4();
+        store
+            .record_results(&[
+                result(id, &es[0], &cs[0], &[90_000_000_000, 10_000_000_000]),
+                result(id, &es[0], &cs[1], &[50_000_000_000]),
+                result(id, &es[0], &cs[2], &[]),
+                failed(id, &es[0], &cs[3], "not audio: <script>"),
+            ])
+            .await
+            .unwrap();
+        // Two of the remaining pairs leased for an hour from t0.
+        let leased = lease(&*store, 1, t0()).await.unwrap();
+        assert_eq!(leased.clips.len(), 1);
+        let leased = lease(&*store, 1, t0()).await.unwrap();
+        assert_eq!(leased.clips.len(), 1);
+
+        let episodes = browse(&*store)
+            .list_episodes(&list(None, None, 1))
+            .await
+            .unwrap();
+        let episode_id = episodes.items[0].id;
+        let page = browse(&*store)
+            .episode_page(episode_id, t0())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(page.summary.episode, es[0]);
+        let timeline: Vec<(i64, &str)> = page
+            .timeline
+            .iter()
+            .map(|t| (t.offset_ns, t.clip_title.as_str()))
+            .collect();
+        assert_eq!(
+            timeline,
+            vec![
+                (10_000_000_000, "Clip 0"),
+                (50_000_000_000, "Clip 1"),
+                (90_000_000_000, "Clip 0"),
+            ]
+        );
+        assert_eq!(
+            (
+                page.summary.researched_pairs,
+                page.summary.failed_pairs,
+                page.summary.matched_pairs,
+                page.summary.total_pairs
+            ),
+            (3, 1, 2, 6)
+        );
+        assert_eq!((page.leased_pairs, page.unresearched_pairs), (2, 0));
+        assert_eq!(page.failed.len(), 1);
+        assert_eq!(page.failed[0].clip_title, "Clip 3");
+        assert_eq!(page.failed[0].reason, "not audio: <script>");
+
+        // Once the leases have expired their pairs are left to research again.
+        let later = browse(&*store)
+            .episode_page(episode_id, t0() + Duration::hours(2))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((later.leased_pairs, later.unresearched_pairs), (0, 2));
+
+        assert!(browse(&*store)
+            .episode_page(episode_id + 1000, t0())
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    /// `MatchFilter::since` keeps the matches researched at or after it (incremental exports).
+    pub async fn matches_since_a_research_date(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 3, 1).await;
+        let id = Uuid::new_v4();
+        let at = |e: usize, hours: i64| ResearchResult {
+            research_date: t0() + Duration::hours(hours),
+            ..result(id, &es[e], &cs[0], &[1_000])
+        };
+        store
+            .record_results(&[at(0, 0), at(1, 5), at(2, 10)])
+            .await
+            .unwrap();
+        let since = |hours: i64| {
+            let store = store.clone();
+            async move {
+                store
+                    .matches(&MatchFilter {
+                        since: Some(t0() + Duration::hours(hours)),
+                        ..MatchFilter::default()
+                    })
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|m| m.episode_title)
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(since(-1).await, ["Episode 2", "Episode 1", "Episode 0"]);
+        assert_eq!(since(5).await, ["Episode 2", "Episode 1"]);
+        assert_eq!(since(6).await, ["Episode 2"]);
+        assert!(since(11).await.is_empty());
+        let with_clip = store
+            .matches(&MatchFilter {
+                since: Some(t0() + Duration::hours(1)),
+                clip_title: Some("Clip 0".into()),
+                limit: Some(1),
+                ..MatchFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(with_clip.len(), 1);
+        assert_eq!(with_clip[0].episode_title, "Episode 2");
     }
 }

@@ -250,7 +250,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0006 recent matches",
             "0007 failed research",
             "0008 episode completions",
-            "0009 newer curation retries failures"
+            "0009 newer curation retries failures",
+            "0010 browse"
         ]
     );
     store.migrate().await.unwrap();
@@ -333,7 +334,8 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
             "0006 recent matches",
             "0007 failed research",
             "0008 episode completions",
-            "0009 newer curation retries failures"
+            "0009 newer curation retries failures",
+            "0010 browse"
         ]
     );
     store.migrate().await.unwrap();

@@ -1,4 +1,5 @@
-//! `archivist matches`: recorded matches as JSON lines (for scripts) or a table (for people).
+//! `archivist matches`: recorded matches as JSON lines (for scripts), a table (for people) or
+//! CSV (for spreadsheets).
 
 use std::io::{IsTerminal, Write};
 
@@ -12,7 +13,8 @@ use crate::config::Config;
 use crate::connect;
 
 /// Prints the matches: one JSON object a line (`episode_title`, `episode_date_aired`,
-/// `clip_title`, `clip_offsets_ns`, `research_date`), or a table with `--format table`.
+/// `clip_title`, `clip_offsets_ns`, `research_date`), a table with `--format table`, or CSV with
+/// `--format csv`.
 pub(crate) async fn run(
     config: &Config,
     token: &CancellationToken,
@@ -29,6 +31,7 @@ pub(crate) async fn run(
         clip_title: args.clip.clone(),
         episode_title: args.episode.clone(),
         limit: args.limit,
+        since: args.since,
     };
     let matches = store
         .matches(&filter)
@@ -43,10 +46,52 @@ pub(crate) async fn run(
             }
         }
         MatchesFormat::Table => writeln!(out, "{}", table(&matches))?,
+        MatchesFormat::Csv => write_csv(&mut out, &matches)?,
     }
     out.flush()?;
     tracing::debug!(count = matches.len(), "matches listed");
     Ok(())
+}
+
+/// The header of `--format csv`: the JSON lines' fields, in their order.
+const CSV_HEADER: [&str; 5] = [
+    "episode_title",
+    "episode_date_aired",
+    "clip_title",
+    "clip_offsets_ns",
+    "research_date",
+];
+
+/// The matches as CSV (RFC 4180: fields quoted where needed, quotes doubled, CRLF line ends)
+/// with a header row, also when there is no match. Titles are written exactly as stored, so
+/// that the file reads back to the same values; `clip_offsets_ns` holds the offsets separated
+/// by spaces; times are RFC 3339 in UTC.
+fn write_csv(out: &mut impl Write, matches: &[Match]) -> anyhow::Result<()> {
+    let mut csv = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::CRLF)
+        .from_writer(out);
+    csv.write_record(CSV_HEADER)?;
+    for m in matches {
+        let offsets = m
+            .clip_offsets_ns
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(" ");
+        csv.write_record([
+            m.episode_title.as_str(),
+            &rfc3339(m.episode_date_aired),
+            m.clip_title.as_str(),
+            &offsets,
+            &rfc3339(m.research_date),
+        ])?;
+    }
+    csv.flush()?;
+    Ok(())
+}
+
+fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
 }
 
 /// The matches as a table: aired date, episode, clip, and where the clip occurs.

@@ -9,11 +9,15 @@
 //! - `history.rs`: the research progress sampled over time, kept in this process.
 //! - `status_page.rs`: `/`, the status page (server-rendered HTML, refreshing itself).
 //! - `api.rs`: `/api/…`, the page's data as JSON.
+//! - `browse.rs`: `/clips`, `/episodes` and each one's page: the archive for people.
+//! - `browse_api.rs`: `/api/clips`, `/api/episodes` and each one's page as JSON.
 //!
 //! The status page and the API are served by `serve` and `run`; the one-archivist
 //! subcommands serve metrics and health checks only.
 
 mod api;
+mod browse;
+mod browse_api;
 pub(crate) mod guard;
 mod health;
 mod history;
@@ -220,7 +224,15 @@ pub(crate) async fn spawn(
             .route("/api/leases", get(api::leases))
             .route("/api/queues", get(api::queues))
             .route("/api/dead-letters", get(api::dead_letters))
-            .route("/api/matches", get(api::matches));
+            .route("/api/matches", get(api::matches))
+            .route("/clips", get(browse::clips))
+            .route("/clips/{id}", get(browse::clip))
+            .route("/episodes", get(browse::episodes))
+            .route("/episodes/{id}", get(browse::episode))
+            .route("/api/clips", get(browse_api::clips))
+            .route("/api/clips/{id}", get(browse_api::clip))
+            .route("/api/episodes", get(browse_api::episodes))
+            .route("/api/episodes/{id}", get(browse_api::episode));
         tokio::spawn(history::sample(app.clone(), token.clone()));
         tracing::info!(
             "serving the status page, /api/…, /metrics, /healthz and /readyz on http://{bound}"

@@ -56,6 +56,7 @@ pub(super) async fn page(State(app): State<Arc<App>>) -> Markup {
             }
             body {
                 header {
+                    nav { a href="/clips" { "Clips" } " · " a href="/episodes" { "Episodes" } }
                     h1 { "archivist status" }
                     p {
                         "Read at " time datetime=(rfc3339(now)) { (when(now)) }

@@ -1,0 +1,560 @@
+//! `/clips`, `/clips/{id}`, `/episodes`, `/episodes/{id}`: the archive for people, read from
+//! the datastore's [`Browse`] capability. Server-rendered HTML (maud escapes every value), no
+//! script, phone-first like the status page; a GET form searches titles (`?q=`), and a "next
+//! page" link carries the datastore's opaque cursor (`?cursor=`).
+//!
+//! A clip's page plays each moment it was found: an `<audio>` player per offset, whose source
+//! is the episode's media with a media fragment (`#t=SECONDS`) starting [`LEAD_IN_SECONDS`]
+//! before the clip. Only `http`, `https` and `file` URIs become a source or a link; anything
+//! else (`javascript:`, `data:`) is shown as text.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, SecondsFormat, Utc};
+use datastore::{
+    Browse, ClipPage, ClipSummary, DataStoreError, EpisodePage, EpisodeSummary, ListQuery, Page,
+};
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+
+use super::{App, CHECK_TIMEOUT};
+
+/// Rows on a page of the HTML listings (and the JSON's default).
+pub(super) const PAGE_ROWS: u32 = 50;
+/// How long before a clip's offset its player starts: the moment in context.
+pub(super) const LEAD_IN_SECONDS: i64 = 3;
+
+/// The status page's look, with what lists and players need.
+const CSS: &str = "\
+body{font-family:system-ui,sans-serif;line-height:1.4;margin:0 auto;max-width:64rem;padding:.5rem 1rem}\
+h1{font-size:1.4rem;overflow-wrap:anywhere}h2{font-size:1.2rem;border-bottom:1px solid;margin-top:1.5rem}\
+h3{font-size:1rem;overflow-wrap:anywhere}\
+table{border-collapse:collapse;width:100%}\
+th,td{border:1px solid;padding:.2rem .4rem;text-align:left;vertical-align:top;overflow-wrap:anywhere}\
+.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\
+.scroll{overflow-x:auto}code{overflow-wrap:anywhere}\
+progress{width:100%;height:1.2rem;accent-color:CanvasText}\
+nav a{margin-right:1rem}form{display:flex;gap:.5rem;flex-wrap:wrap;margin:.5rem 0}\
+input[type=search]{flex:1;min-width:10rem;font-size:1rem;padding:.3rem}button{font-size:1rem}\
+audio{width:100%;max-width:30rem;display:block}\
+ol.moments{padding-left:1.2rem}ol.moments li{margin:.4rem 0}\
+dl{display:grid;grid-template-columns:auto 1fr;gap:.1rem 1rem}dd{margin:0;overflow-wrap:anywhere}\
+.why{font-style:italic}\
+@media (max-width:30rem){body{font-size:.9rem;padding:.5rem}th,td{padding:.15rem .25rem}}";
+
+/// The query string's `q`, `cursor` and `limit`.
+#[derive(Debug, Default)]
+pub(super) struct Params {
+    pub(super) q: Option<String>,
+    pub(super) cursor: Option<String>,
+    pub(super) limit: Option<String>,
+}
+
+impl Params {
+    /// Reads the query string (form-encoded); unknown keys are ignored, the last of a
+    /// repeated key wins, and an empty value is none.
+    pub(super) fn parse(raw: Option<String>) -> Self {
+        let mut params = Params::default();
+        for (key, value) in url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+            let value = Some(value.into_owned()).filter(|v| !v.trim().is_empty());
+            match &*key {
+                "q" => params.q = value,
+                "cursor" => params.cursor = value,
+                "limit" => params.limit = value,
+                _ => {}
+            }
+        }
+        params
+    }
+
+    /// The datastore's query, `limit` rows unless the query string asks for another number.
+    pub(super) fn query(&self, limit: u32) -> Result<ListQuery, Refusal> {
+        let limit = match &self.limit {
+            None => limit,
+            Some(l) => l
+                .parse::<u32>()
+                .ok()
+                .filter(|l| (1..=datastore::MAX_PAGE).contains(l))
+                .ok_or_else(|| {
+                    Refusal::BadRequest(format!(
+                        "limit must be a number from 1 to {}",
+                        datastore::MAX_PAGE
+                    ))
+                })?,
+        };
+        Ok(ListQuery {
+            search: self.q.clone(),
+            cursor: self.cursor.clone(),
+            limit,
+        })
+    }
+}
+
+/// Why a page is not shown.
+#[derive(Debug)]
+pub(super) enum Refusal {
+    /// 400: a cursor or limit that is not one.
+    BadRequest(String),
+    /// 404: no such clip or episode (or not a number).
+    NotFound(String),
+    /// 503: the datastore could not answer now (credentials masked), or cannot browse.
+    Unavailable(String),
+}
+
+impl Refusal {
+    pub(super) fn status(&self) -> StatusCode {
+        match self {
+            Refusal::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Refusal::NotFound(_) => StatusCode::NOT_FOUND,
+            Refusal::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    pub(super) fn why(&self) -> &str {
+        match self {
+            Refusal::BadRequest(w) | Refusal::NotFound(w) | Refusal::Unavailable(w) => w,
+        }
+    }
+}
+
+/// The datastore's [`Browse`] capability, or why there is none.
+pub(super) fn browser(app: &App) -> Result<&dyn Browse, Refusal> {
+    app.sources
+        .store
+        .browse()
+        .ok_or_else(|| Refusal::Unavailable("this datastore cannot list the archive".to_string()))
+}
+
+/// Runs `read` within [`CHECK_TIMEOUT`], its error in words with credentials masked.
+pub(super) async fn within<T>(
+    app: &App,
+    what: &str,
+    read: impl std::future::Future<Output = datastore::Result<T>>,
+) -> Result<T, Refusal> {
+    match tokio::time::timeout(CHECK_TIMEOUT, read).await {
+        Ok(Ok(v)) => Ok(v),
+        // The only invalid input a listing takes from a visitor is its cursor (the limit is
+        // checked before): say so rather than echo the datastore's words.
+        Ok(Err(DataStoreError::Invalid(_))) => Err(Refusal::BadRequest(
+            "the cursor is not one of this listing's: start again from the first page".to_string(),
+        )),
+        Ok(Err(e)) => Err(Refusal::Unavailable(
+            app.sources.redactor.apply(&format!("{what}: {e}")),
+        )),
+        Err(_) => Err(Refusal::Unavailable(format!(
+            "{what}: no answer within {}",
+            humantime::format_duration(CHECK_TIMEOUT)
+        ))),
+    }
+}
+
+/// An id from the path: a clip's or an episode's.
+pub(super) fn id(text: &str, what: &str) -> Result<i64, Refusal> {
+    text.parse()
+        .map_err(|_| Refusal::NotFound(format!("there is no {what} {text:?}")))
+}
+
+/// `uri` if a browser may be pointed at it: `http`, `https` or `file` (a curator's own
+/// files); never `javascript:` or `data:`, which would run or show what a curator wrote.
+pub(super) fn safe_media(uri: &str) -> Option<url::Url> {
+    let url = url::Url::parse(uri).ok()?;
+    matches!(url.scheme(), "http" | "https" | "file").then_some(url)
+}
+
+/// The source of a player starting [`LEAD_IN_SECONDS`] before `offset_ns` (not before the
+/// start): `uri` with the media fragment `#t=SECONDS` in place of any fragment it had.
+pub(super) fn source_at(uri: &str, offset_ns: i64) -> Option<String> {
+    let mut url = safe_media(uri)?;
+    let start = (offset_ns.div_euclid(1_000_000_000) - LEAD_IN_SECONDS).max(0);
+    url.set_fragment(Some(&format!("t={start}")));
+    Some(url.into())
+}
+
+/// An offset as `h:mm:ss` (whole seconds, rounded down).
+pub(super) fn hms(ns: i64) -> String {
+    let s = ns.max(0) / 1_000_000_000;
+    format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+fn day(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d").to_string()
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// A link to `path` with the query string `pairs` (form-encoded; empty values left out).
+fn link(path: &str, pairs: &[(&str, Option<&str>)]) -> String {
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        if let Some(v) = v {
+            query.append_pair(k, v);
+        }
+    }
+    let query = query.finish();
+    if query.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{query}")
+    }
+}
+
+fn layout(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · archivist" }
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                header {
+                    nav { a href="/" { "Status" } a href="/clips" { "Clips" } a href="/episodes" { "Episodes" } }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+fn refused(refusal: &Refusal) -> Response {
+    let title = match refusal {
+        Refusal::BadRequest(_) => "Not a page of this listing",
+        Refusal::NotFound(_) => "Not found",
+        Refusal::Unavailable(_) => "Not available now",
+    };
+    let body = layout(title, html! { h1 { (title) } p.why { (refusal.why()) } });
+    (refusal.status(), body).into_response()
+}
+
+fn respond(page: Result<Markup, Refusal>) -> Response {
+    match page {
+        Ok(markup) => markup.into_response(),
+        Err(refusal) => refused(&refusal),
+    }
+}
+
+fn search_form(action: &str, q: Option<&str>, what: &str) -> Markup {
+    html! {
+        form method="get" action=(action) role="search" {
+            label for="q" { "Search " (what) " by title" }
+            input #q type="search" name="q" value=(q.unwrap_or("")) placeholder="words of the title";
+            button type="submit" { "Search" }
+        }
+    }
+}
+
+fn next_link<T>(path: &str, q: Option<&str>, page: &Page<T>) -> Markup {
+    html! {
+        @if let Some(cursor) = &page.next_cursor {
+            p { a rel="next" href=(link(path, &[("q", q), ("cursor", Some(cursor))])) { "Next page" } }
+        }
+    }
+}
+
+/// Researched, failed and left of `total`, in words and as a bar.
+fn progress(researched: u64, failed: u64, total: u64) -> Markup {
+    let done = researched + failed;
+    let percent = if total == 0 {
+        0.0
+    } else {
+        100.0 * done as f64 / total as f64
+    };
+    html! {
+        (researched) " researched, " (failed) " failed, of " (total)
+        " (" (format!("{percent:.0}")) "% done)"
+        progress value=(done) max=(total.max(1)) { (format!("{percent:.0}%")) }
+    }
+}
+
+/// A player for the moment `offset_ns` of `uri`, or why there is none.
+fn player(uri: &str, offset_ns: i64) -> Markup {
+    html! {
+        @match source_at(uri, offset_ns) {
+            Some(src) => audio controls preload="none" {
+                source src=(src);
+                a href=(src) { "Play from " (hms(offset_ns)) }
+            },
+            None => span.why { "Not playable here: the media URI is not http(s) or file." },
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------ pages
+
+/// `/clips`: clips by occurrences, searchable.
+pub(super) async fn clips(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Response {
+    let params = Params::parse(raw);
+    respond(clips_page(&app, &params).await)
+}
+
+async fn clips_page(app: &App, params: &Params) -> Result<Markup, Refusal> {
+    let query = params.query(PAGE_ROWS)?;
+    let page = within(app, "the clips", browser(app)?.list_clips(&query)).await?;
+    let q = params.q.as_deref();
+    Ok(layout(
+        "Clips",
+        html! {
+            h1 { "Clips" }
+            (search_form("/clips", q, "clips"))
+            @if let Some(q) = q { p { "Clips whose titles have words beginning with " em { (q) } ":" } }
+            @if page.items.is_empty() {
+                p { "No clip found." }
+            } @else {
+                div.scroll { table #clips {
+                    caption { "Most occurrences first" }
+                    thead { tr { th { "clip" } th.n { "found in (episodes)" } th.n { "failed" } th.n { "pairs" } } }
+                    tbody {
+                        @for c in &page.items { (clip_row(c)) }
+                    }
+                } }
+            }
+            (next_link("/clips", q, &page))
+            p { "As JSON: " a href=(link("/api/clips", &[("q", q), ("cursor", params.cursor.as_deref())])) { "/api/clips" } }
+        },
+    ))
+}
+
+fn clip_row(c: &ClipSummary) -> Markup {
+    html! {
+        tr {
+            td { a href=(format!("/clips/{}", c.id)) { (c.clip.title) } }
+            td.n { (c.occurrences) }
+            td.n { (c.failed_pairs) }
+            td.n { (c.total_pairs) }
+        }
+    }
+}
+
+/// `/episodes`: episodes, latest aired first, searchable.
+pub(super) async fn episodes(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Response {
+    let params = Params::parse(raw);
+    respond(episodes_page(&app, &params).await)
+}
+
+async fn episodes_page(app: &App, params: &Params) -> Result<Markup, Refusal> {
+    let query = params.query(PAGE_ROWS)?;
+    let page = within(app, "the episodes", browser(app)?.list_episodes(&query)).await?;
+    let q = params.q.as_deref();
+    Ok(layout(
+        "Episodes",
+        html! {
+            h1 { "Episodes" }
+            (search_form("/episodes", q, "episodes"))
+            @if let Some(q) = q { p { "Episodes whose titles have words beginning with " em { (q) } ":" } }
+            @if page.items.is_empty() {
+                p { "No episode found." }
+            } @else {
+                div.scroll { table #episodes {
+                    caption { "Latest aired first" }
+                    thead { tr { th { "aired" } th { "episode" } th.n { "matches" } th { "research" } } }
+                    tbody {
+                        @for e in &page.items { (episode_row(e)) }
+                    }
+                } }
+            }
+            (next_link("/episodes", q, &page))
+            p { "As JSON: " a href=(link("/api/episodes", &[("q", q), ("cursor", params.cursor.as_deref())])) { "/api/episodes" } }
+        },
+    ))
+}
+
+fn episode_row(e: &EpisodeSummary) -> Markup {
+    html! {
+        tr {
+            td.n { time datetime=(rfc3339(e.episode.date_aired)) { (day(e.episode.date_aired)) } }
+            td { a href=(format!("/episodes/{}", e.id)) { (e.episode.title) } }
+            td.n { (e.matched_pairs) }
+            td { (progress(e.researched_pairs, e.failed_pairs, e.total_pairs)) }
+        }
+    }
+}
+
+/// `/clips/{id}`: every episode the clip occurs in, latest aired first, a player per moment.
+pub(super) async fn clip(
+    State(app): State<Arc<App>>,
+    Path(id_text): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let params = Params::parse(raw);
+    respond(clip_page(&app, &id_text, &params).await)
+}
+
+async fn clip_page(app: &App, id_text: &str, params: &Params) -> Result<Markup, Refusal> {
+    let id = id(id_text, "clip")?;
+    let query = params.query(PAGE_ROWS)?;
+    let page: ClipPage = within(app, "the clip", browser(app)?.clip_page(id, &query))
+        .await?
+        .ok_or_else(|| Refusal::NotFound(format!("there is no clip {id}")))?;
+    let c = &page.summary;
+    Ok(layout(
+        &c.clip.title,
+        html! {
+            h1 { "Clip: " (c.clip.title) }
+            dl {
+                dt { "Found in" } dd #occurrences { (c.occurrences) " episodes" }
+                dt { "Failed" } dd { (c.failed_pairs) " pairs" }
+                dt { "Episodes" } dd { (c.total_pairs) }
+                dt { "Curated by" } dd { (c.clip.curator_information) }
+                dt { "Description" } dd { (c.clip.description) }
+                dt { "Media" } dd { (media(&c.clip.media_uri)) }
+            }
+            h2 { "Where it occurs" }
+            @if page.occurrences.items.is_empty() {
+                p { "Not found in any episode researched so far." }
+            }
+            @for o in &page.occurrences.items {
+                section.occurrence {
+                    h3 {
+                        a href=(format!("/episodes/{}", o.episode_id)) { (o.episode.title) }
+                        " (aired " time datetime=(rfc3339(o.episode.date_aired)) { (day(o.episode.date_aired)) } ")"
+                    }
+                    ol.moments {
+                        @for &ns in &o.clip_offsets_ns {
+                            li { "at " strong { (hms(ns)) } " " (player(&o.episode.media_uri, ns)) }
+                        }
+                    }
+                }
+            }
+            (next_link(&format!("/clips/{id}"), None, &page.occurrences))
+            p { "As JSON: " a href=(format!("/api/clips/{id}")) { "/api/clips/" (id) } }
+        },
+    ))
+}
+
+/// A media URI: a link where it is safe to follow, else text.
+fn media(uri: &str) -> Markup {
+    html! {
+        @match safe_media(uri) {
+            Some(url) => a href=(url.as_str()) { code { (uri) } },
+            None => span { code { (uri) } " (not linked: not http(s) or file)" },
+        }
+    }
+}
+
+/// `/episodes/{id}`: the clips found in the episode in the order they occur, and its work left.
+pub(super) async fn episode(State(app): State<Arc<App>>, Path(id_text): Path<String>) -> Response {
+    respond(episode_page(&app, &id_text).await)
+}
+
+async fn episode_page(app: &App, id_text: &str) -> Result<Markup, Refusal> {
+    let id = id(id_text, "episode")?;
+    let now = Utc::now();
+    let page: EpisodePage = within(app, "the episode", browser(app)?.episode_page(id, now))
+        .await?
+        .ok_or_else(|| Refusal::NotFound(format!("there is no episode {id}")))?;
+    let e = &page.summary;
+    Ok(layout(
+        &e.episode.title,
+        html! {
+            h1 { "Episode: " (e.episode.title) }
+            dl {
+                dt { "Aired" } dd { time datetime=(rfc3339(e.episode.date_aired)) { (day(e.episode.date_aired)) } }
+                dt { "Curated by" } dd { (e.episode.curator_information) }
+                dt { "Description" } dd { (e.episode.description) }
+                dt { "Media" } dd { (media(&e.episode.media_uri)) }
+            }
+            h2 { "Research" }
+            p #research { (progress(e.researched_pairs, e.failed_pairs, e.total_pairs)) }
+            dl {
+                dt { "Clips found" } dd #matched { (e.matched_pairs) }
+                dt { "Pairs under lease" } dd #leased { (page.leased_pairs) }
+                dt { "Pairs still to research" } dd #unresearched { (page.unresearched_pairs) }
+                dt { "Failed pairs" } dd #failed { (e.failed_pairs) }
+            }
+            h2 { "Timeline" }
+            @if page.timeline.is_empty() {
+                p { "No clip found in it so far." }
+            } @else {
+                ol.moments #timeline {
+                    @for t in &page.timeline {
+                        li {
+                            strong { (hms(t.offset_ns)) } " "
+                            a href=(format!("/clips/{}", t.clip_id)) { (t.clip_title) }
+                            (player(&e.episode.media_uri, t.offset_ns))
+                        }
+                    }
+                }
+            }
+            @if !page.failed.is_empty() {
+                h2 { "Failed pairs" }
+                @if (page.failed.len() as u64) < e.failed_pairs {
+                    p { "The first " (page.failed.len()) " of " (e.failed_pairs) ", by clip title." }
+                }
+                div.scroll { table #failures {
+                    thead { tr { th { "clip" } th { "reason" } } }
+                    tbody {
+                        @for f in &page.failed {
+                            tr { td { a href=(format!("/clips/{}", f.clip_id)) { (f.clip_title) } } td { (f.reason) } }
+                        }
+                    }
+                } }
+                p { code { "archivist retry-failed --episode TITLE" } " makes them researchable again." }
+            }
+            p { "As JSON: " a href=(format!("/api/episodes/{id}")) { "/api/episodes/" (id) } }
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_start_a_little_before_the_moment() {
+        assert_eq!(
+            source_at("https://e.invalid/a.mp3", 120_000_000_000).as_deref(),
+            Some("https://e.invalid/a.mp3#t=117")
+        );
+        assert_eq!(
+            source_at("https://e.invalid/a.mp3#old", 1_500_000_000).as_deref(),
+            Some("https://e.invalid/a.mp3#t=0")
+        );
+        assert_eq!(
+            source_at("file:///srv/show/4012.mp3", 3_725_900_000_000).as_deref(),
+            Some("file:///srv/show/4012.mp3#t=3722")
+        );
+        for bad in [
+            "javascript:alert(1)",
+            "JAVASCRIPT:alert(1)",
+            "data:audio/mp3;base64,AAAA",
+            "/relative.mp3",
+            "vbscript:x",
+            "",
+        ] {
+            assert_eq!(source_at(bad, 0), None, "{bad}");
+            assert!(safe_media(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn offsets_read_as_hours_minutes_seconds() {
+        assert_eq!(hms(0), "0:00:00");
+        assert_eq!(hms(3_723_999_000_000), "1:02:03");
+        assert_eq!(hms(-5), "0:00:00");
+    }
+
+    #[test]
+    fn query_strings_are_read_and_limits_checked() {
+        let p = Params::parse(Some("q=the+archive&cursor=abc&x=1&limit=".into()));
+        assert_eq!(p.q.as_deref(), Some("the archive"));
+        assert_eq!(p.cursor.as_deref(), Some("abc"));
+        assert_eq!(p.query(50).map(|q| q.limit).ok(), Some(50));
+        let p = Params::parse(Some("limit=0".into()));
+        assert!(p.query(50).is_err());
+        let p = Params::parse(Some("limit=7&q=".into()));
+        assert_eq!(
+            p.query(50).map(|q| (q.limit, q.search)).ok(),
+            Some((7, None))
+        );
+        assert_eq!(
+            link("/clips", &[("q", Some("a&b c")), ("cursor", None)]),
+            "/clips?q=a%26b+c"
+        );
+    }
+}
