@@ -221,17 +221,7 @@ async fn drain(
 /// then let go. Reads stop when none is left; a completion kept meanwhile by another recorder
 /// is that recorder's to announce (or the next batch's).
 async fn announce(run: &mut Run, store: &dyn DataStore, sender: &dyn Sender) -> Result<(), Ended> {
-    let in_store = match (sender.sql_bus_id(), store.transactional_bus()) {
-        (Some(bus_id), Some(tx)) => match tx.holds_bus(bus_id).await {
-            Ok(true) => Some((bus_id, tx)),
-            Ok(false) => None,
-            Err(e) => {
-                tracing::debug!(error = %e, "could not tell where the bus lives");
-                None
-            }
-        },
-        _ => None,
-    };
+    let in_store = runner::in_store_bus(store, sender).await;
     loop {
         if let Some((bus_id, tx)) = in_store {
             let encode = |c: &EpisodeCompletion| encode_announcement(c.clone());

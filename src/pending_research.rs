@@ -120,17 +120,7 @@ async fn assign(
     let mut max_clips = config.max_clips.max(1);
     // Where the bus's queue lives in the datastore's database, leasing and publishing are one
     // transaction: no lease without its work item, no work item without its lease.
-    let in_store = match (sender.sql_bus_id(), store.transactional_bus()) {
-        (Some(bus_id), Some(tx)) => match tx.holds_bus(bus_id).await {
-            Ok(true) => Some((bus_id, tx)),
-            Ok(false) => None,
-            Err(e) => {
-                tracing::debug!(error = %e, "could not tell where the bus lives");
-                None
-            }
-        },
-        _ => None,
-    };
+    let in_store = runner::in_store_bus(store, sender).await;
     if in_store.is_some() {
         tracing::debug!("leasing and publishing in one transaction");
     }

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use datastore::{DataStore, DataStoreError};
+use datastore::{DataStore, DataStoreError, TransactionalBus};
 use futures::future::join_all;
-use messagebus::{BusError, Delivery, Receiver, SqlReceipt};
+use messagebus::{BusError, Delivery, Receiver, Sender, SqlReceipt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -154,6 +154,25 @@ pub(crate) async fn in_store_receipts(
             // Acknowledging after the commit is correct too, only not atomic.
             tracing::debug!(error = %e, "could not tell where the bus lives");
             Vec::new()
+        }
+    }
+}
+
+/// The datastore's transactional writes and the bus id, when `sender`'s queue is on the
+/// database bus in the datastore's own database (publishing can then share the datastore's
+/// transaction); else `None`.
+pub(crate) async fn in_store_bus<'a>(
+    store: &'a dyn DataStore,
+    sender: &'a dyn Sender,
+) -> Option<(&'a str, &'a dyn TransactionalBus)> {
+    let (bus_id, tx) = (sender.sql_bus_id()?, store.transactional_bus()?);
+    match tx.holds_bus(bus_id).await {
+        Ok(true) => Some((bus_id, tx)),
+        Ok(false) => None,
+        Err(e) => {
+            // Publishing after the commit is correct too, only not atomic.
+            tracing::debug!(error = %e, "could not tell where the bus lives");
+            None
         }
     }
 }
