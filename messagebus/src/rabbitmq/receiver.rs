@@ -523,13 +523,10 @@ impl RabbitAcker {
     /// Claims the delivery from its visibility timer; fails if the timer returned it first.
     fn claim(&self) -> Result<(), BusError> {
         if self.settled.swap(true, Ordering::SeqCst) {
-            return Err(BusError::Rejected {
-                message: format!(
-                    "a delivery from {:?} was held past the visibility timeout ({:?}) and \
-                     returned to the queue; it will be delivered again",
-                    self.queue, self.shared.config.visibility_timeout
-                ),
-                source: None,
+            // Held past the visibility timeout: the timer returned it to the queue, and it
+            // will be (or was) delivered again.
+            return Err(BusError::Stale {
+                message_id: self.message_id.clone(),
             });
         }
         self.timer.abort();
