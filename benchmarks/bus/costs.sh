@@ -40,16 +40,17 @@ VACUUM ANALYZE;
 SQL
 }
 
-run() { # $1: script; prints messages/s
-  local tps
+run() { # $1: script; prints messages/s (consumer_refresh: rows/s, one a transaction)
+  local tps b=$batch
+  [ "$1" = consumer_refresh ] && b=1
   tps=$(pgbench -n -M extended -c "$clients" -j 2 -T "$seconds" -D batch="$batch" \
         -f "$here/costs/$1.sql" "$url" 2>/dev/null | awk '/^tps/ {print $3; exit}')
-  awk -v t="$tps" -v b="$batch" 'BEGIN { printf "%.0f\n", t * b }'
+  awk -v t="$tps" -v b="$b" 'BEGIN { printf "%.0f\n", t * b }'
 }
 
 declare -A got
 variants=(claim_shipped claim_no_dead_letter claim_random_receipt claim_ceiling
-          send_notify send_no_notify consumer_refresh)
+          send_notify send_notify_after send_no_notify consumer_refresh)
 for r in $(seq "$rounds"); do
   for v in "${variants[@]}"; do
     case $v in
