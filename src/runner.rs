@@ -369,32 +369,45 @@ impl Run {
             deliveries.into_iter().for_each(Delivery::settled_elsewhere);
             return;
         }
-        let outcomes = join_all(deliveries.into_iter().map(|d| async move {
-            let message_id = d.message_id().to_string();
-            (message_id, d.ack().await)
-        }))
-        .await;
-        for (message_id, out) in outcomes {
-            if let Err(e) = out {
-                // Redelivered later; storing it again changes nothing.
-                tracing::warn!(%message_id, error = %e, "could not acknowledge");
-                self.errors.report(ArchivistError::Bus(e));
+        // One call for the batch (the database bus: one statement, each receipt checked).
+        let ids: Vec<String> = deliveries
+            .iter()
+            .map(|d| d.message_id().to_string())
+            .collect();
+        let outcomes = messagebus::ack_all(deliveries).await;
+        for (message_id, out) in ids.into_iter().zip(outcomes) {
+            match out {
+                Ok(()) => {}
+                // Held past its visibility: another delivery has it now and settles it, and
+                // storing it again changes nothing. Not a failure of this run.
+                Err(e @ BusError::Stale { .. }) => {
+                    tracing::warn!(%message_id, error = %e, "not acknowledged");
+                }
+                Err(e) => {
+                    // Redelivered later; storing it again changes nothing.
+                    tracing::warn!(%message_id, error = %e, "could not acknowledge");
+                    self.errors.report(ArchivistError::Bus(e));
+                }
             }
         }
     }
 
     /// Makes deliveries visible again for another try.
     pub(crate) async fn release_all(&mut self, deliveries: Vec<Delivery>) {
-        let outcomes = join_all(deliveries.into_iter().map(|d| async move {
-            let message_id = d.message_id().to_string();
-            (message_id, d.release().await)
-        }))
-        .await;
-        for (message_id, out) in outcomes {
+        let ids: Vec<String> = deliveries
+            .iter()
+            .map(|d| d.message_id().to_string())
+            .collect();
+        let outcomes = messagebus::release_all(deliveries).await;
+        for (message_id, out) in ids.into_iter().zip(outcomes) {
             match out {
                 Ok(()) => {
                     self.report.released += 1;
                     telemetry::count(telemetry::RELEASED, self.name, 1);
+                }
+                // Back on the queue already (its visibility ran out): nothing to release.
+                Err(e @ BusError::Stale { .. }) => {
+                    tracing::debug!(%message_id, error = %e, "not released");
                 }
                 Err(e) => {
                     // It comes back anyway when its visibility runs out.

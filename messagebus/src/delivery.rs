@@ -1,3 +1,4 @@
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -45,6 +46,141 @@ pub trait Acknowledger: Send + Sync {
     /// waits for it. The default does nothing: the message comes back when its visibility
     /// timeout runs out.
     fn abandoned(self: Box<Self>) {}
+
+    /// Where this delivery can be settled together with others of its adapter in one call
+    /// ([`ack_all`], [`release_all`]): deliveries whose settlers are the same `Arc` form one
+    /// batch. `None` (the default): settled one by one, concurrently.
+    fn batch(&self) -> Option<Arc<dyn BatchSettler>> {
+        None
+    }
+
+    /// This acknowledger as [`Any`], for its adapter's [`BatchSettler`] to take back; called
+    /// only where [`batch`](Self::batch) gave a settler. Adapters that batch return
+    /// `Some(self)`.
+    fn into_any(self: Box<Self>) -> Option<Box<dyn Any + Send>> {
+        None
+    }
+
+    /// Stops extending this delivery's visibility while it is held, without settling it: its
+    /// visibility runs out as if its holder had hung. For the conformance suite's stale
+    /// deliveries; the default does nothing (a bus without a heartbeat).
+    #[doc(hidden)]
+    fn stop_heartbeat(&mut self) {}
+}
+
+/// How [`ack_all`] and [`release_all`] settle a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settlement {
+    /// Remove the messages from the queue.
+    Ack,
+    /// Make the messages visible again now.
+    Release,
+}
+
+/// Settles many deliveries of one adapter in one call (the database bus: one statement).
+/// Implemented by adapters and reached through [`Acknowledger::batch`]; archivists call
+/// [`ack_all`] and [`release_all`].
+#[async_trait]
+pub trait BatchSettler: Send + Sync {
+    /// Settles each acknowledger (each from [`Acknowledger::into_any`] of a delivery whose
+    /// [`batch`](Acknowledger::batch) returned this settler) and returns one outcome per
+    /// acknowledger, in order: [`BusError::Stale`] for a delivery that can no longer settle
+    /// its message (it settled nothing), the batch's error for each where the batch failed.
+    async fn settle(
+        &self,
+        how: Settlement,
+        ackers: Vec<Box<dyn Any + Send>>,
+    ) -> Vec<Result<(), BusError>>;
+}
+
+/// Acknowledges every delivery, in as few calls as each bus allows, and returns one outcome
+/// per delivery, in order.
+///
+/// Like [`Delivery::ack`], each delivery owns its acknowledgement; this is the batch entry
+/// point. Deliveries of one bus go together: the database bus deletes a whole batch in one
+/// statement that checks each delivery's receipt, SQS sends `DeleteMessageBatch` requests of
+/// ten, the in-memory bus takes its lock once; others (RabbitMQ) acknowledge each delivery,
+/// all at once. Unlike [`Delivery::ack`], which lets a stale delivery pass quietly on
+/// most buses, a delivery that could no longer settle its message (its visibility ran out
+/// and the message went back to the queue, perhaps to another receiver) is reported as
+/// [`BusError::Stale`]; it settled nothing, and the rest of the batch settled regardless.
+pub async fn ack_all(deliveries: Vec<Delivery>) -> Vec<Result<(), BusError>> {
+    settle_all(deliveries, Settlement::Ack).await
+}
+
+/// Releases every delivery (visible again now), as [`ack_all`] acknowledges: one call per
+/// bus where it can (the database bus: one statement; SQS: `ChangeMessageVisibilityBatch`
+/// of ten), one outcome per delivery, stale ones reported as [`BusError::Stale`].
+pub async fn release_all(deliveries: Vec<Delivery>) -> Vec<Result<(), BusError>> {
+    settle_all(deliveries, Settlement::Release).await
+}
+
+/// One batch of [`settle_all`]: its settler, and the positions and acknowledgers in it.
+type Group = (Arc<dyn BatchSettler>, Vec<usize>, Vec<Box<dyn Any + Send>>);
+
+async fn settle_all(deliveries: Vec<Delivery>, how: Settlement) -> Vec<Result<(), BusError>> {
+    let n = deliveries.len();
+    let mut results: Vec<Option<Result<(), BusError>>> = (0..n).map(|_| None).collect();
+    let mut groups: Vec<Group> = Vec::new();
+    let mut singles: Vec<(usize, Box<dyn Acknowledger>)> = Vec::new();
+    for (i, mut d) in deliveries.into_iter().enumerate() {
+        let acker = match d.take_acker() {
+            Ok(a) => a,
+            Err(e) => {
+                results[i] = Some(Err(e));
+                continue;
+            }
+        };
+        let Some(settler) = acker.batch() else {
+            singles.push((i, acker));
+            continue;
+        };
+        let Some(any) = acker.into_any() else {
+            // An adapter that names a settler must hand its acknowledger over.
+            results[i] = Some(Err(BusError::Unsupported(
+                "the adapter named a batch settler but gave no acknowledger".into(),
+            )));
+            continue;
+        };
+        match groups.iter_mut().find(|g| Arc::ptr_eq(&g.0, &settler)) {
+            Some(g) => {
+                g.1.push(i);
+                g.2.push(any);
+            }
+            None => groups.push((settler, vec![i], vec![any])),
+        }
+    }
+    let batches =
+        futures::future::join_all(groups.into_iter().map(|(settler, at, ackers)| async move {
+            let expected = at.len();
+            let mut out = settler.settle(how, ackers).await;
+            // A settler must answer for each; one that did not settled nothing we know of.
+            out.resize_with(expected, || {
+                Err(BusError::unavailable("no outcome from the batch settler"))
+            });
+            (at, out)
+        }));
+    let one_by_one = futures::future::join_all(singles.into_iter().map(|(i, a)| async move {
+        let out = match how {
+            Settlement::Ack => a.ack().await,
+            Settlement::Release => a.release().await,
+        };
+        (i, out)
+    }));
+    let (batches, singles) = futures::future::join(batches, one_by_one).await;
+    for (at, out) in batches {
+        for (i, r) in at.into_iter().zip(out) {
+            results[i] = Some(r);
+        }
+    }
+    for (i, r) in singles {
+        results[i] = Some(r);
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or(Err(BusError::Closed)))
+        .collect()
 }
 
 /// One received message. It carries its own acknowledgement: call exactly one of
@@ -135,6 +271,17 @@ impl Delivery {
 }
 
 impl Delivery {
+    /// Stops the heartbeat for this delivery while it is still held, so that its visibility
+    /// runs out and another receiver can get the message: what a hung holder looks like.
+    /// For the conformance suite (feature `test-utils`).
+    #[cfg(any(test, feature = "test-utils"))]
+    #[doc(hidden)]
+    pub fn stop_heartbeat(&mut self) {
+        if let Some(acker) = self.acker.as_mut() {
+            acker.stop_heartbeat();
+        }
+    }
+
     /// Stops holding the delivery without settling it: the message comes back when its
     /// visibility timeout runs out, as a crashed holder's messages do (dropping it instead
     /// releases it where the bus can).

@@ -45,6 +45,14 @@ pub enum BusError {
     /// The bus was closed (the process is shutting down).
     #[error("bus closed")]
     Closed,
+    /// The delivery can no longer settle its message: its visibility ran out and the message
+    /// went back to the queue (perhaps already to another receiver, whose delivery settles
+    /// it). Nothing was done. Reported by the batch settlements ([`crate::ack_all`]).
+    #[error("stale delivery of message {message_id}: its visibility ran out before it was settled; nothing done")]
+    Stale {
+        /// The bus's id of the message.
+        message_id: String,
+    },
 }
 
 impl BusError {
@@ -59,7 +67,8 @@ impl BusError {
             | BusError::InvalidBody(_)
             | BusError::Rejected { .. }
             | BusError::Unsupported(_)
-            | BusError::Closed => false,
+            | BusError::Closed
+            | BusError::Stale { .. } => false,
         }
     }
 

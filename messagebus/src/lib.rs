@@ -9,7 +9,8 @@
 //!
 //! - `bus.rs`: the [`Bus`], [`Sender`] and [`Receiver`] traits, [`QueueStats`] and
 //!   [`DeadLetter`] (what [`Sender::peek_dead_letters`] shows).
-//! - `delivery.rs`: [`Delivery`] and the [`Acknowledger`] trait adapters implement for it.
+//! - `delivery.rs`: [`Delivery`] and the [`Acknowledger`] trait adapters implement for it;
+//!   [`ack_all`] and [`release_all`], a batch settled in one call per bus ([`BatchSettler`]).
 //! - `error.rs`: [`BusError`] and its [`BusError::is_retryable`] classification.
 //! - `fail_point.rs`: test-only points where a process stops or pauses (feature `fail-points`).
 //! - `memory.rs`: [`MemoryBus`], an in-process bus that behaves like a real queue
@@ -41,7 +42,9 @@ pub use bus::{
     dead_letter_queue_name, Bus, DeadLetter, QueueStats, Receiver, Sender, MAX_BODY_BYTES,
     REDRIVE_BATCH,
 };
-pub use delivery::{Acknowledger, Delivery, SqlReceipt};
+pub use delivery::{
+    ack_all, release_all, Acknowledger, BatchSettler, Delivery, Settlement, SqlReceipt,
+};
 pub use error::BusError;
 pub use fail_point::fail_point;
 pub use memory::{MemoryBus, MemoryBusConfig};

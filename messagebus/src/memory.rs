@@ -11,6 +11,7 @@
 //! All state sits behind one mutex, held only for short synchronous steps and never across an
 //! `await`; receivers wait on a per-queue [`Notify`] and on the next visibility expiry. Time is
 //! `tokio::time`, so tests can pause and advance it.
+use std::any::Any;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
@@ -24,8 +25,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::{
-    dead_letter_queue_name, Acknowledger, Bus, BusError, DeadLetter, Delivery, QueueStats,
-    Receiver, Sender, MAX_BODY_BYTES,
+    dead_letter_queue_name, Acknowledger, BatchSettler, Bus, BusError, DeadLetter, Delivery,
+    QueueStats, Receiver, Sender, Settlement, MAX_BODY_BYTES,
 };
 
 /// Settings of a [`MemoryBus`].
@@ -476,6 +477,7 @@ impl MemoryReceiver {
                     shared: Arc::clone(&self.shared),
                     queue: self.queue.clone(),
                     receipt,
+                    message_id: message.id.clone(),
                 }),
             ));
             q.in_flight.insert(receipt, message);
@@ -545,6 +547,51 @@ struct MemoryAcker {
     shared: Arc<Shared>,
     queue: String,
     receipt: u64,
+    message_id: String,
+}
+
+impl MemoryAcker {
+    /// Acknowledges or releases under the bus's lock, held by the caller; `Stale` when the
+    /// receipt is no longer in flight.
+    fn settle_locked(&self, state: &mut State, how: Settlement) -> Result<(), BusError> {
+        let action = match how {
+            Settlement::Ack => "ack",
+            Settlement::Release => "release",
+        };
+        let Some(message) = self.take_in_flight(state, action) else {
+            return Err(BusError::Stale {
+                message_id: self.message_id.clone(),
+            });
+        };
+        if how == Settlement::Release {
+            if let Some(q) = state.queues.get_mut(&self.queue) {
+                q.waiting.push_back(message);
+                q.notify.notify_waiters();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The whole batch under one taking of the lock.
+#[async_trait]
+impl BatchSettler for Shared {
+    async fn settle(
+        &self,
+        how: Settlement,
+        ackers: Vec<Box<dyn Any + Send>>,
+    ) -> Vec<Result<(), BusError>> {
+        let mut state = self.lock();
+        ackers
+            .into_iter()
+            .map(|a| match a.downcast::<MemoryAcker>() {
+                Ok(a) => a.settle_locked(&mut state, how),
+                Err(_) => Err(BusError::Unsupported(
+                    "not a delivery of this in-memory bus".into(),
+                )),
+            })
+            .collect()
+    }
 }
 
 impl MemoryAcker {
@@ -566,6 +613,14 @@ impl MemoryAcker {
 
 #[async_trait]
 impl Acknowledger for MemoryAcker {
+    fn batch(&self) -> Option<Arc<dyn BatchSettler>> {
+        Some(Arc::clone(&self.shared) as Arc<dyn BatchSettler>)
+    }
+
+    fn into_any(self: Box<Self>) -> Option<Box<dyn Any + Send>> {
+        Some(self)
+    }
+
     async fn ack(self: Box<Self>) -> Result<(), BusError> {
         let mut state = self.shared.lock();
         self.take_in_flight(&mut state, "ack");

@@ -29,7 +29,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::{dead_letter_queue_name, Bus, BusError, Delivery, Receiver, Sender, MAX_BODY_BYTES};
+use crate::{
+    ack_all as ack_batch, dead_letter_queue_name, release_all, Bus, BusError, Delivery, Receiver,
+    Sender, MAX_BODY_BYTES,
+};
 
 /// Settings applied when a test's queues are created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +85,9 @@ macro_rules! bus_conformance_tests {
             redrive_moves_dead_letters_back,
             redrive_counts_without_moving,
             redriven_message_starts_afresh,
+            batch_ack_removes,
+            batch_with_stale_settles_the_fresh,
+            batch_release_redelivers,
         );
     };
     (@cases $module:ident, $fresh:path; $($case:ident),* $(,)?) => {
@@ -831,5 +837,97 @@ where
     let second = receive_n(rx.as_ref(), 1).await.remove(0);
     assert_eq!(second.receive_count(), 2);
     second.ack().await.unwrap();
+    assert_counts(tx.as_ref(), (0, 0, 0)).await;
+}
+
+/// A batch acknowledged in one call ([`crate::ack_all`]) is gone, every outcome `Ok`.
+pub async fn batch_ack_removes<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (_bus, _queue, tx, rx) = setup(fresh, QueueSettings::default(), "batch_ack").await;
+    let bodies: Vec<Vec<u8>> = (0..25).map(|i| format!("b{i}").into_bytes()).collect();
+    tx.send_batch(bodies.clone()).await.unwrap();
+    let got = receive_n(rx.as_ref(), 25).await;
+    assert_eq!(body_set(&got), bodies.into_iter().collect());
+    let outcomes = ack_batch(got).await;
+    assert_eq!(outcomes.len(), 25);
+    for out in outcomes {
+        out.unwrap();
+    }
+    assert_counts(tx.as_ref(), (0, 0, 0)).await;
+    assert_empty(rx.as_ref()).await;
+    // An empty batch settles nothing and is no error.
+    assert!(ack_batch(Vec::new()).await.is_empty());
+}
+
+/// A batch holding a stale delivery (its visibility ran out and the message was received
+/// again) settles the fresh ones and reports the stale one as [`BusError::Stale`], in its
+/// place; the message stays with its new delivery, which settles it.
+pub async fn batch_with_stale_settles_the_fresh<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let settings = QueueSettings {
+        visibility_timeout: Duration::from_secs(3),
+        ..QueueSettings::default()
+    };
+    let (_bus, _queue, tx, rx) = setup(fresh, settings, "batch_stale").await;
+    tx.send(b"held too long".to_vec()).await.unwrap();
+    let mut old = receive_n(rx.as_ref(), 1).await.remove(0);
+    // Its holder hangs: nothing extends it, and it comes back after the visibility timeout.
+    old.stop_heartbeat();
+    let new = receive_n(rx.as_ref(), 1).await.remove(0);
+    assert_eq!(new.message_id(), old.message_id());
+    assert_eq!(new.receive_count(), 2);
+
+    let bodies: Vec<Vec<u8>> = (0..3).map(|i| format!("fresh{i}").into_bytes()).collect();
+    tx.send_batch(bodies).await.unwrap();
+    let mut batch = receive_n(rx.as_ref(), 3).await;
+    let stale_id = old.message_id().to_owned();
+    batch.insert(1, old);
+    let outcomes = ack_batch(batch).await;
+    assert_eq!(outcomes.len(), 4);
+    match &outcomes[1] {
+        Err(BusError::Stale { message_id }) => assert_eq!(message_id, &stale_id),
+        other => panic!("expected the stale delivery reported as Stale, got {other:?}"),
+    }
+    for (i, out) in outcomes.iter().enumerate() {
+        if i != 1 {
+            assert!(out.is_ok(), "a fresh delivery failed to settle: {out:?}");
+        }
+    }
+    // The fresh ones are gone; the message the stale one held is still in flight.
+    assert_counts(tx.as_ref(), (0, 1, 0)).await;
+    for out in ack_batch(vec![new]).await {
+        out.unwrap();
+    }
+    assert_counts(tx.as_ref(), (0, 0, 0)).await;
+}
+
+/// A batch released in one call ([`crate::release_all`]) is visible again at once, each
+/// message received again with its receive count 2.
+pub async fn batch_release_redelivers<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (_bus, _queue, tx, rx) = setup(fresh, QueueSettings::default(), "batch_release").await;
+    let bodies: Vec<Vec<u8>> = (0..12).map(|i| format!("r{i}").into_bytes()).collect();
+    tx.send_batch(bodies.clone()).await.unwrap();
+    let got = receive_n(rx.as_ref(), 12).await;
+    for out in release_all(got).await {
+        out.unwrap();
+    }
+    let again = receive_n(rx.as_ref(), 12).await;
+    assert_eq!(body_set(&again), bodies.into_iter().collect());
+    for d in &again {
+        assert_eq!(d.receive_count(), 2, "{d:?}");
+    }
+    for out in ack_batch(again).await {
+        out.unwrap();
+    }
     assert_counts(tx.as_ref(), (0, 0, 0)).await;
 }

@@ -622,7 +622,6 @@ mod ours {
 
     use anyhow::{bail, Context, Result};
     use async_trait::async_trait;
-    use futures::future::join_all;
     use messagebus::sql::{PgBus, SqlBusConfig, SqliteBus};
     use messagebus::{Bus, Receiver, Sender};
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -630,11 +629,12 @@ mod ours {
     use super::{pull, QUEUE};
     use crate::BenchQueue;
 
-    /// Receives one batch and acknowledges it as the archivists do (`join_all` of the acks).
+    /// Receives one batch and acknowledges it as the archivists do: `messagebus::ack_all`,
+    /// one statement for the batch, each receipt checked.
     async fn receive_ack_once(rx: &dyn Receiver, max: usize) -> Result<usize> {
         let ds = rx.receive(max, Duration::from_secs(1)).await?;
         let k = ds.len();
-        for r in join_all(ds.into_iter().map(|d| d.ack())).await {
+        for r in messagebus::ack_all(ds).await {
             r?;
         }
         Ok(k)

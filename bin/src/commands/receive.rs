@@ -23,8 +23,9 @@ struct DeadLetter<'a> {
     reason: Option<&'a str>,
 }
 
-/// Receives until `--max` messages were printed or `--wait` has passed. Each message is
-/// printed and flushed before it is acknowledged, so none is lost if printing fails.
+/// Receives until `--max` messages were printed or `--wait` has passed. Each batch is
+/// printed and flushed before it is acknowledged (in one call), so none is lost if printing
+/// fails.
 pub(crate) async fn run(
     config: &Config,
     token: &CancellationToken,
@@ -51,21 +52,32 @@ pub(crate) async fn run(
         if batch.is_empty() {
             break;
         }
-        for delivery in batch {
-            let line = if args.dead_letters {
-                dead_letter_line(&delivery)?
-            } else {
-                body_line(delivery.body())
-            };
-            {
-                let mut lock = out.lock();
+        // The whole batch printed and flushed, then acknowledged in one call; a delivery
+        // left unacknowledged by a failed print goes back to the queue.
+        {
+            let mut lock = out.lock();
+            for delivery in &batch {
+                let line = if args.dead_letters {
+                    dead_letter_line(delivery)?
+                } else {
+                    body_line(delivery.body())
+                };
                 writeln!(lock, "{line}")?;
-                lock.flush()?;
             }
-            delivery
-                .ack()
-                .await
-                .with_context(|| format!("cannot acknowledge a message from {source}"))?;
+            lock.flush()?;
+        }
+        for acked in messagebus::ack_all(batch).await {
+            match acked {
+                Ok(()) => {}
+                // Printed, but held past its visibility: it will be received again.
+                Err(e @ messagebus::BusError::Stale { .. }) => {
+                    tracing::warn!(error = %e, "printed but not acknowledged");
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e))
+                        .with_context(|| format!("cannot acknowledge a message from {source}"))
+                }
+            }
             taken += 1;
         }
         if wait == Duration::ZERO {

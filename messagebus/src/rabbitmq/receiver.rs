@@ -2,7 +2,8 @@
 //! first receive with that batch as its prefetch, and deliveries that carry their own
 //! acknowledgement and visibility timer.
 
-use std::collections::VecDeque;
+use std::any::Any;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -18,7 +19,7 @@ use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::{body_id, short, LocalCounts, Shared, REASON_HEADER};
-use crate::{Acknowledger, BusError, Delivery, Receiver};
+use crate::{Acknowledger, BatchSettler, BusError, Delivery, Receiver, Settlement};
 use lapin::options::QueueDeclareOptions;
 
 /// Takes messages off one queue of a [`RabbitBus`](super::RabbitBus). While it lives it
@@ -64,6 +65,19 @@ struct Consuming {
 /// earlier would return held deliveries to the queue).
 struct ChannelGuard {
     channel: Channel,
+    /// Delivery tags handed to this process on the channel whose settlement has not yet
+    /// gone out: a batch may acknowledge with `multiple` up to its highest tag only when
+    /// every tag up to it is its own (acknowledging someone else's twice would close the
+    /// channel, and with it every delivery held on it).
+    outstanding: Mutex<BTreeSet<u64>>,
+}
+
+impl ChannelGuard {
+    fn outstanding(&self) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
+        self.outstanding
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Drop for ChannelGuard {
@@ -168,7 +182,10 @@ impl Inner {
             )
             .await?;
         let tag = consumer.tag().to_string();
-        let guard = Arc::new(ChannelGuard { channel });
+        let guard = Arc::new(ChannelGuard {
+            channel,
+            outstanding: Mutex::new(BTreeSet::new()),
+        });
         self.buffer.broken.store(false, Ordering::SeqCst);
         self.buffer.unsettled.store(0, Ordering::SeqCst);
         let pump = tokio::spawn(pump(
@@ -228,7 +245,10 @@ impl Inner {
                 )
                 .await?;
             match got {
-                Some(m) => out.push(self.delivery(m.delivery, Arc::clone(guard), None)),
+                Some(m) => {
+                    guard.outstanding().insert(m.delivery.delivery_tag);
+                    out.push(self.delivery(m.delivery, Arc::clone(guard), None));
+                }
                 None => break,
             }
         }
@@ -274,6 +294,7 @@ impl Inner {
             let timeout = self.shared.config.visibility_timeout;
             let guard = Arc::clone(&guard);
             let unsettled = unsettled.clone();
+            let tag = d.delivery_tag;
             tokio::spawn(async move {
                 tokio::time::sleep(timeout).await;
                 if !settled.swap(true, Ordering::SeqCst) {
@@ -287,12 +308,14 @@ impl Inner {
                             multiple: false,
                         })
                         .await;
+                    guard.outstanding().remove(&tag);
                 }
                 drop(guard);
             })
             .abort_handle()
         };
         let acker = RabbitAcker {
+            tag: d.delivery_tag,
             shared: Arc::clone(&self.shared),
             queue: self.queue.clone(),
             counts: Arc::clone(&self.counts),
@@ -302,7 +325,7 @@ impl Inner {
             message_id: message_id.clone(),
             body: d.data.clone(),
             unsettled,
-            _guard: guard,
+            guard,
         };
         Delivery::new(d.data, message_id, receive_count, reason, Box::new(acker))
     }
@@ -354,6 +377,7 @@ async fn pump(
         match next {
             Ok(d) => {
                 let Some(guard) = guard.upgrade() else { break };
+                guard.outstanding().insert(d.delivery_tag);
                 counts.buffered.fetch_add(1, Ordering::SeqCst);
                 buffer.unsettled.fetch_add(1, Ordering::SeqCst);
                 buffer
@@ -506,6 +530,8 @@ impl Drop for RabbitReceiver {
 
 /// Settles one delivery; the visibility timer returns it if nothing else does first.
 struct RabbitAcker {
+    /// The delivery tag on its channel.
+    tag: u64,
     shared: Arc<Shared>,
     queue: String,
     counts: Arc<LocalCounts>,
@@ -516,20 +542,17 @@ struct RabbitAcker {
     body: Vec<u8>,
     /// The consumer's count of unsettled deliveries, for deliveries it pushed.
     unsettled: Option<Arc<AtomicU64>>,
-    _guard: Arc<ChannelGuard>,
+    guard: Arc<ChannelGuard>,
 }
 
 impl RabbitAcker {
     /// Claims the delivery from its visibility timer; fails if the timer returned it first.
     fn claim(&self) -> Result<(), BusError> {
         if self.settled.swap(true, Ordering::SeqCst) {
-            return Err(BusError::Rejected {
-                message: format!(
-                    "a delivery from {:?} was held past the visibility timeout ({:?}) and \
-                     returned to the queue; it will be delivered again",
-                    self.queue, self.shared.config.visibility_timeout
-                ),
-                source: None,
+            // Held past the visibility timeout: the timer returned it to the queue, and it
+            // will be (or was) delivered again.
+            return Err(BusError::Stale {
+                message_id: self.message_id.clone(),
             });
         }
         self.timer.abort();
@@ -552,6 +575,11 @@ impl RabbitAcker {
         }
     }
 
+    /// Its settlement has gone out: a batch may now cover its tag with `multiple`.
+    fn gone_out(&self) {
+        self.guard.outstanding().remove(&self.tag);
+    }
+
     async fn requeue(&self) -> Result<(), BusError> {
         let r = self
             .acker
@@ -569,12 +597,23 @@ impl Acknowledger for RabbitAcker {
     async fn ack(self: Box<Self>) -> Result<(), BusError> {
         self.claim()?;
         let r = self.acker.ack(BasicAckOptions::default()).await;
+        self.gone_out();
         self.outcome("acknowledge", r)
     }
 
     async fn release(self: Box<Self>) -> Result<(), BusError> {
         self.claim()?;
-        self.requeue().await
+        let out = self.requeue().await;
+        self.gone_out();
+        out
+    }
+
+    fn batch(&self) -> Option<Arc<dyn BatchSettler>> {
+        Some(Arc::clone(&self.guard) as Arc<dyn BatchSettler>)
+    }
+
+    fn into_any(self: Box<Self>) -> Option<Box<dyn Any + Send>> {
+        Some(self)
     }
 
     async fn dead_letter(self: Box<Self>, reason: &str) -> Result<(), BusError> {
@@ -586,9 +625,105 @@ impl Acknowledger for RabbitAcker {
         {
             // Not set aside: give it back rather than hold it until the channel closes.
             let _ = self.requeue().await;
+            self.gone_out();
             return Err(e);
         }
         let r = self.acker.ack(BasicAckOptions::default()).await;
+        self.gone_out();
         self.outcome("acknowledge", r)
+    }
+}
+
+/// Deliveries of one channel settled together: one `basic.ack` (or `basic.nack`) with
+/// `multiple` at the batch's highest tag when every tag up to it that this process holds
+/// is in the batch; otherwise each delivery's own, all at once.
+#[async_trait]
+impl BatchSettler for ChannelGuard {
+    async fn settle(
+        &self,
+        how: Settlement,
+        ackers: Vec<Box<dyn Any + Send>>,
+    ) -> Vec<Result<(), BusError>> {
+        let n = ackers.len();
+        let mut out: Vec<Option<Result<(), BusError>>> = (0..n).map(|_| None).collect();
+        let mut claimed: Vec<(usize, Box<RabbitAcker>)> = Vec::new();
+        for (i, a) in ackers.into_iter().enumerate() {
+            match a.downcast::<RabbitAcker>() {
+                Ok(a) => match a.claim() {
+                    Ok(()) => claimed.push((i, a)),
+                    Err(e) => out[i] = Some(Err(e)),
+                },
+                Err(_) => {
+                    out[i] = Some(Err(BusError::Unsupported(
+                        "not a delivery of this RabbitMQ channel".into(),
+                    )))
+                }
+            }
+        }
+        let ours: BTreeSet<u64> = claimed.iter().map(|(_, a)| a.tag).collect();
+        let top = ours.last().copied();
+        let multiple = claimed.len() > 1
+            && top.is_some_and(|top| self.outstanding().range(..=top).all(|t| ours.contains(t)));
+        let top_acker = claimed
+            .iter()
+            .find(|(_, a)| Some(a.tag) == top)
+            .map(|(_, a)| a);
+        match (multiple, top_acker) {
+            (true, Some(top)) => {
+                let (what, r) = match how {
+                    Settlement::Ack => (
+                        "acknowledge",
+                        top.acker.ack(BasicAckOptions { multiple: true }).await,
+                    ),
+                    Settlement::Release => (
+                        "release",
+                        top.acker
+                            .nack(BasicNackOptions {
+                                requeue: true,
+                                multiple: true,
+                            })
+                            .await,
+                    ),
+                };
+                let r = top.outcome(what, r);
+                {
+                    let mut outstanding = self.outstanding();
+                    for t in &ours {
+                        outstanding.remove(t);
+                    }
+                }
+                for (i, _) in &claimed {
+                    out[*i] = Some(match &r {
+                        Ok(()) => Ok(()),
+                        Err(e) if e.is_retryable() => Err(BusError::unavailable(e.to_string())),
+                        Err(e) => Err(BusError::Rejected {
+                            message: e.to_string(),
+                            source: None,
+                        }),
+                    });
+                }
+            }
+            _ => {
+                let each =
+                    futures::future::join_all(claimed.into_iter().map(|(i, a)| async move {
+                        let r = match how {
+                            Settlement::Ack => {
+                                let r = a.acker.ack(BasicAckOptions::default()).await;
+                                a.outcome("acknowledge", r)
+                            }
+                            Settlement::Release => a.requeue().await,
+                        };
+                        a.gone_out();
+                        (i, r)
+                    }))
+                    .await;
+                for (i, r) in each {
+                    out[i] = Some(r);
+                }
+            }
+        }
+        out.into_iter()
+            .map(|o| o.unwrap_or(Err(BusError::Closed)))
+            .collect()
     }
 }

@@ -34,6 +34,7 @@
 //! The SQL a program in another language runs to use these queues is in the README
 //! ("The database bus from other languages").
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
@@ -44,8 +45,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::{
-    dead_letter_queue_name, Acknowledger, Bus, BusError, DeadLetter, Delivery, QueueStats,
-    Receiver, Sender, SqlReceipt, MAX_BODY_BYTES,
+    dead_letter_queue_name, Acknowledger, BatchSettler, Bus, BusError, DeadLetter, Delivery,
+    QueueStats, Receiver, Sender, Settlement, SqlReceipt, MAX_BODY_BYTES,
 };
 
 #[cfg(feature = "postgres")]
@@ -133,10 +134,14 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     async fn send(&self, queue: &str, bodies: &[String]) -> Result<(), BusError>;
     /// Claims up to `max` visible rows of `queue`.
     async fn claim(&self, queue: &QueueRow, max: usize) -> Result<Claimed, BusError>;
-    /// Deletes the rows of these deliveries (id, receipt); a stale receipt deletes nothing.
-    async fn ack(&self, deliveries: &[(i64, i64)]) -> Result<(), BusError>;
+    /// Deletes the rows of these deliveries (id, receipt) in one statement; a stale receipt
+    /// deletes nothing. Whether each was deleted, in order.
+    async fn ack(&self, deliveries: &[(i64, i64)]) -> Result<Vec<bool>, BusError>;
     /// Makes the row visible now.
     async fn release(&self, id: i64, receipt: i64) -> Result<bool, BusError>;
+    /// Makes the rows of these deliveries visible now, in one statement (a new, empty
+    /// receipt each); a stale receipt releases nothing. Whether each was released, in order.
+    async fn release_batch(&self, deliveries: &[(i64, i64)]) -> Result<Vec<bool>, BusError>;
     /// Moves the row to `dead_letter_queue` with `reason`.
     async fn dead_letter(
         &self,
@@ -342,7 +347,8 @@ impl<D: Dialect> Shared<D> {
                 // Acknowledgements gathered, not yet deleted.
                 fail_point("bus-ack-batch").await;
                 let keys: Vec<(i64, i64)> = batch.iter().map(|(i, r, _)| (*i, *r)).collect();
-                let out = self.dialect.ack(&keys).await;
+                // A stale receipt deleted nothing: the message is its new holder's to settle.
+                let out = self.dialect.ack(&keys).await.map(drop);
                 for (_, _, waiter) in batch {
                     // The waiter may have given up (its future dropped): nothing to tell.
                     let _ = waiter.send(match &out {
@@ -353,6 +359,63 @@ impl<D: Dialect> Shared<D> {
             }
         }
         rx.await.unwrap_or(Err(BusError::Closed))
+    }
+
+    /// Settles a batch in one statement (see [`crate::ack_all`]).
+    async fn settle_batch(
+        &self,
+        how: Settlement,
+        ackers: Vec<Box<dyn Any + Send>>,
+    ) -> Vec<Result<(), BusError>> {
+        let mut out: Vec<Option<Result<(), BusError>>> = Vec::with_capacity(ackers.len());
+        let mut keys = Vec::with_capacity(ackers.len());
+        let mut at = Vec::with_capacity(ackers.len());
+        let mut queues: Vec<String> = Vec::new();
+        for a in ackers {
+            match a.downcast::<SqlAcker<D>>() {
+                Ok(mut a) => {
+                    at.push(out.len());
+                    out.push(None);
+                    keys.push(a.let_go());
+                    if !queues.contains(&a.queue.name) {
+                        queues.push(a.queue.name.clone());
+                    }
+                }
+                Err(_) => out.push(Some(Err(BusError::Unsupported(
+                    "not a delivery of this database bus".into(),
+                )))),
+            }
+        }
+        if !keys.is_empty() {
+            let done = match how {
+                Settlement::Ack => self.dialect.ack(&keys).await,
+                Settlement::Release => self.dialect.release_batch(&keys).await,
+            };
+            match done {
+                Ok(done) => {
+                    if how == Settlement::Release && done.iter().any(|&d| d) {
+                        queues.iter().for_each(|q| self.wake(q));
+                    }
+                    for ((i, (id, _)), settled) in at.iter().zip(&keys).zip(done) {
+                        out[*i] = Some(if settled {
+                            Ok(())
+                        } else {
+                            Err(BusError::Stale {
+                                message_id: id.to_string(),
+                            })
+                        });
+                    }
+                }
+                Err(e) => {
+                    for i in &at {
+                        out[*i] = Some(Err(shared_error(&e)));
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|o| o.unwrap_or(Err(BusError::Closed)))
+            .collect()
     }
 
     /// Extends the visibility of held deliveries that would otherwise come back soon.
@@ -836,6 +899,19 @@ impl<D: Dialect> Acknowledger for SqlAcker<D> {
         self.let_go();
     }
 
+    fn batch(&self) -> Option<Arc<dyn BatchSettler>> {
+        Some(Arc::clone(&self.shared) as Arc<dyn BatchSettler>)
+    }
+
+    fn into_any(self: Box<Self>) -> Option<Box<dyn Any + Send>> {
+        Some(self)
+    }
+
+    fn stop_heartbeat(&mut self) {
+        let key = (self.receipt.message_id, self.receipt.receipt);
+        self.shared.lock().held.remove(&key);
+    }
+
     fn abandoned(mut self: Box<Self>) {
         let (id, receipt) = self.let_go();
         // Outside a runtime nothing can be sent: the visibility timeout brings it back.
@@ -853,6 +929,25 @@ impl<D: Dialect> Acknowledger for SqlAcker<D> {
             }
         }));
     }
+}
+
+/// One statement per batch, each delivery's receipt checked: the database bus's fast path
+/// for [`crate::ack_all`] and [`crate::release_all`].
+#[async_trait]
+impl<D: Dialect> BatchSettler for Shared<D> {
+    async fn settle(
+        &self,
+        how: Settlement,
+        ackers: Vec<Box<dyn Any + Send>>,
+    ) -> Vec<Result<(), BusError>> {
+        self.settle_batch(how, ackers).await
+    }
+}
+
+/// Which of `keys` (id, receipt) are among `done`, in order.
+pub(crate) fn which_done(keys: &[(i64, i64)], done: &[(i64, i64)]) -> Vec<bool> {
+    let done: std::collections::HashSet<(i64, i64)> = done.iter().copied().collect();
+    keys.iter().map(|k| done.contains(k)).collect()
 }
 
 /// Milliseconds of `d`, for the schema's integer columns.

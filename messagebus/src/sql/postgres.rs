@@ -249,18 +249,36 @@ impl Dialect for Pg {
         Ok(claimed)
     }
 
-    async fn ack(&self, deliveries: &[(i64, i64)]) -> Result<(), BusError> {
+    async fn ack(&self, deliveries: &[(i64, i64)]) -> Result<Vec<bool>, BusError> {
         let (ids, receipts): (Vec<i64>, Vec<i64>) = deliveries.iter().copied().unzip();
-        sqlx::query(
+        let done: Vec<(i64, i64)> = sqlx::query_as(
             "DELETE FROM bus_messages m USING unnest($1::int8[], $2::int8[]) AS d (id, receipt)
-             WHERE m.id = d.id AND m.receipt = d.receipt",
+             WHERE m.id = d.id AND m.receipt = d.receipt
+             RETURNING m.id, m.receipt",
         )
         .bind(ids)
         .bind(receipts)
-        .execute(&self.pool)
+        .fetch_all(&self.pool)
         .await
         .map_err(|e| db_error("acknowledging", e))?;
-        Ok(())
+        Ok(super::which_done(deliveries, &done))
+    }
+
+    async fn release_batch(&self, deliveries: &[(i64, i64)]) -> Result<Vec<bool>, BusError> {
+        let (ids, receipts): (Vec<i64>, Vec<i64>) = deliveries.iter().copied().unzip();
+        // A new (no) receipt: a heartbeat already under way for the old one extends nothing.
+        let done: Vec<(i64, i64)> = sqlx::query_as(
+            "UPDATE bus_messages m SET visible_at = now(), receipt = 0
+             FROM unnest($1::int8[], $2::int8[]) AS d (id, receipt)
+             WHERE m.id = d.id AND m.receipt = d.receipt
+             RETURNING m.id, d.receipt",
+        )
+        .bind(ids)
+        .bind(receipts)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| db_error("releasing", e))?;
+        Ok(super::which_done(deliveries, &done))
     }
 
     async fn release(&self, id: i64, receipt: i64) -> Result<bool, BusError> {

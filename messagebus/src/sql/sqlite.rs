@@ -294,7 +294,7 @@ impl Dialect for Lite {
         Ok(claimed)
     }
 
-    async fn ack(&self, deliveries: &[(i64, i64)]) -> Result<(), BusError> {
+    async fn ack(&self, deliveries: &[(i64, i64)]) -> Result<Vec<bool>, BusError> {
         let pairs: Vec<[i64; 2]> = deliveries.iter().map(|&(i, r)| [i, r]).collect();
         let json =
             serde_json::to_string(&pairs).map_err(|e| BusError::unavailable(e.to_string()))?;
@@ -305,15 +305,52 @@ impl Dialect for Lite {
             .begin_with(BEGIN_SETTLING)
             .await
             .map_err(|e| db_error("acknowledging", e))?;
-        sqlx::query(
+        let done: Vec<(i64, i64)> = sqlx::query_as(
             "DELETE FROM bus_messages
-             WHERE (id, receipt) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
+             WHERE (id, receipt) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))
+             RETURNING id, receipt",
         )
         .bind(json)
-        .execute(&mut *tx)
+        .fetch_all(&mut *tx)
         .await
         .map_err(|e| db_error("acknowledging", e))?;
-        tx.commit().await.map_err(|e| db_error("acknowledging", e))
+        tx.commit()
+            .await
+            .map_err(|e| db_error("acknowledging", e))?;
+        Ok(super::which_done(deliveries, &done))
+    }
+
+    async fn release_batch(&self, deliveries: &[(i64, i64)]) -> Result<Vec<bool>, BusError> {
+        let pairs: Vec<[i64; 2]> = deliveries.iter().map(|&(i, r)| [i, r]).collect();
+        let json =
+            serde_json::to_string(&pairs).map_err(|e| BusError::unavailable(e.to_string()))?;
+        let mut tx = self
+            .pool
+            .begin_with(BEGIN_SETTLING)
+            .await
+            .map_err(|e| db_error("releasing", e))?;
+        // The receipts that match, read first: the update clears them (a new, empty receipt,
+        // so a heartbeat already under way for the old one extends nothing), and RETURNING
+        // shows only new values. One writer holds the file, so nothing changes between.
+        let done: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT id, receipt FROM bus_messages
+             WHERE (id, receipt) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
+        )
+        .bind(&json)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| db_error("releasing", e))?;
+        sqlx::query(
+            "UPDATE bus_messages SET visible_at = ?2, receipt = 0
+             WHERE (id, receipt) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
+        )
+        .bind(&json)
+        .bind(now_micros())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db_error("releasing", e))?;
+        tx.commit().await.map_err(|e| db_error("releasing", e))?;
+        Ok(super::which_done(deliveries, &done))
     }
 
     async fn release(&self, id: i64, receipt: i64) -> Result<bool, BusError> {

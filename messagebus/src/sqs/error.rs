@@ -181,6 +181,9 @@ pub(crate) fn duplicate(err: &BusError) -> BusError {
         BusError::Unsupported(m) => BusError::Unsupported(m.clone()),
         BusError::Timeout(d) => BusError::Timeout(*d),
         BusError::Closed => BusError::Closed,
+        BusError::Stale { message_id } => BusError::Stale {
+            message_id: message_id.clone(),
+        },
     }
 }
 

@@ -21,6 +21,8 @@ use super::receiver::ReceiverShared;
 struct Held {
     receipt: String,
     visible_until: Instant,
+    /// No longer extended (`Delivery::stop_heartbeat`, for tests of stale deliveries).
+    frozen: bool,
 }
 
 /// The messages a receiver's consumers hold.
@@ -39,6 +41,7 @@ impl HeldSet {
             Held {
                 receipt,
                 visible_until,
+                frozen: false,
             },
         );
         id
@@ -50,6 +53,19 @@ impl HeldSet {
     }
 
     /// How many messages are held.
+    /// Until when the held delivery `id` is invisible to others, as far as this process
+    /// knows (counted from a little before SQS did).
+    pub(crate) fn visible_until(&self, id: u64) -> Option<Instant> {
+        self.lock().get(&id).map(|h| h.visible_until)
+    }
+
+    /// Stops extending the held delivery `id`.
+    pub(crate) fn freeze(&self, id: u64) {
+        if let Some(h) = self.lock().get_mut(&id) {
+            h.frozen = true;
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
@@ -62,7 +78,7 @@ impl HeldSet {
     fn due(&self, horizon: Instant) -> Vec<(u64, String)> {
         self.lock()
             .iter()
-            .filter(|(_, h)| h.visible_until <= horizon)
+            .filter(|(_, h)| !h.frozen && h.visible_until <= horizon)
             .map(|(id, h)| (*id, h.receipt.clone()))
             .collect()
     }

@@ -432,8 +432,69 @@ struct SqsAcker {
     message_id: String,
 }
 
+impl SqsAcker {
+    /// Lets go of the delivery for a batch settlement: its receipt, unless its visibility
+    /// ran out by this process's clock (the heartbeat did not keep it), in which case SQS
+    /// may have handed it to another receiver: a stale receipt that SQS would still accept
+    /// for a delete, so it is not sent.
+    fn for_batch(self) -> Result<(Arc<ReceiverShared>, String), BusError> {
+        let SqsAcker {
+            guard,
+            receipt,
+            message_id,
+            ..
+        } = self;
+        let shared = guard.shared.clone();
+        let lapsed = shared
+            .held
+            .visible_until(guard.id)
+            .is_some_and(|until| until <= Instant::now());
+        drop(guard);
+        if lapsed {
+            return Err(BusError::Stale { message_id });
+        }
+        Ok((shared, receipt))
+    }
+}
+
+/// `DeleteMessageBatch` and `ChangeMessageVisibilityBatch` of ten: every entry is queued on
+/// the receiver's batcher at once, which sends them ten a request without lingering (no
+/// delivery of the receiver is left unsettled to wait for).
+#[async_trait]
+impl crate::BatchSettler for ReceiverShared {
+    async fn settle(
+        &self,
+        how: crate::Settlement,
+        ackers: Vec<Box<dyn std::any::Any + Send>>,
+    ) -> Vec<Result<(), BusError>> {
+        futures::future::join_all(ackers.into_iter().map(|a| async move {
+            let acker = a
+                .downcast::<SqsAcker>()
+                .map_err(|_| BusError::Unsupported("not a delivery of this SQS receiver".into()))?;
+            let (shared, receipt) = acker.for_batch()?;
+            match how {
+                crate::Settlement::Ack => shared.deleter.submit(receipt).await,
+                crate::Settlement::Release => release(&shared, receipt).await,
+            }
+        }))
+        .await
+    }
+}
+
 #[async_trait]
 impl Acknowledger for SqsAcker {
+    fn batch(&self) -> Option<Arc<dyn crate::BatchSettler>> {
+        Some(self.guard.shared.clone() as Arc<dyn crate::BatchSettler>)
+    }
+
+    fn into_any(self: Box<Self>) -> Option<Box<dyn std::any::Any + Send>> {
+        Some(self)
+    }
+
+    fn stop_heartbeat(&mut self) {
+        self.guard.shared.held.freeze(self.guard.id);
+    }
+
     async fn ack(self: Box<Self>) -> Result<(), BusError> {
         let SqsAcker { guard, receipt, .. } = *self;
         let shared = guard.shared.clone();
