@@ -387,6 +387,10 @@ impl<D: Dialect> Shared<D> {
             }
         }
         if !keys.is_empty() {
+            if how == Settlement::Ack {
+                // Acknowledgements gathered, not yet deleted (as in `ack`).
+                fail_point("bus-ack-batch").await;
+            }
             let done = match how {
                 Settlement::Ack => self.dialect.ack(&keys).await,
                 Settlement::Release => self.dialect.release_batch(&keys).await,
