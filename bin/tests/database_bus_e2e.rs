@@ -707,103 +707,6 @@ fn a_role_without_pg_control_system_is_warned_once() {
     );
 }
 
-/// Forwards to Postgres; when armed, the first COMMIT of a transaction that inserted a lease
-/// reaches the server, and its answer is swallowed and both ends cut: the lease is committed,
-/// the client hears only a broken connection. (The datastore's own test,
-/// `datastore/tests/postgres_commit_lost.rs`, cuts its COMMITs the same way.)
-struct LeaseCommitCutter {
-    port: u16,
-    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    cuts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl LeaseCommitCutter {
-    fn start(upstream: String) -> Self {
-        use std::io::{Read, Write};
-        use std::net::{Shutdown, TcpListener, TcpStream};
-        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-        use std::sync::Arc;
-
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let armed = Arc::new(AtomicBool::new(false));
-        let cuts = Arc::new(AtomicUsize::new(0));
-        let (a, c) = (armed.clone(), cuts.clone());
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
-                // Set once this connection's lease COMMIT went through: its answer is not
-                // forwarded.
-                let swallow = Arc::new(AtomicBool::new(false));
-                let (mut c_in, mut s_out) =
-                    (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let (armed, sw) = (a.clone(), swallow.clone());
-                std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    // This connection sent a lease's INSERT in the transaction now open.
-                    let mut leasing = false;
-                    loop {
-                        let n = match c_in.read(&mut buf) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        };
-                        let chunk = &buf[..n];
-                        if chunk.windows(18).any(|w| w == b"INSERT INTO leases") {
-                            leasing = true;
-                        }
-                        let commit = chunk.windows(7).any(|w| w == b"COMMIT\0");
-                        if commit && leasing && armed.swap(false, Ordering::SeqCst) {
-                            sw.store(true, Ordering::SeqCst);
-                        }
-                        if commit {
-                            leasing = false;
-                        }
-                        if s_out.write_all(chunk).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = s_out.shutdown(Shutdown::Both);
-                });
-                let (mut s_in, mut c_out) = (server, client);
-                let cuts = c.clone();
-                std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = match s_in.read(&mut buf) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        };
-                        if swallow.load(Ordering::SeqCst) {
-                            // The server answered the COMMIT: it is done. The client hears
-                            // nothing but a closed connection.
-                            cuts.fetch_add(1, Ordering::SeqCst);
-                            break;
-                        }
-                        if c_out.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = c_out.shutdown(Shutdown::Both);
-                    let _ = s_in.shutdown(Shutdown::Both);
-                });
-            }
-        });
-        LeaseCommitCutter { port, armed, cuts }
-    }
-
-    /// `url` through the proxy, in clear text (the proxy must see the COMMIT go by).
-    fn url(&self, url: &str) -> String {
-        let mut through = url::Url::parse(url).unwrap();
-        through.set_host(Some("127.0.0.1")).unwrap();
-        through.set_port(Some(self.port)).unwrap();
-        through.query_pairs_mut().append_pair("sslmode", "disable");
-        through.to_string()
-    }
-}
-
 /// The two-step route (the bus in an SQLite file, the datastore on Postgres): a lease whose
 /// COMMIT reached the server but whose answer was lost is published once, as the lease it is,
 /// not leased again. Every lease in the datastore has exactly one work item on the queue, and
@@ -848,17 +751,8 @@ fn a_lease_whose_commit_answer_was_lost_has_exactly_one_work_item() {
     common::archivist(dir.path(), &["episodes", "--once"], &direct).expect_code(0);
     common::archivist(dir.path(), &["clips", "--once"], &direct).expect_code(0);
 
-    let proxy = LeaseCommitCutter::start(
-        url::Url::parse(&db.url)
-            .map(|u| {
-                format!(
-                    "{}:{}",
-                    u.host_str().unwrap(),
-                    u.port_or_known_default().unwrap()
-                )
-            })
-            .unwrap(),
-    );
+    // Cuts the answer to the COMMIT of a transaction that inserted a lease.
+    let proxy = datastore::testing_pg::CommitCutter::start(&db.url, Some(b"INSERT INTO leases"));
     let through = proxy.url(&db.url);
     let mut cut = direct.to_vec();
     cut[0] = ("DATABASE_URL", through.as_str());

@@ -145,3 +145,114 @@ mod tests {
         assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
     }
 }
+
+/// A TCP proxy in front of Postgres that, when [`armed`](Self::armed), lets the next COMMIT
+/// (of a transaction that sent `marker`, if one is given) reach the server, then swallows the
+/// server's answer and cuts both ends: the transaction is committed and the client hears only
+/// a broken connection. For the tests of a commit whose outcome is unknown.
+#[derive(Debug)]
+pub struct CommitCutter {
+    port: u16,
+    /// Cut the next matching COMMIT's answer (disarms itself when it does).
+    pub armed: Arc<std::sync::atomic::AtomicBool>,
+    /// Answers cut so far.
+    pub cuts: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CommitCutter {
+    /// Forwards to the server of `url`. With `marker` (as `b"INSERT INTO leases"`), only the
+    /// COMMIT of a transaction that sent those bytes is cut; without, any COMMIT.
+    pub fn start(url: &str, marker: Option<&'static [u8]>) -> Self {
+        use std::io::{Read, Write};
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+        let upstream = {
+            let options = PgConnectOptions::from_str(url).unwrap();
+            format!("{}:{}", options.get_host(), options.get_port())
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(AtomicBool::new(false));
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let (a, c) = (armed.clone(), cuts.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                // Set once this connection's COMMIT went through: its answer is not forwarded.
+                let swallow = Arc::new(AtomicBool::new(false));
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (armed, sw) = (a.clone(), swallow.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    // Whether the transaction now open sent the marker.
+                    let mut marked = marker.is_none();
+                    loop {
+                        let n = match c_in.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let chunk = &buf[..n];
+                        if let Some(m) = marker {
+                            marked |= chunk.windows(m.len()).any(|w| w == m);
+                        }
+                        let commit = chunk.windows(7).any(|w| w == b"COMMIT\0");
+                        if commit && marked && armed.swap(false, Ordering::SeqCst) {
+                            sw.store(true, Ordering::SeqCst);
+                        }
+                        if commit {
+                            marked = marker.is_none();
+                        }
+                        if s_out.write_all(chunk).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_out.shutdown(Shutdown::Both);
+                });
+                let (mut s_in, mut c_out) = (server, client);
+                let cuts = c.clone();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match s_in.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if swallow.load(Ordering::SeqCst) {
+                            // The server answered the COMMIT: it is done. The client hears
+                            // nothing but a closed connection.
+                            cuts.fetch_add(1, Ordering::SeqCst);
+                            break;
+                        }
+                        if c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = c_out.shutdown(Shutdown::Both);
+                    let _ = s_in.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        CommitCutter { port, armed, cuts }
+    }
+
+    /// `url` through the proxy, in clear text (the proxy must see the COMMIT go by).
+    pub fn url(&self, url: &str) -> String {
+        let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(authority_end);
+        let user = authority
+            .rsplit_once('@')
+            .map(|(u, _)| format!("{u}@"))
+            .unwrap_or_default();
+        let sep = if tail.contains('?') { '&' } else { '?' };
+        format!(
+            "{scheme}://{user}127.0.0.1:{}{tail}{sep}sslmode=disable",
+            self.port
+        )
+    }
+}

@@ -7,118 +7,16 @@
 #![cfg(all(feature = "postgres", feature = "test-utils"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use chrono::Duration;
 use datastore::testing::{clip, episode, t0};
-use datastore::testing_pg::PgTestDb;
+use datastore::testing_pg::{CommitCutter, PgTestDb};
 use datastore::{DataStore, Lease, LeaseRequest, PgDataStore, TransactionalBus};
 use messagebus::sql::{PgBus, SqlBusConfig};
 use messagebus::testing::receive_n;
 use messagebus::Bus;
 use uuid::Uuid;
-
-/// Forwards to Postgres; when armed, the next COMMIT (a simple query) reaches the server, and
-/// its answer is swallowed and both ends cut.
-struct CommitCutter {
-    port: u16,
-    armed: Arc<AtomicBool>,
-    cuts: Arc<AtomicUsize>,
-}
-
-impl CommitCutter {
-    fn start(upstream: String) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let armed = Arc::new(AtomicBool::new(false));
-        let cuts = Arc::new(AtomicUsize::new(0));
-        let (a, c) = (armed.clone(), cuts.clone());
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
-                // Set once this connection's COMMIT went through: its answer is not forwarded.
-                let swallow = Arc::new(AtomicBool::new(false));
-                let (mut c_in, mut s_out) =
-                    (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let (armed, sw) = (a.clone(), swallow.clone());
-                std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = match c_in.read(&mut buf) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        };
-                        let chunk = &buf[..n];
-                        let commit = chunk.windows(7).any(|w| w == b"COMMIT\0");
-                        if commit && armed.swap(false, Ordering::SeqCst) {
-                            sw.store(true, Ordering::SeqCst);
-                        }
-                        if s_out.write_all(chunk).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = s_out.shutdown(Shutdown::Both);
-                });
-                let (mut s_in, mut c_out) = (server, client);
-                let cuts = c.clone();
-                std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = match s_in.read(&mut buf) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        };
-                        if swallow.load(Ordering::SeqCst) {
-                            // The server answered the COMMIT: it is done. The client hears
-                            // nothing but a closed connection.
-                            cuts.fetch_add(1, Ordering::SeqCst);
-                            break;
-                        }
-                        if c_out.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = c_out.shutdown(Shutdown::Both);
-                    let _ = s_in.shutdown(Shutdown::Both);
-                });
-            }
-        });
-        CommitCutter { port, armed, cuts }
-    }
-
-    /// `url` with its host and port replaced by the proxy's.
-    fn url(&self, url: &str) -> String {
-        let (scheme, rest) = url.split_once("://").unwrap();
-        let (auth_host, path) = rest.split_once('/').unwrap();
-        let auth = auth_host
-            .rsplit_once('@')
-            .map(|(a, _)| format!("{a}@"))
-            .unwrap_or_default();
-        // In clear text: the proxy must see the COMMIT go by.
-        let sep = if path.contains('?') { '&' } else { '?' };
-        format!(
-            "{scheme}://{auth}127.0.0.1:{}/{path}{sep}sslmode=disable",
-            self.port
-        )
-    }
-}
-
-fn host_port(url: &str) -> String {
-    let rest = url.split_once("://").unwrap().1;
-    let host = rest.split('/').next().unwrap();
-    let host = host.rsplit_once('@').map(|(_, h)| h).unwrap_or(host);
-    if host.contains(':') {
-        host.to_string()
-    } else {
-        format!("{host}:5432")
-    }
-}
 
 fn request() -> LeaseRequest {
     LeaseRequest {
@@ -145,7 +43,7 @@ async fn a_lease_whose_commit_was_lost_is_answered_once_never_leased_twice() {
     bus.create_queue("pending_research").await.unwrap();
     let bus_id = bus.migrate().await.unwrap();
 
-    let proxy = CommitCutter::start(host_port(db.url()));
+    let proxy = CommitCutter::start(db.url(), None);
     let store = PgDataStore::connect(&proxy.url(db.url())).await.unwrap();
 
     // Two-step path: lease, (the caller publishes afterwards).
