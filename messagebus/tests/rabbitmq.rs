@@ -198,3 +198,30 @@ async fn redrive_of_many_batches_moves_each_once() {
     }
     assert_counts(tx.as_ref(), (0, 0, 0)).await;
 }
+
+/// A receiver asked for one message takes one from the broker, never two. The consumer's
+/// credit used to be counted before its delivery was buffered: a receive that looked at the
+/// buffer in between saw the credit spent and nothing to hand out, took a second message by
+/// `basic.get`, and left the pushed one stranded in the buffer, unready at the broker (the
+/// redrive conformance case once counted one dead letter short for its whole patience).
+/// Rounds of fresh receivers on the dead-letter queue make the window likely; the broker's
+/// count of redrivable (ready) dead letters must fall by exactly one each round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_of_one_takes_exactly_one() {
+    use messagebus::dead_letter_queue_name;
+    use messagebus::testing::{assert_redrivable, dead_letter_all, receive_n, setup};
+    const N: u64 = 30;
+    let (bus, queue, tx, rx) = setup(fresh, QueueSettings::default(), "take_one").await;
+    let bodies: Vec<Vec<u8>> = (0..N).map(|i| format!("one{i}").into_bytes()).collect();
+    dead_letter_all(tx.as_ref(), rx.as_ref(), bodies, "poison").await;
+    assert_redrivable(bus.as_ref(), &queue, N).await;
+    let mut held = Vec::new();
+    for round in 1..N {
+        let dlq = bus.receiver(&dead_letter_queue_name(&queue)).await.unwrap();
+        held.extend(receive_n(dlq.as_ref(), 1).await);
+        assert_redrivable(bus.as_ref(), &queue, N - round).await;
+    }
+    for d in held {
+        d.ack().await.unwrap();
+    }
+}

@@ -227,6 +227,19 @@ impl Inner {
         out
     }
 
+    /// Whether the consumer holds a whole prefetch, all of it handed out: only then may
+    /// `basic.get` take more. A delivery still in the buffer means the next `take` has it
+    /// (taking another by `basic.get` would strand the buffered one, unready, with no
+    /// visibility clock, until the next receive).
+    fn credit_spent(&self, prefetch: u16) -> bool {
+        let buf = self
+            .buffer
+            .deliveries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        buf.is_empty() && self.buffer.unsettled.load(Ordering::SeqCst) >= u64::from(prefetch)
+    }
+
     /// Up to `max` messages by `basic.get`, for a receiver whose consumer has no credit left
     /// (it holds a whole prefetch of deliveries and asks for more).
     async fn get(
@@ -379,12 +392,15 @@ async fn pump(
                 let Some(guard) = guard.upgrade() else { break };
                 guard.outstanding().insert(d.delivery_tag);
                 counts.buffered.fetch_add(1, Ordering::SeqCst);
-                buffer.unsettled.fetch_add(1, Ordering::SeqCst);
-                buffer
+                // Counted under the buffer's lock, with the push: `credit_spent` must never
+                // see the credit taken and the delivery not yet buffered.
+                let mut buf = buffer
                     .deliveries
                     .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push_back((d, guard));
+                    .unwrap_or_else(PoisonError::into_inner);
+                buffer.unsettled.fetch_add(1, Ordering::SeqCst);
+                buf.push_back((d, guard));
+                drop(buf);
                 buffer.arrived.notify_one();
             }
             Err(e) => {
@@ -442,8 +458,7 @@ impl Receiver for RabbitReceiver {
             let Some(consuming) = slot.as_ref() else {
                 continue;
             };
-            let no_credit =
-                inner.buffer.unsettled.load(Ordering::SeqCst) >= u64::from(consuming.prefetch);
+            let no_credit = inner.credit_spent(consuming.prefetch);
             if no_credit {
                 let got = inner
                     .get(&consuming.guard.channel, &consuming.guard, max)
