@@ -104,6 +104,8 @@ pub(crate) struct Sources {
     pub(crate) store: Arc<dyn DataStore>,
     pub(crate) bus: BusSlot,
     pub(crate) queues: Vec<String>,
+    /// The work-item queue among them (the status page counts researchers on it).
+    pub(crate) work_items: String,
     /// The datastore and the bus as the page names them: URLs with credentials masked.
     pub(crate) datastore_shown: String,
     pub(crate) bus_shown: String,
@@ -133,6 +135,7 @@ impl Sources {
             store,
             bus: BusSlot::new(bus, redactor.clone()),
             queues: config.queues.all().iter().map(|q| q.to_string()).collect(),
+            work_items: config.queues.pending_research.clone(),
             datastore_shown: datastore::redact_url(&database_url),
             bus_shown,
             redactor,

@@ -70,7 +70,7 @@ pub(super) async fn page(State(app): State<Arc<App>>) -> Markup {
                 main {
                     (research_section(&counts, &samples))
                     (leases_section(&counts, &leases))
-                    (queues_section(&queues, app.sources.queues.get(2).map(String::as_str)))
+                    (queues_section(&queues, &app.sources.work_items))
                     (dead_letters_section(&queues))
                     (matches_section(&matches))
                 }
@@ -241,11 +241,11 @@ fn leases_section(counts: &Section<Counts>, leases: &Section<Vec<LeaseRow>>) -> 
 
 /// The queues' table; `pending` is the work items' queue (the third of `Sources::queues`,
 /// which lists them in pipeline order), for the note `status` shows too.
-fn queues_section(queues: &Section<Option<Queues>>, pending: Option<&str>) -> Markup {
+fn queues_section(queues: &Section<Option<Queues>>, pending: &str) -> Markup {
     let note = match queues {
         Ok(Some(Queues { views, .. })) => views
             .iter()
-            .find(|v| Some(v.depth.queue.as_str()) == pending)
+            .find(|v| v.depth.queue == pending)
             .and_then(|v| crate::commands::status::no_researcher_note(&v.depth)),
         _ => None,
     };
