@@ -5,7 +5,8 @@
 //! ```text
 //! scripts/bench-lifecycle.sh [--autovacuum on|off] [--diagnose] -- [small|reference|large]
 //!     [--points 10,50,90] [--repeats 5] [--streams 4] [--settle SECONDS]
-//!     [--outside-check] [--diagnose [CSV]] [--no-postgres] [--no-sqlite]
+//!     [--outside-check] [--diagnose [CSV]] [--compare-durable-leases]
+//!     [--no-postgres] [--no-sqlite]
 //! ```
 //!
 //! The script starts a throwaway PostgreSQL cluster with the server's default settings
@@ -51,6 +52,11 @@
 //! wrote meanwhile, the machine's load and the seconds since the last checkpoint started.
 //! Printed as a table comparing the slowest samples with the others and the rounds with each
 //! other, and every sample to CSV if a path is given.
+//!
+//! `--compare-durable-leases` (Postgres): each `lease_next` sample is paired with one through
+//! the same store whose lease commits wait for the WAL's sync, as they did before
+//! (`PgDataStore::with_durable_leases`), the two interleaved so that both see the same moments;
+//! the table gets a row for them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::VecDeque;
@@ -152,6 +158,8 @@ struct Life {
     active_leases: usize,
     streams: usize,
     style: Style,
+    /// `--compare-durable-leases`: the same store, its lease commits waiting for the sync.
+    durable: Option<Arc<dyn DataStore>>,
 }
 
 impl Life {
@@ -351,6 +359,8 @@ impl Life {
 #[derive(Default, Clone, Copy)]
 struct Round {
     lease_ms: Option<(f64, f64)>,
+    /// `--compare-durable-leases`: `lease_next` with its commit waiting for the sync.
+    lease_durable_ms: Option<(f64, f64)>,
     record_10_per_s: Option<f64>,
     record_10x4_per_s: Option<f64>,
     new_clip_ms: Option<(f64, f64)>,
@@ -487,42 +497,61 @@ async fn record_rate(life: &Arc<Life>, streams: usize) -> Option<f64> {
 }
 
 /// `lease_next`, `LEASE_SAMPLES` times, each followed (untimed) by finishing the oldest open
-/// item, so that the open count stays.
+/// item, so that the open count stays. With `--compare-durable-leases`, each sample is paired
+/// with one through the store whose lease commits wait for the sync (which goes first
+/// alternates): (as shipped, durable).
 async fn lease_round(
     life: &Arc<Life>,
     mut diag: Option<&mut Diagnosis>,
     label: &str,
     round: usize,
-) -> Option<(f64, f64)> {
-    let mut s = Vec::new();
-    for i in 0..LEASE_SAMPLES {
-        let now = life.clock.tick();
-        let before = match diag.as_deref_mut() {
-            Some(d) => Some(d.before().await),
-            None => None,
+) -> (Option<(f64, f64)>, Option<(f64, f64)>) {
+    let mut shipped = Vec::new();
+    let mut durable = Vec::new();
+    'samples: for i in 0..LEASE_SAMPLES {
+        let variants: &[bool] = match (&life.durable, i % 2) {
+            (None, _) => &[false],
+            (Some(_), 0) => &[false, true],
+            (Some(_), _) => &[true, false],
         };
-        let start = Instant::now();
-        let lease = life
-            .store
-            .lease_next(life.clock.request(now))
-            .await
-            .unwrap();
-        let elapsed = ms(start.elapsed());
-        s.push(elapsed);
-        let Some(lease) = lease else { break };
-        if let (Some(d), Some(before)) = (diag.as_deref_mut(), before) {
-            d.after(before, label, round, i, elapsed, &lease, now).await;
-        }
-        let oldest = {
-            let mut open = life.open.lock().await;
-            open.push_back(lease);
-            open.pop_front()
-        };
-        if let Some(oldest) = oldest {
-            life.complete(&oldest).await;
+        for &is_durable in variants {
+            let store = match (&life.durable, is_durable) {
+                (Some(d), true) => d,
+                _ => &life.store,
+            };
+            let now = life.clock.tick();
+            let before = match diag.as_deref_mut() {
+                Some(d) => Some(d.before().await),
+                None => None,
+            };
+            let start = Instant::now();
+            let lease = store.lease_next(life.clock.request(now)).await.unwrap();
+            let elapsed = ms(start.elapsed());
+            if is_durable {
+                durable.push(elapsed);
+            } else {
+                shipped.push(elapsed);
+            }
+            let Some(lease) = lease else {
+                break 'samples;
+            };
+            if let (Some(d), Some(before)) = (diag.as_deref_mut(), before) {
+                let variant = if is_durable { "durable" } else { "shipped" };
+                d.after(before, label, round, i, variant, elapsed, &lease, now)
+                    .await;
+            }
+            let oldest = {
+                let mut open = life.open.lock().await;
+                open.push_back(lease);
+                open.pop_front()
+            };
+            if let Some(oldest) = oldest {
+                life.complete(&oldest).await;
+            }
         }
     }
-    (!s.is_empty()).then(|| median_p95(s))
+    let stats = |s: Vec<f64>| (!s.is_empty()).then(|| median_p95(s));
+    (stats(shipped), stats(durable))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -559,16 +588,20 @@ async fn measure(
         r.status_ms = Some(median_p95(s));
 
         statement_times(pg, "").await;
-        r.lease_ms = lease_round(life, diag.as_deref_mut(), label, round + 1).await;
+        (r.lease_ms, r.lease_durable_ms) =
+            lease_round(life, diag.as_deref_mut(), label, round + 1).await;
         statement_times(pg, "lease_next").await;
 
         r.record_10_per_s = record_rate(life, 1).await;
         statement_times(pg, "record_results, one archivist").await;
         r.record_10x4_per_s = record_rate(life, 4).await;
         eprintln!(
-            "      round {}: lease {} ms, status {} ms, record {:.0}/s and {:.0}/s (x4)",
+            "      round {}: lease {} ms{}, status {} ms, record {:.0}/s and {:.0}/s (x4)",
             round + 1,
             pair(r.lease_ms),
+            r.lease_durable_ms
+                .map(|d| format!(" (durable commits {})", pair(Some(d))))
+                .unwrap_or_default(),
             pair(r.status_ms),
             r.record_10_per_s.unwrap_or(0.0),
             r.record_10x4_per_s.unwrap_or(0.0),
@@ -665,6 +698,9 @@ struct Sample {
     point: String,
     round: usize,
     i: usize,
+    /// "shipped", or "durable" (`--compare-durable-leases`: the lease commit waited for the
+    /// sync).
+    variant: &'static str,
     /// Wall-clock time, to line up with the server's log.
     at: String,
     ms: f64,
@@ -706,17 +742,18 @@ impl Sample {
         self.choose_ms + self.free_ms + self.insert_ms + self.other_ms
     }
 
-    const CSV_HEADER: &'static str = "point,round,i,at,ms,choose_ms,free_ms,insert_ms,\
+    const CSV_HEADER: &'static str = "point,round,i,variant,at,ms,choose_ms,free_ms,insert_ms,\
         other_ms,rest_ms,pairs,reclaimed,frontier_valid,frontier_rank,walk,vacuum,\
         dead_leased_pairs,dead_leases,dead_episodes,expired_holding,wal_bytes,probe_commit_ms,\
         load,since_checkpoint_s";
 
     fn csv(&self) -> String {
         format!(
-            "{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{},{},{},{},{},{},{:.0},{:.3},{:.2},{:.1}",
+            "{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{},{},{},{},{},{},{:.0},{:.3},{:.2},{:.1}",
             self.point,
             self.round,
             self.i,
+            self.variant,
             self.at,
             self.ms,
             self.choose_ms,
@@ -857,6 +894,7 @@ impl Diagnosis {
         point: &str,
         round: usize,
         i: usize,
+        variant: &'static str,
         ms: f64,
         lease: &Lease,
         now: DateTime<Utc>,
@@ -866,6 +904,7 @@ impl Diagnosis {
             point: point.into(),
             round,
             i,
+            variant,
             at: Utc::now().format("%H:%M:%S%.3f").to_string(),
             ms,
             pairs: lease.clips.len(),
@@ -915,9 +954,10 @@ impl Diagnosis {
         tables.dedup();
         s.vacuum = tables.join(" ");
         s.wal_bytes = lsn1 - lsn0;
-        // A transaction with an id: its commit writes a record and waits for the sync.
+        // A transaction that writes WAL (a transactional message, read by nobody): its commit
+        // waits for the sync. (One that only takes a transaction id does not.)
         let start = Instant::now();
-        sqlx::query("SELECT pg_current_xact_id()")
+        sqlx::query("SELECT pg_logical_emit_message(true, 'archivist-bench', '')")
             .execute(&self.pool)
             .await
             .unwrap();
@@ -958,7 +998,23 @@ fn diagnosis_report(title: &str, points: &[Point], target: Option<f64>) -> Strin
          | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     );
     for p in points.iter().filter(|p| !p.samples.is_empty()) {
-        let mut sorted = p.samples.clone();
+        // The groups are of the samples as shipped; the durable ones (if compared) get a row.
+        let shipped: Vec<Sample> = p
+            .samples
+            .iter()
+            .filter(|s| s.variant == "shipped")
+            .cloned()
+            .collect();
+        let durable: Vec<Sample> = p
+            .samples
+            .iter()
+            .filter(|s| s.variant == "durable")
+            .cloned()
+            .collect();
+        let mut sorted = shipped.clone();
+        if sorted.is_empty() {
+            continue;
+        }
         sorted.sort_by(|a, b| a.ms.total_cmp(&b.ms));
         let n = sorted.len();
         let tenth = (n / 10).max(1);
@@ -974,12 +1030,16 @@ fn diagnosis_report(title: &str, points: &[Point], target: Option<f64>) -> Strin
             let over: Vec<Sample> = sorted.iter().filter(|s| s.ms >= t).cloned().collect();
             groups.insert(0, (format!("≥ {t} ms"), over));
         }
-        let rounds = p.samples.iter().map(|s| s.round).max().unwrap_or(0);
+        let rounds = shipped.iter().map(|s| s.round).max().unwrap_or(0);
         for r in 1..=rounds {
             groups.push((
                 format!("round {r}"),
-                p.samples.iter().filter(|s| s.round == r).cloned().collect(),
+                shipped.iter().filter(|s| s.round == r).cloned().collect(),
             ));
+        }
+        if !durable.is_empty() {
+            groups.push(("all, as shipped".into(), shipped.clone()));
+            groups.push(("all, durable lease commits".into(), durable));
         }
         for (name, g) in groups {
             if g.is_empty() {
@@ -1045,6 +1105,7 @@ struct Plan<'a> {
 
 async fn live(
     store: Arc<dyn DataStore>,
+    durable: Option<Arc<dyn DataStore>>,
     pg: Option<PgPool>,
     plan: &Plan<'_>,
     mut diag: Option<Diagnosis>,
@@ -1075,6 +1136,7 @@ async fn live(
         active_leases: plan.size.active_leases as usize,
         streams: plan.streams,
         style: plan.style,
+        durable,
     });
     // The rounds' churn, seeded: the same run makes the same moments.
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x0c4e_c4ed);
@@ -1187,6 +1249,16 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
         t.as_ref().map(|t| t.lease_ms),
         |p| p.lease(),
     );
+    if points
+        .iter()
+        .any(|p| p.rounds.iter().any(|r| r.lease_durable_ms.is_some()))
+    {
+        time_row(
+            "— the same, each lease commit waiting for the sync (before), median · worst round median / p95 ms",
+            t.as_ref().map(|t| t.lease_ms),
+            |p| times_over(&p.rounds, |r| r.lease_durable_ms),
+        );
+    }
     time_row(
         "ingest one new clip, median · worst round median / p95 ms",
         t.as_ref().map(|t| t.new_clip_ms),
@@ -1244,7 +1316,15 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
     out.push('\n');
 
     // Every round's lease_next, for the spread.
-    out.push_str("\n`lease_next` in each round, median / p95 ms:\n\n| round |");
+    let compared = points
+        .iter()
+        .any(|p| p.rounds.iter().any(|r| r.lease_durable_ms.is_some()));
+    out.push_str(if compared {
+        "\n`lease_next` in each round, median / p95 ms (and with each lease commit waiting for \
+         the sync, interleaved):\n\n| round |"
+    } else {
+        "\n`lease_next` in each round, median / p95 ms:\n\n| round |"
+    });
     for p in points {
         out.push_str(&format!(" {} |", p.label));
     }
@@ -1256,9 +1336,16 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
     for r in 0..repeats {
         out.push_str(&format!("| {} |", r + 1));
         for p in points {
-            match p.rounds.get(r).and_then(|r| r.lease_ms) {
-                Some((m, p95)) => out.push_str(&format!(" {m:.2} / {p95:.2} |")),
-                None => out.push_str(" — |"),
+            let round = p.rounds.get(r);
+            match (
+                round.and_then(|r| r.lease_ms),
+                round.and_then(|r| r.lease_durable_ms),
+            ) {
+                (Some((m, p95)), None) => out.push_str(&format!(" {m:.2} / {p95:.2} |")),
+                (Some((m, p95)), Some((dm, dp))) => {
+                    out.push_str(&format!(" {m:.2} / {p95:.2} ({dm:.2} / {dp:.2}) |"))
+                }
+                _ => out.push_str(" — |"),
             }
         }
         out.push('\n');
@@ -1393,7 +1480,10 @@ fn main() {
                 } else {
                     None
                 };
-                let (pts, summary) = live(Arc::new(store), Some(pool.clone()), &plan, diag).await;
+                let durable = flag("--compare-durable-leases")
+                    .then(|| Arc::new(store.with_durable_leases()) as Arc<dyn DataStore>);
+                let (pts, summary) =
+                    live(Arc::new(store), durable, Some(pool.clone()), &plan, diag).await;
                 pool.close().await;
                 db.drop_now().await;
                 let table = report(
@@ -1410,7 +1500,7 @@ fn main() {
                 let dir = tempfile::tempdir().unwrap();
                 let url = format!("sqlite://{}", dir.path().join("life.db").display());
                 let store = SqliteDataStore::connect(&url).await.unwrap();
-                let (pts, summary) = live(Arc::new(store), None, &plan, None).await;
+                let (pts, summary) = live(Arc::new(store), None, None, &plan, None).await;
                 let table = report(&format!("SQLite: {head}"), size, &pts, &summary);
                 println!("{table}");
                 tables.push_str(&table);
