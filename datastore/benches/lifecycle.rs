@@ -5,7 +5,7 @@
 //! ```text
 //! scripts/bench-lifecycle.sh [--autovacuum on|off] [--diagnose] -- [small|reference|large]
 //!     [--points 10,50,90] [--repeats 5] [--streams 4] [--settle SECONDS]
-//!     [--outside-check] [--diagnose [CSV]] [--compare-durable-leases]
+//!     [--outside-check] [--diagnose [CSV]] [--compare-before]
 //!     [--no-postgres] [--no-sqlite]
 //! ```
 //!
@@ -53,10 +53,11 @@
 //! Printed as a table comparing the slowest samples with the others and the rounds with each
 //! other, and every sample to CSV if a path is given.
 //!
-//! `--compare-durable-leases` (Postgres): each `lease_next` sample is paired with one through
-//! the same store whose lease commits wait for the WAL's sync, as they did before
-//! (`PgDataStore::with_durable_leases`), the two interleaved so that both see the same moments;
-//! the table gets a row for them.
+//! `--compare-before` (Postgres): each `lease_next` sample is paired with one through the same
+//! database whose lease selections begin as they did before their transaction's settings
+//! (`PgDataStore::with_lease_transaction_as_before`, on a pool of its own: the commit waits for
+//! the WAL's sync, the planner may scan `leased_pairs` and `leases` sequentially), the two
+//! interleaved so that both see the same moments; the table gets a row for them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::VecDeque;
@@ -158,8 +159,8 @@ struct Life {
     active_leases: usize,
     streams: usize,
     style: Style,
-    /// `--compare-durable-leases`: the same store, its lease commits waiting for the sync.
-    durable: Option<Arc<dyn DataStore>>,
+    /// `--compare-before`: the same database, lease selections as before their settings.
+    before: Option<Arc<dyn DataStore>>,
 }
 
 impl Life {
@@ -359,8 +360,8 @@ impl Life {
 #[derive(Default, Clone, Copy)]
 struct Round {
     lease_ms: Option<(f64, f64)>,
-    /// `--compare-durable-leases`: `lease_next` with its commit waiting for the sync.
-    lease_durable_ms: Option<(f64, f64)>,
+    /// `--compare-before`: `lease_next` as before its transaction's settings.
+    lease_before_ms: Option<(f64, f64)>,
     record_10_per_s: Option<f64>,
     record_10x4_per_s: Option<f64>,
     new_clip_ms: Option<(f64, f64)>,
@@ -497,9 +498,9 @@ async fn record_rate(life: &Arc<Life>, streams: usize) -> Option<f64> {
 }
 
 /// `lease_next`, `LEASE_SAMPLES` times, each followed (untimed) by finishing the oldest open
-/// item, so that the open count stays. With `--compare-durable-leases`, each sample is paired
-/// with one through the store whose lease commits wait for the sync (which goes first
-/// alternates): (as shipped, durable).
+/// item, so that the open count stays. With `--compare-before`, each sample is paired with one
+/// through the store whose lease selections begin as before (which goes first alternates):
+/// (as shipped, as before).
 async fn lease_round(
     life: &Arc<Life>,
     mut diag: Option<&mut Diagnosis>,
@@ -507,15 +508,15 @@ async fn lease_round(
     round: usize,
 ) -> (Option<(f64, f64)>, Option<(f64, f64)>) {
     let mut shipped = Vec::new();
-    let mut durable = Vec::new();
+    let mut before_fix = Vec::new();
     'samples: for i in 0..LEASE_SAMPLES {
-        let variants: &[bool] = match (&life.durable, i % 2) {
+        let variants: &[bool] = match (&life.before, i % 2) {
             (None, _) => &[false],
             (Some(_), 0) => &[false, true],
             (Some(_), _) => &[true, false],
         };
-        for &is_durable in variants {
-            let store = match (&life.durable, is_durable) {
+        for &is_before in variants {
+            let store = match (&life.before, is_before) {
                 (Some(d), true) => d,
                 _ => &life.store,
             };
@@ -527,8 +528,8 @@ async fn lease_round(
             let start = Instant::now();
             let lease = store.lease_next(life.clock.request(now)).await.unwrap();
             let elapsed = ms(start.elapsed());
-            if is_durable {
-                durable.push(elapsed);
+            if is_before {
+                before_fix.push(elapsed);
             } else {
                 shipped.push(elapsed);
             }
@@ -536,7 +537,7 @@ async fn lease_round(
                 break 'samples;
             };
             if let (Some(d), Some(before)) = (diag.as_deref_mut(), before) {
-                let variant = if is_durable { "durable" } else { "shipped" };
+                let variant = if is_before { "before" } else { "shipped" };
                 d.after(before, label, round, i, variant, elapsed, &lease, now)
                     .await;
             }
@@ -551,7 +552,7 @@ async fn lease_round(
         }
     }
     let stats = |s: Vec<f64>| (!s.is_empty()).then(|| median_p95(s));
-    (stats(shipped), stats(durable))
+    (stats(shipped), stats(before_fix))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -588,7 +589,7 @@ async fn measure(
         r.status_ms = Some(median_p95(s));
 
         statement_times(pg, "").await;
-        (r.lease_ms, r.lease_durable_ms) =
+        (r.lease_ms, r.lease_before_ms) =
             lease_round(life, diag.as_deref_mut(), label, round + 1).await;
         statement_times(pg, "lease_next").await;
 
@@ -599,8 +600,8 @@ async fn measure(
             "      round {}: lease {} ms{}, status {} ms, record {:.0}/s and {:.0}/s (x4)",
             round + 1,
             pair(r.lease_ms),
-            r.lease_durable_ms
-                .map(|d| format!(" (durable commits {})", pair(Some(d))))
+            r.lease_before_ms
+                .map(|d| format!(" (as before {})", pair(Some(d))))
                 .unwrap_or_default(),
             pair(r.status_ms),
             r.record_10_per_s.unwrap_or(0.0),
@@ -698,8 +699,8 @@ struct Sample {
     point: String,
     round: usize,
     i: usize,
-    /// "shipped", or "durable" (`--compare-durable-leases`: the lease commit waited for the
-    /// sync).
+    /// "shipped", or "before" (`--compare-before`: the selection began as before its
+    /// transaction's settings).
     variant: &'static str,
     /// Wall-clock time, to line up with the server's log.
     at: String,
@@ -998,17 +999,17 @@ fn diagnosis_report(title: &str, points: &[Point], target: Option<f64>) -> Strin
          | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     );
     for p in points.iter().filter(|p| !p.samples.is_empty()) {
-        // The groups are of the samples as shipped; the durable ones (if compared) get a row.
+        // The groups are of the samples as shipped; those as before (if compared) get a row.
         let shipped: Vec<Sample> = p
             .samples
             .iter()
             .filter(|s| s.variant == "shipped")
             .cloned()
             .collect();
-        let durable: Vec<Sample> = p
+        let before: Vec<Sample> = p
             .samples
             .iter()
-            .filter(|s| s.variant == "durable")
+            .filter(|s| s.variant == "before")
             .cloned()
             .collect();
         let mut sorted = shipped.clone();
@@ -1037,9 +1038,9 @@ fn diagnosis_report(title: &str, points: &[Point], target: Option<f64>) -> Strin
                 shipped.iter().filter(|s| s.round == r).cloned().collect(),
             ));
         }
-        if !durable.is_empty() {
+        if !before.is_empty() {
             groups.push(("all, as shipped".into(), shipped.clone()));
-            groups.push(("all, durable lease commits".into(), durable));
+            groups.push(("all, as before".into(), before));
         }
         for (name, g) in groups {
             if g.is_empty() {
@@ -1105,7 +1106,7 @@ struct Plan<'a> {
 
 async fn live(
     store: Arc<dyn DataStore>,
-    durable: Option<Arc<dyn DataStore>>,
+    before: Option<Arc<dyn DataStore>>,
     pg: Option<PgPool>,
     plan: &Plan<'_>,
     mut diag: Option<Diagnosis>,
@@ -1136,7 +1137,7 @@ async fn live(
         active_leases: plan.size.active_leases as usize,
         streams: plan.streams,
         style: plan.style,
-        durable,
+        before,
     });
     // The rounds' churn, seeded: the same run makes the same moments.
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x0c4e_c4ed);
@@ -1251,12 +1252,12 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
     );
     if points
         .iter()
-        .any(|p| p.rounds.iter().any(|r| r.lease_durable_ms.is_some()))
+        .any(|p| p.rounds.iter().any(|r| r.lease_before_ms.is_some()))
     {
         time_row(
-            "— the same, each lease commit waiting for the sync (before), median · worst round median / p95 ms",
+            "— the same, as before (commit synced, sequential scans allowed), median · worst round median / p95 ms",
             t.as_ref().map(|t| t.lease_ms),
-            |p| times_over(&p.rounds, |r| r.lease_durable_ms),
+            |p| times_over(&p.rounds, |r| r.lease_before_ms),
         );
     }
     time_row(
@@ -1318,10 +1319,9 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
     // Every round's lease_next, for the spread.
     let compared = points
         .iter()
-        .any(|p| p.rounds.iter().any(|r| r.lease_durable_ms.is_some()));
+        .any(|p| p.rounds.iter().any(|r| r.lease_before_ms.is_some()));
     out.push_str(if compared {
-        "\n`lease_next` in each round, median / p95 ms (and with each lease commit waiting for \
-         the sync, interleaved):\n\n| round |"
+        "\n`lease_next` in each round, median / p95 ms (and as before, interleaved):\n\n| round |"
     } else {
         "\n`lease_next` in each round, median / p95 ms:\n\n| round |"
     });
@@ -1339,7 +1339,7 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
             let round = p.rounds.get(r);
             match (
                 round.and_then(|r| r.lease_ms),
-                round.and_then(|r| r.lease_durable_ms),
+                round.and_then(|r| r.lease_before_ms),
             ) {
                 (Some((m, p95)), None) => out.push_str(&format!(" {m:.2} / {p95:.2} |")),
                 (Some((m, p95)), Some((dm, dp))) => {
@@ -1476,14 +1476,21 @@ fn main() {
                     .unwrap();
                 eprintln!("== {}: Postgres, autovacuum {autovacuum}", size.name);
                 let diag = if diagnose {
-                    Some(Diagnosis::connect(options, diagnose_csv.as_deref()).await)
+                    Some(Diagnosis::connect(options.clone(), diagnose_csv.as_deref()).await)
                 } else {
                     None
                 };
-                let durable = flag("--compare-durable-leases")
-                    .then(|| Arc::new(store.with_durable_leases()) as Arc<dyn DataStore>);
+                let before = if flag("--compare-before") {
+                    // A pool of its own: generic plans keep the settings they were made under.
+                    let other = PgDataStore::connect_with(options.clone(), pool_options())
+                        .await
+                        .unwrap();
+                    Some(Arc::new(other.with_lease_transaction_as_before()) as Arc<dyn DataStore>)
+                } else {
+                    None
+                };
                 let (pts, summary) =
-                    live(Arc::new(store), durable, Some(pool.clone()), &plan, diag).await;
+                    live(Arc::new(store), before, Some(pool.clone()), &plan, diag).await;
                 pool.close().await;
                 db.drop_now().await;
                 let table = report(
