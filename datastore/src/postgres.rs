@@ -105,6 +105,9 @@ pub struct PgDataStore {
     pool: PgPool,
     /// The id of the database bus in this database, once seen (see [`TransactionalBus`]).
     bus_id: std::sync::Arc<tokio::sync::OnceCell<String>>,
+    /// How lease selections begin: [`BEGIN_LEASE`]. [`BEGIN_LEASE_BEFORE`] only for the
+    /// benchmark that measures what its settings save.
+    begin_lease: &'static str,
 }
 
 /// A work item to publish in the lease's transaction: queue and encoder.
@@ -172,6 +175,22 @@ impl PgDataStore {
         Self {
             pool,
             bus_id: Default::default(),
+            begin_lease: BEGIN_LEASE,
+        }
+    }
+
+    /// This store, but each lease selection's transaction begins as it did before
+    /// [`BEGIN_LEASE`]'s settings: its commit waits for the WAL's sync, and the planner may
+    /// scan `leased_pairs` and `leases` sequentially. For the benchmark that measures what the
+    /// settings save, in the same run; give it a pool of its own (a prepared statement's
+    /// generic plan, once made, keeps the settings it was planned under). Never for a store
+    /// anyone runs.
+    #[cfg(feature = "test-utils")]
+    #[doc(hidden)]
+    pub fn with_lease_transaction_as_before(&self) -> Self {
+        Self {
+            begin_lease: BEGIN_LEASE_BEFORE,
+            ..self.clone()
         }
     }
 
@@ -680,11 +699,48 @@ async fn upsert_once<T: Curated>(
 
 // ------------------------------------------------------------------------------------ leases
 
-/// Opens a lease selection: READ COMMITTED, then the advisory lock that serialises lease
-/// selection across every process, so that while one selection runs, the free pairs it reads
-/// cannot be leased by another. Released at COMMIT/ROLLBACK. Sent with BEGIN in one round trip
-/// (a constant, not a value: `lock_key_is_the_constant` checks it matches [`LEASE_LOCK_KEY`]).
-const BEGIN_LEASE: &str =
+/// Opens a lease selection: READ COMMITTED, the transaction's settings below, then the
+/// advisory lock that serialises lease selection across every process, so that while one
+/// selection runs, the free pairs it reads cannot be leased by another. Released at
+/// COMMIT/ROLLBACK. Sent with BEGIN in one round trip (a constant, not a value:
+/// `lock_key_is_the_constant` checks it matches [`LEASE_LOCK_KEY`]). The settings are `SET
+/// LOCAL`: they end with the transaction, and every other statement of the datastore runs with
+/// the server's.
+///
+/// `synchronous_commit = off`: the commit does not wait for the WAL's sync. The sync was the
+/// largest part of a selection on the benchmark's disk (2 to 3.5 ms per commit, 11 ms and more
+/// at its p95 while other work wrote to the disk, against about 2 ms for all of the
+/// selection's statements at 50% researched), and the advisory lock was held through it, so
+/// every other selection waited for it too. What a server crash can then lose is a lease
+/// committed in the moments before it (the WAL writer syncs within three `wal_writer_delay`s,
+/// 0.6 s by default), never a result: a lease lost so frees its pairs, which are leased again;
+/// its work item, if already published on another bus, is still researched, and its results
+/// are recorded like any result for an unknown lease (the first for a pair counts, a second is
+/// a duplicate). At worst, a work item researched twice. Published on the database bus in the
+/// same transaction, the work item is lost with its lease. Any later synchronous commit (a
+/// recorded batch, an upsert) syncs the lease with it.
+///
+/// `enable_seqscan = off`: every read of a selection is by key into a small working set, and
+/// `leased_pairs` and `leases` are queues (every lease inserts rows into both, recording
+/// deletes them). Between autovacuum's visits (a minute apart, `autovacuum_naptime`, which no
+/// table setting shortens) they fill with a minute of churn, and vacuum gives the space back to
+/// the table, not to the system: at 50% researched `leased_pairs` held 2,440 rows in 976 pages,
+/// its primary key in 1,361. Seeing few rows and an index as large as the heap, the planner
+/// judged a sequential scan about as cheap as the index, and FREE_CLIPS read the whole heap
+/// twice per selection (2,035 buffers, against 148 by the indexes), the choice moving with
+/// each autovacuum's statistics. Off is a penalty, not a prohibition: a table with no other
+/// path (the one-row `lease_frontier`) is still scanned, in a plan that then costs more than
+/// JIT compilation's thresholds, hence
+///
+/// `jit = off`: compiling READ_FRONTIER took 160 ms; no statement here runs long enough to
+/// gain from it.
+const BEGIN_LEASE: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; \
+     SET LOCAL synchronous_commit = off; SET LOCAL enable_seqscan = off; SET LOCAL jit = off; \
+     SELECT pg_advisory_xact_lock(7021784069121141107)";
+
+/// [`BEGIN_LEASE`] without its settings: see [`PgDataStore::with_lease_transaction_as_before`].
+#[cfg_attr(not(feature = "test-utils"), allow(dead_code))]
+const BEGIN_LEASE_BEFORE: &str =
     "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(7021784069121141107)";
 
 /// The most urgent episode with a free pair (fewer researched pairs plus pairs under unexpired
@@ -877,6 +933,7 @@ enum Selection {
 
 async fn lease_next_once(
     pool: &PgPool,
+    begin: &'static str,
     request: LeaseRequest,
     publish: Option<Publish<'_>>,
 ) -> Result<Selection, Failure> {
@@ -886,7 +943,7 @@ async fn lease_next_once(
     })?;
     let max_clips = i64::from(request.max_clips.max(1));
 
-    let mut tx = pool.begin_with(BEGIN_LEASE).await?;
+    let mut tx = pool.begin_with(begin).await?;
     // The clip count is bound as a value, so the walk in CHOOSE_EPISODE compares with a
     // constant.
     let (clip_count, generation, frontier_clips, p, d, i, id, made_already): FrontierRow =
@@ -1890,7 +1947,7 @@ impl PgDataStore {
             // Harmless: a try made again after a commit whose outcome was lost finds the
             // lease it made by its id (READ_FRONTIER) and answers with it.
             match retrying("lease_next", Replay::Harmless, || {
-                lease_next_once(&self.pool, request, publish)
+                lease_next_once(&self.pool, self.begin_lease, request, publish)
             })
             .await?
             {
@@ -2348,7 +2405,157 @@ mod tests {
 
     #[test]
     fn lock_key_is_the_constant() {
-        assert!(BEGIN_LEASE.ends_with(&format!("pg_advisory_xact_lock({LEASE_LOCK_KEY})")));
+        for begin in [BEGIN_LEASE, BEGIN_LEASE_BEFORE] {
+            assert!(begin.ends_with(&format!("pg_advisory_xact_lock({LEASE_LOCK_KEY})")));
+        }
+    }
+
+    /// Only the lease selection's own transaction has its settings (`SET LOCAL`, inside
+    /// BEGIN); `lease_transaction_settings_stay_in_it` checks the pool's connections.
+    #[test]
+    fn lease_settings_are_local_to_the_lease_transaction() {
+        assert!(BEGIN_LEASE.starts_with(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; \
+             SET LOCAL synchronous_commit = off; SET LOCAL enable_seqscan = off; \
+             SET LOCAL jit = off;"
+        ));
+        assert!(!BEGIN_LEASE_BEFORE.contains("SET"));
+        assert!(!BEGIN.contains("SET") && !BEGIN_RECORD.contains("synchronous_commit"));
+    }
+
+    /// `leased_pairs` and `leases` as autovacuum leaves them between its visits: a minute of
+    /// churn (here 100,000 pairs and 20,000 leases inserted and deleted), vacuumed, a few live
+    /// rows in a large heap with large indexes, the statistics saying so. A lease selection's
+    /// statements still read them by index: none of their plans scans either sequentially, and
+    /// none is compiled.
+    /// (Begun as before, the same statements do: the trap the setting avoids.)
+    #[tokio::test]
+    async fn lease_selection_reads_churned_queues_by_index() {
+        let (store, _db) = crate::testing_pg::fresh_pg_store().await;
+        let pool = store.pool();
+        for sql in [
+            "INSERT INTO episodes (title, date_aired, initial_date_curated, last_date_curated,
+                 curator_information, description, media_uri, media_type, priority)
+             SELECT 'e' || i, timestamptz '2020-01-01' + i * interval '1 day', now(), now(),
+                    'c', 'd', 'u' || i, 'mp3', 0
+             FROM generate_series(1, 200) AS i",
+            "INSERT INTO clips (title, initial_date_curated, last_date_curated,
+                 curator_information, description, media_uri, media_type, priority)
+             SELECT 'c' || i, now(), now(), 'c', 'd', 'u' || i, 'mp3', 0
+             FROM generate_series(1, 1000) AS i",
+            // The churn: 20,000 leases come and go, and pairs of every episode; the 50 open
+            // leases and their 2,500 pairs, written last, keep vacuum from cutting the heap
+            // short (as live rows anywhere in it do).
+            "INSERT INTO leases (id, episode_id, created_at, expires_at, held_pairs, duration)
+             SELECT gen_random_uuid(), 1 + i % 50, now(), now() + interval '1 hour', 0,
+                    interval '1 hour'
+             FROM generate_series(1, 20000) AS i",
+            "INSERT INTO leases (id, episode_id, created_at, expires_at, held_pairs, duration)
+             SELECT md5(i::text)::uuid, 1 + i / 10, now(), now() + interval '1 hour', 50,
+                    interval '1 hour'
+             FROM generate_series(0, 49) AS i",
+            "INSERT INTO leased_pairs (episode_id, clip_id, lease_id)
+             SELECT e, c, gen_random_uuid() FROM generate_series(1, 200) AS e,
+                    generate_series(501, 1000) AS c",
+            "INSERT INTO leased_pairs (episode_id, clip_id, lease_id)
+             SELECT 1 + i / 10, 1 + (i % 10) * 50 + c, md5(i::text)::uuid
+             FROM generate_series(0, 49) AS i, generate_series(0, 49) AS c",
+            "DELETE FROM leased_pairs WHERE clip_id > 500",
+            "DELETE FROM leases WHERE held_pairs = 0",
+            "VACUUM ANALYZE leased_pairs",
+            "ANALYZE leases",
+        ] {
+            sqlx::query(sql).execute(pool).await.unwrap();
+        }
+        let pages: i32 =
+            sqlx::query_scalar("SELECT relpages FROM pg_class WHERE relname = 'leased_pairs'")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        assert!(pages > 500, "the churn left {pages} pages");
+
+        async fn plans(pool: &PgPool, begin: &'static str) -> Vec<String> {
+            let now = Utc::now();
+            let top = top_of_urgency();
+            let mut tx = pool.begin_with(begin).await.unwrap();
+            let mut plans = Vec::new();
+            let explain = |sql: &str| format!("EXPLAIN {sql}");
+            let rows: Vec<String> = sqlx::query_scalar(&explain(CHOOSE_EPISODE))
+                .bind(now)
+                .bind(1000_i64)
+                .bind(top.0)
+                .bind(top.1)
+                .bind(top.2)
+                .bind(top.3)
+                .fetch_all(&mut *tx)
+                .await
+                .unwrap();
+            plans.push(rows.join("\n"));
+            let rows: Vec<String> = sqlx::query_scalar(&explain(FREE_CLIPS))
+                .bind(3_i64)
+                .bind(now)
+                .bind(50_i64)
+                .fetch_all(&mut *tx)
+                .await
+                .unwrap();
+            plans.push(rows.join("\n"));
+            let rows: Vec<String> = sqlx::query_scalar(&explain(TAKE_OVER))
+                .bind(3_i64)
+                .bind((1..=50).collect::<Vec<i64>>())
+                .bind(now)
+                .fetch_all(&mut *tx)
+                .await
+                .unwrap();
+            plans.push(rows.join("\n"));
+            let rows: Vec<String> = sqlx::query_scalar(&explain(READ_FRONTIER))
+                .bind(Uuid::new_v4())
+                .fetch_all(&mut *tx)
+                .await
+                .unwrap();
+            plans.push(rows.join("\n"));
+            let rows: Vec<String> = sqlx::query_scalar(&explain(MOVE_FRONTIER))
+                .bind(0_i64)
+                .bind(1000_i64)
+                .bind(top.0)
+                .bind(top.1)
+                .bind(top.2)
+                .bind(top.3)
+                .fetch_all(&mut *tx)
+                .await
+                .unwrap();
+            plans.push(rows.join("\n"));
+            let rows: Vec<String> = sqlx::query_scalar(&explain(INSERT_LEASE))
+                .bind(Uuid::new_v4())
+                .bind(3_i64)
+                .bind(now)
+                .bind(now)
+                .bind((1..=50).collect::<Vec<i64>>())
+                .fetch_all(&mut *tx)
+                .await
+                .unwrap();
+            plans.push(rows.join("\n"));
+            tx.rollback().await.unwrap();
+            plans
+        }
+        let scans = |plans: &[String]| {
+            plans
+                .iter()
+                .filter(|p| {
+                    p.contains("Seq Scan on leased_pairs") || p.contains("Seq Scan on leases")
+                })
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let shipped = plans(pool, BEGIN_LEASE).await;
+        assert!(scans(&shipped).is_empty(), "{:#?}", scans(&shipped));
+        // Nor is any compiled (JIT, which the penalty would otherwise bring on).
+        let compiled: Vec<_> = shipped.iter().filter(|p| p.contains("JIT:")).collect();
+        assert!(compiled.is_empty(), "{compiled:#?}");
+        let before = plans(pool, BEGIN_LEASE_BEFORE).await;
+        assert!(
+            !scans(&before).is_empty(),
+            "no sequential scan to avoid: {before:#?}"
+        );
     }
 
     #[test]

@@ -185,6 +185,65 @@ async fn operations_survive_all_connections_being_killed() {
     assert!(lease.is_some());
 }
 
+/// A lease selection's settings (a commit that does not wait for the WAL's sync, no
+/// sequential scans: `SET LOCAL` in its own transaction) stay in it: on a pool of one
+/// connection, the settings are the server's again after a lease and after a selection that
+/// found nothing, so the renewals, recordings and upserts that follow on that connection keep
+/// them.
+#[tokio::test]
+async fn lease_transaction_settings_stay_in_it() {
+    use datastore::testing::{clip, episode, result, t0};
+    let db = PgTestDb::create().await;
+    let store = db.store(1).await;
+    store.migrate().await.unwrap();
+    let setting = || async {
+        sqlx::query_as::<_, (String, String)>(
+            "SELECT current_setting('synchronous_commit'), current_setting('enable_seqscan')",
+        )
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+    };
+    let server = ("on".to_string(), "on".to_string());
+    assert_eq!(setting().await, server);
+    let request = || datastore::LeaseRequest {
+        max_clips: 5,
+        duration: chrono::Duration::hours(1),
+        now: t0(),
+        lease_id: uuid::Uuid::new_v4(),
+    };
+    // Nothing to lease: the selection commits empty-handed.
+    assert!(store.lease_next(request()).await.unwrap().is_none());
+    assert_eq!(setting().await, server);
+    store.upsert_episode(&episode(1)).await.unwrap();
+    store.upsert_clip(&clip(1)).await.unwrap();
+    let lease = store.lease_next(request()).await.unwrap().unwrap();
+    assert_eq!(setting().await, server);
+    store
+        .update_lease(lease.id, datastore::LeaseUpdate::Renew { now: t0() })
+        .await
+        .unwrap();
+    assert_eq!(setting().await, server);
+    let recorded = store
+        .record_results(&[result(lease.id, &episode(1), &clip(1), &[])])
+        .await
+        .unwrap();
+    assert_eq!(recorded, vec![datastore::RecordOutcome::Recorded]);
+    assert_eq!(setting().await, server);
+    // The lease was committed: another connection sees it (its one pair is recorded, so it
+    // holds none; it ends when revoked).
+    let other = db.store(1).await;
+    assert!(other
+        .update_lease(lease.id, datastore::LeaseUpdate::Revoke)
+        .await
+        .unwrap());
+    // The variant the benchmark compares with leaves them alone too.
+    let before = store.with_lease_transaction_as_before();
+    store.upsert_clip(&clip(2)).await.unwrap();
+    assert!(before.lease_next(request()).await.unwrap().is_some());
+    assert_eq!(setting().await, server);
+}
+
 async fn hold_connections(store: &PgDataStore) -> Vec<sqlx::pool::PoolConnection<sqlx::Postgres>> {
     let mut conns = Vec::new();
     for _ in 0..8 {
