@@ -461,6 +461,20 @@ impl Dialect for Lite {
             .map_err(|e| db_error("extending visibility", e))
     }
 
+    async fn waiting_up_to(&self, queue: &str, limit: u64) -> Result<u64, BusError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT 1 FROM bus_messages
+                                   WHERE queue = ?1 AND visible_at <= ?2 LIMIT ?3)",
+        )
+        .bind(queue)
+        .bind(now_micros())
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db_error("counting waiting messages", e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn inspect(
         &self,
         queue: &QueueRow,
