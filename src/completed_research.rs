@@ -1,12 +1,13 @@
 //! The completed-research archivist: drain `completed_research`, record results, renew or
 //! revoke leases, exit when the queue is empty.
 //!
-//! Per batch: set poison aside, update each lease the batch speaks of once (revoke it if any
-//! of its items says so, else renew it), record every result in one datastore call
-//! (idempotent: a redelivered result is a duplicate and changes nothing), dead-letter results
-//! for pairs the datastore does not know, and acknowledge the rest: in the recording
-//! transaction itself when the database bus lives in the datastore's database, else after it.
-//! A failure anywhere before means the whole batch comes back and is redone.
+//! Per batch: set poison aside, record every result and update each lease the batch speaks of
+//! once (revoke it if any of its items says so, else renew it) in one datastore call, one
+//! transaction on the SQL datastores (idempotent: a redelivered result is a duplicate and
+//! changes nothing), dead-letter results for pairs the datastore does not know, and
+//! acknowledge the rest: in the recording transaction itself when the database bus lives in
+//! the datastore's database, else after it. A failure anywhere before means the whole batch
+//! comes back and is redone.
 //!
 //! Announcing (optional, [`CompletedResearchConfig::announce`]): recording an episode's last
 //! pair keeps its completion in the datastore, in the recording transaction; after each batch
@@ -24,7 +25,7 @@
 //! way.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -100,8 +101,41 @@ pub fn start(
     )
 }
 
+/// Records a batch, updating its leases in the same call.
 struct Record<'s> {
     store: &'s dyn DataStore,
+    /// Lease id → whether the batch ends it.
+    leases: &'s BTreeMap<Uuid, bool>,
+    /// How many items the batch has: only a call with all of them updates the leases (the
+    /// one-by-one calls after a batch was rejected as poison do not).
+    batch: usize,
+    /// What each lease update answered, in `leases`' order, once a call made them.
+    updated: Mutex<Option<Vec<bool>>>,
+}
+
+impl Record<'_> {
+    /// The lease updates, as of now (a retry renews from its own time).
+    fn updates(&self) -> Vec<(Uuid, LeaseUpdate)> {
+        let now = Utc::now();
+        self.leases
+            .iter()
+            .map(|(&id, &revoke)| {
+                let update = if revoke {
+                    LeaseUpdate::Revoke
+                } else {
+                    LeaseUpdate::Renew { now }
+                };
+                (id, update)
+            })
+            .collect()
+    }
+
+    fn take_updated(&self) -> Option<Vec<bool>> {
+        self.updated
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
 }
 
 #[async_trait]
@@ -115,10 +149,25 @@ impl StoreBatch for Record<'_> {
         acks: &[SqlReceipt],
     ) -> Result<Vec<RecordOutcome>, DataStoreError> {
         let results: Vec<_> = items.iter().map(CompletedResearchItem::to_result).collect();
-        match self.store.transactional_bus() {
-            Some(tx) if !acks.is_empty() => tx.record_results_and_ack(&results, acks).await,
-            _ => self.store.record_results(&results).await,
+        let updates = if items.len() == self.batch {
+            self.updates()
+        } else {
+            Vec::new()
+        };
+        let (outcomes, updated) = match self.store.transactional_bus() {
+            Some(tx) if !acks.is_empty() => {
+                tx.record_results_and_ack(&results, &updates, acks).await?
+            }
+            _ => {
+                self.store
+                    .record_results_updating_leases(&results, &updates)
+                    .await?
+            }
+        };
+        if !updates.is_empty() {
+            *self.updated.lock().unwrap_or_else(PoisonError::into_inner) = Some(updated);
         }
+        Ok(outcomes)
     }
 
     fn datastore(&self) -> &dyn DataStore {
@@ -132,7 +181,6 @@ async fn drain(
     store: &dyn DataStore,
     config: &CompletedResearchConfig,
 ) -> Ended {
-    let op = Record { store };
     let batch_size = config.batch_size.max(1);
     let announcer = config.announce.as_deref();
     if let Some(sender) = announcer {
@@ -160,19 +208,32 @@ async fn drain(
         for (_, item) in &valid {
             *leases.entry(item.lease_id).or_default() |= item.revoke_lease;
         }
-        // Leases first: where results are acknowledged in the recording transaction, nothing
-        // may fail after it. Renewing before recording is harmless; revoking before is what
-        // a revoking item that overtakes its lease's other results does anyway (the lease
-        // keeps the pairs whose results are not recorded yet).
-        if let Err(stop) = update_leases(run, store, &leases).await {
-            run.release_all(valid.into_iter().map(|(d, _)| d).collect())
-                .await;
-            return stop;
-        }
+        // The leases are updated in the recording call (one transaction on the SQL
+        // datastores, after the results): where results are acknowledged in that
+        // transaction, nothing may fail after it.
+        let op = Record {
+            store,
+            leases: &leases,
+            batch: valid.len(),
+            updated: Mutex::new(None),
+        };
         let recorded = match run.store_batch(&op, valid).await {
             Ok(recorded) => recorded,
             Err(stop) => return stop,
         };
+        match op.take_updated() {
+            Some(updated) => count_lease_updates(run, &leases, &updated),
+            // The batch was rejected as poison and recorded one by one: its leases are
+            // updated now, as a batch that comes back would update them.
+            None if !leases.is_empty() => {
+                if let Err(stop) = update_leases(run, store, &leases).await {
+                    run.release_all(recorded.into_iter().map(|(d, _, _)| d).collect())
+                        .await;
+                    return stop;
+                }
+            }
+            None => {}
+        }
 
         let mut settled = Vec::with_capacity(recorded.len());
         let mut unknown = Vec::new();
@@ -312,6 +373,23 @@ pub(crate) fn encode_announcement(completion: EpisodeCompletion) -> Vec<u8> {
          past the limit"
     );
     body
+}
+
+/// Counts what the recording call's lease updates did.
+fn count_lease_updates(run: &mut Run, leases: &BTreeMap<Uuid, bool>, updated: &[bool]) {
+    for ((&lease_id, &revoke), &done) in leases.iter().zip(updated) {
+        match (done, revoke) {
+            (true, true) => {
+                run.report.leases_revoked += 1;
+                telemetry::leases("revoked", 1);
+            }
+            (true, false) => {
+                run.report.leases_renewed += 1;
+                telemetry::leases("renewed", 1);
+            }
+            (false, _) => tracing::debug!(%lease_id, revoke, "lease unknown, expired or ended"),
+        }
+    }
 }
 
 /// Renews or revokes each lease once. An unknown, expired or revoked lease is fine: the

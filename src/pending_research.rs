@@ -5,6 +5,11 @@
 //! researchers nor waiting items, lease the next work item and publish it. A lease that could
 //! not be published is cancelled at once ([`LeaseUpdate::Cancel`]) so that its pairs are free
 //! again.
+//!
+//! Optionally ([`PendingResearchConfig::hold_back`]), nothing is leased while the results
+//! researchers already sent wait in numbers on `completed_research`: work handed out faster
+//! than its results are recorded only lengthens that queue, and results that wait longer than
+//! their lease lets their pairs be leased and researched again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +24,24 @@ use crate::messages::{self, PendingResearchItem};
 use crate::runner::{self, Run};
 use crate::telemetry;
 use crate::{ArchivistError, ArchivistHandle, Ended, RetryError, RetryPolicy};
+
+/// Holding work back while results wait to be recorded.
+#[derive(Clone)]
+pub struct HoldBack {
+    /// The results queue (`completed_research`), looked at with [`Sender::waiting_at_least`].
+    pub results: Arc<dyn Sender>,
+    /// A run leases nothing while at least this many results wait on it.
+    pub max_waiting: u64,
+}
+
+impl std::fmt::Debug for HoldBack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HoldBack")
+            .field("results", &self.results.queue())
+            .field("max_waiting", &self.max_waiting)
+            .finish()
+    }
+}
 
 /// Settings of a work-assignment run.
 #[derive(Debug, Clone)]
@@ -35,6 +58,9 @@ pub struct PendingResearchConfig {
     pub start_jitter: Duration,
     /// Backoff for passing datastore and bus failures.
     pub retry: RetryPolicy,
+    /// When set, a run leases nothing while as many results as it says wait to be recorded.
+    /// `None` (the default): work is assigned by the capacity rule alone.
+    pub hold_back: Option<HoldBack>,
 }
 
 impl Default for PendingResearchConfig {
@@ -45,6 +71,7 @@ impl Default for PendingResearchConfig {
             researchers: None,
             start_jitter: Duration::from_secs(5),
             retry: RetryPolicy::default(),
+            hold_back: None,
         }
     }
 }
@@ -110,6 +137,26 @@ async fn assign(
     } else {
         researchers.saturating_sub(stats.waiting)
     };
+    if let Some(hold) = config.hold_back.as_ref().filter(|_| to_publish > 0) {
+        let backlog = match run
+            .retrying("inspect", BusError::is_retryable, || {
+                hold.results.waiting_at_least(hold.max_waiting)
+            })
+            .await
+        {
+            Ok(backlog) => backlog,
+            Err(RetryError::Cancelled(_)) => return Ended::Cancelled,
+            Err(RetryError::Failed(e)) => return Ended::Failed(ArchivistError::Bus(e)),
+        };
+        if backlog {
+            tracing::info!(
+                queue = hold.results.queue(),
+                max_waiting = hold.max_waiting,
+                "holding work back while results wait to be recorded"
+            );
+            return Ended::Finished;
+        }
+    }
     tracing::info!(
         queue = sender.queue(),
         researchers,

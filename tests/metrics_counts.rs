@@ -37,6 +37,7 @@ fn config() -> PendingResearchConfig {
         researchers: Some(2),
         start_jitter: Duration::ZERO,
         retry: RetryPolicy::within(Duration::from_secs(5)),
+        hold_back: None,
     }
 }
 

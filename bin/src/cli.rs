@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 // but empty (`ARCHIVIST_MAX_CLIPS=` in a compose file means "the default", as for the others).
 pub(crate) const DEFAULT_MAX_CLIPS: &str = "50";
 pub(crate) const DEFAULT_MAX_RECEIVES: &str = "5";
+pub(crate) const DEFAULT_MAX_RESULTS_WAITING: &str = "10000";
 pub(crate) const DEFAULT_EPISODES_QUEUE: &str = "curated_episodes";
 pub(crate) const DEFAULT_CLIPS_QUEUE: &str = "curated_clips";
 pub(crate) const DEFAULT_PENDING_RESEARCH_QUEUE: &str = "pending_research";
@@ -87,6 +88,17 @@ pub(crate) struct GlobalArgs {
         default_value = DEFAULT_MAX_CLIPS
     )]
     pub(crate) max_clips: String,
+
+    /// Results waiting on completed_research at which work assignment leases nothing until
+    /// they are recorded (0: no limit)
+    #[arg(
+        long,
+        env = "ARCHIVIST_MAX_RESULTS_WAITING",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_MAX_RESULTS_WAITING
+    )]
+    pub(crate) max_results_waiting: String,
 
     /// Receives before a message that keeps failing goes to the dead-letter queue
     #[arg(
@@ -591,7 +603,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
         &[
             DATASTORE,
             BUS,
-            &["pending_research_queue"],
+            &["pending_research_queue", "completed_research_queue"],
             LEASING,
             CONNECT,
             SHUTDOWN,
@@ -666,7 +678,13 @@ const QUEUES: &[&str] = &[
     "completed_research_queue",
     "announce_queue",
 ];
-const LEASING: &[&str] = &["researchers", "lease_duration", "max_clips", "start_jitter"];
+const LEASING: &[&str] = &[
+    "researchers",
+    "lease_duration",
+    "max_clips",
+    "max_results_waiting",
+    "start_jitter",
+];
 const CONNECT: &[&str] = &["connect_timeout"];
 const SHUTDOWN: &[&str] = &["shutdown_timeout"];
 const RETRY: &[&str] = &["retry_budget"];

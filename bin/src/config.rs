@@ -115,6 +115,8 @@ pub(crate) struct Config {
     /// Whether the lease length was given as `--lease-duration` (not from the environment).
     pub(crate) lease_on_command_line: bool,
     pub(crate) max_clips: u32,
+    /// Results waiting to be recorded at which work assignment holds back; 0: never.
+    pub(crate) max_results_waiting: u32,
     pub(crate) max_receives: u32,
     pub(crate) queues: Queues,
     pub(crate) connect_timeout: Duration,
@@ -227,6 +229,12 @@ impl Config {
             1,
             archivist::messages::MAX_CLIPS_PER_ITEM as u32,
         )?;
+        let max_results_waiting = number(
+            "ARCHIVIST_MAX_RESULTS_WAITING (--max-results-waiting)",
+            or_default(&args.max_results_waiting, cli::DEFAULT_MAX_RESULTS_WAITING),
+            0,
+            u32::MAX,
+        )?;
         let max_receives = number(
             "ARCHIVIST_MAX_RECEIVES (--max-receives)",
             or_default(&args.max_receives, cli::DEFAULT_MAX_RECEIVES),
@@ -319,6 +327,7 @@ impl Config {
             lease_duration,
             lease_on_command_line: false,
             max_clips,
+            max_results_waiting,
             max_receives,
             queues,
             connect_timeout,

@@ -67,9 +67,9 @@ pub use browse::{
 pub use connect::{connect, redact_url};
 pub use error::DataStoreError;
 pub use model::{
-    ClipInfo, ClipMatch, CompletionId, EpisodeCompletion, EpisodeInfo, EpisodeKey, FailureReason,
-    Lease, LeaseRequest, LeaseState, LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome,
-    ResearchResult, Status,
+    deserialize_time, serialize_time, ClipInfo, ClipMatch, CompletionId, EpisodeCompletion,
+    EpisodeInfo, EpisodeKey, FailureReason, Lease, LeaseRequest, LeaseState, LeaseSummary,
+    LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Status,
 };
 #[cfg(feature = "postgres")]
 pub use postgres::PgDataStore;

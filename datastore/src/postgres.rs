@@ -1110,6 +1110,63 @@ async fn existing_lease(
     }))
 }
 
+/// Renews lease $1 as of $2 (see [`update_lease_once`]).
+const RENEW: &str = "UPDATE leases SET expires_at = $2 + duration
+                     WHERE id = $1 AND expires_at > $2 AND NOT revoked";
+/// Marks lease $1 revoked; RETURNING what it still holds.
+const REVOKE: &str = "UPDATE leases SET revoked = true WHERE id = $1 AND NOT revoked
+                      RETURNING held_pairs";
+const DELETE_LEASE: &str = "DELETE FROM leases WHERE id = $1";
+/// Frees the pairs of lease $1, in key order.
+const CANCEL_PAIRS: &str = "DELETE FROM leased_pairs WHERE (episode_id, clip_id) IN (
+                                SELECT episode_id, clip_id FROM leased_pairs WHERE lease_id = $1
+                                ORDER BY episode_id, clip_id FOR UPDATE)";
+
+/// [`DataStore::update_lease`] inside the caller's transaction, after whatever it did to
+/// pairs (the lock order: episodes, pairs, leases).
+async fn update_lease_in(
+    conn: &mut sqlx::PgConnection,
+    lease_id: Uuid,
+    update: LeaseUpdate,
+) -> Result<bool, Failure> {
+    Ok(match update {
+        LeaseUpdate::Renew { now } => {
+            sqlx::query(RENEW)
+                .bind(lease_id)
+                .bind(now)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected()
+                > 0
+        }
+        LeaseUpdate::Revoke => {
+            let held: Option<i32> = sqlx::query_scalar(REVOKE)
+                .bind(lease_id)
+                .fetch_optional(&mut *conn)
+                .await?;
+            if held == Some(0) {
+                sqlx::query(DELETE_LEASE)
+                    .bind(lease_id)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            held.is_some()
+        }
+        LeaseUpdate::Cancel => {
+            sqlx::query(CANCEL_PAIRS)
+                .bind(lease_id)
+                .execute(&mut *conn)
+                .await?;
+            sqlx::query(DELETE_LEASE)
+                .bind(lease_id)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected()
+                > 0
+        }
+    })
+}
+
 async fn update_lease_once(
     pool: &PgPool,
     lease_id: Uuid,
@@ -1122,15 +1179,12 @@ async fn update_lease_once(
             // extended (what it still holds comes back when it expires). The row lock makes it
             // atomic with a concurrent takeover's decrement of held_pairs and with a revoke.
             // The lease keeps the length it was created with.
-            let renewed = sqlx::query(
-                "UPDATE leases SET expires_at = $2 + duration
-                 WHERE id = $1 AND expires_at > $2 AND NOT revoked",
-            )
-            .bind(lease_id)
-            .bind(now)
-            .execute(pool)
-            .await?
-            .rows_affected()
+            let renewed = sqlx::query(RENEW)
+                .bind(lease_id)
+                .bind(now)
+                .execute(pool)
+                .await?
+                .rows_affected()
                 > 0;
             Ok(renewed)
         }
@@ -1141,16 +1195,13 @@ async fn update_lease_once(
             // the row lock until it commits; READ COMMITTED then re-reads the row and RETURNING
             // gives the held_pairs it left. Recording that comes after sees `revoked` (it waits
             // for this row lock) and deletes the lease with its last pair itself.
-            let held: Option<i32> = sqlx::query_scalar(
-                "UPDATE leases SET revoked = true WHERE id = $1 AND NOT revoked
-                 RETURNING held_pairs",
-            )
-            .bind(lease_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+            let held: Option<i32> = sqlx::query_scalar(REVOKE)
+                .bind(lease_id)
+                .fetch_optional(&mut *tx)
+                .await?;
             if held == Some(0) {
                 // Every result is in, and no pair is left to delete with it.
-                sqlx::query("DELETE FROM leases WHERE id = $1")
+                sqlx::query(DELETE_LEASE)
                     .bind(lease_id)
                     .execute(&mut *tx)
                     .await?;
@@ -1162,15 +1213,11 @@ async fn update_lease_once(
             let mut tx = pool.begin_with(BEGIN).await?;
             // Pairs first, in key order, then the lease: the order recording and takeover
             // lock them in, so cancelling does not deadlock with them.
-            sqlx::query(
-                "DELETE FROM leased_pairs WHERE (episode_id, clip_id) IN (
-                     SELECT episode_id, clip_id FROM leased_pairs WHERE lease_id = $1
-                     ORDER BY episode_id, clip_id FOR UPDATE)",
-            )
-            .bind(lease_id)
-            .execute(&mut *tx)
-            .await?;
-            let cancelled = sqlx::query("DELETE FROM leases WHERE id = $1")
+            sqlx::query(CANCEL_PAIRS)
+                .bind(lease_id)
+                .execute(&mut *tx)
+                .await?;
+            let cancelled = sqlx::query(DELETE_LEASE)
                 .bind(lease_id)
                 .execute(&mut *tx)
                 .await?
@@ -1310,8 +1357,9 @@ fn prepare_batch(results: &[ResearchResult]) -> PreparedBatch<'_> {
 async fn record_results_once(
     pool: &PgPool,
     batch: &PreparedBatch<'_>,
+    leases: &[(Uuid, LeaseUpdate)],
     acks: &[SqlReceipt],
-) -> Result<Vec<RecordOutcome>, Failure> {
+) -> Result<(Vec<RecordOutcome>, Vec<bool>), Failure> {
     let results = batch.results;
     let mut tx = pool.begin_with(BEGIN_RECORD).await?;
 
@@ -1441,6 +1489,11 @@ async fn record_results_once(
                 .await?;
         }
     }
+    // The leases after the pairs and the leases recording touched: the lock order.
+    let mut updated = Vec::with_capacity(leases.len());
+    for &(lease_id, update) in leases {
+        updated.push(update_lease_in(&mut tx, lease_id, update).await?);
+    }
     if !acks.is_empty() {
         // Each result's delivery, unless its pair is unknown (that one is dead-lettered).
         let settle: Vec<SqlReceipt> = batch
@@ -1464,7 +1517,7 @@ async fn record_results_once(
             Ok(_) => RecordOutcome::Duplicate,
         })
         .collect();
-    Ok(batch
+    let outcomes = batch
         .first_of
         .iter()
         .enumerate()
@@ -1477,7 +1530,8 @@ async fn record_results_once(
                 RecordOutcome::Duplicate
             }
         })
-        .collect())
+        .collect();
+    Ok((outcomes, updated))
 }
 
 // ------------------------------------------------------------------------------------ reading
@@ -1659,7 +1713,15 @@ impl DataStore for PgDataStore {
     }
 
     async fn record_results(&self, results: &[ResearchResult]) -> Result<Vec<RecordOutcome>> {
-        self.record(results, &[]).await
+        Ok(self.record(results, &[], &[]).await?.0)
+    }
+
+    async fn record_results_updating_leases(
+        &self,
+        results: &[ResearchResult],
+        leases: &[(Uuid, LeaseUpdate)],
+    ) -> Result<(Vec<RecordOutcome>, Vec<bool>)> {
+        self.record(results, leases, &[]).await
     }
 
     async fn status(&self, now: DateTime<Utc>) -> Result<Status> {
@@ -1962,19 +2024,20 @@ impl PgDataStore {
         Ok(None)
     }
 
-    /// [`DataStore::record_results`], acknowledging in the same transaction the delivery
-    /// (`acks[i]`, if any) of each result not for an unknown pair.
+    /// [`DataStore::record_results_updating_leases`], acknowledging in the same transaction
+    /// the delivery (`acks[i]`, if any) of each result not for an unknown pair.
     async fn record(
         &self,
         results: &[ResearchResult],
+        leases: &[(Uuid, LeaseUpdate)],
         acks: &[SqlReceipt],
-    ) -> Result<Vec<RecordOutcome>> {
-        if results.is_empty() {
-            return Ok(Vec::new());
+    ) -> Result<(Vec<RecordOutcome>, Vec<bool>)> {
+        if results.is_empty() && leases.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
         }
         let batch = prepare_batch(results);
         retrying("record_results", Replay::Unsafe, || {
-            record_results_once(&self.pool, &batch, acks)
+            record_results_once(&self.pool, &batch, leases, acks)
         })
         .await
     }
@@ -2012,12 +2075,13 @@ impl TransactionalBus for PgDataStore {
     async fn record_results_and_ack(
         &self,
         results: &[ResearchResult],
+        leases: &[(Uuid, LeaseUpdate)],
         acks: &[SqlReceipt],
-    ) -> Result<Vec<RecordOutcome>> {
+    ) -> Result<(Vec<RecordOutcome>, Vec<bool>)> {
         if let Some(first) = acks.first() {
             crate::store::check_bus(self, &first.bus_id).await?;
         }
-        self.record(results, acks).await
+        self.record(results, leases, acks).await
     }
 
     async fn lease_next_and_publish(

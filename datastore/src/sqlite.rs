@@ -246,61 +246,23 @@ impl DataStore for SqliteDataStore {
     }
 
     async fn update_lease(&self, lease_id: Uuid, update: LeaseUpdate) -> Result<bool> {
-        match update {
-            LeaseUpdate::Renew { now } => {
-                // One statement (in a transaction of its own only to set its durability). A revoked
-                // lease is not extended: its remaining pairs come back when it expires. The
-                // lease keeps the length it was created with.
-                let (mut tx, _turn) = self.begin_immediate(false).await?;
-                let renewed = sqlx::query(
-                    "UPDATE leases SET expires_at = ?2 + duration_us \
-                     WHERE id = ?1 AND expires_at > ?2 AND revoked = 0",
-                )
-                .bind(lease_id)
-                .bind(micros(now))
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                tx.commit().await?;
-                Ok(renewed > 0)
-            }
-            LeaseUpdate::Revoke => {
-                // Reads what the mark left (held_pairs) before deciding to delete: one write
-                // transaction, so no recording can come between.
-                let (mut tx, _turn) = self.begin_immediate(false).await?;
-                let held: Option<i64> = sqlx::query_scalar(
-                    "UPDATE leases SET revoked = 1 WHERE id = ?1 AND revoked = 0 \
-                     RETURNING held_pairs",
-                )
-                .bind(lease_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if held == Some(0) {
-                    // Every result is in: nothing is left to wait for.
-                    sqlx::query("DELETE FROM leases WHERE id = ?1")
-                        .bind(lease_id)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                tx.commit().await?;
-                Ok(held.is_some())
-            }
-            LeaseUpdate::Cancel => {
-                // One statement; its leased_pairs rows go with it (ON DELETE CASCADE).
-                let (mut tx, _turn) = self.begin_immediate(false).await?;
-                let cancelled = sqlx::query("DELETE FROM leases WHERE id = ?1")
-                    .bind(lease_id)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                tx.commit().await?;
-                Ok(cancelled > 0)
-            }
-        }
+        // One transaction, durable, for any of the three.
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        let done = update_lease_in(&mut tx, lease_id, update).await?;
+        tx.commit().await?;
+        Ok(done)
     }
 
     async fn record_results(&self, results: &[ResearchResult]) -> Result<Vec<RecordOutcome>> {
-        self.record(results, &[]).await
+        Ok(self.record(results, &[], &[]).await?.0)
+    }
+
+    async fn record_results_updating_leases(
+        &self,
+        results: &[ResearchResult],
+        leases: &[(Uuid, LeaseUpdate)],
+    ) -> Result<(Vec<RecordOutcome>, Vec<bool>)> {
+        self.record(results, leases, &[]).await
     }
     async fn status(&self, now: DateTime<Utc>) -> Result<Status> {
         // One statement: one consistent snapshot.
@@ -493,6 +455,58 @@ impl DataStore for SqliteDataStore {
 /// deletes those of them left holding nothing that are revoked (all their results are in) or,
 /// with `expired_at`, that expired by then (they were taken over entirely). An unrevoked lease
 /// emptied by recording stays until it expires: its researcher may still renew or revoke it.
+/// [`DataStore::update_lease`] inside the caller's write transaction.
+async fn update_lease_in(
+    tx: &mut Transaction<'static, Sqlite>,
+    lease_id: Uuid,
+    update: LeaseUpdate,
+) -> Result<bool> {
+    match update {
+        LeaseUpdate::Renew { now } => {
+            // A revoked lease is not extended: its remaining pairs come back when it expires.
+            // The lease keeps the length it was created with.
+            let renewed = sqlx::query(
+                "UPDATE leases SET expires_at = ?2 + duration_us \
+                 WHERE id = ?1 AND expires_at > ?2 AND revoked = 0",
+            )
+            .bind(lease_id)
+            .bind(micros(now))
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+            Ok(renewed > 0)
+        }
+        LeaseUpdate::Revoke => {
+            // Reads what the mark left (held_pairs) before deciding to delete: one write
+            // transaction, so no recording can come between.
+            let held: Option<i64> = sqlx::query_scalar(
+                "UPDATE leases SET revoked = 1 WHERE id = ?1 AND revoked = 0 \
+                 RETURNING held_pairs",
+            )
+            .bind(lease_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+            if held == Some(0) {
+                // Every result is in: nothing is left to wait for.
+                sqlx::query("DELETE FROM leases WHERE id = ?1")
+                    .bind(lease_id)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            Ok(held.is_some())
+        }
+        LeaseUpdate::Cancel => {
+            // One statement; its leased_pairs rows go with it (ON DELETE CASCADE).
+            let cancelled = sqlx::query("DELETE FROM leases WHERE id = ?1")
+                .bind(lease_id)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+            Ok(cancelled > 0)
+        }
+    }
+}
+
 async fn release_pairs(
     tx: &mut Transaction<'static, Sqlite>,
     owners: &[Uuid],
@@ -918,226 +932,238 @@ impl SqliteDataStore {
         Ok(Some(lease))
     }
 
-    /// [`DataStore::record_results`], acknowledging in the same transaction the delivery
-    /// (`acks[i]`, if any) of each result not for an unknown pair.
+    /// [`DataStore::record_results_updating_leases`], acknowledging in the same transaction
+    /// the delivery (`acks[i]`, if any) of each result not for an unknown pair.
     async fn record(
         &self,
         results: &[ResearchResult],
+        leases: &[(Uuid, LeaseUpdate)],
         acks: &[SqlReceipt],
-    ) -> Result<Vec<RecordOutcome>> {
+    ) -> Result<(Vec<RecordOutcome>, Vec<bool>)> {
         if let Some(first) = acks.first() {
             crate::store::check_bus(self, &first.bus_id).await?;
         }
-        let mut outcomes = vec![RecordOutcome::UnknownEpisode; results.len()];
-        if results.is_empty() {
-            return Ok(outcomes);
+        if results.is_empty() && leases.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
         }
         let (mut tx, _turn) = self.begin_immediate(!acks.is_empty()).await?;
-
-        // Resolve identities to ids, each distinct one once, in one statement per kind.
-        let mut episode_keys: Vec<(&str, i64)> = Vec::new();
-        let mut episode_index: HashMap<(&str, i64), usize> = HashMap::new();
-        let mut clip_titles: Vec<&str> = Vec::new();
-        let mut clip_index: HashMap<&str, usize> = HashMap::new();
-        for r in results {
-            let key = (r.episode.title.as_str(), micros(r.episode.date_aired));
-            episode_index.entry(key).or_insert_with(|| {
-                episode_keys.push(key);
-                episode_keys.len() - 1
-            });
-            clip_index.entry(r.clip_title.as_str()).or_insert_with(|| {
-                clip_titles.push(r.clip_title.as_str());
-                clip_titles.len() - 1
-            });
+        let outcomes = record_in(&mut tx, results).await?;
+        let mut updated = Vec::with_capacity(leases.len());
+        for &(lease_id, update) in leases {
+            updated.push(update_lease_in(&mut tx, lease_id, update).await?);
         }
-        let episode_ids = resolve(
-            &mut tx,
-            "SELECT j.key, e.id FROM json_each(?1) j \
-             JOIN episodes e ON e.title = j.value ->> 0 AND e.date_aired = j.value ->> 1",
-            json_string(&episode_keys)?,
-            episode_keys.len(),
-        )
-        .await?;
-        let clip_ids = resolve(
-            &mut tx,
-            "SELECT j.key, c.id FROM json_each(?1) j JOIN clips c ON c.title = j.value",
-            json_string(&clip_titles)?,
-            clip_titles.len(),
-        )
-        .await?;
-
-        // Known pairs, first occurrence in the batch only; later ones are duplicates.
-        struct Candidate<'a> {
-            index: usize,
-            episode_id: i64,
-            clip_id: i64,
-            result: &'a ResearchResult,
-            offsets: String,
-        }
-        let mut seen = HashSet::new();
-        let mut candidates = Vec::new();
-        for (index, r) in results.iter().enumerate() {
-            let e = episode_index
-                .get(&(r.episode.title.as_str(), micros(r.episode.date_aired)))
-                .and_then(|&i| episode_ids[i]);
-            let c = clip_index
-                .get(r.clip_title.as_str())
-                .and_then(|&i| clip_ids[i]);
-            let (Some(episode_id), Some(clip_id)) = (e, c) else {
-                outcomes[index] = if e.is_none() {
-                    RecordOutcome::UnknownEpisode
-                } else {
-                    RecordOutcome::UnknownClip
-                };
-                continue;
-            };
-            if !seen.insert((episode_id, clip_id)) {
-                outcomes[index] = RecordOutcome::Duplicate;
-                continue;
-            }
-            candidates.push(Candidate {
-                index,
-                episode_id,
-                clip_id,
-                result: r,
-                offsets: json_string(&r.clip_offsets_ns)?,
-            });
-        }
-
-        // A success replaces a recorded failure: the failed row goes first (found through the
-        // partial index of failures, so a batch without any costs one empty index probe per
-        // episode), and the success is then inserted as new.
-        let mut replaced: HashMap<i64, i64> = HashMap::new();
-        let successes: Vec<[i64; 2]> = candidates
-            .iter()
-            .filter(|c| c.result.failure.is_none())
-            .map(|c| [c.episode_id, c.clip_id])
-            .collect();
-        if !successes.is_empty() {
-            let episodes: Vec<i64> = successes
-                .iter()
-                .map(|p| p[0])
-                .collect::<HashSet<_>>()
-                .into_iter()
-                .collect();
-            let gone: Vec<i64> = sqlx::query_scalar(
-                "DELETE FROM research_results \
-                 WHERE failure IS NOT NULL \
-                   AND episode_id IN (SELECT value FROM json_each(?1)) \
-                   AND (episode_id, clip_id) IN \
-                       (SELECT value ->> 0, value ->> 1 FROM json_each(?2)) \
-                 RETURNING episode_id",
-            )
-            .bind(json_ids(&episodes))
-            .bind(json_string(&successes)?)
-            .fetch_all(&mut *tx)
-            .await?;
-            for id in gone {
-                *replaced.entry(id).or_default() += 1;
-            }
-        }
-
-        // Insert; RETURNING names the pairs that were new.
-        let mut inserted: HashSet<(i64, i64)> = HashSet::new();
-        for chunk in candidates.chunks(MAX_BINDS / 11) {
-            let mut query = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO research_results (episode_id, clip_id, lease_id, research_date, \
-                 episode_duration_ns, episode_hash, clip_duration_ns, clip_hash, \
-                 clip_offsets_ns, matched, failure) ",
-            );
-            query.push_values(chunk, |mut row, c| {
-                row.push_bind(c.episode_id)
-                    .push_bind(c.clip_id)
-                    .push_bind(c.result.lease_id)
-                    .push_bind(micros(c.result.research_date))
-                    .push_bind(c.result.episode_duration_ns)
-                    .push_bind(&c.result.episode_hash)
-                    .push_bind(c.result.clip_duration_ns)
-                    .push_bind(&c.result.clip_hash)
-                    .push_bind(&c.offsets)
-                    .push_bind(c.result.failure.is_none() && !c.result.clip_offsets_ns.is_empty())
-                    .push_bind(c.result.failure.as_deref());
-            });
-            query.push(
-                " ON CONFLICT (episode_id, clip_id) DO NOTHING RETURNING episode_id, clip_id",
-            );
-            let rows = query.build().fetch_all(&mut *tx).await?;
-            for row in rows {
-                inserted.insert((row.try_get(0)?, row.try_get(1)?));
-            }
-        }
-
-        // Count the new results per episode and free their pairs from whatever lease holds them.
-        // (researched, matched, failed) per episode; a replaced failure is one pair less
-        // recorded and one less failed.
-        let mut per_episode: HashMap<i64, (i64, i64, i64)> =
-            replaced.iter().map(|(id, n)| (*id, (-n, 0, -n))).collect();
-        let mut recorded_pairs = Vec::new();
-        for c in &candidates {
-            if inserted.contains(&(c.episode_id, c.clip_id)) {
-                outcomes[c.index] = RecordOutcome::Recorded;
-                let entry = per_episode.entry(c.episode_id).or_default();
-                let failed = c.result.failure.is_some();
-                entry.0 += 1;
-                entry.1 += i64::from(!failed && !c.result.clip_offsets_ns.is_empty());
-                entry.2 += i64::from(failed);
-                recorded_pairs.push([c.episode_id, c.clip_id]);
-            } else {
-                outcomes[c.index] = RecordOutcome::Duplicate;
-            }
-        }
-        if recorded_pairs.is_empty() {
-            ack_recorded(&mut tx, acks, &outcomes).await?;
-            tx.commit().await?;
-            return Ok(outcomes);
-        }
-        let counts: Vec<[i64; 4]> = per_episode
-            .iter()
-            .map(|(id, (researched, matched, failed))| [*id, *researched, *matched, *failed])
-            .collect();
-        let now_counted: Vec<(i64, i64)> = sqlx::query_as(
-            "UPDATE episodes \
-             SET researched_count = researched_count + (j.value ->> 1), \
-                 matched_count = matched_count + (j.value ->> 2), \
-                 failed_count = failed_count + (j.value ->> 3) \
-             FROM json_each(?1) j WHERE episodes.id = j.value ->> 0 \
-             RETURNING id, researched_count",
-        )
-        .bind(json_string(&counts)?)
-        .fetch_all(&mut *tx)
-        .await?;
-        // Per episode, the latest research among the batch's new results: when it completed,
-        // if it did.
-        let mut latest: HashMap<i64, i64> = HashMap::new();
-        for c in candidates
-            .iter()
-            .filter(|c| inserted.contains(&(c.episode_id, c.clip_id)))
-        {
-            let at = latest.entry(c.episode_id).or_insert(i64::MIN);
-            *at = (*at).max(micros(c.result.research_date));
-        }
-        keep_completions(&mut tx, &now_counted, &per_episode, &latest).await?;
-        let owners: Vec<Uuid> = sqlx::query_scalar(
-            "DELETE FROM leased_pairs \
-             WHERE (episode_id, clip_id) IN \
-                   (SELECT value ->> 0, value ->> 1 FROM json_each(?1)) \
-             RETURNING lease_id",
-        )
-        .bind(json_string(&recorded_pairs)?)
-        .fetch_all(&mut *tx)
-        .await?;
-        // A revoked lease that lost its last pair here has all its results in: it ends.
-        release_pairs(&mut tx, &owners, None).await?;
         ack_recorded(&mut tx, acks, &outcomes).await?;
         tx.commit().await?;
-        tracing::debug!(
-            results = results.len(),
-            recorded = recorded_pairs.len(),
-            freed_from_leases = owners.len(),
-            "recorded results"
-        );
-        Ok(outcomes)
+        Ok((outcomes, updated))
     }
+}
+
+/// [`DataStore::record_results`] inside the caller's write transaction.
+async fn record_in(
+    tx: &mut Transaction<'static, Sqlite>,
+    results: &[ResearchResult],
+) -> Result<Vec<RecordOutcome>> {
+    let mut outcomes = vec![RecordOutcome::UnknownEpisode; results.len()];
+    if results.is_empty() {
+        return Ok(outcomes);
+    }
+    // Resolve identities to ids, each distinct one once, in one statement per kind.
+    let mut episode_keys: Vec<(&str, i64)> = Vec::new();
+    let mut episode_index: HashMap<(&str, i64), usize> = HashMap::new();
+    let mut clip_titles: Vec<&str> = Vec::new();
+    let mut clip_index: HashMap<&str, usize> = HashMap::new();
+    for r in results {
+        let key = (r.episode.title.as_str(), micros(r.episode.date_aired));
+        episode_index.entry(key).or_insert_with(|| {
+            episode_keys.push(key);
+            episode_keys.len() - 1
+        });
+        clip_index.entry(r.clip_title.as_str()).or_insert_with(|| {
+            clip_titles.push(r.clip_title.as_str());
+            clip_titles.len() - 1
+        });
+    }
+    let episode_ids = resolve(
+        tx,
+        "SELECT j.key, e.id FROM json_each(?1) j \
+         JOIN episodes e ON e.title = j.value ->> 0 AND e.date_aired = j.value ->> 1",
+        json_string(&episode_keys)?,
+        episode_keys.len(),
+    )
+    .await?;
+    let clip_ids = resolve(
+        tx,
+        "SELECT j.key, c.id FROM json_each(?1) j JOIN clips c ON c.title = j.value",
+        json_string(&clip_titles)?,
+        clip_titles.len(),
+    )
+    .await?;
+
+    // Known pairs, first occurrence in the batch only; later ones are duplicates.
+    struct Candidate<'a> {
+        index: usize,
+        episode_id: i64,
+        clip_id: i64,
+        result: &'a ResearchResult,
+        offsets: String,
+    }
+    let mut seen = HashSet::new();
+    let mut candidates = Vec::new();
+    for (index, r) in results.iter().enumerate() {
+        let e = episode_index
+            .get(&(r.episode.title.as_str(), micros(r.episode.date_aired)))
+            .and_then(|&i| episode_ids[i]);
+        let c = clip_index
+            .get(r.clip_title.as_str())
+            .and_then(|&i| clip_ids[i]);
+        let (Some(episode_id), Some(clip_id)) = (e, c) else {
+            outcomes[index] = if e.is_none() {
+                RecordOutcome::UnknownEpisode
+            } else {
+                RecordOutcome::UnknownClip
+            };
+            continue;
+        };
+        if !seen.insert((episode_id, clip_id)) {
+            outcomes[index] = RecordOutcome::Duplicate;
+            continue;
+        }
+        candidates.push(Candidate {
+            index,
+            episode_id,
+            clip_id,
+            result: r,
+            offsets: json_string(&r.clip_offsets_ns)?,
+        });
+    }
+
+    // A success replaces a recorded failure: the failed row goes first (found through the
+    // partial index of failures, so a batch without any costs one empty index probe per
+    // episode), and the success is then inserted as new.
+    let mut replaced: HashMap<i64, i64> = HashMap::new();
+    let successes: Vec<[i64; 2]> = candidates
+        .iter()
+        .filter(|c| c.result.failure.is_none())
+        .map(|c| [c.episode_id, c.clip_id])
+        .collect();
+    if !successes.is_empty() {
+        let episodes: Vec<i64> = successes
+            .iter()
+            .map(|p| p[0])
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let gone: Vec<i64> = sqlx::query_scalar(
+            "DELETE FROM research_results \
+             WHERE failure IS NOT NULL \
+               AND episode_id IN (SELECT value FROM json_each(?1)) \
+               AND (episode_id, clip_id) IN \
+                   (SELECT value ->> 0, value ->> 1 FROM json_each(?2)) \
+             RETURNING episode_id",
+        )
+        .bind(json_ids(&episodes))
+        .bind(json_string(&successes)?)
+        .fetch_all(&mut **tx)
+        .await?;
+        for id in gone {
+            *replaced.entry(id).or_default() += 1;
+        }
+    }
+
+    // Insert; RETURNING names the pairs that were new.
+    let mut inserted: HashSet<(i64, i64)> = HashSet::new();
+    for chunk in candidates.chunks(MAX_BINDS / 11) {
+        let mut query = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO research_results (episode_id, clip_id, lease_id, research_date, \
+             episode_duration_ns, episode_hash, clip_duration_ns, clip_hash, \
+             clip_offsets_ns, matched, failure) ",
+        );
+        query.push_values(chunk, |mut row, c| {
+            row.push_bind(c.episode_id)
+                .push_bind(c.clip_id)
+                .push_bind(c.result.lease_id)
+                .push_bind(micros(c.result.research_date))
+                .push_bind(c.result.episode_duration_ns)
+                .push_bind(&c.result.episode_hash)
+                .push_bind(c.result.clip_duration_ns)
+                .push_bind(&c.result.clip_hash)
+                .push_bind(&c.offsets)
+                .push_bind(c.result.failure.is_none() && !c.result.clip_offsets_ns.is_empty())
+                .push_bind(c.result.failure.as_deref());
+        });
+        query.push(" ON CONFLICT (episode_id, clip_id) DO NOTHING RETURNING episode_id, clip_id");
+        let rows = query.build().fetch_all(&mut **tx).await?;
+        for row in rows {
+            inserted.insert((row.try_get(0)?, row.try_get(1)?));
+        }
+    }
+
+    // Count the new results per episode and free their pairs from whatever lease holds them.
+    // (researched, matched, failed) per episode; a replaced failure is one pair less
+    // recorded and one less failed.
+    let mut per_episode: HashMap<i64, (i64, i64, i64)> =
+        replaced.iter().map(|(id, n)| (*id, (-n, 0, -n))).collect();
+    let mut recorded_pairs = Vec::new();
+    for c in &candidates {
+        if inserted.contains(&(c.episode_id, c.clip_id)) {
+            outcomes[c.index] = RecordOutcome::Recorded;
+            let entry = per_episode.entry(c.episode_id).or_default();
+            let failed = c.result.failure.is_some();
+            entry.0 += 1;
+            entry.1 += i64::from(!failed && !c.result.clip_offsets_ns.is_empty());
+            entry.2 += i64::from(failed);
+            recorded_pairs.push([c.episode_id, c.clip_id]);
+        } else {
+            outcomes[c.index] = RecordOutcome::Duplicate;
+        }
+    }
+    if recorded_pairs.is_empty() {
+        return Ok(outcomes);
+    }
+    let counts: Vec<[i64; 4]> = per_episode
+        .iter()
+        .map(|(id, (researched, matched, failed))| [*id, *researched, *matched, *failed])
+        .collect();
+    let now_counted: Vec<(i64, i64)> = sqlx::query_as(
+        "UPDATE episodes \
+         SET researched_count = researched_count + (j.value ->> 1), \
+             matched_count = matched_count + (j.value ->> 2), \
+             failed_count = failed_count + (j.value ->> 3) \
+         FROM json_each(?1) j WHERE episodes.id = j.value ->> 0 \
+         RETURNING id, researched_count",
+    )
+    .bind(json_string(&counts)?)
+    .fetch_all(&mut **tx)
+    .await?;
+    // Per episode, the latest research among the batch's new results: when it completed,
+    // if it did.
+    let mut latest: HashMap<i64, i64> = HashMap::new();
+    for c in candidates
+        .iter()
+        .filter(|c| inserted.contains(&(c.episode_id, c.clip_id)))
+    {
+        let at = latest.entry(c.episode_id).or_insert(i64::MIN);
+        *at = (*at).max(micros(c.result.research_date));
+    }
+    keep_completions(tx, &now_counted, &per_episode, &latest).await?;
+    let owners: Vec<Uuid> = sqlx::query_scalar(
+        "DELETE FROM leased_pairs \
+         WHERE (episode_id, clip_id) IN \
+               (SELECT value ->> 0, value ->> 1 FROM json_each(?1)) \
+         RETURNING lease_id",
+    )
+    .bind(json_string(&recorded_pairs)?)
+    .fetch_all(&mut **tx)
+    .await?;
+    // A revoked lease that lost its last pair here has all its results in: it ends.
+    release_pairs(tx, &owners, None).await?;
+    tracing::debug!(
+        results = results.len(),
+        recorded = recorded_pairs.len(),
+        freed_from_leases = owners.len(),
+        "recorded results"
+    );
+    Ok(outcomes)
 }
 
 /// Keeps the completion of each episode whose last pair this batch recorded (0005): its count
@@ -1444,9 +1470,10 @@ impl TransactionalBus for SqliteDataStore {
     async fn record_results_and_ack(
         &self,
         results: &[ResearchResult],
+        leases: &[(Uuid, LeaseUpdate)],
         acks: &[SqlReceipt],
-    ) -> Result<Vec<RecordOutcome>> {
-        self.record(results, acks).await
+    ) -> Result<(Vec<RecordOutcome>, Vec<bool>)> {
+        self.record(results, leases, acks).await
     }
 
     async fn lease_next_and_publish(
@@ -1856,7 +1883,7 @@ mod tests {
         let ack = receipt("completed_research", "result").await;
         let result = crate::testing::result(lease.id, &episode(1), &clip(1), &[]);
         store
-            .record_results_and_ack(&[result], &[ack])
+            .record_results_and_ack(&[result], &[], &[ack])
             .await
             .unwrap();
         assert_eq!(synchronous(&store).await, 1, "record and acknowledge");

@@ -65,6 +65,26 @@ pub trait DataStore: Send + Sync {
     /// same transaction.
     async fn record_results(&self, results: &[ResearchResult]) -> Result<Vec<RecordOutcome>>;
 
+    /// [`record_results`](Self::record_results) and each of `leases` updated as
+    /// [`update_lease`](Self::update_lease) would, in the order given, in one transaction
+    /// where the datastore can (the SQL adapters: the leases after the results, all or
+    /// nothing). Returns the results' outcomes and, per lease update, what
+    /// [`update_lease`](Self::update_lease) would have answered. A lease updated after its
+    /// batch's results ends as it would before them (a revoked lease whose pairs are all
+    /// recorded is deleted either way). The default makes the calls one after another, the
+    /// leases first.
+    async fn record_results_updating_leases(
+        &self,
+        results: &[ResearchResult],
+        leases: &[(Uuid, LeaseUpdate)],
+    ) -> Result<(Vec<RecordOutcome>, Vec<bool>)> {
+        let mut updated = Vec::with_capacity(leases.len());
+        for &(lease_id, update) in leases {
+            updated.push(self.update_lease(lease_id, update).await?);
+        }
+        Ok((self.record_results(results).await?, updated))
+    }
+
     /// The counts behind `archivist status`, with leases judged at `now`.
     async fn status(&self, now: DateTime<Utc>) -> Result<Status>;
 
@@ -177,14 +197,16 @@ pub trait TransactionalBus: Send + Sync {
     /// transaction.
     async fn upsert_clips_and_ack(&self, clips: &[ClipInfo], acks: &[SqlReceipt]) -> Result<()>;
 
-    /// [`DataStore::record_results`], acknowledging in the same transaction the delivery of
-    /// each result that was recorded or a duplicate (`acks[i]` carries `results[i]`). The
-    /// deliveries of results for unknown pairs stay in hand, for the caller to dead-letter.
+    /// [`DataStore::record_results_updating_leases`], acknowledging in the same transaction
+    /// the delivery of each result that was recorded or a duplicate (`acks[i]` carries
+    /// `results[i]`). The deliveries of results for unknown pairs stay in hand, for the caller
+    /// to dead-letter.
     async fn record_results_and_ack(
         &self,
         results: &[ResearchResult],
+        leases: &[(Uuid, LeaseUpdate)],
         acks: &[SqlReceipt],
-    ) -> Result<Vec<RecordOutcome>>;
+    ) -> Result<(Vec<RecordOutcome>, Vec<bool>)>;
 
     /// [`DataStore::lease_next`], publishing `encode(lease)` on the bus queue `queue` (of
     /// the bus `bus_id`) in the same transaction: the lease exists if and only if its work

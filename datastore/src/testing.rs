@@ -71,6 +71,7 @@ macro_rules! datastore_conformance_tests {
             revoke_before_the_other_results_keeps_their_pairs_held,
             revoked_lease_is_not_renewed_or_revoked_again,
             revoke_with_every_result_in_ends_the_lease_at_once,
+            recording_updates_leases_in_the_same_call,
             emptied_lease_is_not_counted_once_expired,
             skipped_pairs_of_a_revoked_lease_come_back_after_expiry,
             cancel_frees_every_pair_at_once,
@@ -976,6 +977,83 @@ pub mod cases {
             assert!(!store.update_lease(l.id, update).await.unwrap());
         }
         assert!(lease(&*store, 5, t0() + Duration::days(1)).await.is_none());
+    }
+
+    /// Results recorded with their leases' updates in one call: each update answers as
+    /// `update_lease` would, and a lease revoked by the batch that also records its last
+    /// pairs is gone, as when the revoke comes first or after.
+    pub async fn recording_updates_leases_in_the_same_call(store: Arc<dyn DataStore>) {
+        let (es, _) = seed(&*store, 1, 4).await;
+        let a = lease(&*store, 2, t0()).await.unwrap();
+        let b = lease(&*store, 2, t0()).await.unwrap();
+        let mut results: Vec<_> = a
+            .clips
+            .iter()
+            .map(|c| result(a.id, &es[0], c, &[]))
+            .collect();
+        results.push(result(b.id, &es[0], &b.clips[0], &[7]));
+        let renewed_at = t0() + Duration::minutes(30);
+        let (outcomes, updated) = store
+            .record_results_updating_leases(
+                &results,
+                &[
+                    (a.id, LeaseUpdate::Revoke),
+                    (b.id, LeaseUpdate::Renew { now: renewed_at }),
+                    (Uuid::new_v4(), LeaseUpdate::Renew { now: renewed_at }),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(outcomes, vec![RecordOutcome::Recorded; 3]);
+        assert_eq!(updated, vec![true, true, false]);
+        // `a` ended with its last pair; `b` holds its other pair, renewed from 30 minutes on.
+        for update in [LeaseUpdate::Revoke, LeaseUpdate::Cancel] {
+            assert!(!store.update_lease(a.id, update).await.unwrap());
+        }
+        let status = store.status(b.expires_at).await.unwrap();
+        assert_eq!(
+            (
+                status.researched_pairs,
+                status.active_leases,
+                status.expired_leases,
+                status.leased_pairs
+            ),
+            (3, 1, 0, 1)
+        );
+        assert!(lease(&*store, 5, b.expires_at).await.is_none());
+        let expired = store
+            .status(b.expires_at + Duration::minutes(30))
+            .await
+            .unwrap();
+        assert_eq!((expired.active_leases, expired.expired_leases), (0, 1));
+
+        // Leases alone, and a duplicate with a revoke that finds the lease's last pair held.
+        let (outcomes, updated) = store
+            .record_results_updating_leases(&results[2..], &[(b.id, LeaseUpdate::Revoke)])
+            .await
+            .unwrap();
+        assert_eq!(outcomes, vec![RecordOutcome::Duplicate]);
+        assert_eq!(updated, vec![true]);
+        let last = result(b.id, &es[0], &b.clips[1], &[]);
+        let (outcomes, updated) = store
+            .record_results_updating_leases(&[last], &[])
+            .await
+            .unwrap();
+        assert_eq!((outcomes, updated), (vec![RecordOutcome::Recorded], vec![]));
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!(
+            (
+                status.researched_pairs,
+                status.active_leases,
+                status.leased_pairs
+            ),
+            (4, 0, 0)
+        );
+        let (outcomes, updated) = store
+            .record_results_updating_leases(&[], &[(b.id, LeaseUpdate::Revoke)])
+            .await
+            .unwrap();
+        assert_eq!((outcomes, updated), (vec![], vec![false]));
     }
 
     /// A lease whose every pair was recorded without a revoke (the revoking item never came)

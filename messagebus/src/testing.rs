@@ -182,6 +182,25 @@ pub async fn assert_counts(tx: &dyn Sender, expected: (u64, u64, u64)) {
     }
 }
 
+/// Waits until [`Sender::waiting_at_least`] says exactly `waiting` messages wait: at least
+/// that many, not one more. Fails after [`PATIENCE`].
+pub async fn assert_waiting(tx: &dyn Sender, waiting: u64) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let at_least = tx.waiting_at_least(waiting).await.unwrap();
+        let more = tx.waiting_at_least(waiting + 1).await.unwrap();
+        if at_least && !more {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "waiting_at_least({waiting}) {at_least}, waiting_at_least({}) {more}",
+            waiting + 1
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn body_set(deliveries: &[Delivery]) -> HashSet<Vec<u8>> {
     deliveries.iter().map(|d| d.body().to_vec()).collect()
 }
@@ -497,7 +516,8 @@ where
     d.ack().await.unwrap();
 }
 
-/// `inspect` counts waiting, in-flight and dead-lettered messages.
+/// `inspect` counts waiting, in-flight and dead-lettered messages; `waiting_at_least` agrees
+/// with its waiting count.
 pub async fn inspect_counts<F, Fut>(fresh: F)
 where
     F: FnOnce(QueueSettings) -> Fut,
@@ -505,12 +525,15 @@ where
 {
     let (_bus, _queue, tx, rx) = setup(fresh, QueueSettings::default(), "inspect").await;
     assert_counts(tx.as_ref(), (0, 0, 0)).await;
+    assert_waiting(tx.as_ref(), 0).await;
     let bodies: Vec<Vec<u8>> = (0..5).map(|i| format!("i{i}").into_bytes()).collect();
     tx.send_batch(bodies).await.unwrap();
     assert_counts(tx.as_ref(), (5, 0, 0)).await;
+    assert_waiting(tx.as_ref(), 5).await;
 
     let mut got = receive_n(rx.as_ref(), 2).await;
     assert_counts(tx.as_ref(), (3, 2, 0)).await;
+    assert_waiting(tx.as_ref(), 3).await;
 
     got.pop().unwrap().ack().await.unwrap();
     assert_counts(tx.as_ref(), (3, 1, 0)).await;

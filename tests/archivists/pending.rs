@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use archivist::messages::{decode, PendingResearchItem};
-use archivist::pending_research::{start, PendingResearchConfig};
+use archivist::pending_research::{start, HoldBack, PendingResearchConfig};
 use archivist::{ArchivistError, Ended, Report};
 use chrono::Utc;
 use datastore::DataStore;
@@ -23,6 +23,7 @@ fn config(researchers: Option<u64>) -> PendingResearchConfig {
         researchers,
         start_jitter: Duration::ZERO,
         retry: fast_retry(5),
+        hold_back: None,
     }
 }
 
@@ -49,6 +50,41 @@ async fn published(env: &Env) -> Vec<PendingResearchItem> {
         .iter()
         .map(|b| decode(b).unwrap())
         .collect()
+}
+
+/// While as many results as configured wait to be recorded, a run leases nothing; below
+/// that, the capacity rule alone decides.
+#[tokio::test]
+async fn work_is_held_back_while_results_wait_to_be_recorded() {
+    let env = Env::new().await;
+    seed(&*env.store, 5, 3).await;
+    env.send(COMPLETED, vec![b"a result".to_vec(), b"another".to_vec()])
+        .await;
+    let held = PendingResearchConfig {
+        hold_back: Some(HoldBack {
+            results: env.sender(COMPLETED).await,
+            max_waiting: 2,
+        }),
+        ..config(Some(3))
+    };
+    let report = run(&env, env.sender(PENDING).await, held.clone()).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!((report.leases_created, report.published), (0, 0));
+    assert_eq!(env.status().await.active_leases, 0);
+
+    // One recorded (taken off the queue): below the limit, work flows again.
+    let taken = env
+        .receiver(COMPLETED)
+        .await
+        .receive(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    for d in taken {
+        d.ack().await.unwrap();
+    }
+    let report = run(&env, env.sender(PENDING).await, held).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!((report.leases_created, report.published), (3, 3));
 }
 
 #[tokio::test]

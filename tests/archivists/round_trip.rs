@@ -88,6 +88,7 @@ async fn round_trip(backend: Backend, bus: MemoryBusConfig) {
                 researchers: Some(3),
                 start_jitter: Duration::ZERO,
                 retry: fast_retry(20),
+                hold_back: None,
             },
         ))
         .await;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use archivist::completed_research::CompletedResearchConfig;
 use archivist::ingest::IngestConfig;
-use archivist::pending_research::PendingResearchConfig;
+use archivist::pending_research::{HoldBack, PendingResearchConfig};
 use archivist::RetryPolicy;
 use datastore::DataStore;
 use messagebus::Bus;
@@ -209,6 +209,7 @@ pub(crate) async fn pending_research(
         researchers: config.researchers,
         start_jitter: config.start_jitter,
         retry: config.retry(every.is_some()),
+        hold_back: None,
     };
     spawn_pending(
         &mut set,
@@ -243,11 +244,17 @@ pub(crate) async fn spawn_pending(
     bus: &dyn Bus,
     store: Arc<dyn DataStore>,
     config: &Config,
-    pending: PendingResearchConfig,
+    mut pending: PendingResearchConfig,
     every: Option<Duration>,
     totals: SharedTotals,
 ) -> anyhow::Result<()> {
     let sender = connect::sender(bus, &config.queues.pending_research).await?;
+    if config.max_results_waiting > 0 {
+        pending.hold_back = Some(HoldBack {
+            results: connect::sender(bus, &config.queues.completed_research).await?,
+            max_waiting: u64::from(config.max_results_waiting),
+        });
+    }
     let token = token.clone();
     set.spawn(async move {
         let t = token.clone();
@@ -460,6 +467,7 @@ pub(crate) async fn run(
             researchers: config.researchers,
             start_jitter: config.start_jitter,
             retry: RetryPolicy::forever(),
+            hold_back: None,
         },
         completed: CompletedResearchConfig {
             receive_wait: DRAIN_WAIT,

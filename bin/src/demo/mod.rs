@@ -166,6 +166,7 @@ pub(crate) async fn run(
             researchers: None,
             start_jitter: Duration::ZERO,
             retry: RetryPolicy::default(),
+            hold_back: None,
         },
         completed: CompletedResearchConfig {
             batch_size: 100,

@@ -163,6 +163,8 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     async fn redrivable(&self, dead_letter_queue: &str) -> Result<u64, BusError>;
     /// Pushes each row's visibility out to `visibility` from now.
     async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError>;
+    /// Waiting rows of `queue`, counted up to `limit`.
+    async fn waiting_up_to(&self, queue: &str, limit: u64) -> Result<u64, BusError>;
     /// Waiting, in-flight and dead-letter counts, and consumers seen within `consumer_ttl`.
     async fn inspect(
         &self,
@@ -717,6 +719,18 @@ impl<D: Dialect> Sender for SqlSender<D> {
             stats.consumers = Some(0);
         }
         Ok(stats)
+    }
+
+    async fn waiting_at_least(&self, n: u64) -> Result<bool, BusError> {
+        if n == 0 {
+            return Ok(true);
+        }
+        let waiting = self
+            .shared
+            .dialect
+            .waiting_up_to(&self.queue.name, n)
+            .await?;
+        Ok(waiting >= n)
     }
 
     async fn peek_dead_letters(

@@ -38,6 +38,9 @@ const CHANNEL: &str = "archivist_bus";
 const SEND_CHUNK_ROWS: usize = 5_000;
 const SEND_CHUNK_BYTES: usize = 8 * 1024 * 1024;
 
+/// A pooled connection idle at least this long is pinged before it is used.
+const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
+
 /// The database bus on Postgres.
 pub type PgBus = SqlBus<Pg>;
 
@@ -71,6 +74,20 @@ impl SqlBus<Pg> {
         let pool = PgPoolOptions::new()
             .max_connections(10)
             .acquire_timeout(Duration::from_secs(10))
+            // sqlx pings every connection before handing it out: a round trip per claim,
+            // send and settlement. Only one that sat idle long enough to have died meanwhile
+            // (a server restart, a dropped link) is pinged; one in steady use that dies fails
+            // its statement, which is a passing failure the caller retries.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for < PING_WHEN_IDLE_FOR {
+                        return Ok(true);
+                    }
+                    // A dead connection is closed and the pool opens another.
+                    Ok(sqlx::Connection::ping(conn).await.is_ok())
+                })
+            })
             .connect_with(options)
             .await
             .map_err(|e| db_error("connecting to the bus database", e))?;
@@ -389,6 +406,19 @@ impl Dialect for Pg {
         .await
         .map_err(|e| db_error("extending visibility", e))?;
         Ok(())
+    }
+
+    async fn waiting_up_to(&self, queue: &str, limit: u64) -> Result<u64, BusError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT FROM bus_messages
+                                   WHERE queue = $1 AND visible_at <= now() LIMIT $2) AS w",
+        )
+        .bind(queue)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db_error("counting waiting messages", e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     async fn inspect(

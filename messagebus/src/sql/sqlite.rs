@@ -461,6 +461,20 @@ impl Dialect for Lite {
             .map_err(|e| db_error("extending visibility", e))
     }
 
+    async fn waiting_up_to(&self, queue: &str, limit: u64) -> Result<u64, BusError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT 1 FROM bus_messages
+                                   WHERE queue = ?1 AND visible_at <= ?2 LIMIT ?3)",
+        )
+        .bind(queue)
+        .bind(now_micros())
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db_error("counting waiting messages", e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn inspect(
         &self,
         queue: &QueueRow,
@@ -557,24 +571,45 @@ impl Dialect for Lite {
     }
 }
 
-/// Inserts `bodies` on `queue`, one statement for the whole batch.
+/// Rows per `INSERT` of a send. Bodies are bound as they are (a JSON array of them for
+/// `json_each` would escape every body, and SQLite parse and unescape it again: about as much
+/// work as the rest of a send); statements of [`SEND_CHUNK`] rows, then of the powers of two
+/// below it for the rest, keep the statement cache to a handful of shapes.
+const SEND_CHUNK: usize = 256;
+
+/// Inserts `bodies` on `queue`, in order (ids ascending), in as few statements as the chunk
+/// sizes allow.
 async fn insert(
     conn: &mut SqliteConnection,
     queue: &str,
     bodies: &[String],
 ) -> Result<(), BusError> {
     let now = now_micros();
-    let json = serde_json::to_string(bodies).map_err(|e| BusError::InvalidBody(e.to_string()))?;
-    sqlx::query(
-        "INSERT INTO bus_messages (queue, body, sent_at, visible_at)
-         SELECT ?1, value, ?2, ?2 FROM json_each(?3) ORDER BY key",
-    )
-    .bind(queue)
-    .bind(now)
-    .bind(json)
-    .execute(&mut *conn)
-    .await
-    .map_err(|e| db_error("sending", e))?;
+    let mut rest = bodies;
+    while !rest.is_empty() {
+        let rows = if rest.len() >= SEND_CHUNK {
+            SEND_CHUNK
+        } else {
+            // The largest power of two that fits.
+            1 << (usize::BITS - 1 - rest.len().leading_zeros())
+        };
+        let (chunk, after) = rest.split_at(rows);
+        let mut query = sqlx::QueryBuilder::<Sqlite>::new(
+            "INSERT INTO bus_messages (queue, body, sent_at, visible_at) ",
+        );
+        query.push_values(chunk, |mut row, body| {
+            row.push_bind(queue)
+                .push_bind(body.as_str())
+                .push_bind(now)
+                .push_bind(now);
+        });
+        query
+            .build()
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| db_error("sending", e))?;
+        rest = after;
+    }
     Ok(())
 }
 
