@@ -250,10 +250,22 @@ pub(crate) async fn spawn_pending(
 ) -> anyhow::Result<()> {
     let sender = connect::sender(bus, &config.queues.pending_research).await?;
     if config.max_results_waiting > 0 {
-        pending.hold_back = Some(HoldBack {
-            results: connect::sender(bus, &config.queues.completed_research).await?,
-            max_waiting: u64::from(config.max_results_waiting),
-        });
+        // Holding back is a courtesy to the recorder: a results queue this process cannot
+        // open (not created yet, another account's) leaves work assignment as it was.
+        match bus.sender(&config.queues.completed_research).await {
+            Ok(results) => {
+                pending.hold_back = Some(HoldBack {
+                    results,
+                    max_waiting: u64::from(config.max_results_waiting),
+                });
+            }
+            Err(e) => tracing::warn!(
+                queue = %config.queues.completed_research,
+                error = %e,
+                "work assignment cannot see the results queue: it will not hold back while \
+                 results wait to be recorded"
+            ),
+        }
     }
     let token = token.clone();
     set.spawn(async move {
