@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench -p archivist --bench pipeline -- [--pairs 10000,100000] [--researchers 4]
 //!     [--in-flight 32] [--clips 100] [--max-clips 50] [--recorders 1] [--separate-bus]
-//!     [--no-sqlite] [--no-postgres]
+//!     [--no-sqlite] [--no-postgres] [--rabbitmq]
 //! ```
 //!
 //! For each size and backend (SQLite: a file in a temporary directory; Postgres: a fresh
@@ -22,13 +22,25 @@
 //!   completed-research archivists running back to back. The clock stops when `status` counts
 //!   every pair researched.
 //!
-//! Reported: researched pairs per second end to end; this process's CPU time (getrusage:
-//! user + system) per 1,000 pairs, which leaves out the Postgres server's own CPU; this
-//! process's peak resident memory so far (getrusage's maximum RSS: it only grows, so read it
-//! against the runs before).
+//! `--rabbitmq` adds runs with the bus on RabbitMQ (`ARCHIVIST_TEST_AMQP_URL`, default the
+//! local broker as guest; queues named afresh for each run) and the datastore on Postgres.
+//!
+//! Each part of the pipeline runs on a thread of its own, with a runtime of its own, as it
+//! would in a process of its own: work assignment, the researchers, the recorders. What
+//! each spawns (the archivists' runs, the bus's consumers) runs on its thread, so the
+//! thread's CPU time is that part's share.
+//!
+//! Reported: researched pairs per second end to end; this process's CPU time per 1,000 pairs
+//! and how it divides between its threads (read from `/proc/self/task`: the three parts, the
+//! SQLite connections' own threads, and the rest: the status poll, the load's leftovers,
+//! lapin's connection); the database server's or broker's CPU per 1,000 pairs (every
+//! `postgres` or `beam.smp` process on the machine, from `/proc`: on a quiet machine, this
+//! run's); this process's peak resident memory so far (getrusage's maximum RSS: it only grows,
+//! so read it against the runs before).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,18 +52,37 @@ use archivist::{Ended, Report};
 use chrono::Utc;
 use datastore::testing::{clip, episode};
 use datastore::{DataStore, SqliteDataStore};
+use messagebus::rabbitmq::{RabbitBus, RabbitBusConfig};
 use messagebus::sql::{PgBus, SqlBusConfig, SqliteBus};
 use messagebus::{Bus, Receiver, Sender};
 use nix::sys::resource::{getrusage, UsageWho};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-const QUEUES: [&str; 4] = [
-    "curated_episodes",
-    "curated_clips",
-    "pending_research",
-    "completed_research",
-];
+/// The queues of one run: the archivists' names, prefixed on a broker whose queues outlive
+/// the run.
+#[derive(Clone)]
+struct Queues {
+    episodes: String,
+    clips: String,
+    pending: String,
+    completed: String,
+}
+
+impl Queues {
+    fn new(prefix: &str) -> Queues {
+        Queues {
+            episodes: format!("{prefix}curated_episodes"),
+            clips: format!("{prefix}curated_clips"),
+            pending: format!("{prefix}pending_research"),
+            completed: format!("{prefix}completed_research"),
+        }
+    }
+
+    fn all(&self) -> [&str; 4] {
+        [&self.episodes, &self.clips, &self.pending, &self.completed]
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Options {
@@ -95,6 +126,9 @@ fn options() -> Options {
     if !args.iter().any(|a| a == "--no-postgres") {
         backends.push("postgres");
     }
+    if args.iter().any(|a| a == "--rabbitmq") {
+        backends.push("rabbitmq");
+    }
     Options {
         pairs,
         researchers: number("--researchers", 4) as usize,
@@ -120,6 +154,88 @@ fn usage() -> (Duration, u64) {
     )
 }
 
+/// CPU time (user + system) of each live thread of this process: (name, clock ticks) by
+/// thread id.
+fn threads_cpu() -> HashMap<u64, (String, u64)> {
+    let mut out = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(tid) = e.file_name().to_string_lossy().parse::<u64>() else {
+            continue;
+        };
+        if let Some((name, ticks)) = proc_stat(&e.path()) {
+            out.insert(tid, (name, ticks));
+        }
+    }
+    out
+}
+
+/// A `/proc` stat file's command name and user + system clock ticks.
+fn proc_stat(dir: &std::path::Path) -> Option<(String, u64)> {
+    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    // pid (comm) state ...: the name may hold spaces and parentheses; the last ')' ends it.
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let name = stat[open + 1..close].to_string();
+    let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+    // After the name: state is field 3 of stat(5); utime and stime are fields 14 and 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((name, utime + stime))
+}
+
+/// CPU ticks of every process on the machine named `name` (the database server's backends,
+/// the broker), by pid.
+fn processes_cpu(name: &str) -> HashMap<u64, u64> {
+    let mut out = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u64>() else {
+            continue;
+        };
+        if let Some((n, ticks)) = proc_stat(&e.path()) {
+            if n == name {
+                out.insert(pid, ticks);
+            }
+        }
+    }
+    out
+}
+
+/// `/proc` counts in USER_HZ, which Linux fixes at 100 a second for every architecture.
+fn ticks_to_duration(ticks: u64) -> Duration {
+    Duration::from_millis(ticks * 10)
+}
+
+/// Ticks spent between two snapshots; a process or thread that came meanwhile counts from 0.
+fn spent<K: std::hash::Hash + Eq>(before: &HashMap<K, u64>, after: &HashMap<K, u64>) -> u64 {
+    after
+        .iter()
+        .map(|(k, t)| t.saturating_sub(before.get(k).copied().unwrap_or(0)))
+        .sum()
+}
+
+/// Runs `work` on a thread of its own with a runtime of its own, as a process of its own would.
+fn on_thread<F>(name: &str, work: F) -> std::thread::JoinHandle<()>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(work)
+        })
+        .unwrap()
+}
+
 /// The datastore and the bus of one run, and what keeps their databases alive.
 async fn backend(
     kind: &str,
@@ -127,6 +243,15 @@ async fn backend(
 ) -> (Arc<dyn DataStore>, Arc<dyn Bus>, Box<dyn Any>) {
     let config = SqlBusConfig::default();
     match kind {
+        "rabbitmq" => {
+            let (store, db) = datastore::testing_pg::fresh_pg_store().await;
+            let url = std::env::var("ARCHIVIST_TEST_AMQP_URL")
+                .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+            let bus = RabbitBus::connect(&url, RabbitBusConfig::default())
+                .await
+                .unwrap();
+            (Arc::new(store), Arc::new(bus), Box::new(db))
+        }
         "sqlite" => {
             let dir = tempfile::tempdir().unwrap();
             let url = format!("sqlite://{}", dir.path().join("pipeline.sqlite").display());
@@ -206,12 +331,30 @@ struct Figures {
     load: Duration,
     elapsed: Duration,
     cpu: Duration,
+    /// This process's CPU by part: work assignment, researchers, recorders, SQLite's
+    /// connection threads, the rest.
+    parts: [Duration; 5],
+    /// The database server's or the broker's CPU (none for SQLite).
+    server: Option<Duration>,
     peak_rss: u64,
 }
 
+const PARTS: [&str; 5] = [
+    "assignment",
+    "researchers",
+    "recorders",
+    "sqlite threads",
+    "rest",
+];
+
 async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
     let (store, bus, _guard) = backend(kind, o.separate_bus).await;
-    for q in QUEUES {
+    let queues = Queues::new(&if kind == "rabbitmq" {
+        format!("pipeline_{}_", Utc::now().timestamp_millis())
+    } else {
+        String::new()
+    });
+    for q in queues.all() {
         bus.create_queue(q).await.unwrap();
     }
     let clips = o.clips.min(u32::try_from(pairs).unwrap_or(u32::MAX)).max(1);
@@ -220,38 +363,45 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
 
     // Load.
     let started = Instant::now();
-    let sender = |q: &'static str| {
+    let sender = |q: &str| {
         let bus = Arc::clone(&bus);
-        async move { bus.sender(q).await.unwrap() }
+        let q = q.to_string();
+        async move { bus.sender(&q).await.unwrap() }
     };
     for chunk in (0..episodes).collect::<Vec<_>>().chunks(10_000) {
         let bodies = chunk.iter().map(|&i| encode(&episode(i))).collect();
-        sender("curated_episodes")
+        sender(&queues.episodes)
             .await
             .send_batch(bodies)
             .await
             .unwrap();
     }
     let bodies = (0..clips).map(|i| encode(&clip(i))).collect();
-    sender("curated_clips")
+    sender(&queues.clips)
         .await
         .send_batch(bodies)
         .await
         .unwrap();
     let ingest = IngestConfig {
-        receive_wait: Duration::ZERO,
+        // A broker pushes deliveries a moment after they are sent: a receive that waits for
+        // none would end the run before the first arrived (the load is untimed).
+        receive_wait: if kind == "rabbitmq" {
+            Duration::from_secs(1)
+        } else {
+            Duration::ZERO
+        },
         once: true,
         ..IngestConfig::default()
     };
     let e = start_episodes(
         CancellationToken::new(),
-        bus.receiver("curated_episodes").await.unwrap(),
+        bus.receiver(&queues.episodes).await.unwrap(),
         store.clone(),
         ingest.clone(),
     );
     let c = start_clips(
         CancellationToken::new(),
-        bus.receiver("curated_clips").await.unwrap(),
+        bus.receiver(&queues.clips).await.unwrap(),
         store.clone(),
         ingest,
     );
@@ -259,28 +409,58 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
     ok(&e);
     ok(&c);
     let load = started.elapsed();
+    let loaded = store.status(Utc::now()).await.unwrap();
+    assert_eq!(
+        loaded.research_pairs, total,
+        "the load left pairs out: {loaded:?}"
+    );
 
-    // The pipeline.
+    // The pipeline: each part on a thread of its own.
     let token = CancellationToken::new();
-    let mut tasks = JoinSet::new();
+    let server_name = match kind {
+        "postgres" => Some("postgres"),
+        "rabbitmq" => Some("beam.smp"),
+        _ => None,
+    };
+    let server_before = server_name.map(processes_cpu);
+    let threads_before = threads_cpu();
     let (cpu_before, _) = usage();
     let started = Instant::now();
-    for _ in 0..o.researchers {
-        let rx = bus.receiver("pending_research").await.unwrap();
-        let tx = bus.sender("completed_research").await.unwrap();
-        tasks.spawn(researcher(rx, tx, token.clone()));
+    let mut threads = Vec::new();
+    {
+        let (bus, queues, token, researchers) = (
+            Arc::clone(&bus),
+            queues.clone(),
+            token.clone(),
+            o.researchers,
+        );
+        threads.push(on_thread("researchers", async move {
+            let mut tasks = JoinSet::new();
+            for _ in 0..researchers {
+                let rx = bus.receiver(&queues.pending).await.unwrap();
+                let tx = bus.sender(&queues.completed).await.unwrap();
+                tasks.spawn(researcher(rx, tx, token.clone()));
+            }
+            while let Some(t) = tasks.join_next().await {
+                t.unwrap();
+            }
+        }));
     }
     {
-        let tx = bus.sender("pending_research").await.unwrap();
-        let store = store.clone();
-        let token = token.clone();
+        let (bus, queues, store, token) = (
+            Arc::clone(&bus),
+            queues.clone(),
+            store.clone(),
+            token.clone(),
+        );
         let config = PendingResearchConfig {
             max_clips: o.max_clips,
             researchers: Some(o.in_flight),
             start_jitter: Duration::ZERO,
             ..PendingResearchConfig::default()
         };
-        tasks.spawn(async move {
+        threads.push(on_thread("assignment", async move {
+            let tx = bus.sender(&queues.pending).await.unwrap();
             while !token.is_cancelled() {
                 let report = pending_research::start(
                     token.child_token(),
@@ -301,29 +481,44 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
                     }
                 }
             }
-        });
+        }));
     }
-    for _ in 0..o.recorders.max(1) {
-        let rx = bus.receiver("completed_research").await.unwrap();
-        let store = store.clone();
-        let token = token.clone();
-        tasks.spawn(async move {
-            while !token.is_cancelled() {
-                let report = completed_research::start(
-                    token.child_token(),
-                    Arc::clone(&rx),
-                    store.clone(),
-                    CompletedResearchConfig {
-                        receive_wait: Duration::from_millis(100),
-                        ..CompletedResearchConfig::default()
-                    },
-                )
-                .done
-                .await
-                .unwrap();
-                ok(&report);
+    {
+        let (bus, queues, store, token, recorders) = (
+            Arc::clone(&bus),
+            queues.clone(),
+            store.clone(),
+            token.clone(),
+            o.recorders.max(1),
+        );
+        threads.push(on_thread("recorders", async move {
+            let mut tasks = JoinSet::new();
+            for _ in 0..recorders {
+                let rx = bus.receiver(&queues.completed).await.unwrap();
+                let store = store.clone();
+                let token = token.clone();
+                tasks.spawn(async move {
+                    while !token.is_cancelled() {
+                        let report = completed_research::start(
+                            token.child_token(),
+                            Arc::clone(&rx),
+                            store.clone(),
+                            CompletedResearchConfig {
+                                receive_wait: Duration::from_millis(100),
+                                ..CompletedResearchConfig::default()
+                            },
+                        )
+                        .done
+                        .await
+                        .unwrap();
+                        ok(&report);
+                    }
+                });
             }
-        });
+            while let Some(t) = tasks.join_next().await {
+                t.unwrap();
+            }
+        }));
     }
     let deadline = Instant::now() + Duration::from_secs(3_600);
     loop {
@@ -343,15 +538,41 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
     }
     let elapsed = started.elapsed();
     let (cpu_after, peak_rss) = usage();
+    let threads_after = threads_cpu();
+    let server = server_name
+        .zip(server_before)
+        .map(|(name, before)| ticks_to_duration(spent(&before, &processes_cpu(name))));
     token.cancel();
-    while let Some(t) = tasks.join_next().await {
-        t.unwrap();
+    for t in threads {
+        t.join().unwrap();
     }
-    bus.close().await.unwrap();
+    // Connections the parts' runtimes opened went with them: what closing them says is moot.
+    let _ = bus.close().await;
+
+    let cpu = cpu_after.saturating_sub(cpu_before);
+    let before: HashMap<u64, u64> = threads_before.iter().map(|(k, (_, t))| (*k, *t)).collect();
+    let mut parts = [Duration::ZERO; 5];
+    for (i, part) in PARTS.iter().enumerate().take(3) {
+        let after: HashMap<u64, u64> = threads_after
+            .iter()
+            .filter(|(_, (n, _))| n == part)
+            .map(|(k, (_, t))| (*k, *t))
+            .collect();
+        parts[i] = ticks_to_duration(spent(&before, &after));
+    }
+    let sqlite: HashMap<u64, u64> = threads_after
+        .iter()
+        .filter(|(_, (n, _))| n.starts_with("sqlx-sqlite"))
+        .map(|(k, (_, t))| (*k, *t))
+        .collect();
+    parts[3] = ticks_to_duration(spent(&before, &sqlite));
+    parts[4] = cpu.saturating_sub(parts[..4].iter().sum());
     Figures {
         load,
         elapsed,
-        cpu: cpu_after.saturating_sub(cpu_before),
+        cpu,
+        parts,
+        server,
         peak_rss,
     }
 }
@@ -374,17 +595,30 @@ fn main() {
             "in the datastore's database"
         }
     );
-    println!("| backend | pairs | load (untimed) | pipeline | pairs/s | CPU ms / 1,000 pairs (this process) | peak RSS so far |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| backend | pairs | load (untimed) | pipeline | pairs/s | CPU ms / 1,000 pairs (this process) \
+         | of which {} | server CPU ms / 1,000 pairs | peak RSS so far |",
+        PARTS.join(" · ")
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for &pairs in &o.pairs {
         for backend in &o.backends {
             let f = rt.block_on(run(backend, pairs, &o));
+            let per_1000 = |d: Duration| d.as_secs_f64() * 1e3 / (pairs as f64 / 1e3);
             println!(
-                "| {backend} | {pairs} | {:.2} s | {:.2} s | {:.0} | {:.1} | {:.0} MiB |",
+                "| {backend} | {pairs} | {:.2} s | {:.2} s | {:.0} | {:.1} | {} | {} | {:.0} MiB |",
                 f.load.as_secs_f64(),
                 f.elapsed.as_secs_f64(),
                 pairs as f64 / f.elapsed.as_secs_f64(),
-                f.cpu.as_secs_f64() * 1e3 / (pairs as f64 / 1e3),
+                per_1000(f.cpu),
+                f.parts
+                    .iter()
+                    .map(|d| format!("{:.1}", per_1000(*d)))
+                    .collect::<Vec<_>>()
+                    .join(" · "),
+                f.server
+                    .map(|d| format!("{:.1}", per_1000(d)))
+                    .unwrap_or_else(|| "—".into()),
                 f.peak_rss as f64 / (1024.0 * 1024.0)
             );
         }

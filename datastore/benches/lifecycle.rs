@@ -266,6 +266,7 @@ impl Life {
                 tokio::spawn(async move {
                     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
                     for _ in 0..per_stream {
+                        quiet::wait_turn().await;
                         if !life.step(&mut rng).await {
                             return false;
                         }
@@ -1142,6 +1143,7 @@ async fn live(
     // The rounds' churn, seeded: the same run makes the same moments.
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x0c4e_c4ed);
     eprintln!("   measuring the fresh store");
+    let turn = quiet::hold("lifecycle").await;
     settle(plan.settle_s).await;
     let first = measure(
         &life,
@@ -1152,6 +1154,7 @@ async fn live(
         diag.as_mut(),
     )
     .await;
+    drop(turn);
     first.log();
     let mut out = vec![first];
     for &pct in plan.points {
@@ -1159,6 +1162,7 @@ async fn live(
         life.drive_to(f64::from(pct) / 100.0, 0x11fe).await;
         // A line of its own, so that whoever watches the log knows when figures are taken.
         eprintln!("   measuring at {pct}%");
+        let turn = quiet::hold("lifecycle").await;
         settle(plan.settle_s).await;
         let point = measure(
             &life,
@@ -1169,6 +1173,7 @@ async fn live(
             diag.as_mut(),
         )
         .await;
+        drop(turn);
         point.log();
         out.push(point);
     }
