@@ -35,8 +35,8 @@
 //! SQLite connections' own threads, and the rest: the status poll, the load's leftovers,
 //! lapin's connection); the database server's or broker's CPU per 1,000 pairs (every
 //! `postgres` or `beam.smp` process on the machine, from `/proc`: on a quiet machine, this
-//! run's); this process's peak resident memory so far (getrusage's maximum RSS: it only grows,
-//! so read it against the runs before).
+//! run's); this process's peak resident memory so far (`VmHWM`: it only grows, so read it
+//! against the runs before).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::any::Any;
@@ -147,11 +147,20 @@ fn usage() -> (Duration, u64) {
     let cpu = |t: nix::sys::time::TimeVal| {
         Duration::from_secs(t.tv_sec() as u64) + Duration::from_micros(t.tv_usec() as u64)
     };
-    // Linux counts the maximum RSS in KiB.
-    (
-        cpu(u.user_time()) + cpu(u.system_time()),
-        u.max_rss() as u64 * 1024,
-    )
+    (cpu(u.user_time()) + cpu(u.system_time()), peak_rss())
+}
+
+/// The high-water mark of this process's resident memory (`VmHWM`, in bytes). Not getrusage's
+/// maximum RSS: Linux carries that across `execve`, so under `cargo bench` it reports cargo's.
+fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
 }
 
 /// CPU time (user + system) of each live thread of this process: (name, clock ticks) by

@@ -1119,6 +1119,8 @@ async fn live(
             .await
             .unwrap();
     }
+    // Loading is work too: not while another benchmark measures.
+    quiet::wait_turn().await;
     let data = generate(plan.size);
     eprintln!("   loading");
     load(&store, &data).await;
