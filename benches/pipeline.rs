@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo bench -p archivist --bench pipeline -- [--pairs 10000,100000] [--researchers 4]
-//!     [--in-flight 32] [--clips 100] [--max-clips 50] [--recorders 1] [--separate-bus]
+//!     [--in-flight 32] [--clips 100] [--max-clips 50] [--recorders 1]
+//!     [--max-results-waiting 10000] [--separate-bus]
 //!     [--no-sqlite] [--no-postgres] [--rabbitmq]
 //! ```
 //!
@@ -18,7 +19,8 @@
 //!   `--in-flight`, so each run leases up to that many items less those waiting), each item of
 //!   up to `--max-clips` clips; `--researchers` researcher tasks that take work items ten at a
 //!   time, send one `CompletedResearchItem` per clip (the last with `revoke_lease`) in one
-//!   batch, and acknowledge their items in one call (`messagebus::ack_all`); `--recorders`
+//!   batch, and acknowledge their items in one call (`messagebus::ack_all`); work assignment
+//!   holds back while `--max-results-waiting` results wait, as `archivist run` does; `--recorders`
 //!   completed-research archivists running back to back. The clock stops when `status` counts
 //!   every pair researched.
 //!
@@ -47,7 +49,7 @@ use std::time::{Duration, Instant};
 use archivist::completed_research::{self, CompletedResearchConfig};
 use archivist::ingest::{start_clips, start_episodes, IngestConfig};
 use archivist::messages::{decode, encode, CompletedResearchItem, PendingResearchItem};
-use archivist::pending_research::{self, PendingResearchConfig};
+use archivist::pending_research::{self, HoldBack, PendingResearchConfig};
 use archivist::{Ended, Report};
 use chrono::Utc;
 use datastore::testing::{clip, episode};
@@ -92,6 +94,9 @@ struct Options {
     clips: u32,
     max_clips: u32,
     recorders: usize,
+    /// Work assignment holds back while this many results wait (0: never), as `archivist run`
+    /// does with `--max-results-waiting` (default 10,000).
+    max_results_waiting: u64,
     separate_bus: bool,
     backends: Vec<&'static str>,
 }
@@ -136,6 +141,7 @@ fn options() -> Options {
         clips: number("--clips", 100) as u32,
         max_clips: number("--max-clips", 50) as u32,
         recorders: number("--recorders", 1) as usize,
+        max_results_waiting: number("--max-results-waiting", 10_000),
         separate_bus: args.iter().any(|a| a == "--separate-bus"),
         backends,
     }
@@ -462,14 +468,21 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
             store.clone(),
             token.clone(),
         );
-        let config = PendingResearchConfig {
+        let mut config = PendingResearchConfig {
             max_clips: o.max_clips,
             researchers: Some(o.in_flight),
             start_jitter: Duration::ZERO,
             ..PendingResearchConfig::default()
         };
+        let max_waiting = o.max_results_waiting;
         threads.push(on_thread("assignment", async move {
             let tx = bus.sender(&queues.pending).await.unwrap();
+            if max_waiting > 0 {
+                config.hold_back = Some(HoldBack {
+                    results: bus.sender(&queues.completed).await.unwrap(),
+                    max_waiting,
+                });
+            }
             while !token.is_cancelled() {
                 let report = pending_research::start(
                     token.child_token(),
@@ -593,11 +606,13 @@ fn main() {
         .build()
         .unwrap();
     println!(
-        "researchers {}, items in flight {}, {} clips per item, {} recorder(s), bus {}",
+        "researchers {}, items in flight {}, {} clips per item, {} recorder(s), \
+         hold-back at {} results waiting, bus {}",
         o.researchers,
         o.in_flight,
         o.max_clips,
         o.recorders,
+        o.max_results_waiting,
         if o.separate_bus {
             "in a database of its own"
         } else {
