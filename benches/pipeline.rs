@@ -169,22 +169,19 @@ fn peak_rss() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
-/// CPU time (user + system) of each live thread of this process: (name, clock ticks) by
-/// thread id.
-fn threads_cpu() -> HashMap<u64, (String, u64)> {
-    let mut out = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return out;
+/// CPU time (user + system) of every entry of a `/proc` directory whose name is a number
+/// (`/proc`: processes; `/proc/self/task`: this process's threads): (name, clock ticks) by id.
+fn cpu_by_id(dir: &str) -> HashMap<u64, (String, u64)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return HashMap::new();
     };
-    for e in dir.flatten() {
-        let Ok(tid) = e.file_name().to_string_lossy().parse::<u64>() else {
-            continue;
-        };
-        if let Some((name, ticks)) = proc_stat(&e.path()) {
-            out.insert(tid, (name, ticks));
-        }
-    }
-    out
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let id = e.file_name().to_string_lossy().parse::<u64>().ok()?;
+            Some((id, proc_stat(&e.path())?))
+        })
+        .collect()
 }
 
 /// A `/proc` stat file's command name and user + system clock ticks.
@@ -201,37 +198,24 @@ fn proc_stat(dir: &std::path::Path) -> Option<(String, u64)> {
     Some((name, utime + stime))
 }
 
-/// CPU ticks of every process on the machine named `name` (the database server's backends,
-/// the broker), by pid.
-fn processes_cpu(name: &str) -> HashMap<u64, u64> {
-    let mut out = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u64>() else {
-            continue;
-        };
-        if let Some((n, ticks)) = proc_stat(&e.path()) {
-            if n == name {
-                out.insert(pid, ticks);
-            }
-        }
-    }
-    out
-}
-
 /// `/proc` counts in USER_HZ, which Linux fixes at 100 a second for every architecture.
 fn ticks_to_duration(ticks: u64) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// Ticks spent between two snapshots; a process or thread that came meanwhile counts from 0.
-fn spent<K: std::hash::Hash + Eq>(before: &HashMap<K, u64>, after: &HashMap<K, u64>) -> u64 {
-    after
+/// CPU spent between two snapshots by the entries whose name `matches`; an entry that came
+/// meanwhile counts from 0.
+fn spent(
+    before: &HashMap<u64, (String, u64)>,
+    after: &HashMap<u64, (String, u64)>,
+    matches: impl Fn(&str) -> bool,
+) -> Duration {
+    let ticks: u64 = after
         .iter()
-        .map(|(k, t)| t.saturating_sub(before.get(k).copied().unwrap_or(0)))
-        .sum()
+        .filter(|(_, (name, _))| matches(name))
+        .map(|(id, (_, t))| t.saturating_sub(before.get(id).map_or(0, |(_, b)| *b)))
+        .sum();
+    ticks_to_duration(ticks)
 }
 
 /// Runs `work` on a thread of its own with a runtime of its own, as a process of its own would.
@@ -437,8 +421,8 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
         "rabbitmq" => Some("beam.smp"),
         _ => None,
     };
-    let server_before = server_name.map(processes_cpu);
-    let threads_before = threads_cpu();
+    let server_before = server_name.map(|_| cpu_by_id("/proc"));
+    let threads_before = cpu_by_id("/proc/self/task");
     let (cpu_before, _) = usage();
     let started = Instant::now();
     let mut threads = Vec::new();
@@ -560,10 +544,10 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
     }
     let elapsed = started.elapsed();
     let (cpu_after, peak_rss) = usage();
-    let threads_after = threads_cpu();
+    let threads_after = cpu_by_id("/proc/self/task");
     let server = server_name
         .zip(server_before)
-        .map(|(name, before)| ticks_to_duration(spent(&before, &processes_cpu(name))));
+        .map(|(name, before)| spent(&before, &cpu_by_id("/proc"), |n| n == name));
     token.cancel();
     for t in threads {
         t.join().unwrap();
@@ -572,22 +556,13 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
     let _ = bus.close().await;
 
     let cpu = cpu_after.saturating_sub(cpu_before);
-    let before: HashMap<u64, u64> = threads_before.iter().map(|(k, (_, t))| (*k, *t)).collect();
     let mut parts = [Duration::ZERO; 5];
     for (i, part) in PARTS.iter().enumerate().take(3) {
-        let after: HashMap<u64, u64> = threads_after
-            .iter()
-            .filter(|(_, (n, _))| n == part)
-            .map(|(k, (_, t))| (*k, *t))
-            .collect();
-        parts[i] = ticks_to_duration(spent(&before, &after));
+        parts[i] = spent(&threads_before, &threads_after, |n| n == *part);
     }
-    let sqlite: HashMap<u64, u64> = threads_after
-        .iter()
-        .filter(|(_, (n, _))| n.starts_with("sqlx-sqlite"))
-        .map(|(k, (_, t))| (*k, *t))
-        .collect();
-    parts[3] = ticks_to_duration(spent(&before, &sqlite));
+    parts[3] = spent(&threads_before, &threads_after, |n| {
+        n.starts_with("sqlx-sqlite")
+    });
     parts[4] = cpu.saturating_sub(parts[..4].iter().sum());
     Figures {
         load,
