@@ -638,10 +638,10 @@ fn serve_is_ready_with_queues_not_created_yet_on_the_database_bus() {
 }
 
 /// A request the server cannot answer within its bound (15 s) is cut with 503, not left to
-/// hang: the bus's database answers each round trip 1.4 s late, so that every read (a pool's
-/// check and a statement, a prepare at most besides) stays within its own 5 s bound while the
-/// page's queue section, reading the four queues one after another (16 round trips or more),
-/// would take over 22 s.
+/// hang: the bus's database answers each round trip 1.2 s late, so that every read (a pool's
+/// check and a statement, a prepare at most besides: 3.6 s) stays within its own 5 s bound
+/// while the page's queue section, reading the four queues one after another (16 round trips
+/// or more), would take over 19 s.
 #[test]
 fn a_request_past_its_time_bound_is_cut() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -678,7 +678,11 @@ fn a_request_past_its_time_bound_is_cut() {
                 let (mut c_in, mut s_out) =
                     (client.try_clone().unwrap(), server.try_clone().unwrap());
                 std::thread::spawn(move || std::io::copy(&mut c_in, &mut s_out));
+                // A delay line, not a pause per read: each chunk goes on 1.2 s after it
+                // came, so an answer that arrives in several reads is late once, not once
+                // per read (which, on a loaded machine, made one read outlast its 5 s).
                 let (mut s_in, mut c_out) = (server, client);
+                let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
                 let slow = Arc::clone(&slow);
                 std::thread::spawn(move || {
                     let mut buf = vec![0u8; 64 * 1024];
@@ -686,10 +690,19 @@ fn a_request_past_its_time_bound_is_cut() {
                         if n == 0 {
                             break;
                         }
+                        let mut due = Instant::now();
                         if slow.load(Ordering::SeqCst) {
-                            std::thread::sleep(Duration::from_millis(1400));
+                            due += Duration::from_millis(1200);
                         }
-                        if c_out.write_all(&buf[..n]).is_err() {
+                        if tx.send((due, buf[..n].to_vec())).is_err() {
+                            break;
+                        }
+                    }
+                });
+                std::thread::spawn(move || {
+                    for (due, chunk) in rx {
+                        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                        if c_out.write_all(&chunk).is_err() {
                             break;
                         }
                     }
