@@ -5,7 +5,7 @@
 //! ```text
 //! scripts/bench-lifecycle.sh [--autovacuum on|off] [--diagnose] -- [small|reference|large]
 //!     [--points 10,50,90] [--repeats 5] [--streams 4] [--settle SECONDS]
-//!     [--outside-check] [--diagnose [CSV]] [--compare-before]
+//!     [--outside-check] [--diagnose [CSV]] [--compare-before] [--recording-waits]
 //!     [--no-postgres] [--no-sqlite]
 //! ```
 //!
@@ -52,6 +52,12 @@
 //! wrote meanwhile, the machine's load and the seconds since the last checkpoint started.
 //! Printed as a table comparing the slowest samples with the others and the rounds with each
 //! other, and every sample to CSV if a path is given.
+//!
+//! `--recording-waits` (Postgres): while one archivist records, what its server process waited
+//! on, whether a checkpoint was writing or an autovacuum running, and the WAL a result wrote,
+//! sampled from `pg_stat_activity` (see [`Waits`]); a table of every round.
+//!
+//! `--points none` measures the fresh store only.
 //!
 //! `--compare-before` (Postgres): each `lease_next` sample is paired with one through the same
 //! database whose lease selections begin as they did before their transaction's settings
@@ -161,6 +167,9 @@ struct Life {
     style: Style,
     /// `--compare-before`: the same database, lease selections as before their settings.
     before: Option<Arc<dyn DataStore>>,
+    /// `--recording-waits` (Postgres): a connection of its own to sample the server with
+    /// while one archivist records.
+    waits: Option<PgPool>,
 }
 
 impl Life {
@@ -358,12 +367,14 @@ impl Life {
 // ------------------------------------------------------------------------------ measuring
 
 /// One round's figures: (median, p95) ms, or a rate.
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone)]
 struct Round {
     lease_ms: Option<(f64, f64)>,
     /// `--compare-before`: `lease_next` as before its transaction's settings.
     lease_before_ms: Option<(f64, f64)>,
     record_10_per_s: Option<f64>,
+    /// `--recording-waits`: what the server did while one archivist recorded.
+    record_10_waits: Option<Waits>,
     record_10x4_per_s: Option<f64>,
     new_clip_ms: Option<(f64, f64)>,
     new_episode_ms: Option<(f64, f64)>,
@@ -465,13 +476,17 @@ async fn leased_results(life: &Life, pairs: usize) -> (Vec<Lease>, Vec<datastore
     (leases, results)
 }
 
-async fn record_rate(life: &Arc<Life>, streams: usize) -> Option<f64> {
+async fn record_rate(life: &Arc<Life>, streams: usize) -> (Option<f64>, Option<Waits>) {
     let (leases, results) = leased_results(life, RECORD_RESULTS).await;
     if results.is_empty() {
-        return None;
+        return (None, None);
     }
     let n = results.len();
     let per_stream = n.div_ceil(streams);
+    let sampler = match (&life.waits, streams) {
+        (Some(pool), 1) => Some(WaitSampler::start(pool.clone()).await),
+        _ => None,
+    };
     let start = Instant::now();
     let tasks: Vec<_> = results
         .chunks(per_stream)
@@ -489,13 +504,253 @@ async fn record_rate(life: &Arc<Life>, streams: usize) -> Option<f64> {
         t.await.unwrap();
     }
     let rate = n as f64 / start.elapsed().as_secs_f64();
+    let waits = match sampler {
+        Some(s) => Some(s.stop(n).await),
+        None => None,
+    };
     for l in leases {
         life.store
             .update_lease(l.id, LeaseUpdate::Revoke)
             .await
             .unwrap();
     }
-    Some(rate)
+    (Some(rate), waits)
+}
+
+// ------------------------------------------------------------------------------ recording's waits
+
+/// `--recording-waits` (Postgres): what the server was doing while one archivist recorded,
+/// sampled from `pg_stat_activity` every [`WAIT_SAMPLE_EVERY`] on a connection of its own:
+/// what the recording's server process waited on (nothing: on the CPU), whether a checkpoint
+/// was writing and an autovacuum worker running, and the WAL written per result. A round that
+/// records slower than the others shows here which of them it spent its time on; [`Cores`]
+/// shows whether its processes worked more or waited for a core, and who held the cores.
+#[derive(Default, Clone)]
+struct Waits {
+    samples: u32,
+    /// Samples with no client statement running: the time between statements (the client,
+    /// the round trips).
+    between: u32,
+    /// A statement running and waiting on nothing.
+    cpu: u32,
+    /// Waiting for the WAL to reach the disk: its own sync (IO WALSync/WALWrite) or another
+    /// process's (LWLock WALWrite).
+    wal_flush: u32,
+    /// Reading a table or index page the buffer cache did not hold.
+    data_read: u32,
+    /// Any other wait (locks, buffer mappings, ...).
+    other: u32,
+    /// The checkpointer writing (not idle in its main loop).
+    checkpoint: u32,
+    /// At least one autovacuum worker running.
+    autovacuum: u32,
+    wal_bytes_per_result: f64,
+    cores: Cores,
+}
+
+/// Who had the machine's two cores while one archivist recorded (`/proc/<pid>/schedstat`;
+/// empty unless the server runs on this machine), in ms: on a CPU, and runnable but waiting
+/// for one.
+#[derive(Default, Clone)]
+struct Cores {
+    window_ms: f64,
+    /// The client backends of the store's database: the recording's server side.
+    backends: (f64, f64),
+    /// Of the backends' time on a core, the part in the kernel (a commit's WAL sync among it).
+    backends_kernel_ms: f64,
+    /// This process's threads: the recording's client side (and the sampler).
+    bench: (f64, f64),
+    /// The cluster's other processes: checkpointer, WAL writer, autovacuum, ...
+    cluster_run_ms: f64,
+    /// Every other process on the machine, and the busiest of them (name, pid, ms).
+    outside_run_ms: f64,
+    busiest: Option<(String, u32, f64)>,
+}
+
+const WAIT_SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
+struct WaitSampler {
+    pool: PgPool,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<Waits>,
+    wal_at_start: f64,
+    started: Instant,
+    processes: std::collections::HashMap<u32, cpu::Sched>,
+    own_threads: (u64, u64),
+}
+
+/// The cluster's processes by pid, and whether each is a client backend of the store's
+/// database.
+async fn cluster_pids(pool: &PgPool) -> Vec<(u32, bool)> {
+    let rows: Vec<(i32, bool)> = sqlx::query_as(
+        "SELECT pid, coalesce(backend_type = 'client backend'
+                               AND datname = current_database(), false)
+         FROM pg_stat_activity WHERE pid <> pg_backend_pid()",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    rows.into_iter()
+        .filter_map(|(pid, client)| Some((u32::try_from(pid).ok()?, client)))
+        .collect()
+}
+
+async fn wal_position(pool: &PgPool) -> f64 {
+    sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::float8")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+impl WaitSampler {
+    async fn start(pool: PgPool) -> Self {
+        let wal_at_start = wal_position(&pool).await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = tokio::spawn({
+            let (pool, stop) = (pool.clone(), Arc::clone(&stop));
+            async move {
+                let mut w = Waits::default();
+                while !stop.load(Ordering::Relaxed) {
+                    let rows: Vec<(String, String, String)> = sqlx::query_as(
+                        "SELECT backend_type, coalesce(wait_event_type, ''),
+                                coalesce(wait_event, '')
+                         FROM pg_stat_activity
+                         WHERE pid <> pg_backend_pid()
+                           AND (backend_type IN ('checkpointer', 'autovacuum worker')
+                                OR (backend_type = 'client backend' AND state = 'active'
+                                    AND datname = current_database()))",
+                    )
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap();
+                    w.samples += 1;
+                    let mut running = false;
+                    let mut vacuuming = false;
+                    for (kind, wait_type, wait) in &rows {
+                        match kind.as_str() {
+                            "checkpointer" if wait != "CheckpointerMain" => w.checkpoint += 1,
+                            "autovacuum worker" => vacuuming = true,
+                            "client backend" if !running => {
+                                running = true;
+                                match (wait_type.as_str(), wait.as_str()) {
+                                    ("", _) => w.cpu += 1,
+                                    ("IO", "WALSync" | "WALWrite") | ("LWLock", "WALWrite") => {
+                                        w.wal_flush += 1
+                                    }
+                                    ("IO", "DataFileRead") => w.data_read += 1,
+                                    _ => w.other += 1,
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    w.between += u32::from(!running);
+                    w.autovacuum += u32::from(vacuuming);
+                    tokio::time::sleep(WAIT_SAMPLE_EVERY).await;
+                }
+                w
+            }
+        });
+        Self {
+            pool,
+            stop,
+            task,
+            wal_at_start,
+            started: Instant::now(),
+            processes: cpu::processes(),
+            own_threads: cpu::own_threads(),
+        }
+    }
+
+    async fn stop(self, results: usize) -> Waits {
+        let (processes, own_threads) = (cpu::processes(), cpu::own_threads());
+        let window_ms = ms(self.started.elapsed());
+        self.stop.store(true, Ordering::Relaxed);
+        let mut w = self.task.await.unwrap();
+        w.wal_bytes_per_result =
+            (wal_position(&self.pool).await - self.wal_at_start) / results as f64;
+        let to_ms = |ns: u64| ns as f64 / 1e6;
+        let cluster = cluster_pids(&self.pool).await;
+        let mut c = Cores {
+            window_ms,
+            bench: (
+                to_ms(own_threads.0.saturating_sub(self.own_threads.0)),
+                to_ms(own_threads.1.saturating_sub(self.own_threads.1)),
+            ),
+            ..Cores::default()
+        };
+        for (pid, spent) in cpu::spent(&self.processes, &processes) {
+            let (run, wait) = (spent.run_ns, spent.wait_ns);
+            match cluster.iter().find(|(p, _)| *p == pid) {
+                Some((_, true)) => {
+                    c.backends.0 += to_ms(run);
+                    c.backends.1 += to_ms(wait);
+                    c.backends_kernel_ms += to_ms(spent.kernel_ns);
+                }
+                Some((_, false)) => c.cluster_run_ms += to_ms(run),
+                None if pid == std::process::id() => {}
+                None => {
+                    c.outside_run_ms += to_ms(run);
+                    if c.busiest.as_ref().is_none_or(|b| to_ms(run) > b.2) {
+                        c.busiest = Some((spent.name, pid, to_ms(run)));
+                    }
+                }
+            }
+        }
+        w.cores = c;
+        w
+    }
+}
+
+impl Waits {
+    /// Shares of the samples, in percent: between statements, CPU, WAL flush, page reads,
+    /// other waits; checkpoint writing; autovacuum running.
+    fn shares(&self) -> [f64; 7] {
+        let pct = |n: u32| 100.0 * f64::from(n) / f64::from(self.samples.max(1));
+        [
+            pct(self.between),
+            pct(self.cpu),
+            pct(self.wal_flush),
+            pct(self.data_read),
+            pct(self.other),
+            pct(self.checkpoint),
+            pct(self.autovacuum),
+        ]
+    }
+
+    fn line(&self) -> String {
+        let [between, cpu, flush, read, other, checkpoint, vacuum] = self.shares();
+        format!(
+            "{} samples: between statements {between:.0}%, CPU {cpu:.0}%, WAL flush {flush:.0}%, \
+             page reads {read:.0}%, other waits {other:.0}%; checkpoint writing {checkpoint:.0}%, \
+             autovacuum {vacuum:.0}%; {:.0} WAL bytes a result",
+            self.samples, self.wal_bytes_per_result
+        ) + &self.cores.line()
+    }
+}
+
+impl Cores {
+    fn line(&self) -> String {
+        if self.window_ms == 0.0 {
+            return String::new();
+        }
+        format!(
+            "; cores over {:.0} ms: backends {:.0} on ({:.0} in the kernel) / {:.0} waiting, \
+             this process {:.0} / {:.0}, the cluster's others {:.0}, outside {:.0}{}",
+            self.window_ms,
+            self.backends.0,
+            self.backends_kernel_ms,
+            self.backends.1,
+            self.bench.0,
+            self.bench.1,
+            self.cluster_run_ms,
+            self.outside_run_ms,
+            self.busiest
+                .as_ref()
+                .map(|(name, pid, ms)| format!(" (busiest {name} {pid}: {ms:.0})"))
+                .unwrap_or_default()
+        )
+    }
 }
 
 /// `lease_next`, `LEASE_SAMPLES` times, each followed (untimed) by finishing the oldest open
@@ -594,9 +849,9 @@ async fn measure(
             lease_round(life, diag.as_deref_mut(), label, round + 1).await;
         statement_times(pg, "lease_next").await;
 
-        r.record_10_per_s = record_rate(life, 1).await;
+        (r.record_10_per_s, r.record_10_waits) = record_rate(life, 1).await;
         statement_times(pg, "record_results, one archivist").await;
-        r.record_10x4_per_s = record_rate(life, 4).await;
+        r.record_10x4_per_s = record_rate(life, 4).await.0;
         eprintln!(
             "      round {}: lease {} ms{}, status {} ms, record {:.0}/s and {:.0}/s (x4)",
             round + 1,
@@ -608,6 +863,9 @@ async fn measure(
             r.record_10_per_s.unwrap_or(0.0),
             r.record_10x4_per_s.unwrap_or(0.0),
         );
+        if let Some(w) = &r.record_10_waits {
+            eprintln!("        recording's waits (one archivist): {}", w.line());
+        }
         p.rounds.push(r);
     }
 
@@ -1103,6 +1361,8 @@ struct Plan<'a> {
     settle_s: u64,
     repeats: usize,
     style: Style,
+    /// `--recording-waits`.
+    recording_waits: bool,
 }
 
 async fn live(
@@ -1141,6 +1401,16 @@ async fn live(
         streams: plan.streams,
         style: plan.style,
         before,
+        waits: match (&pg, plan.recording_waits) {
+            (Some(pool), true) => Some(
+                sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_with((*pool.connect_options()).clone())
+                    .await
+                    .unwrap(),
+            ),
+            _ => None,
+        },
     });
     // The rounds' churn, seeded: the same run makes the same moments.
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x0c4e_c4ed);
@@ -1358,6 +1628,60 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
         out.push('\n');
     }
 
+    if points
+        .iter()
+        .any(|p| p.rounds.iter().any(|r| r.record_10_waits.is_some()))
+    {
+        out.push_str(&format!(
+            "\nRecording, batches of 10, one archivist, in each round (`--recording-waits`: \
+             `pg_stat_activity` sampled every {} ms): results/s · % of samples between \
+             statements / on the CPU / waiting for the WAL's flush / reading pages / other \
+             waits · % with a checkpoint writing / an autovacuum running · WAL bytes a result · \
+             ms the store's backends spent on a core (of it in the kernel) / waiting for one · \
+             the same for this \
+             process · ms on a core of every process outside the cluster and this one \
+             (`/proc/<pid>/schedstat`)\n\n\
+             | round |",
+            WAIT_SAMPLE_EVERY.as_millis()
+        ));
+        for p in points {
+            out.push_str(&format!(" {} |", p.label));
+        }
+        out.push_str("\n| --- |");
+        for _ in points {
+            out.push_str(" --- |");
+        }
+        out.push('\n');
+        for r in 0..repeats {
+            out.push_str(&format!("| {} |", r + 1));
+            for p in points {
+                let round = p.rounds.get(r);
+                match (
+                    round.and_then(|r| r.record_10_per_s),
+                    round.and_then(|r| r.record_10_waits.clone()),
+                ) {
+                    (Some(rate), Some(w)) => {
+                        let [between, cpu, flush, read, other, checkpoint, vacuum] = w.shares();
+                        out.push_str(&format!(
+                            " {rate:.0} · {between:.0} / {cpu:.0} / {flush:.0} / {read:.0} / \
+                             {other:.0} · {checkpoint:.0} / {vacuum:.0} · {:.0} · {:.0} \
+                             ({:.0}) / {:.0} · {:.0} / {:.0} · {:.0} |",
+                            w.wal_bytes_per_result,
+                            w.cores.backends.0,
+                            w.cores.backends_kernel_ms,
+                            w.cores.backends.1,
+                            w.cores.bench.0,
+                            w.cores.bench.1,
+                            w.cores.outside_run_ms,
+                        ))
+                    }
+                    _ => out.push_str(" — |"),
+                }
+            }
+            out.push('\n');
+        }
+    }
+
     if points.iter().any(|p| !p.tables.is_empty()) {
         out.push_str(
             "\nPostgres tables (dead rows · vacuums so far · MB with indexes · HOT updates):\n\n| table |",
@@ -1417,6 +1741,8 @@ fn main() {
     let points: Vec<u32> = value("--points")
         .unwrap_or_else(|| "10,50,90".into())
         .split(',')
+        // `--points none`: the fresh store only.
+        .filter(|p| p.trim() != "none")
         .map(|p| {
             p.trim()
                 .parse()
@@ -1456,6 +1782,7 @@ fn main() {
                 settle_s,
                 repeats,
                 style,
+                recording_waits: flag("--recording-waits"),
             };
             let pairs = u64::from(size.episodes) * u64::from(size.clips);
             let head = format!(

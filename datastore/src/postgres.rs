@@ -784,9 +784,10 @@ SELECT e.id, e.title, e.date_aired, e.initial_date_curated, e.last_date_curated,
 FROM episodes e JOIN candidate ON e.id = candidate.id LEFT JOIN frontier f ON true
 FOR NO KEY UPDATE OF e";
 
-/// The frontier and the clip count it is compared with, in one round trip.
+/// The frontier and the clip count it is compared with (kept by triggers: migration 0011), in
+/// one round trip.
 const READ_FRONTIER: &str = "
-SELECT (SELECT count(*) FROM clips), f.generation, f.clips,
+SELECT (SELECT n FROM clip_count), f.generation, f.clips,
        f.priority, f.date_aired, f.initial_date_curated, f.id,
        EXISTS (SELECT 1 FROM leases WHERE id = $1) AS made_already
 FROM lease_frontier f";
@@ -1305,11 +1306,11 @@ WITH input AS (
     RETURNING e.id, e.researched_count, s.n, s.at
 ), completed AS (
     -- This batch recorded the episode's last pair: its research is complete (0008). The clip
-    -- count is read once, and only when some episode's count changed.
+    -- count (kept by triggers, 0011) is read once, and only when some episode's count changed.
     INSERT INTO episode_completions AS c (episode_id, completed_at)
     SELECT id, at FROM episodes_done
     WHERE n > 0
-      AND (SELECT count(*) FROM clips) BETWEEN researched_count - n + 1 AND researched_count
+      AND (SELECT cc.n FROM clip_count cc) BETWEEN researched_count - n + 1 AND researched_count
     ON CONFLICT (episode_id) DO UPDATE
         SET completions = c.completions + 1, completed_at = EXCLUDED.completed_at
 )

@@ -799,7 +799,8 @@ impl SqliteDataStore {
             return Ok(Some(lease));
         }
 
-        let clip_count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM clips")
+        // Kept by triggers (0008): COUNT(*) reads every clip.
+        let clip_count: i64 = sqlx::query_scalar("SELECT n FROM clip_count")
             .fetch_one(&mut *tx)
             .await?;
         if clip_count == 0 {
@@ -1186,7 +1187,7 @@ async fn keep_completions(
     if grew.is_empty() {
         return Ok(());
     }
-    let clips: i64 = sqlx::query_scalar("SELECT count(*) FROM clips")
+    let clips: i64 = sqlx::query_scalar("SELECT n FROM clip_count")
         .fetch_one(&mut **tx)
         .await?;
     for (id, count, added) in grew {

@@ -96,6 +96,7 @@ macro_rules! datastore_conformance_tests {
             completion_is_kept_when_the_last_pair_is_recorded,
             completion_counts_failures_and_survives_duplicates,
             a_later_clip_reopens_and_completes_again,
+            clips_curated_again_count_once,
             announcing_lets_go_only_of_what_was_read,
             browse_lists_clips_by_occurrences,
             browse_searches_titles,
@@ -2237,6 +2238,44 @@ pub mod cases {
         assert_eq!(
             pending(&*store).await,
             vec![(es[0].title.clone(), 2, 1, 0, vec![clip(7).title])]
+        );
+    }
+
+    /// Clips curated again, alone or twice in one batch, are one clip each: the episode has
+    /// one pair per distinct clip to lease, and completes on the last of them, not before nor
+    /// never. (The stores keep the clip count apart from the clips.)
+    pub async fn clips_curated_again_count_once(store: Arc<dyn DataStore>) {
+        let e = episode(0);
+        store.upsert_episode(&e).await.unwrap();
+        store.upsert_clip(&clip(0)).await.unwrap();
+        let mut again = clip(0);
+        again.last_date_curated += Duration::hours(1);
+        store.upsert_clip(&again).await.unwrap();
+        store.upsert_clip(&again).await.unwrap();
+        let mut newer = clip(1);
+        newer.last_date_curated += Duration::hours(2);
+        store
+            .upsert_clips(&[clip(1), newer, again.clone(), clip(2)])
+            .await
+            .unwrap();
+        let status = store.status(t0()).await.unwrap();
+        assert_eq!((status.clips, status.research_pairs), (3, 3));
+        let l = lease(&*store, 10, t0()).await.unwrap();
+        assert_eq!(titles(&l).len(), 3);
+        assert!(lease(&*store, 10, t0()).await.is_none());
+        let id = l.id;
+        store
+            .record_results(&[result(id, &e, &clip(0), &[]), result(id, &e, &clip(1), &[])])
+            .await
+            .unwrap();
+        assert!(pending(&*store).await.is_empty(), "a pair is left");
+        store
+            .record_results(&[result(id, &e, &clip(2), &[7])])
+            .await
+            .unwrap();
+        assert_eq!(
+            pending(&*store).await,
+            vec![(e.title.clone(), 3, 1, 0, vec![clip(2).title])]
         );
     }
 

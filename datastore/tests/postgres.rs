@@ -310,7 +310,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0007 failed research",
             "0008 episode completions",
             "0009 newer curation retries failures",
-            "0010 browse"
+            "0010 browse",
+            "0011 clip count"
         ]
     );
     store.migrate().await.unwrap();
@@ -394,7 +395,8 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
             "0007 failed research",
             "0008 episode completions",
             "0009 newer curation retries failures",
-            "0010 browse"
+            "0010 browse",
+            "0011 clip count"
         ]
     );
     store.migrate().await.unwrap();

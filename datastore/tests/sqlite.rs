@@ -258,7 +258,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0004 failed research",
             "0005 episode completions",
             "0006 newer curation retries failures",
-            "0007 browse"
+            "0007 browse",
+            "0008 clip count"
         ]
     );
     store.migrate().await.unwrap();

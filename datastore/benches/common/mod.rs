@@ -2,6 +2,7 @@
 //! the statistics, and the throwaway databases they run in.
 #![allow(dead_code)] // each benchmark uses its own part of this
 
+pub(crate) mod cpu;
 pub(crate) mod quiet;
 
 use std::str::FromStr;
