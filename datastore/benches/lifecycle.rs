@@ -565,6 +565,24 @@ struct Cores {
     /// Every other process on the machine, and the busiest of them (name, pid, ms).
     outside_run_ms: f64,
     busiest: Option<(String, u32, f64)>,
+    /// [`reference_work`] just before the recording and just after, in ms: what one fixed
+    /// piece of CPU work took then. If it too is slower in a slow round, the machine was
+    /// (another guest on the host, the clock speed), not the store.
+    reference_ms: (f64, f64),
+}
+
+/// A fixed piece of CPU work (a xorshift chain, tens of ms), timed: the same work each round,
+/// so that its time tells how fast the machine was just then.
+fn reference_work() -> f64 {
+    let start = Instant::now();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..20_000_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+    }
+    std::hint::black_box(x);
+    ms(start.elapsed())
 }
 
 const WAIT_SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
@@ -575,6 +593,7 @@ struct WaitSampler {
     task: tokio::task::JoinHandle<Waits>,
     wal_at_start: f64,
     started: Instant,
+    reference_ms: f64,
     processes: std::collections::HashMap<u32, cpu::Sched>,
     own_threads: (u64, u64),
 }
@@ -604,6 +623,7 @@ async fn wal_position(pool: &PgPool) -> f64 {
 
 impl WaitSampler {
     async fn start(pool: PgPool) -> Self {
+        let reference_ms = reference_work();
         let wal_at_start = wal_position(&pool).await;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let task = tokio::spawn({
@@ -657,6 +677,7 @@ impl WaitSampler {
             task,
             wal_at_start,
             started: Instant::now(),
+            reference_ms,
             processes: cpu::processes(),
             own_threads: cpu::own_threads(),
         }
@@ -673,6 +694,7 @@ impl WaitSampler {
         let cluster = cluster_pids(&self.pool).await;
         let mut c = Cores {
             window_ms,
+            reference_ms: (self.reference_ms, reference_work()),
             bench: (
                 to_ms(own_threads.0.saturating_sub(self.own_threads.0)),
                 to_ms(own_threads.1.saturating_sub(self.own_threads.1)),
@@ -736,7 +758,8 @@ impl Cores {
         }
         format!(
             "; cores over {:.0} ms: backends {:.0} on ({:.0} in the kernel) / {:.0} waiting, \
-             this process {:.0} / {:.0}, the cluster's others {:.0}, outside {:.0}{}",
+             this process {:.0} / {:.0}, the cluster's others {:.0}, outside {:.0}{}; \
+             reference work {:.1} ms before, {:.1} ms after",
             self.window_ms,
             self.backends.0,
             self.backends_kernel_ms,
@@ -748,7 +771,9 @@ impl Cores {
             self.busiest
                 .as_ref()
                 .map(|(name, pid, ms)| format!(" (busiest {name} {pid}: {ms:.0})"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            self.reference_ms.0,
+            self.reference_ms.1,
         )
     }
 }
@@ -1640,7 +1665,8 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
              ms the store's backends spent on a core (of it in the kernel) / waiting for one · \
              the same for this \
              process · ms on a core of every process outside the cluster and this one \
-             (`/proc/<pid>/schedstat`)\n\n\
+             (`/proc/<pid>/schedstat`) · ms a fixed piece of CPU work took just before / just \
+             after\n\n\
              | round |",
             WAIT_SAMPLE_EVERY.as_millis()
         ));
@@ -1665,7 +1691,7 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
                         out.push_str(&format!(
                             " {rate:.0} · {between:.0} / {cpu:.0} / {flush:.0} / {read:.0} / \
                              {other:.0} · {checkpoint:.0} / {vacuum:.0} · {:.0} · {:.0} \
-                             ({:.0}) / {:.0} · {:.0} / {:.0} · {:.0} |",
+                             ({:.0}) / {:.0} · {:.0} / {:.0} · {:.0} · {:.0} / {:.0} |",
                             w.wal_bytes_per_result,
                             w.cores.backends.0,
                             w.cores.backends_kernel_ms,
@@ -1673,6 +1699,8 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
                             w.cores.bench.0,
                             w.cores.bench.1,
                             w.cores.outside_run_ms,
+                            w.cores.reference_ms.0,
+                            w.cores.reference_ms.1,
                         ))
                     }
                     _ => out.push_str(" — |"),
