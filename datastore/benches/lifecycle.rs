@@ -1506,6 +1506,32 @@ async fn load(store: &Arc<dyn DataStore>, data: &DataSet) {
 
 // ------------------------------------------------------------------------------ report
 
+/// A table of one figure per round (rows) and point (columns), after a heading.
+fn per_round_table(
+    heading: &str,
+    points: &[Point],
+    repeats: usize,
+    cell: impl Fn(Option<&Round>) -> String,
+) -> String {
+    let mut out = format!("\n{heading}\n\n| round |");
+    for p in points {
+        out.push_str(&format!(" {} |", p.label));
+    }
+    out.push_str("\n| --- |");
+    for _ in points {
+        out.push_str(" --- |");
+    }
+    out.push('\n');
+    for r in 0..repeats {
+        out.push_str(&format!("| {} |", r + 1));
+        for p in points {
+            out.push_str(&format!(" {} |", cell(p.rounds.get(r))));
+        }
+        out.push('\n');
+    }
+    out
+}
+
 fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
     let t = targets(size);
     let repeats = points.iter().map(|p| p.rounds.len()).max().unwrap_or(0);
@@ -1622,92 +1648,60 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
     let compared = points
         .iter()
         .any(|p| p.rounds.iter().any(|r| r.lease_before_ms.is_some()));
-    out.push_str(if compared {
-        "\n`lease_next` in each round, median / p95 ms (and as before, interleaved):\n\n| round |"
+    let heading = if compared {
+        "`lease_next` in each round, median / p95 ms (and as before, interleaved):".to_string()
     } else {
-        "\n`lease_next` in each round, median / p95 ms:\n\n| round |"
-    });
-    for p in points {
-        out.push_str(&format!(" {} |", p.label));
-    }
-    out.push_str("\n| --- |");
-    for _ in points {
-        out.push_str(" --- |");
-    }
-    out.push('\n');
-    for r in 0..repeats {
-        out.push_str(&format!("| {} |", r + 1));
-        for p in points {
-            let round = p.rounds.get(r);
-            match (
-                round.and_then(|r| r.lease_ms),
-                round.and_then(|r| r.lease_before_ms),
-            ) {
-                (Some((m, p95)), None) => out.push_str(&format!(" {m:.2} / {p95:.2} |")),
-                (Some((m, p95)), Some((dm, dp))) => {
-                    out.push_str(&format!(" {m:.2} / {p95:.2} ({dm:.2} / {dp:.2}) |"))
-                }
-                _ => out.push_str(" — |"),
-            }
+        "`lease_next` in each round, median / p95 ms:".to_string()
+    };
+    out.push_str(&per_round_table(&heading, points, repeats, |round| match (
+        round.and_then(|r| r.lease_ms),
+        round.and_then(|r| r.lease_before_ms),
+    ) {
+        (Some((m, p95)), None) => format!("{m:.2} / {p95:.2}"),
+        (Some((m, p95)), Some((dm, dp))) => {
+            format!("{m:.2} / {p95:.2} ({dm:.2} / {dp:.2})")
         }
-        out.push('\n');
-    }
+        _ => "—".into(),
+    }));
 
     if points
         .iter()
         .any(|p| p.rounds.iter().any(|r| r.record_10_waits.is_some()))
     {
-        out.push_str(&format!(
-            "\nRecording, batches of 10, one archivist, in each round (`--recording-waits`: \
+        let heading = format!(
+            "Recording, batches of 10, one archivist, in each round (`--recording-waits`: \
              `pg_stat_activity` sampled every {} ms): results/s · % of samples between \
              statements / on the CPU / waiting for the WAL's flush / reading pages / other \
              waits · % with a checkpoint writing / an autovacuum running · WAL bytes a result · \
              ms the store's backends spent on a core (of it in the kernel) / waiting for one · \
-             the same for this \
-             process · ms on a core of every process outside the cluster and this one \
-             (`/proc/<pid>/schedstat`) · ms a fixed piece of CPU work took just before / just \
-             after\n\n\
-             | round |",
+             the same for this process · ms on a core of every process outside the cluster and \
+             this one (`/proc/<pid>/schedstat`) · ms a fixed piece of CPU work took just before \
+             / just after",
             WAIT_SAMPLE_EVERY.as_millis()
-        ));
-        for p in points {
-            out.push_str(&format!(" {} |", p.label));
-        }
-        out.push_str("\n| --- |");
-        for _ in points {
-            out.push_str(" --- |");
-        }
-        out.push('\n');
-        for r in 0..repeats {
-            out.push_str(&format!("| {} |", r + 1));
-            for p in points {
-                let round = p.rounds.get(r);
-                match (
-                    round.and_then(|r| r.record_10_per_s),
-                    round.and_then(|r| r.record_10_waits.clone()),
-                ) {
-                    (Some(rate), Some(w)) => {
-                        let [between, cpu, flush, read, other, checkpoint, vacuum] = w.shares();
-                        out.push_str(&format!(
-                            " {rate:.0} · {between:.0} / {cpu:.0} / {flush:.0} / {read:.0} / \
-                             {other:.0} · {checkpoint:.0} / {vacuum:.0} · {:.0} · {:.0} \
-                             ({:.0}) / {:.0} · {:.0} / {:.0} · {:.0} · {:.0} / {:.0} |",
-                            w.wal_bytes_per_result,
-                            w.cores.backends.0,
-                            w.cores.backends_kernel_ms,
-                            w.cores.backends.1,
-                            w.cores.bench.0,
-                            w.cores.bench.1,
-                            w.cores.outside_run_ms,
-                            w.cores.reference_ms.0,
-                            w.cores.reference_ms.1,
-                        ))
-                    }
-                    _ => out.push_str(" — |"),
-                }
-            }
-            out.push('\n');
-        }
+        );
+        out.push_str(&per_round_table(&heading, points, repeats, |round| {
+            let Some((rate, w)) =
+                round.and_then(|r| Some((r.record_10_per_s?, r.record_10_waits.as_ref()?)))
+            else {
+                return "—".into();
+            };
+            let [between, cpu, flush, read, other, checkpoint, vacuum] = w.shares();
+            let c = &w.cores;
+            format!(
+                "{rate:.0} · {between:.0} / {cpu:.0} / {flush:.0} / {read:.0} / {other:.0} · \
+                 {checkpoint:.0} / {vacuum:.0} · {:.0} · {:.0} ({:.0}) / {:.0} · {:.0} / {:.0} · \
+                 {:.0} · {:.0} / {:.0}",
+                w.wal_bytes_per_result,
+                c.backends.0,
+                c.backends_kernel_ms,
+                c.backends.1,
+                c.bench.0,
+                c.bench.1,
+                c.outside_run_ms,
+                c.reference_ms.0,
+                c.reference_ms.1,
+            )
+        }));
     }
 
     if points.iter().any(|p| !p.tables.is_empty()) {
