@@ -1506,6 +1506,21 @@ async fn load(store: &Arc<dyn DataStore>, data: &DataSet) {
 
 // ------------------------------------------------------------------------------ report
 
+/// A table's head: the first columns, then a column per point.
+fn table_head(first: &[&str], points: &[Point]) -> String {
+    let labels = first
+        .iter()
+        .copied()
+        .chain(points.iter().map(|p| p.label.as_str()));
+    let mut head = String::from("|");
+    let mut rule = String::from("|");
+    for label in labels {
+        head.push_str(&format!(" {label} |"));
+        rule.push_str(" --- |");
+    }
+    format!("{head}\n{rule}\n")
+}
+
 /// A table of one figure per round (rows) and point (columns), after a heading.
 fn per_round_table(
     heading: &str,
@@ -1513,15 +1528,7 @@ fn per_round_table(
     repeats: usize,
     cell: impl Fn(Option<&Round>) -> String,
 ) -> String {
-    let mut out = format!("\n{heading}\n\n| round |");
-    for p in points {
-        out.push_str(&format!(" {} |", p.label));
-    }
-    out.push_str("\n| --- |");
-    for _ in points {
-        out.push_str(" --- |");
-    }
-    out.push('\n');
+    let mut out = format!("\n{heading}\n\n{}", table_head(&["round"], points));
     for r in 0..repeats {
         out.push_str(&format!("| {} |", r + 1));
         for p in points {
@@ -1538,16 +1545,9 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
     let mut out = format!(
         "\n#### {title}\n\nEach cell: the median of the {repeats} rounds' medians · the worst \
          round's median / p95 (for rates: the median round · the worst); the target is judged \
-         on the worst round.\n\n| operation | target |"
+         on the worst round.\n\n{}",
+        table_head(&["operation", "target"], points)
     );
-    for p in points {
-        out.push_str(&format!(" {} |", p.label));
-    }
-    out.push_str("\n| --- | --- |");
-    for _ in points {
-        out.push_str(" --- |");
-    }
-    out.push('\n');
     let verdict = |v: f64, target: Option<f64>, higher: bool| match target {
         Some(t) if (higher && v > t) || (!higher && v < t) => " ✅",
         Some(_) => " ❌",
@@ -1706,16 +1706,9 @@ fn report(title: &str, size: &Size, points: &[Point], summary: &str) -> String {
 
     if points.iter().any(|p| !p.tables.is_empty()) {
         out.push_str(
-            "\nPostgres tables (dead rows · vacuums so far · MB with indexes · HOT updates):\n\n| table |",
+            "\nPostgres tables (dead rows · vacuums so far · MB with indexes · HOT updates):\n\n",
         );
-        for p in points {
-            out.push_str(&format!(" {} |", p.label));
-        }
-        out.push_str("\n| --- |");
-        for _ in points {
-            out.push_str(" --- |");
-        }
-        out.push('\n');
+        out.push_str(&table_head(&["table"], points));
         let names: Vec<String> = points[0].tables.iter().map(|t| t.0.clone()).collect();
         for name in names {
             out.push_str(&format!("| {name} |"));
