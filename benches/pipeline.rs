@@ -42,7 +42,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,6 +59,11 @@ use messagebus::{Bus, Receiver, Sender};
 use nix::sys::resource::{getrusage, UsageWho};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+
+/// Time on a CPU by process and by thread, from `/proc`: the reader the datastore's
+/// benchmarks use.
+#[path = "../datastore/benches/common/cpu.rs"]
+mod cpu;
 
 /// The queues of one run: the archivists' names, prefixed on a broker whose queues outlive
 /// the run.
@@ -167,55 +171,6 @@ fn peak_rss() -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
         .map_or(0, |kib| kib * 1024)
-}
-
-/// CPU time (user + system) of every entry of a `/proc` directory whose name is a number
-/// (`/proc`: processes; `/proc/self/task`: this process's threads): (name, clock ticks) by id.
-fn cpu_by_id(dir: &str) -> HashMap<u64, (String, u64)> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return HashMap::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| {
-            let id = e.file_name().to_string_lossy().parse::<u64>().ok()?;
-            Some((id, proc_stat(&e.path())?))
-        })
-        .collect()
-}
-
-/// A `/proc` stat file's command name and user + system clock ticks.
-fn proc_stat(dir: &std::path::Path) -> Option<(String, u64)> {
-    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-    // pid (comm) state ...: the name may hold spaces and parentheses; the last ')' ends it.
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let name = stat[open + 1..close].to_string();
-    let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
-    // After the name: state is field 3 of stat(5); utime and stime are fields 14 and 15.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((name, utime + stime))
-}
-
-/// `/proc` counts in USER_HZ, which Linux fixes at 100 a second for every architecture.
-fn ticks_to_duration(ticks: u64) -> Duration {
-    Duration::from_millis(ticks * 10)
-}
-
-/// CPU spent between two snapshots by the entries whose name `matches`; an entry that came
-/// meanwhile counts from 0.
-fn spent(
-    before: &HashMap<u64, (String, u64)>,
-    after: &HashMap<u64, (String, u64)>,
-    matches: impl Fn(&str) -> bool,
-) -> Duration {
-    let ticks: u64 = after
-        .iter()
-        .filter(|(_, (name, _))| matches(name))
-        .map(|(id, (_, t))| t.saturating_sub(before.get(id).map_or(0, |(_, b)| *b)))
-        .sum();
-    ticks_to_duration(ticks)
 }
 
 /// Runs `work` on a thread of its own with a runtime of its own, as a process of its own would.
@@ -421,8 +376,8 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
         "rabbitmq" => Some("beam.smp"),
         _ => None,
     };
-    let server_before = server_name.map(|_| cpu_by_id("/proc"));
-    let threads_before = cpu_by_id("/proc/self/task");
+    let server_before = server_name.map(|_| cpu::processes());
+    let threads_before = cpu::threads();
     let (cpu_before, _) = usage();
     let started = Instant::now();
     let mut threads = Vec::new();
@@ -544,10 +499,10 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
     }
     let elapsed = started.elapsed();
     let (cpu_after, peak_rss) = usage();
-    let threads_after = cpu_by_id("/proc/self/task");
+    let threads_after = cpu::threads();
     let server = server_name
         .zip(server_before)
-        .map(|(name, before)| spent(&before, &cpu_by_id("/proc"), |n| n == name));
+        .map(|(name, before)| cpu::run_time(&before, &cpu::processes(), |n| n == name));
     token.cancel();
     for t in threads {
         t.join().unwrap();
@@ -558,9 +513,9 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
     let cpu = cpu_after.saturating_sub(cpu_before);
     let mut parts = [Duration::ZERO; 5];
     for (i, part) in PARTS.iter().enumerate().take(3) {
-        parts[i] = spent(&threads_before, &threads_after, |n| n == *part);
+        parts[i] = cpu::run_time(&threads_before, &threads_after, |n| n == *part);
     }
-    parts[3] = spent(&threads_before, &threads_after, |n| {
+    parts[3] = cpu::run_time(&threads_before, &threads_after, |n| {
         n.starts_with("sqlx-sqlite")
     });
     parts[4] = cpu.saturating_sub(parts[..4].iter().sum());

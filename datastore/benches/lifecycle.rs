@@ -595,7 +595,7 @@ struct WaitSampler {
     started: Instant,
     reference_ms: f64,
     processes: std::collections::HashMap<u32, cpu::Sched>,
-    own_threads: (u64, u64),
+    threads: std::collections::HashMap<u32, cpu::Sched>,
 }
 
 /// The cluster's processes by pid, and whether each is a client backend of the store's
@@ -679,12 +679,12 @@ impl WaitSampler {
             started: Instant::now(),
             reference_ms,
             processes: cpu::processes(),
-            own_threads: cpu::own_threads(),
+            threads: cpu::threads(),
         }
     }
 
     async fn stop(self, results: usize) -> Waits {
-        let (processes, own_threads) = (cpu::processes(), cpu::own_threads());
+        let (processes, threads) = (cpu::processes(), cpu::threads());
         let window_ms = ms(self.started.elapsed());
         self.stop.store(true, Ordering::Relaxed);
         let mut w = self.task.await.unwrap();
@@ -695,10 +695,11 @@ impl WaitSampler {
         let mut c = Cores {
             window_ms,
             reference_ms: (self.reference_ms, reference_work()),
-            bench: (
-                to_ms(own_threads.0.saturating_sub(self.own_threads.0)),
-                to_ms(own_threads.1.saturating_sub(self.own_threads.1)),
-            ),
+            bench: cpu::spent(&self.threads, &threads)
+                .values()
+                .fold((0.0, 0.0), |(r, w), s| {
+                    (r + to_ms(s.run_ns), w + to_ms(s.wait_ns))
+                }),
             ..Cores::default()
         };
         for (pid, spent) in cpu::spent(&self.processes, &processes) {

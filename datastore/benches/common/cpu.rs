@@ -1,15 +1,17 @@
-//! Who had the machine's cores during a measurement: each process's time on a CPU and time
-//! waiting for one (runnable, not running), from `/proc/<pid>/schedstat` in nanoseconds. A
-//! measurement slower than its neighbours shows here whether its processes did more work or
-//! waited for cores that another process held, and which process that was. Linux only; where
-//! `/proc` cannot be read, every figure is empty.
+//! Who had the machine's cores during a measurement: each process's (or this process's
+//! threads') time on a CPU and time waiting for one (runnable, not running), from
+//! `/proc/.../schedstat` in nanoseconds. A measurement slower than its neighbours shows here
+//! whether its processes did more work or waited for cores that another process held, and
+//! which process that was. Linux only; where `/proc` cannot be read, every figure is empty.
+//! The life-cycle benchmark and the pipeline benchmark (`benches/pipeline.rs`, by `#[path]`)
+//! both read it here.
 
 use std::collections::HashMap;
 
-/// One process's counters: its name, nanoseconds on a CPU, nanoseconds waiting for one, and
-/// of its time on a CPU, the part in the kernel (`stat`'s stime, in nanoseconds though counted
-/// in 10 ms ticks).
-#[derive(Clone)]
+/// One process's or thread's counters: its name, nanoseconds on a CPU, nanoseconds waiting
+/// for one, and of its time on a CPU, the part in the kernel (`stat`'s stime, in nanoseconds
+/// though counted in 10 ms ticks).
+#[derive(Clone, Default)]
 pub(crate) struct Sched {
     pub(crate) name: String,
     pub(crate) run_ns: u64,
@@ -18,16 +20,14 @@ pub(crate) struct Sched {
 }
 
 /// Every process now, by pid. A process's `schedstat` counts its main thread only: enough for
-/// single-threaded servers (every PostgreSQL process), not for this one (see [`own_threads`]).
+/// single-threaded servers (every PostgreSQL process), not for this one (see [`threads`]).
 pub(crate) fn processes() -> HashMap<u32, Sched> {
     read_dir("/proc")
 }
 
-/// This process's threads, summed.
-pub(crate) fn own_threads() -> (u64, u64) {
+/// This process's threads now, by id.
+pub(crate) fn threads() -> HashMap<u32, Sched> {
     read_dir("/proc/self/task")
-        .values()
-        .fold((0, 0), |(r, w), s| (r + s.run_ns, w + s.wait_ns))
 }
 
 fn read_dir(dir: &str) -> HashMap<u32, Sched> {
@@ -60,29 +60,37 @@ fn read(dir: &std::path::Path) -> Option<Sched> {
     })
 }
 
-/// What each process spent between two snapshots, by pid; a process that came meanwhile
-/// counts from 0.
+/// What each entry spent between two snapshots, by id; one that came meanwhile counts from 0.
 pub(crate) fn spent(
     before: &HashMap<u32, Sched>,
     after: &HashMap<u32, Sched>,
 ) -> HashMap<u32, Sched> {
+    let zero = Sched::default();
     after
         .iter()
-        .map(|(pid, a)| {
-            let zero = Sched {
-                name: String::new(),
-                run_ns: 0,
-                wait_ns: 0,
-                kernel_ns: 0,
-            };
-            let b = before.get(pid).unwrap_or(&zero);
+        .map(|(id, a)| {
+            let b = before.get(id).unwrap_or(&zero);
             let spent = Sched {
                 name: a.name.clone(),
                 run_ns: a.run_ns.saturating_sub(b.run_ns),
                 wait_ns: a.wait_ns.saturating_sub(b.wait_ns),
                 kernel_ns: a.kernel_ns.saturating_sub(b.kernel_ns),
             };
-            (*pid, spent)
+            (*id, spent)
         })
         .collect()
+}
+
+/// Time on a CPU between two snapshots of the entries whose name `matches`.
+pub(crate) fn run_time(
+    before: &HashMap<u32, Sched>,
+    after: &HashMap<u32, Sched>,
+    matches: impl Fn(&str) -> bool,
+) -> std::time::Duration {
+    let ns = spent(before, after)
+        .values()
+        .filter(|s| matches(&s.name))
+        .map(|s| s.run_ns)
+        .sum();
+    std::time::Duration::from_nanos(ns)
 }
