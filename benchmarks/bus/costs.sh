@@ -50,7 +50,8 @@ run() { # $1: script; prints messages/s (consumer_refresh: rows/s, one a transac
 
 declare -A got
 variants=(claim_shipped claim_no_dead_letter claim_random_receipt claim_ceiling
-          send_notify send_notify_after send_no_notify consumer_refresh)
+          send_shipped send_transaction send_not_durable send_notify_after send_no_notify
+          consumer_refresh)
 for r in $(seq "$rounds"); do
   for v in "${variants[@]}"; do
     case $v in
@@ -65,7 +66,7 @@ echo "clients $clients, batch $batch, ${seconds} s each, median of $rounds, back
 echo "| statement | messages/s (consumer refresh: rows/s) | runs | / shipped |"
 echo "| --- | --- | --- | --- |"
 base_claim=$(echo "${got[claim_shipped]}" | median)
-base_send=$(echo "${got[send_notify]}" | median)
+base_send=$(echo "${got[send_shipped]}" | median)
 for v in "${variants[@]}"; do
   m=$(echo "${got[$v]}" | median)
   case $v in

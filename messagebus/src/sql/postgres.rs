@@ -216,6 +216,20 @@ impl Dialect for Pg {
     }
 
     async fn send(&self, queue: &str, bodies: &[String]) -> Result<(), BusError> {
+        if chunk_end(bodies, 0) == bodies.len() {
+            // One statement outside a transaction block is its own transaction, so the whole
+            // send is one round trip (on TLS every round trip counts). `set_config(…, true)`
+            // lasts until that transaction ends, and its commit reads the setting before
+            // it is undone: the commit is durable.
+            sqlx::query(SEND_DURABLY)
+                .bind(queue)
+                .bind(bodies)
+                .bind(CHANNEL)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| db_error("sending", e))?;
+            return Ok(());
+        }
         let mut tx = self
             .pool
             .begin()
@@ -534,35 +548,55 @@ SELECT false AS dead, id, receipt, body, receive_count, dead_letter_reason FROM 
 UNION ALL
 SELECT true, id, 0, NULL, 0, NULL FROM over";
 
-/// Inserts `bodies` on `queue` and notifies its listeners at commit.
+/// A whole send in one statement: the rows, a durable commit, and the notification.
+const SEND_DURABLY: &str = "\
+WITH sent AS (
+    INSERT INTO bus_messages (queue, body) SELECT $1, b FROM unnest($2::text[]) AS b
+)
+SELECT set_config('synchronous_commit', 'on', true), pg_notify($3, $1)";
+
+/// Rows and a notification inside the caller's transaction (the last statement of a send).
+const INSERT_AND_NOTIFY: &str = "\
+WITH sent AS (
+    INSERT INTO bus_messages (queue, body) SELECT $1, b FROM unnest($2::text[]) AS b
+)
+SELECT pg_notify($3, $1)";
+
+/// Where the statement that starts at `start` ends: at most [`SEND_CHUNK_ROWS`] rows and
+/// about [`SEND_CHUNK_BYTES`] (always at least one row).
+fn chunk_end(bodies: &[String], start: usize) -> usize {
+    let mut end = start;
+    let mut bytes = 0;
+    while end < bodies.len() && end - start < SEND_CHUNK_ROWS {
+        bytes += bodies[end].len();
+        if bytes > SEND_CHUNK_BYTES && end > start {
+            break;
+        }
+        end += 1;
+    }
+    end
+}
+
+/// Inserts `bodies` on `queue` and notifies its listeners at commit, one statement a chunk.
 async fn insert(conn: &mut PgConnection, queue: &str, bodies: &[String]) -> Result<(), BusError> {
     let mut start = 0;
     while start < bodies.len() {
-        let mut end = start;
-        let mut bytes = 0;
-        while end < bodies.len() && end - start < SEND_CHUNK_ROWS {
-            bytes += bodies[end].len();
-            if bytes > SEND_CHUNK_BYTES && end > start {
-                break;
-            }
-            end += 1;
+        let end = chunk_end(bodies, start);
+        let sql = if end == bodies.len() {
+            INSERT_AND_NOTIFY
+        } else {
+            "INSERT INTO bus_messages (queue, body) SELECT $1, b FROM unnest($2::text[]) AS b"
+        };
+        let mut query = sqlx::query(sql).bind(queue).bind(&bodies[start..end]);
+        if end == bodies.len() {
+            query = query.bind(CHANNEL);
         }
-        sqlx::query(
-            "INSERT INTO bus_messages (queue, body) SELECT $1, b FROM unnest($2::text[]) AS b",
-        )
-        .bind(queue)
-        .bind(&bodies[start..end])
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| db_error("sending", e))?;
+        query
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| db_error("sending", e))?;
         start = end;
     }
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(CHANNEL)
-        .bind(queue)
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| db_error("sending", e))?;
     Ok(())
 }
 
