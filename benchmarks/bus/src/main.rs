@@ -32,8 +32,12 @@ pub trait BenchQueue: Send + Sync {
     /// once, `batch` messages per receive where the implementation has batches. Returns how many
     /// were acknowledged (a receiver may overshoot by up to one batch) and the time it took
     /// (receivers' setup excluded).
-    async fn receive_ack(&self, n: usize, batch: usize, receivers: usize)
-        -> Result<(usize, Duration)>;
+    async fn receive_ack(
+        &self,
+        n: usize,
+        batch: usize,
+        receivers: usize,
+    ) -> Result<(usize, Duration)>;
 
     /// Run after a backlog was loaded and before it is measured (ANALYZE, as autovacuum would).
     async fn after_load(&self) -> Result<()> {

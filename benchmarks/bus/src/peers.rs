@@ -85,11 +85,11 @@ pub async fn open<'a>(kind: Kind, server: &'a Server, s: &Settings) -> Result<Op
         }
         Kind::Ours => {
             pool.close().await;
-            open_ours_pg(&url, false).await?
+            open_ours_pg(&url, s, false).await?
         }
         Kind::OursAckIn => {
             pool.close().await;
-            open_ours_pg(&url, true).await?
+            open_ours_pg(&url, s, true).await?
         }
         Kind::OursSqlite | Kind::OursRabbit => unreachable!(),
     };
@@ -305,7 +305,10 @@ struct Sqlxmq {
 impl Sqlxmq {
     async fn open(pool: PgPool) -> Result<Self> {
         for m in SQLXMQ_MIGRATIONS {
-            sqlx::raw_sql(m).execute(&pool).await.context("sqlxmq migration")?;
+            sqlx::raw_sql(m)
+                .execute(&pool)
+                .await
+                .context("sqlxmq migration")?;
         }
         Ok(Sqlxmq { pool })
     }
@@ -371,7 +374,10 @@ impl BenchQueue for Sqlxmq {
             h.stop().await;
         }
         if r.is_err() {
-            bail!("sqlxmq timed out after {} of {n}", done.load(Ordering::Relaxed));
+            bail!(
+                "sqlxmq timed out after {} of {n}",
+                done.load(Ordering::Relaxed)
+            );
         }
         let f = failed.load(Ordering::Relaxed);
         if f > 0 {
@@ -530,8 +536,8 @@ impl BenchQueue for Apalis {
             let config = apalis_postgres::Config::default()
                 .queue(QUEUE)
                 .batch_size(batch);
-            let backend = apalis_postgres::PostgresStorage::<Value>::new(&self.pool)
-                .with_config(config);
+            let backend =
+                apalis_postgres::PostgresStorage::<Value>::new(&self.pool).with_config(config);
             let worker = WorkerBuilder::new(format!("bench-{i}-{}", std::process::id()))
                 .backend(backend)
                 .build(apalis_handle);
@@ -571,12 +577,14 @@ impl BenchQueue for Apalis {
 // ------------------------------------------------------------------ ours
 
 #[cfg(feature = "ours")]
-async fn open_ours_pg(url: &str, ack_in: bool) -> Result<Arc<dyn BenchQueue>> {
-    Ok(Arc::new(ours::Ours::open_pg(url, ack_in).await?))
+async fn open_ours_pg(url: &str, s: &Settings, ack_in: bool) -> Result<Arc<dyn BenchQueue>> {
+    Ok(Arc::new(
+        ours::Ours::open_pg(url, s.receivers + s.senders, ack_in).await?,
+    ))
 }
 
 #[cfg(not(feature = "ours"))]
-async fn open_ours_pg(_url: &str, _ack_in: bool) -> Result<Arc<dyn BenchQueue>> {
+async fn open_ours_pg(_url: &str, _s: &Settings, _ack_in: bool) -> Result<Arc<dyn BenchQueue>> {
     bail!("built without feature `ours` (messagebus::sql)")
 }
 
@@ -643,7 +651,11 @@ mod ours {
     /// Receives one batch and acknowledges all of it in one statement with
     /// `messagebus::sql::postgres::ack_in` on a connection of our own (`synchronous_commit =
     /// off`, as the bus settles): what a batching acknowledger would do. A diagnostic.
-    async fn receive_ack_in_once(rx: &dyn Receiver, pool: &sqlx::PgPool, max: usize) -> Result<usize> {
+    async fn receive_ack_in_once(
+        rx: &dyn Receiver,
+        pool: &sqlx::PgPool,
+        max: usize,
+    ) -> Result<usize> {
         let ds = rx.receive(max, Duration::from_secs(1)).await?;
         if ds.is_empty() {
             return Ok(0);
@@ -670,8 +682,18 @@ mod ours {
     }
 
     impl Ours {
-        pub(super) async fn open_pg(url: &str, ack_in: bool) -> Result<Self> {
-            let bus = PgBus::connect(url, SqlBusConfig::default()).await?;
+        /// The bus on a pool set up as `PgBus::connect` sets up its own, but with `clients`
+        /// connections (and the listener's) opened up front, as the peers' pools are: a
+        /// measurement of a fraction of a second must not pay for TLS handshakes.
+        pub(super) async fn open_pg(url: &str, clients: usize, ack_in: bool) -> Result<Self> {
+            let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+            let bus_pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(10.max(clients as u32 + 1))
+                .min_connections(clients as u32 + 1)
+                .test_before_acquire(false)
+                .connect_with(options.options([("synchronous_commit", "off")]))
+                .await?;
+            let bus = PgBus::from_pool(bus_pool, SqlBusConfig::default());
             bus.create_queue(QUEUE).await?;
             let tx = bus.sender(QUEUE).await?;
             let options: sqlx::postgres::PgConnectOptions = url.parse()?;
@@ -832,8 +854,18 @@ mod ours {
             for i in 0..self.processes {
                 let quota = n / self.processes + usize::from(i < n % self.processes);
                 let mut child = tokio::process::Command::new(&exe)
-                    .args(["sqlite-worker", &self.url, &quota.to_string(), &batch.to_string()])
-                    .env("BUS_BENCH_CAP_SECS", super::CAP_SECS.load(std::sync::atomic::Ordering::Relaxed).to_string())
+                    .args([
+                        "sqlite-worker",
+                        &self.url,
+                        &quota.to_string(),
+                        &batch.to_string(),
+                    ])
+                    .env(
+                        "BUS_BENCH_CAP_SECS",
+                        super::CAP_SECS
+                            .load(std::sync::atomic::Ordering::Relaxed)
+                            .to_string(),
+                    )
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .kill_on_drop(true)
@@ -891,7 +923,10 @@ mod ours {
             std::io::stdin().lock().read_line(&mut go)?;
             let start = Instant::now();
             let mut done = 0;
-            let cap: u64 = std::env::var("BUS_BENCH_CAP_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+            let cap: u64 = std::env::var("BUS_BENCH_CAP_SECS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(30);
             while done < quota {
                 if start.elapsed() > Duration::from_secs(cap) {
                     break;

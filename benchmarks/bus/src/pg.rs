@@ -131,7 +131,9 @@ impl Throwaway {
         drop(listener);
         let (b, d) = (bin.display(), dir.display());
         eprintln!("starting a throwaway PostgreSQL (defaults, autovacuum on) on port {port}");
-        as_postgres(&format!("{b}/initdb -D {d}/data -U postgres -A trust >/dev/null"))?;
+        as_postgres(&format!(
+            "{b}/initdb -D {d}/data -U postgres -A trust >/dev/null"
+        ))?;
         as_postgres(&format!(
             "{b}/pg_ctl -D {d}/data -o '-p {port} -k {d} -c listen_addresses=127.0.0.1 -c max_connections=300' -l {d}/log -w start >/dev/null"
         ))?;

@@ -55,7 +55,10 @@ pub fn print(s: &Settings, server: &str, rows: &[Row]) {
          on top of the backlog, batches of {} (1 where the queue has no batches).",
         s.receivers, s.sqlite_processes, s.backlog_receive, s.backlog_batch
     );
-    println!("(b): median of {} runs, each on a fresh database.", s.repeat);
+    println!(
+        "(b): median of {} runs, each on a fresh database.",
+        s.repeat
+    );
     println!("load avg: the machine's 1-minute load average after each figure of the row (2 cores; other work slows every figure).");
     println!("Each cell: messages/s (ratio to the best Postgres queue in the column, baseline excluded).");
     println!();
@@ -97,7 +100,11 @@ pub fn print(s: &Settings, server: &str, rows: &[Row]) {
             .loads
             .iter()
             .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
-        cells.push(if r.loads.is_empty() { "-".into() } else { format!("{lo:.1}–{hi:.1}") });
+        cells.push(if r.loads.is_empty() {
+            "-".into()
+        } else {
+            format!("{lo:.1}–{hi:.1}")
+        });
         println!("| {} |", cells.join(" | "));
     }
     println!();
@@ -106,17 +113,42 @@ pub fn print(s: &Settings, server: &str, rows: &[Row]) {
         s.max_seconds
     );
     println!();
-    for r in rows.iter().filter(|r| matches!(r.kind, Kind::Ours | Kind::OursSqlite)) {
+    for r in rows
+        .iter()
+        .filter(|r| matches!(r.kind, Kind::Ours | Kind::OursSqlite))
+    {
         let check = |ok: bool| if ok { "met" } else { "NOT met" };
         if r.kind == Kind::Ours {
-            if let Some(v) = rate(r, Col::Recv10).into_iter().chain(rate(r, Col::Recv100)).reduce(f64::max) {
-                println!("target Postgres recv+ack ≥ 10,000/s with {} waiting: {} ({})", s.waiting, check(v >= 10_000.0), thousands(v));
+            if let Some(v) = rate(r, Col::Recv10)
+                .into_iter()
+                .chain(rate(r, Col::Recv100))
+                .reduce(f64::max)
+            {
+                println!(
+                    "target Postgres recv+ack ≥ 10,000/s with {} waiting: {} ({})",
+                    s.waiting,
+                    check(v >= 10_000.0),
+                    thousands(v)
+                );
             }
             if let Some(v) = rate(r, Col::Sends) {
-                println!("target Postgres batched sends ≥ 60,000/s: {} ({})", check(v >= 60_000.0), thousands(v));
+                println!(
+                    "target Postgres batched sends ≥ 60,000/s: {} ({})",
+                    check(v >= 60_000.0),
+                    thousands(v)
+                );
             }
-        } else if let Some(v) = rate(r, Col::Recv10).into_iter().chain(rate(r, Col::Recv100)).reduce(f64::max) {
-            println!("target SQLite recv+ack ≥ 5,000/s, {} processes: {} ({})", s.sqlite_processes, check(v >= 5_000.0), thousands(v));
+        } else if let Some(v) = rate(r, Col::Recv10)
+            .into_iter()
+            .chain(rate(r, Col::Recv100))
+            .reduce(f64::max)
+        {
+            println!(
+                "target SQLite recv+ack ≥ 5,000/s, {} processes: {} ({})",
+                s.sqlite_processes,
+                check(v >= 5_000.0),
+                thousands(v)
+            );
         }
     }
 }
