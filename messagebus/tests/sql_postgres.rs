@@ -95,6 +95,51 @@ async fn notify_wakes_another_process() {
     assert_eq!(got.len(), 1, "the waiting receiver was not woken");
 }
 
+/// A send too large for one statement (more than 5,000 rows) is several statements in one
+/// transaction: it arrives whole, in order, and its last statement wakes a receiver on another
+/// bus instance as a one-statement send does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_of_several_statements_arrives_whole_and_wakes() {
+    let config = SqlBusConfig {
+        poll_interval: Duration::from_secs(3600),
+        ..SqlBusConfig::default()
+    };
+    let a = fresh_with(config.clone()).await;
+    let b = bus_on(Arc::clone(&a.db), config).await;
+    a.create_queue("q").await.unwrap();
+    let rx = a.receiver("q").await.unwrap();
+    let waiting = {
+        let rx = Arc::clone(&rx);
+        tokio::spawn(async move { rx.receive(1, Duration::from_secs(20)).await })
+    };
+    let n = 12_001;
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
+    b.sender("q")
+        .await
+        .unwrap()
+        .send_batch(bodies)
+        .await
+        .unwrap();
+    let first = waiting.await.unwrap().unwrap();
+    assert_eq!(first.len(), 1, "the waiting receiver was not woken");
+    let mut got: Vec<usize> = Vec::new();
+    let mut deliveries = first;
+    loop {
+        for d in &deliveries {
+            got.push(std::str::from_utf8(d.body()).unwrap().parse().unwrap());
+        }
+        for r in messagebus::ack_all(deliveries).await {
+            r.unwrap();
+        }
+        if got.len() >= n {
+            break;
+        }
+        deliveries = rx.receive(1_000, Duration::from_secs(5)).await.unwrap();
+        assert!(!deliveries.is_empty(), "only {} of {n} arrived", got.len());
+    }
+    assert_eq!(got, (0..n).collect::<Vec<_>>(), "not all, or not in order");
+}
+
 /// The documented SQL, from `psql`, as a program in another language would run it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn documented_sql_from_psql() {

@@ -56,7 +56,7 @@ pub fn print(s: &Settings, server: &str, rows: &[Row]) {
         s.receivers, s.sqlite_processes, s.backlog_receive, s.backlog_batch
     );
     println!(
-        "(b): median of {} runs, each on a fresh database.",
+        "(a) and (b): median of {} runs, each on a fresh database.",
         s.repeat
     );
     println!("load avg: the machine's 1-minute load average after each figure of the row (2 cores; other work slows every figure).");
