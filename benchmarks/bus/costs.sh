@@ -50,7 +50,7 @@ run() { # $1: script; prints messages/s (consumer_refresh: rows/s, one a transac
 
 declare -A got
 variants=(claim_shipped claim_no_dead_letter claim_random_receipt claim_ceiling
-          send_shipped send_transaction send_not_durable send_notify_after send_no_notify
+          send_shipped send_notify_inside send_transaction send_no_notify send_not_durable
           consumer_refresh)
 for r in $(seq "$rounds"); do
   for v in "${variants[@]}"; do

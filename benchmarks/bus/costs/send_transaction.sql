@@ -1,4 +1,4 @@
--- One send as it was before: a transaction of its own (BEGIN, SET LOCAL, INSERT, NOTIFY,
+-- One send as it was first: a transaction of its own (BEGIN, SET LOCAL, INSERT, NOTIFY,
 -- COMMIT: five round trips). The session is not durable, like the bus's connections.
 SET synchronous_commit = off;
 BEGIN;
