@@ -88,6 +88,7 @@ macro_rules! bus_conformance_tests {
             batch_ack_removes,
             batch_with_stale_settles_the_fresh,
             batch_release_redelivers,
+            batch_of_part_settles_only_its_own,
         );
     };
     (@cases $module:ident, $fresh:path; $($case:ident),* $(,)?) => {
@@ -949,6 +950,48 @@ where
     for d in &again {
         assert_eq!(d.receive_count(), 2, "{d:?}");
     }
+    for out in ack_batch(again).await {
+        out.unwrap();
+    }
+    assert_counts(tx.as_ref(), (0, 0, 0)).await;
+}
+
+/// Batches that settle only part of what one receiver holds settle exactly their own
+/// deliveries: the later half first (RabbitMQ must not acknowledge up to its highest tag,
+/// which would take the earlier ones held beside it), then the oldest two (where it may),
+/// then a release of the rest, which come back.
+pub async fn batch_of_part_settles_only_its_own<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (_bus, _queue, tx, rx) = setup(fresh, QueueSettings::default(), "batch_part").await;
+    let bodies: Vec<Vec<u8>> = (0..10).map(|i| format!("p{i}").into_bytes()).collect();
+    tx.send_batch(bodies).await.unwrap();
+    let mut got = receive_n(rx.as_ref(), 10).await;
+    let later = got.split_off(5);
+    let mut earlier = got;
+    for out in ack_batch(later).await {
+        out.unwrap();
+    }
+    assert_counts(tx.as_ref(), (0, 5, 0)).await;
+
+    let rest = earlier.split_off(2);
+    for out in ack_batch(earlier).await {
+        out.unwrap();
+    }
+    assert_counts(tx.as_ref(), (0, 3, 0)).await;
+
+    let released = body_set(&rest);
+    for out in release_all(rest).await {
+        out.unwrap();
+    }
+    let again = receive_n(rx.as_ref(), 3).await;
+    assert_eq!(body_set(&again), released);
+    for d in &again {
+        assert_eq!(d.receive_count(), 2, "{d:?}");
+    }
+    assert_empty(rx.as_ref()).await;
     for out in ack_batch(again).await {
         out.unwrap();
     }
