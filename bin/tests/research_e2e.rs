@@ -526,10 +526,23 @@ fn sigkill_mid_item_on_rabbitmq_redelivers_when_the_connection_drops() {
     );
 }
 
+/// SQS: nobody extends the dead researcher's message any more, so it comes back when the
+/// visibility its heartbeat last set runs out (the queue's 30 s, which the test waits for:
+/// SQS has no way to end another consumer's visibility early without its receipt).
+#[test]
+fn sigkill_mid_item_on_sqs_comes_back_after_the_visibility_timeout() {
+    sigkill_mid_item(
+        one_item_world_on(BusEnv::sqs(), None, "5"),
+        Redelivery::WhenItsVisibilityRunsOut,
+    );
+}
+
 /// When a bus gives a dead researcher's item to another.
 enum Redelivery {
     /// The database bus: once the visibility timeout runs out (the test makes it run out).
     AfterVisibilityTimeout,
+    /// SQS: once the visibility timeout runs out (the test waits for it).
+    WhenItsVisibilityRunsOut,
     /// RabbitMQ: as soon as the broker sees the connection gone.
     WhenTheConnectionDrops,
 }
@@ -545,6 +558,12 @@ fn sigkill_mid_item(w: World, redelivery: Redelivery) {
         Redelivery::AfterVisibilityTimeout => {
             assert_eq!(pending_depths(&w).1, 1, "held until its visibility timeout");
             common::expire_visibility(&w.database_url());
+        }
+        Redelivery::WhenItsVisibilityRunsOut => {
+            assert_eq!(pending_depths(&w).1, 1, "held until its visibility timeout");
+            common::research::eventually("the item back on the queue", PATIENCE, || {
+                pending_depths(&w) == (1, 0, 0)
+            });
         }
         Redelivery::WhenTheConnectionDrops => {
             common::research::eventually("the item back on the queue", PATIENCE, || {
