@@ -5,7 +5,7 @@
 //! cargo bench -p archivist --bench pipeline -- [--pairs 10000,100000] [--researchers 4]
 //!     [--in-flight 32] [--clips 100] [--max-clips 50] [--recorders 1]
 //!     [--max-results-waiting 10000] [--separate-bus]
-//!     [--no-sqlite] [--no-postgres] [--rabbitmq]
+//!     [--no-sqlite] [--no-postgres] [--rabbitmq] [--exec-researchers [--exec-concurrency 8]]
 //! ```
 //!
 //! For each size and backend (SQLite: a file in a temporary directory; Postgres: a fresh
@@ -23,6 +23,12 @@
 //!   holds back while `--max-results-waiting` results wait, as `archivist run` does; `--recorders`
 //!   completed-research archivists running back to back. The clock stops when `status` counts
 //!   every pair researched.
+//!
+//! `--exec-researchers` makes the researchers `--researchers` processes of `archivist research
+//! --concurrency <--exec-concurrency> --exec sh -c …` (the binary beside this benchmark's:
+//! `cargo build --release -p archivist-cli` first), whose analyser answers every clip at once
+//! (a `grep` and a `sed` over the work item); media are one small local file. Their CPU
+//! (with their analysers') and the largest peak memory among them are reported apart.
 //!
 //! `--rabbitmq` adds runs with the bus on RabbitMQ (`ARCHIVIST_TEST_AMQP_URL`, default the
 //! local broker as guest; queues named afresh for each run) and the datastore on Postgres.
@@ -103,6 +109,8 @@ struct Options {
     max_results_waiting: u64,
     separate_bus: bool,
     backends: Vec<&'static str>,
+    /// Researchers are `archivist research --exec` processes, each with this concurrency.
+    exec_researchers: Option<usize>,
 }
 
 fn options() -> Options {
@@ -148,6 +156,10 @@ fn options() -> Options {
         max_results_waiting: number("--max-results-waiting", 10_000),
         separate_bus: args.iter().any(|a| a == "--separate-bus"),
         backends,
+        exec_researchers: args
+            .iter()
+            .any(|a| a == "--exec-researchers")
+            .then(|| number("--exec-concurrency", 8) as usize),
     }
 }
 
@@ -194,7 +206,7 @@ where
 async fn backend(
     kind: &str,
     separate_bus: bool,
-) -> (Arc<dyn DataStore>, Arc<dyn Bus>, Box<dyn Any>) {
+) -> (Arc<dyn DataStore>, Arc<dyn Bus>, String, Box<dyn Any>) {
     let config = SqlBusConfig::default();
     match kind {
         "rabbitmq" => {
@@ -204,7 +216,7 @@ async fn backend(
             let bus = RabbitBus::connect(&url, RabbitBusConfig::default())
                 .await
                 .unwrap();
-            (Arc::new(store), Arc::new(bus), Box::new(db))
+            (Arc::new(store), Arc::new(bus), url, Box::new(db))
         }
         "sqlite" => {
             let dir = tempfile::tempdir().unwrap();
@@ -217,20 +229,30 @@ async fn backend(
                 url
             };
             let bus = SqliteBus::connect(&bus_url, config).await.unwrap();
-            (Arc::new(store), Arc::new(bus), Box::new(dir))
+            (Arc::new(store), Arc::new(bus), bus_url, Box::new(dir))
         }
         _ => {
             let (store, db) = datastore::testing_pg::fresh_pg_store().await;
-            let (bus, bus_db) = if separate_bus {
+            let (bus, bus_url, bus_db) = if separate_bus {
                 let bus_db = datastore::testing_pg::PgTestDb::create().await;
                 (
                     PgBus::connect(bus_db.url(), config).await.unwrap(),
+                    bus_db.url().to_string(),
                     Some(bus_db),
                 )
             } else {
-                (PgBus::connect(db.url(), config).await.unwrap(), None)
+                (
+                    PgBus::connect(db.url(), config).await.unwrap(),
+                    db.url().to_string(),
+                    None,
+                )
             };
-            (Arc::new(store), Arc::new(bus), Box::new((db, bus_db)))
+            (
+                Arc::new(store),
+                Arc::new(bus),
+                bus_url,
+                Box::new((db, bus_db)),
+            )
         }
     }
 }
@@ -291,6 +313,8 @@ struct Figures {
     /// The database server's or the broker's CPU (none for SQLite).
     server: Option<Duration>,
     peak_rss: u64,
+    /// `--exec-researchers`: the researcher processes' CPU and the largest peak memory.
+    researcher_processes: Option<(Duration, u64)>,
 }
 
 const PARTS: [&str; 5] = [
@@ -302,7 +326,21 @@ const PARTS: [&str; 5] = [
 ];
 
 async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
-    let (store, bus, _guard) = backend(kind, o.separate_bus).await;
+    let (store, bus, bus_url, _guard) = backend(kind, o.separate_bus).await;
+    // For `--exec-researchers`: a small local file for each episode and clip (each is known
+    // by its media, so they cannot share one).
+    let media_dir = tempfile::tempdir().unwrap();
+    let media_file = |name: String| {
+        let path = media_dir.path().join(name);
+        std::fs::write(&path, [0u8; 1024]).unwrap();
+        path.display().to_string()
+    };
+    let with_media = |mut e: datastore::EpisodeInfo, i: u32| {
+        if o.exec_researchers.is_some() {
+            e.media_uri = media_file(format!("episode-{i}.bin"));
+        }
+        e
+    };
     let queues = Queues::new(&if kind == "rabbitmq" {
         format!("pipeline_{}_", Utc::now().timestamp_millis())
     } else {
@@ -323,14 +361,25 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
         async move { bus.sender(&q).await.unwrap() }
     };
     for chunk in (0..episodes).collect::<Vec<_>>().chunks(10_000) {
-        let bodies = chunk.iter().map(|&i| encode(&episode(i))).collect();
+        let bodies = chunk
+            .iter()
+            .map(|&i| encode(&with_media(episode(i), i)))
+            .collect();
         sender(&queues.episodes)
             .await
             .send_batch(bodies)
             .await
             .unwrap();
     }
-    let bodies = (0..clips).map(|i| encode(&clip(i))).collect();
+    let bodies = (0..clips)
+        .map(|i| {
+            let mut c = clip(i);
+            if o.exec_researchers.is_some() {
+                c.media_uri = media_file(format!("clip-{i}.bin"));
+            }
+            encode(&c)
+        })
+        .collect();
     sender(&queues.clips)
         .await
         .send_batch(bodies)
@@ -381,7 +430,17 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
     let (cpu_before, _) = usage();
     let started = Instant::now();
     let mut threads = Vec::new();
-    {
+    let mut children = Vec::new();
+    if let Some(concurrency) = o.exec_researchers {
+        assert!(
+            kind != "rabbitmq",
+            "--exec-researchers runs on the database buses"
+        );
+        for i in 0..o.researchers {
+            let cache = media_dir.path().join(format!("cache-{i}"));
+            children.push(spawn_researcher(&bus_url, concurrency, &cache));
+        }
+    } else {
         let (bus, queues, token, researchers) = (
             Arc::clone(&bus),
             queues.clone(),
@@ -503,6 +562,17 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
     let server = server_name
         .zip(server_before)
         .map(|(name, before)| cpu::run_time(&before, &cpu::processes(), |n| n == name));
+    // The researcher processes' CPU (every thread, and their analysers, reaped) and memory,
+    // read before they are stopped; every pair is recorded, so nothing of theirs is lost.
+    let researcher_processes = (!children.is_empty()).then(|| {
+        let cpu: Duration = children.iter().map(|c| process_cpu(c.id())).sum();
+        let peak = children.iter().map(|c| process_peak_rss(c.id())).max();
+        (cpu, peak.unwrap_or(0))
+    });
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
     token.cancel();
     for t in threads {
         t.join().unwrap();
@@ -526,7 +596,67 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
         parts,
         server,
         peak_rss,
+        researcher_processes,
     }
+}
+
+/// The no-op analyser: one answer per clip of the work item on its standard input (clip
+/// titles are `Clip N`, episode titles `Episode N`), none of them a match.
+const NO_OP_ANALYSER: &str = r#"grep -o '"title":"Clip [0-9]*"' | sed 's/^"title":\(.*\)$/{"clip_title":\1,"clip_offsets_ns":[],"clip_duration_ns":4000000000,"episode_duration_ns":3600000000000}/'"#;
+
+/// `archivist research --exec` on the bus at `bus_url`, from the release build beside this
+/// benchmark's binary, with a cache directory of its own.
+fn spawn_researcher(
+    bus_url: &str,
+    concurrency: usize,
+    cache: &std::path::Path,
+) -> std::process::Child {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|release| release.join("archivist"))
+        .filter(|b| b.exists())
+        .unwrap_or_else(|| {
+            panic!("no archivist binary beside {exe:?}: cargo build --release -p archivist-cli")
+        });
+    std::process::Command::new(bin)
+        .args(["research", "--concurrency", &concurrency.to_string()])
+        .args(["--cache-dir", &cache.display().to_string()])
+        .args(["--exec", "sh", "-c", NO_OP_ANALYSER])
+        .env("DATABASE_URL", bus_url)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// A process's CPU time, every thread's and its reaped children's (`/proc/<pid>/stat`, in
+/// clock ticks of 10 ms).
+fn process_cpu(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let ticks: u64 = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(11) // fields 14–17 (utime, stime, cutime, cstime), after the state field 3
+        .take(4)
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
+/// A process's peak resident memory in bytes (`VmHWM`).
+fn process_peak_rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
 }
 
 fn main() {
@@ -551,16 +681,17 @@ fn main() {
     );
     println!(
         "| backend | pairs | load (untimed) | pipeline | pairs/s | CPU ms / 1,000 pairs (this process) \
-         | of which {} | server CPU ms / 1,000 pairs | peak RSS so far |",
+         | of which {} | server CPU ms / 1,000 pairs | peak RSS so far \
+         | researcher processes: CPU ms / 1,000 pairs, largest peak RSS |",
         PARTS.join(" · ")
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for &pairs in &o.pairs {
         for backend in &o.backends {
             let f = rt.block_on(run(backend, pairs, &o));
             let per_1000 = |d: Duration| d.as_secs_f64() * 1e3 / (pairs as f64 / 1e3);
             println!(
-                "| {backend} | {pairs} | {:.2} s | {:.2} s | {:.0} | {:.1} | {} | {} | {:.0} MiB |",
+                "| {backend} | {pairs} | {:.2} s | {:.2} s | {:.0} | {:.1} | {} | {} | {:.0} MiB | {} |",
                 f.load.as_secs_f64(),
                 f.elapsed.as_secs_f64(),
                 pairs as f64 / f.elapsed.as_secs_f64(),
@@ -573,7 +704,14 @@ fn main() {
                 f.server
                     .map(|d| format!("{:.1}", per_1000(d)))
                     .unwrap_or_else(|| "—".into()),
-                f.peak_rss as f64 / (1024.0 * 1024.0)
+                f.peak_rss as f64 / (1024.0 * 1024.0),
+                f.researcher_processes
+                    .map(|(cpu, rss)| format!(
+                        "{:.1} · {:.0} MiB",
+                        per_1000(cpu),
+                        rss as f64 / (1024.0 * 1024.0)
+                    ))
+                    .unwrap_or_else(|| "—".into())
             );
         }
     }
