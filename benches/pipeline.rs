@@ -169,13 +169,14 @@ fn usage() -> (Duration, u64) {
     let cpu = |t: nix::sys::time::TimeVal| {
         Duration::from_secs(t.tv_sec() as u64) + Duration::from_micros(t.tv_usec() as u64)
     };
-    (cpu(u.user_time()) + cpu(u.system_time()), peak_rss())
+    (cpu(u.user_time()) + cpu(u.system_time()), peak_rss("self"))
 }
 
-/// The high-water mark of this process's resident memory (`VmHWM`, in bytes). Not getrusage's
-/// maximum RSS: Linux carries that across `execve`, so under `cargo bench` it reports cargo's.
-fn peak_rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+/// The high-water mark of a process's resident memory (`VmHWM`, in bytes; `of`: a pid, or
+/// `self`). Not getrusage's maximum RSS: Linux carries that across `execve`, so under
+/// `cargo bench` it reports cargo's.
+fn peak_rss(of: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{of}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
@@ -557,7 +558,7 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
         tokio::time::sleep(poll).await;
     }
     let elapsed = started.elapsed();
-    let (cpu_after, peak_rss) = usage();
+    let (cpu_after, peak_memory) = usage();
     let threads_after = cpu::threads();
     let server = server_name
         .zip(server_before)
@@ -565,8 +566,8 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
     // The researcher processes' CPU (every thread, and their analysers, reaped) and memory,
     // read before they are stopped; every pair is recorded, so nothing of theirs is lost.
     let researcher_processes = (!children.is_empty()).then(|| {
-        let cpu: Duration = children.iter().map(|c| process_cpu(c.id())).sum();
-        let peak = children.iter().map(|c| process_peak_rss(c.id())).max();
+        let cpu: Duration = children.iter().map(|c| cpu::with_children(c.id())).sum();
+        let peak = children.iter().map(|c| peak_rss(&c.id().to_string())).max();
         (cpu, peak.unwrap_or(0))
     });
     for mut c in children {
@@ -595,7 +596,7 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
         cpu,
         parts,
         server,
-        peak_rss,
+        peak_rss: peak_memory,
         researcher_processes,
     }
 }
@@ -629,34 +630,6 @@ fn spawn_researcher(
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap()
-}
-
-/// A process's CPU time, every thread's and its reaped children's (`/proc/<pid>/stat`, in
-/// clock ticks of 10 ms).
-fn process_cpu(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let ticks: u64 = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(11) // fields 14–17 (utime, stime, cutime, cstime), after the state field 3
-        .take(4)
-        .filter_map(|f| f.parse::<u64>().ok())
-        .sum();
-    Duration::from_millis(ticks * 10)
-}
-
-/// A process's peak resident memory in bytes (`VmHWM`).
-fn process_peak_rss(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kib| kib * 1024)
 }
 
 fn main() {

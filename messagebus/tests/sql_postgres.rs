@@ -72,10 +72,13 @@ messagebus::bus_conformance_tests!(fresh);
 
 sql_bus_tests!(fresh_with, bus_on);
 
-/// A send on one bus instance wakes a receiver waiting on another at once (NOTIFY), long
-/// before its hour-long poll would.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn notify_wakes_another_process() {
+/// Two bus instances on one database, as two processes would have, neither polling within
+/// the hour: `bodies` are sent on the second while a receiver of the first waits, and that
+/// receiver must be woken (NOTIFY). Returns the receiver, what it was woken with, and the
+/// instances, which keep the database.
+async fn send_to_a_receiver_waiting_elsewhere(
+    bodies: Vec<Vec<u8>>,
+) -> (Arc<dyn Receiver>, Vec<messagebus::Delivery>, [TestBus; 2]) {
     let config = SqlBusConfig {
         poll_interval: Duration::from_secs(3600),
         ..SqlBusConfig::default()
@@ -84,44 +87,42 @@ async fn notify_wakes_another_process() {
     let b = bus_on(Arc::clone(&a.db), config).await;
     a.create_queue("q").await.unwrap();
     let rx = a.receiver("q").await.unwrap();
-    let waiting = tokio::spawn(async move { rx.receive(1, Duration::from_secs(20)).await });
-    b.sender("q")
-        .await
-        .unwrap()
-        .send(b"hi".to_vec())
-        .await
-        .unwrap();
-    let got = waiting.await.unwrap().unwrap();
-    assert_eq!(got.len(), 1, "the waiting receiver was not woken");
-}
-
-/// A send too large for one statement (more than 5,000 rows) is several statements in one
-/// transaction: it arrives whole, in order, and its last statement wakes a receiver on another
-/// bus instance as a one-statement send does.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_send_of_several_statements_arrives_whole_and_wakes() {
-    let config = SqlBusConfig {
-        poll_interval: Duration::from_secs(3600),
-        ..SqlBusConfig::default()
-    };
-    let a = fresh_with(config.clone()).await;
-    let b = bus_on(Arc::clone(&a.db), config).await;
-    a.create_queue("q").await.unwrap();
-    let rx = a.receiver("q").await.unwrap();
+    // The receive looks once more when its wait ends (120 s): only a notification brings
+    // the message within the 30 s given.
     let waiting = {
         let rx = Arc::clone(&rx);
-        tokio::spawn(async move { rx.receive(1, Duration::from_secs(20)).await })
+        tokio::spawn(async move { rx.receive(1, Duration::from_secs(120)).await })
     };
-    let n = 12_001;
-    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
     b.sender("q")
         .await
         .unwrap()
         .send_batch(bodies)
         .await
         .unwrap();
-    let first = waiting.await.unwrap().unwrap();
-    assert_eq!(first.len(), 1, "the waiting receiver was not woken");
+    let got = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiting receiver was not woken")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.len(), 1, "the waiting receiver was not woken");
+    (rx, got, [a, b])
+}
+
+/// A send on one bus instance wakes a receiver waiting on another at once (NOTIFY), long
+/// before its hour-long poll would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_wakes_another_process() {
+    send_to_a_receiver_waiting_elsewhere(vec![b"hi".to_vec()]).await;
+}
+
+/// A send too large for one statement (more than 5,000 rows) is several statements in one
+/// transaction: it arrives whole, in order, and wakes a receiver on another bus instance as a
+/// one-statement send does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_of_several_statements_arrives_whole_and_wakes() {
+    let n = 12_001;
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("{i}").into_bytes()).collect();
+    let (rx, first, _buses) = send_to_a_receiver_waiting_elsewhere(bodies).await;
     let mut got: Vec<usize> = Vec::new();
     let mut deliveries = first;
     loop {

@@ -2,7 +2,8 @@
 //! threads') time on a CPU and time waiting for one (runnable, not running), from
 //! `/proc/.../schedstat` in nanoseconds. A measurement slower than its neighbours shows here
 //! whether its processes did more work or waited for cores that another process held, and
-//! which process that was. Linux only; where `/proc` cannot be read, every figure is empty.
+//! which process that was. Also a whole process's CPU with its reaped children's
+//! ([`with_children`]). Linux only; where `/proc` cannot be read, every figure is empty.
 //! The life-cycle benchmark and the pipeline benchmark (`benches/pipeline.rs`, by `#[path]`)
 //! both read it here.
 
@@ -43,13 +44,38 @@ fn read_dir(dir: &str) -> HashMap<u32, Sched> {
         .collect()
 }
 
-fn read(dir: &std::path::Path) -> Option<Sched> {
-    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+/// `stat`'s name, and its fields from field 3 (the state) on.
+fn split_stat(stat: &str) -> Option<(&str, Vec<&str>)> {
     // pid (comm) ...: the name may hold spaces and parentheses; the last ')' ends it.
     let close = stat.rfind(')')?;
-    let name = stat.get(stat.find('(')? + 1..close)?.to_string();
-    // After the name: stime is field 15 of stat(5), in USER_HZ (100 a second on Linux).
-    let stime: u64 = stat.get(close + 2..)?.split(' ').nth(12)?.parse().ok()?;
+    let name = stat.get(stat.find('(')? + 1..close)?;
+    Some((name, stat.get(close + 2..)?.split(' ').collect()))
+}
+
+/// A process's whole CPU time so far, every thread's and that of the children it has reaped
+/// (`stat`'s utime, stime, cutime and cstime: fields 14–17, in USER_HZ, 100 a second on
+/// Linux); zero where it cannot be read.
+pub(crate) fn with_children(pid: u32) -> std::time::Duration {
+    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, fields) = split_stat(&stat)?;
+            fields
+                .get(11..15)?
+                .iter()
+                .map(|f| f.parse::<u64>().ok())
+                .sum::<Option<u64>>()
+        })
+        .unwrap_or(0);
+    std::time::Duration::from_millis(ticks * 10)
+}
+
+fn read(dir: &std::path::Path) -> Option<Sched> {
+    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    let (name, fields) = split_stat(&stat)?;
+    // stime is field 15 of stat(5), in USER_HZ (100 a second on Linux).
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let name = name.to_string();
     let sched = std::fs::read_to_string(dir.join("schedstat")).ok()?;
     let mut fields = sched.split_whitespace().map(|f| f.parse::<u64>().ok());
     Some(Sched {

@@ -5,8 +5,9 @@
 //! nor take the same row. Sends commit durably, then `NOTIFY archivist_bus` with the queue's
 //! name in a transaction of its own (inside a datastore's transaction: at its commit);
 //! receivers `LISTEN` on one connection per bus and poll as the safety net (a notification
-//! can be missed while the listener reconnects, and visibility running out notifies nobody). Settling commits with `synchronous_commit = off`: a settlement lost in a
-//! server crash only brings the message back, which at-least-once delivery allows.
+//! can be missed while the listener reconnects, and visibility running out notifies nobody).
+//! Settling commits with `synchronous_commit = off`: a settlement lost in a server crash only
+//! brings the message back, which at-least-once delivery allows.
 
 use std::str::FromStr;
 use std::sync::{Arc, Weak};
@@ -15,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{
@@ -227,31 +228,18 @@ impl Dialect for Pg {
                 .await
                 .map_err(|e| db_error("sending", e))?;
         } else {
-            let mut tx = self
-                .pool
-                .begin()
-                .await
-                .map_err(|e| db_error("sending", e))?;
-            sqlx::query("SET LOCAL synchronous_commit TO on")
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| db_error("sending", e))?;
-            insert(&mut tx, queue, bodies, false).await?;
+            let mut tx = begin_durable(&self.pool, "sending").await?;
+            insert(&mut tx, queue, bodies).await?;
             tx.commit().await.map_err(|e| db_error("sending", e))?;
         }
         // The notification goes after the durable commit, in a transaction of its own that
         // waits for no sync. A NOTIFY holds a lock shared by the whole cluster from its
         // commit's start to its end; inside the durable transaction that lock was held
         // through the WAL flush, so concurrent senders flushed one after another instead
-        // of together (`benchmarks/bus/costs.sh`: sends of 10 rows 1.28 times faster so).
+        // of together (`benchmarks/bus/costs.sh`: sends of 10 rows 1.26 times faster so).
         // The rows are committed: a notification that fails now only delays a receiver
         // in another process until its next poll, so the send still succeeded.
-        if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(CHANNEL)
-            .bind(queue)
-            .execute(&self.pool)
-            .await
-        {
+        if let Err(e) = notify(&self.pool, queue).await {
             tracing::debug!(%queue, error = %e, "sent, but could not notify other processes; their receivers find the messages at their next poll");
         }
         Ok(())
@@ -367,16 +355,8 @@ impl Dialect for Pg {
         dead_letter_queue: &str,
         max: u64,
     ) -> Result<u64, BusError> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(|e| db_error("redriving", e))?;
         // Told "moved" means moved: a server crash must not bring the dead letters back.
-        sqlx::query("SET LOCAL synchronous_commit TO on")
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| db_error("redriving", e))?;
+        let mut tx = begin_durable(&self.pool, "redriving").await?;
         let moved = sqlx::query(
             "UPDATE bus_messages m
              SET queue = $1, visible_at = now(), receive_count = 0, receipt = 0,
@@ -396,10 +376,7 @@ impl Dialect for Pg {
         .rows_affected();
         // Moved inside the transaction, not committed.
         fail_point("bus-redrive-in-transaction").await;
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(CHANNEL)
-            .bind(queue)
-            .execute(&mut *tx)
+        notify(&mut *tx, queue)
             .await
             .map_err(|e| db_error("redriving", e))?;
         tx.commit().await.map_err(|e| db_error("redriving", e))?;
@@ -570,13 +547,6 @@ WITH sent AS (
 )
 SELECT set_config('synchronous_commit', 'on', true)";
 
-/// Rows and a notification inside the caller's transaction (the last statement of a send).
-const INSERT_AND_NOTIFY: &str = "\
-WITH sent AS (
-    INSERT INTO bus_messages (queue, body) SELECT $1, b FROM unnest($2::text[]) AS b
-)
-SELECT pg_notify($3, $1)";
-
 /// Where the statement that starts at `start` ends: at most [`SEND_CHUNK_ROWS`] rows and
 /// about [`SEND_CHUNK_BYTES`] (always at least one row).
 fn chunk_end(bodies: &[String], start: usize) -> usize {
@@ -592,34 +562,46 @@ fn chunk_end(bodies: &[String], start: usize) -> usize {
     end
 }
 
-/// Inserts `bodies` on `queue`, one statement a chunk; with `notify`, its listeners are
-/// notified when the transaction commits.
-async fn insert(
-    conn: &mut PgConnection,
-    queue: &str,
-    bodies: &[String],
-    notify: bool,
-) -> Result<(), BusError> {
+/// Inserts `bodies` on `queue` in the caller's transaction, one statement a chunk.
+async fn insert(conn: &mut PgConnection, queue: &str, bodies: &[String]) -> Result<(), BusError> {
     let mut start = 0;
     while start < bodies.len() {
         let end = chunk_end(bodies, start);
-        let notify_here = notify && end == bodies.len();
-        let sql = if notify_here {
-            INSERT_AND_NOTIFY
-        } else {
-            "INSERT INTO bus_messages (queue, body) SELECT $1, b FROM unnest($2::text[]) AS b"
-        };
-        let mut query = sqlx::query(sql).bind(queue).bind(&bodies[start..end]);
-        if notify_here {
-            query = query.bind(CHANNEL);
-        }
-        query
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| db_error("sending", e))?;
+        sqlx::query(
+            "INSERT INTO bus_messages (queue, body) SELECT $1, b FROM unnest($2::text[]) AS b",
+        )
+        .bind(queue)
+        .bind(&bodies[start..end])
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("sending", e))?;
         start = end;
     }
     Ok(())
+}
+
+/// A transaction whose commit waits for the WAL flush, which the bus's connections otherwise
+/// do not (they settle with `synchronous_commit = off`).
+async fn begin_durable(
+    pool: &PgPool,
+    doing: &str,
+) -> Result<Transaction<'static, Postgres>, BusError> {
+    let mut tx = pool.begin().await.map_err(|e| db_error(doing, e))?;
+    sqlx::query("SET LOCAL synchronous_commit TO on")
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db_error(doing, e))?;
+    Ok(tx)
+}
+
+/// Wakes `queue`'s receivers in every process, when the transaction this runs in commits.
+async fn notify<'e>(conn: impl PgExecutor<'e>, queue: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(CHANNEL)
+        .bind(queue)
+        .execute(conn)
+        .await
+        .map(|_| ())
 }
 
 /// Sends `bodies` on `queue` inside the caller's transaction: they exist once it commits.
@@ -630,8 +612,11 @@ pub async fn send_in(
     bodies: Vec<Vec<u8>>,
 ) -> Result<(), BusError> {
     let bodies = check_bodies(bodies)?;
+    insert(conn, queue, &bodies).await?;
     // Inside the caller's transaction, so that the notification goes only if it commits.
-    insert(conn, queue, &bodies, true).await?;
+    notify(&mut *conn, queue)
+        .await
+        .map_err(|e| db_error("sending", e))?;
     fail_point("bus-send-in-transaction").await;
     Ok(())
 }
