@@ -687,20 +687,20 @@ mod ours {
         /// measurement of a fraction of a second must not pay for TLS handshakes.
         pub(super) async fn open_pg(url: &str, clients: usize, ack_in: bool) -> Result<Self> {
             let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+            let options = options.options([("synchronous_commit", "off")]);
             let bus_pool = sqlx::postgres::PgPoolOptions::new()
                 .max_connections(10.max(clients as u32 + 1))
                 .min_connections(clients as u32 + 1)
                 .test_before_acquire(false)
-                .connect_with(options.options([("synchronous_commit", "off")]))
+                .connect_with(options.clone())
                 .await?;
             let bus = PgBus::from_pool(bus_pool, SqlBusConfig::default());
             bus.create_queue(QUEUE).await?;
             let tx = bus.sender(QUEUE).await?;
-            let options: sqlx::postgres::PgConnectOptions = url.parse()?;
             let pool = sqlx::postgres::PgPoolOptions::new()
                 .max_connections(8)
                 .min_connections(4)
-                .connect_with(options.options([("synchronous_commit", "off")]))
+                .connect_with(options)
                 .await?;
             Ok(Ours {
                 bus: Arc::new(bus),

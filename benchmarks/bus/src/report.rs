@@ -118,12 +118,13 @@ pub fn print(s: &Settings, server: &str, rows: &[Row]) {
         .filter(|r| matches!(r.kind, Kind::Ours | Kind::OursSqlite))
     {
         let check = |ok: bool| if ok { "met" } else { "NOT met" };
+        // The better of the two receive columns.
+        let receive = rate(r, Col::Recv10)
+            .into_iter()
+            .chain(rate(r, Col::Recv100))
+            .reduce(f64::max);
         if r.kind == Kind::Ours {
-            if let Some(v) = rate(r, Col::Recv10)
-                .into_iter()
-                .chain(rate(r, Col::Recv100))
-                .reduce(f64::max)
-            {
+            if let Some(v) = receive {
                 println!(
                     "target Postgres recv+ack ≥ 10,000/s with {} waiting: {} ({})",
                     s.waiting,
@@ -138,11 +139,7 @@ pub fn print(s: &Settings, server: &str, rows: &[Row]) {
                     thousands(v)
                 );
             }
-        } else if let Some(v) = rate(r, Col::Recv10)
-            .into_iter()
-            .chain(rate(r, Col::Recv100))
-            .reduce(f64::max)
-        {
+        } else if let Some(v) = receive {
             println!(
                 "target SQLite recv+ack ≥ 5,000/s, {} processes: {} ({})",
                 s.sqlite_processes,
