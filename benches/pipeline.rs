@@ -5,7 +5,8 @@
 //! cargo bench -p archivist --bench pipeline -- [--pairs 10000,100000] [--researchers 4]
 //!     [--in-flight 32] [--clips 100] [--max-clips 50] [--recorders 1]
 //!     [--max-results-waiting 10000] [--separate-bus]
-//!     [--no-sqlite] [--no-postgres] [--rabbitmq] [--exec-researchers [--exec-concurrency 8]]
+//!     [--no-sqlite] [--no-postgres] [--rabbitmq]
+//!     [--exec-researchers [--exec-concurrency 8] [--shell-analyser]]
 //! ```
 //!
 //! For each size and backend (SQLite: a file in a temporary directory; Postgres: a fresh
@@ -25,10 +26,13 @@
 //!   every pair researched.
 //!
 //! `--exec-researchers` makes the researchers `--researchers` processes of `archivist research
-//! --concurrency <--exec-concurrency> --exec sh -c …` (the binary beside this benchmark's:
-//! `cargo build --release -p archivist-cli` first), whose analyser answers every clip at once
-//! (a `grep` and a `sed` over the work item); media are one small local file. Their CPU
-//! (with their analysers') and the largest peak memory among them are reported apart.
+//! --concurrency <--exec-concurrency> --exec …` (the binary beside this benchmark's:
+//! `cargo build --release -p archivist-cli` first), whose analyser answers every clip at once:
+//! this benchmark's own binary run as the analyser (it reads the work item and writes one
+//! answer a clip), or with `--shell-analyser` a `grep` and a `sed` under `sh -c` (three
+//! processes an item, as a script analyser would start). Media are one small local file for
+//! each episode and clip. The researcher processes' CPU (with their analysers') and the
+//! largest peak memory among them are reported apart.
 //!
 //! `--rabbitmq` adds runs with the bus on RabbitMQ (`ARCHIVIST_TEST_AMQP_URL`, default the
 //! local broker as guest; queues named afresh for each run) and the datastore on Postgres.
@@ -111,6 +115,8 @@ struct Options {
     backends: Vec<&'static str>,
     /// Researchers are `archivist research --exec` processes, each with this concurrency.
     exec_researchers: Option<usize>,
+    /// Their analyser is `sh -c` over `grep` and `sed`, not this binary.
+    shell_analyser: bool,
 }
 
 fn options() -> Options {
@@ -160,6 +166,7 @@ fn options() -> Options {
             .iter()
             .any(|a| a == "--exec-researchers")
             .then(|| number("--exec-concurrency", 8) as usize),
+        shell_analyser: args.iter().any(|a| a == "--shell-analyser"),
     }
 }
 
@@ -439,7 +446,12 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
         );
         for i in 0..o.researchers {
             let cache = media_dir.path().join(format!("cache-{i}"));
-            children.push(spawn_researcher(&bus_url, concurrency, &cache));
+            children.push(spawn_researcher(
+                &bus_url,
+                concurrency,
+                &cache,
+                o.shell_analyser,
+            ));
         }
     } else {
         let (bus, queues, token, researchers) = (
@@ -601,9 +613,36 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
     }
 }
 
-/// The no-op analyser: one answer per clip of the work item on its standard input (clip
-/// titles are `Clip N`, episode titles `Episode N`), none of them a match.
-const NO_OP_ANALYSER: &str = r#"grep -o '"title":"Clip [0-9]*"' | sed 's/^"title":\(.*\)$/{"clip_title":\1,"clip_offsets_ns":[],"clip_duration_ns":4000000000,"episode_duration_ns":3600000000000}/'"#;
+/// The no-op analyser as a shell pipeline: one answer per clip of the work item on its
+/// standard input (clip titles are `Clip N`, episode titles `Episode N`), none of them a match.
+const SHELL_ANALYSER: &str = r#"grep -o '"title":"Clip [0-9]*"' | sed 's/^"title":\(.*\)$/{"clip_title":\1,"clip_offsets_ns":[],"clip_duration_ns":4000000000,"episode_duration_ns":3600000000000}/'"#;
+
+/// Given as this binary's first argument, it runs as the no-op analyser.
+const BE_ANALYSER: &str = "--be-no-op-analyser";
+
+/// The no-op analyser, compiled: reads the work item on standard input and answers each of its
+/// clips at once, none of them a match, in one write.
+fn no_op_analyser() {
+    use std::io::{Read, Write};
+    let mut input = Vec::new();
+    std::io::stdin().read_to_end(&mut input).unwrap();
+    let item: PendingResearchItem = decode(&input).unwrap();
+    let mut out = Vec::new();
+    for clip in &item.clips {
+        serde_json::to_writer(
+            &mut out,
+            &serde_json::json!({
+                "clip_title": clip.title,
+                "clip_offsets_ns": [],
+                "clip_duration_ns": 4_000_000_000i64,
+                "episode_duration_ns": 3_600_000_000_000i64,
+            }),
+        )
+        .unwrap();
+        out.push(b'\n');
+    }
+    std::io::stdout().write_all(&out).unwrap();
+}
 
 /// `archivist research --exec` on the bus at `bus_url`, from the release build beside this
 /// benchmark's binary, with a cache directory of its own.
@@ -611,6 +650,7 @@ fn spawn_researcher(
     bus_url: &str,
     concurrency: usize,
     cache: &std::path::Path,
+    shell_analyser: bool,
 ) -> std::process::Child {
     let exe = std::env::current_exe().unwrap();
     let bin = exe
@@ -621,10 +661,16 @@ fn spawn_researcher(
         .unwrap_or_else(|| {
             panic!("no archivist binary beside {exe:?}: cargo build --release -p archivist-cli")
         });
+    let analyser: Vec<String> = if shell_analyser {
+        vec!["sh".into(), "-c".into(), SHELL_ANALYSER.into()]
+    } else {
+        vec![exe.display().to_string(), BE_ANALYSER.into()]
+    };
     std::process::Command::new(bin)
         .args(["research", "--concurrency", &concurrency.to_string()])
         .args(["--cache-dir", &cache.display().to_string()])
-        .args(["--exec", "sh", "-c", NO_OP_ANALYSER])
+        .arg("--exec")
+        .args(analyser)
         .env("DATABASE_URL", bus_url)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
@@ -633,6 +679,9 @@ fn spawn_researcher(
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some(BE_ANALYSER) {
+        return no_op_analyser();
+    }
     let o = options();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,6 +1,7 @@
 //! One work item, start to end: decode it, skip it if its lease expired, fetch its media, run
 //! the analyser, send one result per clip as each arrives (the last one revoking the lease),
-//! then acknowledge the item, or release it for another try when something failed.
+//! then acknowledge the item, or release it for another try when something failed. Results
+//! the analyser wrote together go out together: one send for every line already written.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -31,6 +32,9 @@ const SEND_PATIENCE: Duration = Duration::from_secs(60);
 /// `revoke_lease`) before it is sent anyway: an analyser quiet between two clips must not
 /// keep an answer from renewing the lease, or leave it to be sent after the lease ran out.
 const HOLD: Duration = Duration::from_secs(1);
+/// The most results one send carries: an analyser that writes faster than the bus takes them
+/// still has its results sent as they come, a batch at a time.
+const MAX_BATCH: usize = 500;
 
 /// Handles one delivery of `pending_research` on slot `slot`. Returns `false` when the item
 /// went back to the queue (failed or released), so that the slot pauses before it takes
@@ -118,10 +122,7 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
         Err(MediaError::Gone(why)) => {
             tracing::info!(lease = %item.lease_id, reason = %why, "episode media gone: every pair fails");
             for clip in &item.clips {
-                if let Err(e) = results
-                    .failure(&clip.title, &format!("episode {why}"))
-                    .await
-                {
+                if let Err(e) = results.failure(&clip.title, &format!("episode {why}")) {
                     return results.fail(e).await;
                 }
             }
@@ -148,7 +149,7 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
                 clip_entries.push(entry);
             }
             Err(MediaError::Gone(why)) => {
-                if let Err(e) = results.failure(&clip.title, &format!("clip {why}")).await {
+                if let Err(e) = results.failure(&clip.title, &format!("clip {why}")) {
                     return results.fail(e).await;
                 }
             }
@@ -196,19 +197,35 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
     // The stall timeout counts from the last line, whatever else happens in between.
     let mut stall_at = tokio::time::Instant::now() + ctx.stall_timeout;
     loop {
-        let next = tokio::select! {
-            _ = stop.cancelled() => {
-                run.stop().await;
-                return results.released_at_drain().await;
-            }
-            _ = results.hold_over(), if results.holding() => {
-                if let Err(e) = results.flush(false).await {
+        // A line written already joins the results not yet sent; when none is, they go out,
+        // all but the last (held back), in one send.
+        let ready = if results.backlog() && !results.batch_full() {
+            line_written(&mut run).await
+        } else {
+            None
+        };
+        let next = match ready {
+            Some(next) => Ok(next),
+            None => {
+                if let Err(e) = results.send_backlog().await {
                     run.stop().await;
                     return results.fail(e).await;
                 }
-                continue;
+                tokio::select! {
+                    _ = stop.cancelled() => {
+                        run.stop().await;
+                        return results.released_at_drain().await;
+                    }
+                    _ = results.hold_over(), if results.holding() => {
+                        if let Err(e) = results.flush(false).await {
+                            run.stop().await;
+                            return results.fail(e).await;
+                        }
+                        continue;
+                    }
+                    next = tokio::time::timeout_at(stall_at, run.next_line()) => next,
+                }
             }
-            next = tokio::time::timeout_at(stall_at, run.next_line()) => next,
         };
         stall_at = tokio::time::Instant::now() + ctx.stall_timeout;
         let line = match next {
@@ -246,30 +263,26 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
         if let Some(title) = parsed.clip_title() {
             answered.insert(title.to_string());
         }
-        let sent = match parsed {
+        let taken = match parsed {
             Line::Progress(text) => {
                 tracing::debug!(slot, lease = %lease, progress = %text, "analyser progress");
                 ctx.set_progress(slot, text);
                 Ok(())
             }
-            Line::Failure { clip_title, reason } => results.failure(&clip_title, &reason).await,
+            Line::Failure { clip_title, reason } => results.failure(&clip_title, &reason),
             Line::Answer {
                 clip_title,
                 clip_offsets_ns,
                 clip_duration_ns,
                 episode_duration_ns,
-            } => {
-                results
-                    .answer(
-                        &clip_title,
-                        clip_offsets_ns,
-                        clip_duration_ns,
-                        episode_duration_ns,
-                    )
-                    .await
-            }
+            } => results.answer(
+                &clip_title,
+                clip_offsets_ns,
+                clip_duration_ns,
+                episode_duration_ns,
+            ),
         };
-        if let Err(e) = sent {
+        if let Err(e) = taken {
             run.stop().await;
             return results.fail(e).await;
         }
@@ -297,6 +310,18 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
     }
 }
 
+/// The analyser's next line if it is there to be read now (`None` if reading it would wait).
+/// Dropping `next_line` unfinished loses nothing (see [`super::analyser::Run`]).
+async fn line_written(
+    run: &mut Box<dyn super::analyser::Run>,
+) -> Option<anyhow::Result<Option<String>>> {
+    tokio::select! {
+        biased;
+        next = run.next_line() => Some(next),
+        () = std::future::ready(()) => None,
+    }
+}
+
 /// Records one analyser run's duration when dropped, so that every ending counts.
 struct AnalysisTimer(Instant);
 
@@ -307,15 +332,18 @@ impl Drop for AnalysisTimer {
     }
 }
 
-/// The results of one item, sent as they come. The latest one is held back until the next
-/// arrives, the item ends or [`HOLD`] passes, so that the last one sent can carry
-/// `revoke_lease` when the item finished (and does not when it failed: the lease then stays
-/// with the item's next try). When the last answer was sent before the item ended, it is sent
-/// again with `revoke_lease`: a result is recorded once however often it is delivered.
+/// The results of one item, sent as they come: every result read is sent as soon as the
+/// analyser has no further line written (one send for all of them), except the latest, which
+/// is held back until the next arrives, the item ends or [`HOLD`] passes, so that the last
+/// one sent can carry `revoke_lease` when the item finished (and does not when it failed: the
+/// lease then stays with the item's next try). When the last answer was sent before the item
+/// ended, it is sent again with `revoke_lease`: a result is recorded once however often it is
+/// delivered.
 struct Results<'a> {
     ctx: &'a Context,
     item: &'a PendingResearchItem,
-    held: Option<CompletedResearchItem>,
+    /// Read and not sent yet, in the order read; the last is the one held back.
+    unsent: Vec<CompletedResearchItem>,
     held_since: tokio::time::Instant,
     last_sent: Option<CompletedResearchItem>,
     episode_hash: String,
@@ -327,7 +355,7 @@ impl<'a> Results<'a> {
         Results {
             ctx,
             item,
-            held: None,
+            unsent: Vec::new(),
             held_since: tokio::time::Instant::now(),
             last_sent: None,
             episode_hash: String::new(),
@@ -361,7 +389,7 @@ impl<'a> Results<'a> {
         })
     }
 
-    async fn answer(
+    fn answer(
         &mut self,
         clip_title: &str,
         offsets: Vec<i64>,
@@ -374,33 +402,41 @@ impl<'a> Results<'a> {
         result.episode_duration_ns = episode_duration_ns;
         metrics::counter!("archivist_researcher_clips_total", "result" => "researched")
             .increment(1);
-        self.push(result).await
+        self.push(result)
     }
 
-    async fn failure(&mut self, clip_title: &str, reason: &str) -> Result<(), String> {
+    fn failure(&mut self, clip_title: &str, reason: &str) -> Result<(), String> {
         let mut result = self.base(clip_title)?;
         result.failure = Some(protocol::truncate(
             reason,
             archivist::messages::MAX_SHORT_TEXT,
         ));
         metrics::counter!("archivist_researcher_clips_total", "result" => "failed").increment(1);
-        self.push(result).await
+        self.push(result)
     }
 
-    async fn push(&mut self, result: CompletedResearchItem) -> Result<(), String> {
+    fn push(&mut self, result: CompletedResearchItem) -> Result<(), String> {
         result
             .validate()
             .map_err(|e| format!("a result would be poison: {e}"))?;
-        if let Some(previous) = self.held.replace(result) {
-            self.send(previous).await?;
-        }
+        self.unsent.push(result);
         self.held_since = tokio::time::Instant::now();
         Ok(())
     }
 
     /// Whether a result is held back.
     fn holding(&self) -> bool {
-        self.held.is_some()
+        !self.unsent.is_empty()
+    }
+
+    /// Whether results wait to be sent besides the one held back.
+    fn backlog(&self) -> bool {
+        self.unsent.len() > 1
+    }
+
+    /// Whether the results not sent fill a send.
+    fn batch_full(&self) -> bool {
+        self.unsent.len() > MAX_BATCH
     }
 
     /// Ready when the held result has waited [`HOLD`].
@@ -408,27 +444,40 @@ impl<'a> Results<'a> {
         tokio::time::sleep_until(self.held_since + HOLD).await;
     }
 
-    /// Sends what is held back; with `revoke`, as the lease's last result.
-    async fn flush(&mut self, revoke: bool) -> Result<(), String> {
-        if let Some(mut last) = self.held.take() {
-            last.revoke_lease = revoke;
-            self.send(last).await?;
+    /// Sends the results not sent yet but the one held back.
+    async fn send_backlog(&mut self) -> Result<(), String> {
+        if let Some(held) = self.unsent.pop() {
+            let batch = std::mem::take(&mut self.unsent);
+            self.unsent.push(held);
+            self.send(batch).await?;
         }
         Ok(())
     }
 
-    async fn send(&mut self, result: CompletedResearchItem) -> Result<(), String> {
-        send_patiently(&*self.ctx.results, encode(&result)).await?;
-        self.last_sent = Some(result);
+    /// Sends every result not sent yet; with `revoke`, the last as the lease's last result.
+    async fn flush(&mut self, revoke: bool) -> Result<(), String> {
+        if let Some(last) = self.unsent.last_mut() {
+            last.revoke_lease = revoke;
+        }
+        let batch = std::mem::take(&mut self.unsent);
+        self.send(batch).await
+    }
+
+    async fn send(&mut self, mut batch: Vec<CompletedResearchItem>) -> Result<(), String> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        send_patiently(&*self.ctx.results, batch.iter().map(encode).collect()).await?;
+        self.last_sent = batch.pop();
         Ok(())
     }
 
     async fn done(mut self) -> Outcome {
-        if self.held.is_none() {
+        if self.unsent.is_empty() {
             // Everything was sent already: the last answer again, ending the lease.
             if let Some(mut last) = self.last_sent.take() {
                 last.revoke_lease = true;
-                if let Err(e) = self.send(last).await {
+                if let Err(e) = self.send(vec![last]).await {
                     return Outcome::Failed(e);
                 }
             }
@@ -463,19 +512,234 @@ impl<'a> Results<'a> {
     }
 }
 
-/// Sends one result, retrying passing bus failures for up to [`SEND_PATIENCE`].
-async fn send_patiently(sender: &dyn Sender, body: Vec<u8>) -> Result<(), String> {
+/// Sends results, retrying passing bus failures for up to [`SEND_PATIENCE`] (a result sent
+/// twice by a retry after a failure mid-way is recorded once).
+async fn send_patiently(sender: &dyn Sender, bodies: Vec<Vec<u8>>) -> Result<(), String> {
     let deadline = Instant::now() + SEND_PATIENCE;
     let mut backoff = Duration::from_millis(200);
     loop {
-        match sender.send(body.clone()).await {
+        match sender.send_batch(bodies.clone()).await {
             Ok(()) => return Ok(()),
             Err(e) if e.is_retryable() && Instant::now() + backoff < deadline => {
-                tracing::warn!(error = %e, retry_in = ?backoff, "could not send a result; trying again");
+                tracing::warn!(error = %e, retry_in = ?backoff, "could not send results; trying again");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
-            Err(e) => return Err(format!("cannot send a result: {e}")),
+            Err(e) => return Err(format!("cannot send results: {e}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use std::sync::{Arc, Mutex};
+
+    use async_trait::async_trait;
+    use messagebus::{BusError, DeadLetter, QueueStats};
+    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+    use tokio_util::sync::CancellationToken;
+
+    use super::super::analyser::{Analyser, Run};
+    use super::super::media::{Media, MediaConfig};
+    use super::*;
+
+    /// An analyser whose lines are written by the test, so that the test decides which lines
+    /// are there to be read together.
+    struct Scripted(Mutex<Option<UnboundedReceiver<String>>>);
+
+    #[async_trait]
+    impl Analyser for Scripted {
+        async fn start(&self, _input: Vec<u8>, _lease: &str) -> anyhow::Result<Box<dyn Run>> {
+            let lines = self.0.lock().unwrap().take().unwrap();
+            Ok(Box::new(ScriptedRun(lines)))
+        }
+
+        fn describe(&self) -> String {
+            "scripted".into()
+        }
+    }
+
+    struct ScriptedRun(UnboundedReceiver<String>);
+
+    #[async_trait]
+    impl Run for ScriptedRun {
+        async fn next_line(&mut self) -> anyhow::Result<Option<String>> {
+            Ok(self.0.recv().await)
+        }
+
+        async fn finish(self: Box<Self>) -> Ending {
+            Ending::Done
+        }
+
+        async fn stop(self: Box<Self>) {}
+    }
+
+    /// Each send: the clip titles it carried, with `*` on the one that revokes the lease.
+    struct Recording(UnboundedSender<Vec<String>>);
+
+    #[async_trait]
+    impl Sender for Recording {
+        async fn send_batch(&self, bodies: Vec<Vec<u8>>) -> Result<(), BusError> {
+            let sent = bodies
+                .iter()
+                .map(|b| {
+                    let r: CompletedResearchItem = decode(b).unwrap();
+                    format!("{}{}", r.clip.title, if r.revoke_lease { "*" } else { "" })
+                })
+                .collect();
+            self.0.send(sent).unwrap();
+            Ok(())
+        }
+
+        async fn inspect(&self) -> Result<QueueStats, BusError> {
+            Ok(QueueStats::default())
+        }
+
+        async fn peek_dead_letters(
+            &self,
+            _limit: usize,
+            _max_body_bytes: usize,
+        ) -> Result<Option<Vec<DeadLetter>>, BusError> {
+            Ok(None)
+        }
+
+        fn queue(&self) -> &str {
+            "completed_research"
+        }
+    }
+
+    struct Harness {
+        _dir: tempfile::TempDir,
+        ctx: Context,
+        item: PendingResearchItem,
+        write: UnboundedSender<String>,
+        sends: UnboundedReceiver<Vec<String>>,
+    }
+
+    /// A work item of `clips` clips (local files) and a researcher context around it.
+    fn harness(clips: u32) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: String| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, b"media").unwrap();
+            path.display().to_string()
+        };
+        let mut episode = datastore::testing::episode(1);
+        episode.media_uri = file("episode".into());
+        let item = PendingResearchItem {
+            lease_id: uuid::Uuid::new_v4(),
+            lease_expires_at: Utc::now() + chrono::Duration::hours(1),
+            episode,
+            clips: (1..=clips)
+                .map(|i| {
+                    let mut clip = datastore::testing::clip(i);
+                    clip.media_uri = file(format!("clip-{i}"));
+                    clip
+                })
+                .collect(),
+        };
+        let (write, lines) = unbounded_channel();
+        let (sent, sends) = unbounded_channel();
+        let ctx = Context {
+            analyser: Arc::new(Scripted(Mutex::new(Some(lines)))),
+            media: Media::new(MediaConfig {
+                cache_dir: dir.path().join("cache"),
+                cache_size: 1 << 20,
+                max_size: 1 << 20,
+                connect_timeout: Duration::from_secs(1),
+                read_timeout: Duration::from_secs(1),
+                attempts: 1,
+            })
+            .unwrap(),
+            results: Arc::new(Recording(sent)),
+            hard_stop: CancellationToken::new(),
+            stall_timeout: Duration::from_secs(60),
+            drain_timeout: Duration::from_secs(1),
+            slots: std::sync::Mutex::new(vec![super::super::SlotState::Idle]),
+        };
+        Harness {
+            _dir: dir,
+            ctx,
+            item,
+            write,
+            sends,
+        }
+    }
+
+    fn answer(i: u32) -> String {
+        format!(
+            r#"{{"clip_title":"Clip {i}","clip_offsets_ns":[],"clip_duration_ns":1,"episode_duration_ns":2}}"#
+        )
+    }
+
+    fn titles(range: std::ops::RangeInclusive<u32>) -> Vec<String> {
+        range.map(|i| format!("Clip {i}")).collect()
+    }
+
+    // Time is paused (and moves only when every task waits), so the hold never runs out while
+    // the test is between two steps.
+    #[tokio::test(start_paused = true)]
+    async fn lines_written_together_go_out_in_one_send_but_the_one_held_back() {
+        let mut h = harness(5);
+        for i in 1..=3 {
+            h.write.send(answer(i)).unwrap();
+        }
+        let research = research(&h.ctx, 0, &h.item);
+        tokio::pin!(research);
+        let first = tokio::select! {
+            _ = &mut research => panic!("the item ended before its analyser did"),
+            first = h.sends.recv() => first.unwrap(),
+        };
+        assert_eq!(first, titles(1..=2), "the third is held back");
+        h.write.send(answer(4)).unwrap();
+        h.write.send(answer(5)).unwrap();
+        drop(h.write);
+        assert!(matches!(research.await, Outcome::Finished));
+        let mut last = titles(3..=5);
+        last[2].push('*');
+        assert_eq!(h.sends.recv().await.unwrap(), last);
+        assert!(h.sends.try_recv().is_err(), "nothing else was sent");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_burst_goes_out_in_sends_of_at_most_max_batch() {
+        let mut h = harness(1_200);
+        for i in 1..=1_200 {
+            h.write.send(answer(i)).unwrap();
+        }
+        drop(h.write);
+        assert!(matches!(
+            research(&h.ctx, 0, &h.item).await,
+            Outcome::Finished
+        ));
+        let mut sizes = Vec::new();
+        let mut all = Vec::new();
+        while let Ok(sent) = h.sends.try_recv() {
+            sizes.push(sent.len());
+            all.extend(sent);
+        }
+        assert_eq!(sizes, [MAX_BATCH, MAX_BATCH, 1_200 - 2 * MAX_BATCH]);
+        let mut expected = titles(1..=1_200);
+        expected[1_199].push('*');
+        assert_eq!(all, expected, "in order, only the last revoking");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_analyser_has_its_held_answer_sent_after_the_hold() {
+        let mut h = harness(2);
+        h.write.send(answer(1)).unwrap();
+        let research = research(&h.ctx, 0, &h.item);
+        tokio::pin!(research);
+        // Nothing else is written: time moves to the end of the hold, and the answer goes.
+        let first = tokio::select! {
+            _ = &mut research => panic!("the item ended before its analyser did"),
+            first = h.sends.recv() => first.unwrap(),
+        };
+        assert_eq!(first, titles(1..=1));
+        h.write.send(answer(2)).unwrap();
+        drop(h.write);
+        assert!(matches!(research.await, Outcome::Finished));
+        assert_eq!(h.sends.recv().await.unwrap(), ["Clip 2*"]);
     }
 }
