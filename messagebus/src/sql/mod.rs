@@ -22,8 +22,11 @@
 //! - The keeper task also extends the visibility of deliveries a consumer still holds (the
 //!   heartbeat), so long work is not handed to a second consumer.
 //! - Waiting: Postgres receivers wake on `LISTEN/NOTIFY` (every send notifies), with a poll as
-//!   the safety net; SQLite receivers poll with a short back-off. Receivers in the same
-//!   process are woken at once on either.
+//!   the safety net. On SQLite, which cannot notify across processes, one waiting receiver per
+//!   queue and process polls with a short back-off, looking without the write lock, and the
+//!   others sleep until it hands on its turn. A send, a notification or a release wakes one
+//!   receiver of this process; a receiver that got all it asked for wakes the next (more may
+//!   be waiting), so a burst of messages wakes as many receivers as it needs, not all of them.
 //! - Settling (receive, ack, release, extend, dead-letter) may be lost in a crash without harm
 //!   (the message comes back), so on Postgres it commits without waiting for the disk; sends
 //!   always wait.
@@ -230,7 +233,7 @@ impl<D> Drop for Shared<D> {
 #[derive(Default)]
 struct State {
     /// Per queue: wakes this process's receivers when a message may be there.
-    wakers: HashMap<String, Arc<Notify>>,
+    wakers: HashMap<String, Arc<Waker>>,
     /// Live receivers: consumer id → queue.
     consumers: HashMap<Uuid, String>,
     /// Dropped receivers whose rows are still to be deleted.
@@ -249,25 +252,59 @@ struct Held {
     visible_until: Instant,
 }
 
+/// One queue's waiting receivers in this process.
+#[derive(Default)]
+struct Waker {
+    /// Woken one receiver at a time.
+    notify: Notify,
+    /// SQLite: whether one of the receivers has the turn to poll for the others.
+    polling: std::sync::atomic::AtomicBool,
+}
+
+impl Waker {
+    /// The turn to poll, if no other receiver has it.
+    fn take_turn(self: &Arc<Self>) -> Option<PollTurn> {
+        use std::sync::atomic::Ordering;
+        self.polling
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+            .then(|| PollTurn(Arc::clone(self)))
+    }
+}
+
+/// A receiver's turn to poll (SQLite). Given up when the receive ends however it ends (rows,
+/// the wait over, the future dropped), and handed on: a sleeping receiver wakes to look and
+/// takes the turn if it finds nothing.
+struct PollTurn(Arc<Waker>);
+
+impl Drop for PollTurn {
+    fn drop(&mut self) {
+        self.0
+            .polling
+            .store(false, std::sync::atomic::Ordering::Release);
+        self.0.notify.notify_one();
+    }
+}
+
+/// The longest a polling SQLite receiver waits between two looks: a look is a read without
+/// the write lock, and one receiver per queue and process makes it.
+const POLL_TURN_NAP: Duration = Duration::from_millis(20);
+
 impl<D: Dialect> Shared<D> {
     fn lock(&self) -> MutexGuard<'_, State> {
         // No critical section panics part-way, so a poisoned lock still guards consistent state.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn waker(&self, queue: &str) -> Arc<Notify> {
-        Arc::clone(
-            self.lock()
-                .wakers
-                .entry(queue.to_owned())
-                .or_insert_with(|| Arc::new(Notify::new())),
-        )
+    fn waker(&self, queue: &str) -> Arc<Waker> {
+        Arc::clone(self.lock().wakers.entry(queue.to_owned()).or_default())
     }
 
-    /// Wakes this process's receivers of `queue` (a send, or a notification from the database).
+    /// Wakes one of this process's receivers of `queue` (a send, a notification from the
+    /// database, a release): if it gets all it asks for, it wakes the next.
     pub(crate) fn wake(&self, queue: &str) {
-        if let Some(n) = self.lock().wakers.get(queue) {
-            n.notify_waiters();
+        if let Some(w) = self.lock().wakers.get(queue) {
+            w.notify.notify_one();
         }
     }
 
@@ -760,7 +797,7 @@ struct SqlReceiver<D: Dialect> {
     queue: QueueRow,
     bus_id: Arc<str>,
     consumer: Uuid,
-    waker: Arc<Notify>,
+    waker: Arc<Waker>,
 }
 
 impl<D: Dialect> Drop for SqlReceiver<D> {
@@ -779,30 +816,63 @@ impl<D: Dialect> Receiver for SqlReceiver<D> {
             return Ok(Vec::new());
         }
         let deadline = Instant::now() + wait;
-        // SQLite has no notifications across processes: look again soon, then less often.
+        // SQLite has no notifications across processes: the receiver with the turn looks again
+        // soon, then less often.
         let mut backoff = Duration::from_millis(5);
+        let mut turn: Option<PollTurn> = None;
+        // Claim (on entry, and when woken) or only look first (SQLite, polling).
+        let mut claim = true;
         loop {
             // Registered before looking, so a send between the look and the wait still wakes us.
-            let woken = self.waker.notified();
+            let woken = self.waker.notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let claimed = self.shared.dialect.claim(&self.queue, max).await?;
-            if !claimed.rows.is_empty() {
-                return Ok(self.deliveries(claimed.rows));
+            if !claim {
+                // A look takes no write lock; a claim would, found something or not.
+                claim = self
+                    .shared
+                    .dialect
+                    .waiting_up_to(&self.queue.name, 1)
+                    .await?
+                    > 0;
             }
-            if claimed.dead_lettered > 0 {
-                continue;
+            if claim {
+                let claimed = self.shared.dialect.claim(&self.queue, max).await?;
+                if !claimed.rows.is_empty() {
+                    if claimed.rows.len() + claimed.dead_lettered >= max {
+                        // More may be waiting: the next receiver looks.
+                        self.waker.notify.notify_one();
+                    }
+                    return Ok(self.deliveries(claimed.rows));
+                }
+                if claimed.dead_lettered > 0 {
+                    continue;
+                }
             }
             let now = Instant::now();
             if now >= deadline {
                 return Ok(Vec::new());
             }
             let poll = self.shared.config.poll_interval;
-            let nap = if D::NOTIFIES { poll } else { backoff.min(poll) }.min(deadline - now);
+            let nap = if D::NOTIFIES {
+                poll
+            } else {
+                if turn.is_none() {
+                    turn = self.waker.take_turn();
+                }
+                match turn {
+                    Some(_) => backoff.min(POLL_TURN_NAP).min(poll),
+                    None => poll,
+                }
+            }
+            .min(deadline - now);
             backoff = backoff.saturating_mul(2);
             tokio::select! {
-                _ = woken => backoff = Duration::from_millis(5),
-                _ = tokio::time::sleep(nap) => {}
+                _ = woken => {
+                    backoff = Duration::from_millis(5);
+                    claim = true;
+                }
+                _ = tokio::time::sleep(nap) => claim = D::NOTIFIES,
             }
         }
     }

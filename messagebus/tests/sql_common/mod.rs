@@ -29,6 +29,46 @@ macro_rules! sql_bus_tests {
             #[allow(unused_imports)]
             use super::*;
 
+            /// A burst sent on another bus instance (as another process would) reaches every
+            /// receiver waiting on this one within moments, though a send wakes one receiver
+            /// at a time (each that got all it asked for wakes the next) and on SQLite one
+            /// receiver polls for the others. Their own polls would come after an hour.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_burst_from_elsewhere_reaches_every_waiting_receiver() {
+                let config = SqlBusConfig {
+                    poll_interval: Duration::from_secs(3600),
+                    ..SqlBusConfig::default()
+                };
+                let a = $fresh_with(config.clone()).await;
+                let b = $bus_on(Arc::clone(&a.db), config).await;
+                a.create_queue("q").await.unwrap();
+                let mut waiting = tokio::task::JoinSet::new();
+                for _ in 0..4 {
+                    let rx = a.receiver("q").await.unwrap();
+                    waiting.spawn(async move { rx.receive(1, Duration::from_secs(120)).await });
+                }
+                // Time to fall asleep first, or they find the burst as they start. Too short
+                // a pause on a busy machine only makes the case easier: it cannot fail it.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let bodies = (0..4).map(|i| format!("m{i}").into_bytes()).collect();
+                b.sender("q").await.unwrap().send_batch(bodies).await.unwrap();
+                // Held to the end: a delivery dropped unsettled is released, which would wake
+                // the next receiver in the baton's place.
+                let mut held = Vec::new();
+                let mut got = Vec::new();
+                while let Some(joined) = tokio::time::timeout(Duration::from_secs(30), waiting.join_next())
+                    .await
+                    .expect("a waiting receiver was not woken")
+                {
+                    let deliveries = joined.unwrap().unwrap();
+                    assert_eq!(deliveries.len(), 1, "a waiting receiver was not woken");
+                    got.extend(deliveries.iter().map(|d| d.body().to_vec()));
+                    held.extend(deliveries);
+                }
+                got.sort();
+                assert_eq!(got, [b"m0", b"m1", b"m2", b"m3"]);
+            }
+
             /// A delivery whose visibility ran out and was received again cannot settle the
             /// newer delivery: its receipt is stale.
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
