@@ -286,6 +286,15 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
             run.stop().await;
             return results.fail(e).await;
         }
+        if answered.len() == titles.len() && !results.ended() {
+            // Every clip answered: the results go out now, the last one ending the lease,
+            // without waiting for the exit. An exit that then fails the item leaves every
+            // pair researched; its next try, if any, records them once more, harmlessly.
+            if let Err(e) = results.end_lease().await {
+                run.stop().await;
+                return results.fail(e).await;
+            }
+        }
     }
     // The output ended; the exit follows (a program that closed its output and then hangs
     // is stopped as a stall would be: dropping the run kills it).
@@ -336,9 +345,9 @@ impl Drop for AnalysisTimer {
 /// analyser has no further line written (one send for all of them), except the latest, which
 /// is held back until the next arrives, the item ends or [`HOLD`] passes, so that the last
 /// one sent can carry `revoke_lease` when the item finished (and does not when it failed: the
-/// lease then stays with the item's next try). When the last answer was sent before the item
-/// ended, it is sent again with `revoke_lease`: a result is recorded once however often it is
-/// delivered.
+/// lease then stays with the item's next try). The answer to the last clip ends the lease at
+/// once, before the analyser exits. When the last answer was sent before the item ended, it is
+/// sent again with `revoke_lease`: a result is recorded once however often it is delivered.
 struct Results<'a> {
     ctx: &'a Context,
     item: &'a PendingResearchItem,
@@ -346,6 +355,8 @@ struct Results<'a> {
     unsent: Vec<CompletedResearchItem>,
     held_since: tokio::time::Instant,
     last_sent: Option<CompletedResearchItem>,
+    /// The lease was ended (a result with `revoke_lease` sent).
+    lease_ended: bool,
     episode_hash: String,
     clip_hashes: HashMap<String, String>,
 }
@@ -358,6 +369,7 @@ impl<'a> Results<'a> {
             unsent: Vec::new(),
             held_since: tokio::time::Instant::now(),
             last_sent: None,
+            lease_ended: false,
             episode_hash: String::new(),
             clip_hashes: HashMap::new(),
         }
@@ -472,18 +484,32 @@ impl<'a> Results<'a> {
         Ok(())
     }
 
-    async fn done(mut self) -> Outcome {
+    /// Whether the lease was ended already.
+    fn ended(&self) -> bool {
+        self.lease_ended
+    }
+
+    /// Sends every result not sent yet, the last ending the lease (or, if all were sent, the
+    /// last again, ending it).
+    async fn end_lease(&mut self) -> Result<(), String> {
         if self.unsent.is_empty() {
             // Everything was sent already: the last answer again, ending the lease.
             if let Some(mut last) = self.last_sent.take() {
                 last.revoke_lease = true;
-                if let Err(e) = self.send(vec![last]).await {
-                    return Outcome::Failed(e);
-                }
+                self.send(vec![last]).await?;
             }
+        } else {
+            self.flush(true).await?;
+        }
+        self.lease_ended = true;
+        Ok(())
+    }
+
+    async fn done(mut self) -> Outcome {
+        if self.lease_ended {
             return Outcome::Finished;
         }
-        match self.flush(true).await {
+        match self.end_lease().await {
             Ok(()) => Outcome::Finished,
             Err(e) => Outcome::Failed(e),
         }
@@ -546,13 +572,13 @@ mod tests {
 
     /// An analyser whose lines are written by the test, so that the test decides which lines
     /// are there to be read together.
-    struct Scripted(Mutex<Option<UnboundedReceiver<String>>>);
+    struct Scripted(Mutex<Option<UnboundedReceiver<String>>>, Ending);
 
     #[async_trait]
     impl Analyser for Scripted {
         async fn start(&self, _input: Vec<u8>, _lease: &str) -> anyhow::Result<Box<dyn Run>> {
             let lines = self.0.lock().unwrap().take().unwrap();
-            Ok(Box::new(ScriptedRun(lines)))
+            Ok(Box::new(ScriptedRun(lines, self.1.clone())))
         }
 
         fn describe(&self) -> String {
@@ -560,7 +586,7 @@ mod tests {
         }
     }
 
-    struct ScriptedRun(UnboundedReceiver<String>);
+    struct ScriptedRun(UnboundedReceiver<String>, Ending);
 
     #[async_trait]
     impl Run for ScriptedRun {
@@ -569,7 +595,7 @@ mod tests {
         }
 
         async fn finish(self: Box<Self>) -> Ending {
-            Ending::Done
+            self.1
         }
 
         async fn stop(self: Box<Self>) {}
@@ -617,8 +643,9 @@ mod tests {
         sends: UnboundedReceiver<Vec<String>>,
     }
 
-    /// A work item of `clips` clips (local files) and a researcher context around it.
-    fn harness(clips: u32) -> Harness {
+    /// A work item of `clips` clips (local files) and a researcher context around it, its
+    /// analyser's run ending as `ending`.
+    fn harness_ending(clips: u32, ending: Ending) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let file = |name: String| {
             let path = dir.path().join(name);
@@ -642,7 +669,7 @@ mod tests {
         let (write, lines) = unbounded_channel();
         let (sent, sends) = unbounded_channel();
         let ctx = Context {
-            analyser: Arc::new(Scripted(Mutex::new(Some(lines)))),
+            analyser: Arc::new(Scripted(Mutex::new(Some(lines)), ending)),
             media: Media::new(MediaConfig {
                 cache_dir: dir.path().join("cache"),
                 cache_size: 1 << 20,
@@ -665,6 +692,10 @@ mod tests {
             write,
             sends,
         }
+    }
+
+    fn harness(clips: u32) -> Harness {
+        harness_ending(clips, Ending::Done)
     }
 
     fn answer(i: u32) -> String {
@@ -741,5 +772,29 @@ mod tests {
         drop(h.write);
         assert!(matches!(research.await, Outcome::Finished));
         assert_eq!(h.sends.recv().await.unwrap(), ["Clip 2*"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_answer_ends_the_lease_before_the_exit() {
+        let mut h = harness_ending(3, Ending::Failed("the analyser exited with code 1".into()));
+        for i in 1..=3 {
+            h.write.send(answer(i)).unwrap();
+        }
+        // The analyser's output stays open: every clip is answered, but the run goes on.
+        let research = research(&h.ctx, 0, &h.item);
+        tokio::pin!(research);
+        let sent = tokio::select! {
+            _ = &mut research => panic!("the item ended before its analyser did"),
+            sent = h.sends.recv() => sent.unwrap(),
+        };
+        assert_eq!(
+            sent,
+            ["Clip 1", "Clip 2", "Clip 3*"],
+            "one send, ending the lease"
+        );
+        drop(h.write);
+        // The exit still fails the item (it is tried again); its results stand.
+        assert!(matches!(research.await, Outcome::Failed(_)));
+        assert!(h.sends.try_recv().is_err(), "nothing else was sent");
     }
 }
