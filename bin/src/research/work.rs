@@ -136,10 +136,18 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
     results.episode_hash = episode.sha256.clone();
 
     // The clips, each from the cache when another item fetched it.
+    let stamps = ctx
+        .media
+        .stamps(item.clips.iter().map(|c| c.media_uri.as_str()))
+        .await;
     let mut given: Vec<(usize, String)> = Vec::new();
     let mut clip_entries = Vec::new();
     for (i, clip) in item.clips.iter().enumerate() {
-        match ctx.media.fetch(&clip.media_uri, stop).await {
+        match ctx
+            .media
+            .fetch_stamped(&clip.media_uri, &stamps, stop)
+            .await
+        {
             Ok(Fetched { entry, cache_hit }) => {
                 tracing::debug!(clip = %clip.title, cache_hit, bytes = entry.size, "clip media ready");
                 results
