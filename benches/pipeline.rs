@@ -6,7 +6,7 @@
 //!     [--in-flight 32] [--clips 100] [--max-clips 50] [--recorders 1]
 //!     [--max-results-waiting 10000] [--separate-bus]
 //!     [--no-sqlite] [--no-postgres] [--rabbitmq]
-//!     [--exec-researchers [--exec-concurrency 8] [--shell-analyser]]
+//!     [--exec-researchers [--exec-concurrency 8] [--shell-analyser] [--archivist PATH]]
 //! ```
 //!
 //! For each size and backend (SQLite: a file in a temporary directory; Postgres: a fresh
@@ -32,7 +32,8 @@
 //! answer a clip), or with `--shell-analyser` a `grep` and a `sed` under `sh -c` (three
 //! processes an item, as a script analyser would start). Media are one small local file for
 //! each episode and clip. The researcher processes' CPU (with their analysers') and the
-//! largest peak memory among them are reported apart.
+//! largest peak memory among them are reported apart. `--archivist PATH` runs another build
+//! of `archivist` as the researchers (to compare two builds in one run of this benchmark).
 //!
 //! `--rabbitmq` adds runs with the bus on RabbitMQ (`ARCHIVIST_TEST_AMQP_URL`, default the
 //! local broker as guest; queues named afresh for each run) and the datastore on Postgres.
@@ -117,6 +118,8 @@ struct Options {
     exec_researchers: Option<usize>,
     /// Their analyser is `sh -c` over `grep` and `sed`, not this binary.
     shell_analyser: bool,
+    /// The `archivist` binary they run, if not the release build beside this one.
+    archivist: Option<std::path::PathBuf>,
 }
 
 fn options() -> Options {
@@ -167,6 +170,7 @@ fn options() -> Options {
             .any(|a| a == "--exec-researchers")
             .then(|| number("--exec-concurrency", 8) as usize),
         shell_analyser: args.iter().any(|a| a == "--shell-analyser"),
+        archivist: value("--archivist").map(std::path::PathBuf::from),
     }
 }
 
@@ -446,12 +450,7 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
         );
         for i in 0..o.researchers {
             let cache = media_dir.path().join(format!("cache-{i}"));
-            children.push(spawn_researcher(
-                &bus_url,
-                concurrency,
-                &cache,
-                o.shell_analyser,
-            ));
+            children.push(spawn_researcher(&bus_url, concurrency, &cache, o));
         }
     } else {
         let (bus, queues, token, researchers) = (
@@ -644,24 +643,28 @@ fn no_op_analyser() {
     std::io::stdout().write_all(&out).unwrap();
 }
 
-/// `archivist research --exec` on the bus at `bus_url`, from the release build beside this
-/// benchmark's binary, with a cache directory of its own.
+/// `archivist research --exec` on the bus at `bus_url`, from `--archivist` or the release
+/// build beside this benchmark's binary, with a cache directory of its own.
 fn spawn_researcher(
     bus_url: &str,
     concurrency: usize,
     cache: &std::path::Path,
-    shell_analyser: bool,
+    o: &Options,
 ) -> std::process::Child {
     let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|release| release.join("archivist"))
+    let bin = o
+        .archivist
+        .clone()
+        .or_else(|| {
+            exe.parent()
+                .and_then(|deps| deps.parent())
+                .map(|release| release.join("archivist"))
+        })
         .filter(|b| b.exists())
         .unwrap_or_else(|| {
             panic!("no archivist binary beside {exe:?}: cargo build --release -p archivist-cli")
         });
-    let analyser: Vec<String> = if shell_analyser {
+    let analyser: Vec<String> = if o.shell_analyser {
         vec!["sh".into(), "-c".into(), SHELL_ANALYSER.into()]
     } else {
         vec![exe.display().to_string(), BE_ANALYSER.into()]

@@ -20,10 +20,19 @@ pub(crate) struct Sched {
     pub(crate) kernel_ns: u64,
 }
 
-/// Every process now, by pid. A process's `schedstat` counts its main thread only: enough for
-/// single-threaded servers (every PostgreSQL process), not for this one (see [`threads`]).
+/// Every process now, by pid, each with every thread's time summed: a process's own
+/// `schedstat` counts its main thread only, which for a multi-threaded server (RabbitMQ's
+/// `beam.smp`) is next to nothing.
 pub(crate) fn processes() -> HashMap<u32, Sched> {
-    read_dir("/proc")
+    let mut all = read_dir("/proc");
+    for (pid, sched) in &mut all {
+        let threads = read_dir(&format!("/proc/{pid}/task"));
+        if !threads.is_empty() {
+            sched.run_ns = threads.values().map(|t| t.run_ns).sum();
+            sched.wait_ns = threads.values().map(|t| t.wait_ns).sum();
+        }
+    }
+    all
 }
 
 /// This process's threads now, by id.
