@@ -712,6 +712,17 @@ mod tests {
         )
     }
 
+    /// The next send, while the item is still being researched.
+    async fn sent_meanwhile(
+        research: std::pin::Pin<&mut impl std::future::Future<Output = Outcome>>,
+        sends: &mut UnboundedReceiver<Vec<String>>,
+    ) -> Vec<String> {
+        tokio::select! {
+            _ = research => panic!("the item ended before its analyser did"),
+            sent = sends.recv() => sent.unwrap(),
+        }
+    }
+
     fn titles(range: std::ops::RangeInclusive<u32>) -> Vec<String> {
         range.map(|i| format!("Clip {i}")).collect()
     }
@@ -726,10 +737,7 @@ mod tests {
         }
         let research = research(&h.ctx, 0, &h.item);
         tokio::pin!(research);
-        let first = tokio::select! {
-            _ = &mut research => panic!("the item ended before its analyser did"),
-            first = h.sends.recv() => first.unwrap(),
-        };
+        let first = sent_meanwhile(research.as_mut(), &mut h.sends).await;
         assert_eq!(first, titles(1..=2), "the third is held back");
         h.write.send(answer(4)).unwrap();
         h.write.send(answer(5)).unwrap();
@@ -771,10 +779,7 @@ mod tests {
         let research = research(&h.ctx, 0, &h.item);
         tokio::pin!(research);
         // Nothing else is written: time moves to the end of the hold, and the answer goes.
-        let first = tokio::select! {
-            _ = &mut research => panic!("the item ended before its analyser did"),
-            first = h.sends.recv() => first.unwrap(),
-        };
+        let first = sent_meanwhile(research.as_mut(), &mut h.sends).await;
         assert_eq!(first, titles(1..=1));
         h.write.send(answer(2)).unwrap();
         drop(h.write);
@@ -791,10 +796,7 @@ mod tests {
         // The analyser's output stays open: every clip is answered, but the run goes on.
         let research = research(&h.ctx, 0, &h.item);
         tokio::pin!(research);
-        let sent = tokio::select! {
-            _ = &mut research => panic!("the item ended before its analyser did"),
-            sent = h.sends.recv() => sent.unwrap(),
-        };
+        let sent = sent_meanwhile(research.as_mut(), &mut h.sends).await;
         assert_eq!(
             sent,
             ["Clip 1", "Clip 2", "Clip 3*"],
