@@ -32,7 +32,7 @@ use sqlx::sqlite::{
     SqliteRow, SqliteSynchronous,
 };
 use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::OwnedMutexGuard;
 use uuid::Uuid;
 
 use crate::browse::{self, Browse};
@@ -67,7 +67,8 @@ const MAX_BINDS: usize = 30_000;
 /// The SQLite [`DataStore`]. Cheap to clone: clones share one connection pool.
 ///
 /// Writes are serialised: in this process by a queue (so writers wait their turn in order,
-/// without SQLite's sleeping busy handler) and on one connection of their own, across
+/// without SQLite's sleeping busy handler), shared with the database bus on the same file
+/// (`messagebus::sql::sqlite::write_gate`), and on one connection of their own; across
 /// processes by SQLite's file lock and the busy timeout. Reads (`status`, `matches`) run
 /// beside them on the other connections. Measured on a two-core machine
 /// at 20,000 episodes × 5,000 clips (medians): `lease_next` of 50 clips about 2 ms, a new
@@ -82,8 +83,9 @@ pub struct SqliteDataStore {
     /// transaction, so writers taking turns on several connections would each start cold:
     /// four archivists recording at once were slower than one. In memory, the same pool.
     writes: SqlitePool,
-    /// Held for the whole of each write transaction of this store and its clones.
-    writer: Arc<Mutex<()>>,
+    /// Held for the whole of each write transaction of this store and its clones, and by the
+    /// database bus on the same file for each of its own.
+    writer: messagebus::sql::sqlite::WriteGate,
     /// The id of the database bus in this file, once seen (see [`TransactionalBus`]).
     bus_id: Arc<tokio::sync::OnceCell<String>>,
     /// Whether writes that settle no bus message in their transaction sync at commit
@@ -156,10 +158,11 @@ impl SqliteDataStore {
             (pool, writes)
         };
         tracing::debug!(url = %redact_url(url), "opened SQLite datastore");
+        let writer = messagebus::sql::sqlite::write_gate(&writes);
         Ok(Self {
             pool,
             writes,
-            writer: Arc::new(Mutex::new(())),
+            writer,
             bus_id: Arc::new(tokio::sync::OnceCell::new()),
             durable: true,
         })

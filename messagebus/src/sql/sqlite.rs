@@ -7,14 +7,20 @@
 //! busy timeout. There are no notifications across processes: waiting receivers poll with a
 //! back-off from 5 ms up to the poll interval. Times are the host's clock, in microseconds.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::{Arc, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Connection, Row, Sqlite, SqliteConnection, SqlitePool, TransactionManager};
+use sqlx::{
+    Connection, Row, Sqlite, SqliteConnection, SqlitePool, Transaction, TransactionManager,
+};
+use tokio::sync::OwnedMutexGuard;
 use uuid::Uuid;
 
 use super::{
@@ -49,6 +55,54 @@ pub type SqliteBus = SqlBus<Lite>;
 #[derive(Debug, Clone)]
 pub struct Lite {
     pool: SqlitePool,
+    gate: WriteGate,
+}
+
+/// This process's turn at an SQLite file's write lock, taken before `BEGIN IMMEDIATE` by the
+/// bus and the datastore alike (see [`write_gate`]).
+pub type WriteGate = Arc<tokio::sync::Mutex<()>>;
+
+/// The write gate of the file `pool` opens: one per file in this process, shared by every bus
+/// and datastore on it; a database in memory gets one of its own. A connection that finds the
+/// write lock taken waits in SQLite's busy handler, which sleeps on a schedule (1, 2, 5, 10, …
+/// 100 ms) rather than waking when the lock is free, so the lock sits idle while its waiters
+/// sleep. Waiters in one process queue here instead and go the moment it is free; only
+/// writers in other processes meet the busy handler.
+pub fn write_gate(pool: &SqlitePool) -> WriteGate {
+    static GATES: OnceLock<std::sync::Mutex<HashMap<PathBuf, Weak<tokio::sync::Mutex<()>>>>> =
+        OnceLock::new();
+    let Ok(file) = std::fs::canonicalize(pool.connect_options().get_filename()) else {
+        return WriteGate::default();
+    };
+    let mut gates = GATES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    gates.retain(|_, gate| gate.strong_count() > 0);
+    if let Some(gate) = gates.get(&file).and_then(Weak::upgrade) {
+        return gate;
+    }
+    let gate = WriteGate::default();
+    gates.insert(file, Arc::downgrade(&gate));
+    gate
+}
+
+impl Lite {
+    /// A transaction begun with `begin` (a `BEGIN IMMEDIATE`) after this process's turn at the
+    /// write lock, which the returned guard holds until it drops (after the commit).
+    async fn begin(
+        &self,
+        begin: &'static str,
+        doing: &str,
+    ) -> Result<(Transaction<'static, Sqlite>, OwnedMutexGuard<()>), BusError> {
+        let turn = Arc::clone(&self.gate).lock_owned().await;
+        let tx = self
+            .pool
+            .begin_with(begin)
+            .await
+            .map_err(|e| db_error(doing, e))?;
+        Ok((tx, turn))
+    }
 }
 
 impl SqlBus<Lite> {
@@ -77,7 +131,8 @@ impl SqlBus<Lite> {
 
     /// A bus on an existing pool (WAL mode and a busy timeout are the caller's to set).
     pub fn from_pool(pool: SqlitePool, config: SqlBusConfig) -> Self {
-        SqlBus::from_dialect(Lite { pool }, config)
+        let gate = write_gate(&pool);
+        SqlBus::from_dialect(Lite { pool, gate }, config)
     }
 }
 
@@ -127,11 +182,7 @@ impl Dialect for Lite {
     async fn migrate(&self) -> Result<(), BusError> {
         // sqlx's SQLite migrator takes no lock: holding the write lock for the whole run makes
         // concurrent migrations wait, then find nothing to do.
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| db_error("creating the bus tables", e))?;
+        let (mut tx, _turn) = self.begin("BEGIN IMMEDIATE", "creating the bus tables").await?;
         MIGRATOR.run_direct(&mut *tx).await.map_err(migrate_error)?;
         tx.commit()
             .await
@@ -198,22 +249,14 @@ impl Dialect for Lite {
     }
 
     async fn send(&self, queue: &str, bodies: &[String]) -> Result<(), BusError> {
-        let mut tx = self
-            .pool
-            .begin_with(BEGIN_DURABLE)
-            .await
-            .map_err(|e| db_error("sending", e))?;
+        let (mut tx, _turn) = self.begin(BEGIN_DURABLE, "sending").await?;
         insert(&mut tx, queue, bodies).await?;
         tx.commit().await.map_err(|e| db_error("sending", e))
     }
 
     async fn claim(&self, queue: &QueueRow, max: usize) -> Result<Claimed, BusError> {
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
-        let mut tx = self
-            .pool
-            .begin_with(BEGIN_SETTLING)
-            .await
-            .map_err(|e| db_error("receiving", e))?;
+        let (mut tx, _turn) = self.begin(BEGIN_SETTLING, "receiving").await?;
         // Read once the write lock is held: BEGIN IMMEDIATE may have waited up to the busy
         // timeout for it, and a visibility counted from before would be cut by that wait.
         let now = now_micros();
@@ -300,11 +343,7 @@ impl Dialect for Lite {
             serde_json::to_string(&pairs).map_err(|e| BusError::unavailable(e.to_string()))?;
         // In a transaction only to set its durability: a connection last used for a send
         // would sync at every acknowledgement.
-        let mut tx = self
-            .pool
-            .begin_with(BEGIN_SETTLING)
-            .await
-            .map_err(|e| db_error("acknowledging", e))?;
+        let (mut tx, _turn) = self.begin(BEGIN_SETTLING, "acknowledging").await?;
         let done: Vec<(i64, i64)> = sqlx::query_as(
             "DELETE FROM bus_messages
              WHERE (id, receipt) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))
@@ -324,11 +363,7 @@ impl Dialect for Lite {
         let pairs: Vec<[i64; 2]> = deliveries.iter().map(|&(i, r)| [i, r]).collect();
         let json =
             serde_json::to_string(&pairs).map_err(|e| BusError::unavailable(e.to_string()))?;
-        let mut tx = self
-            .pool
-            .begin_with(BEGIN_SETTLING)
-            .await
-            .map_err(|e| db_error("releasing", e))?;
+        let (mut tx, _turn) = self.begin(BEGIN_SETTLING, "releasing").await?;
         // The receipts that match, read first: the update clears them (a new, empty receipt,
         // so a heartbeat already under way for the old one extends nothing), and RETURNING
         // shows only new values. One writer holds the file, so nothing changes between.
@@ -400,11 +435,7 @@ impl Dialect for Lite {
         max: u64,
     ) -> Result<u64, BusError> {
         let now = now_micros();
-        let mut tx = self
-            .pool
-            .begin_with(BEGIN_SETTLING)
-            .await
-            .map_err(|e| db_error("redriving", e))?;
+        let (mut tx, _turn) = self.begin(BEGIN_SETTLING, "redriving").await?;
         let moved = sqlx::query(
             "UPDATE bus_messages
              SET queue = ?1, visible_at = ?4, receive_count = 0, receipt = 0,
@@ -440,11 +471,7 @@ impl Dialect for Lite {
     }
 
     async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError> {
-        let mut tx = self
-            .pool
-            .begin_with(BEGIN_SETTLING)
-            .await
-            .map_err(|e| db_error("extending visibility", e))?;
+        let (mut tx, _turn) = self.begin(BEGIN_SETTLING, "extending visibility").await?;
         // Once the lock is held, as in a claim.
         let now = now_micros();
         for &(id, receipt, visibility) in held {
@@ -536,11 +563,7 @@ impl Dialect for Lite {
 
     async fn consumers(&self, alive: &[(Uuid, String)], gone: &[Uuid]) -> Result<(), BusError> {
         let now = now_micros();
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| db_error("refreshing consumers", e))?;
+        let (mut tx, _turn) = self.begin("BEGIN IMMEDIATE", "refreshing consumers").await?;
         for id in gone {
             sqlx::query("DELETE FROM bus_consumers WHERE id = ?1")
                 .bind(id.to_string())
