@@ -182,7 +182,9 @@ impl Dialect for Lite {
     async fn migrate(&self) -> Result<(), BusError> {
         // sqlx's SQLite migrator takes no lock: holding the write lock for the whole run makes
         // concurrent migrations wait, then find nothing to do.
-        let (mut tx, _turn) = self.begin("BEGIN IMMEDIATE", "creating the bus tables").await?;
+        let (mut tx, _turn) = self
+            .begin("BEGIN IMMEDIATE", "creating the bus tables")
+            .await?;
         MIGRATOR.run_direct(&mut *tx).await.map_err(migrate_error)?;
         tx.commit()
             .await
@@ -563,7 +565,9 @@ impl Dialect for Lite {
 
     async fn consumers(&self, alive: &[(Uuid, String)], gone: &[Uuid]) -> Result<(), BusError> {
         let now = now_micros();
-        let (mut tx, _turn) = self.begin("BEGIN IMMEDIATE", "refreshing consumers").await?;
+        let (mut tx, _turn) = self
+            .begin("BEGIN IMMEDIATE", "refreshing consumers")
+            .await?;
         for id in gone {
             sqlx::query("DELETE FROM bus_consumers WHERE id = ?1")
                 .bind(id.to_string())
