@@ -64,12 +64,28 @@ pub(crate) struct Entry {
     downloaded: bool,
     last_used: AtomicU64,
     /// For a local file: its modification time and size when hashed, to notice a change.
-    stamp: Option<(std::time::SystemTime, u64)>,
+    stamp: Option<Stamp>,
 }
 
-/// Local files' modification times and sizes by URI, from [`Media::stamps`].
+/// A local file's modification time and size: a change to either means it is hashed again.
+type Stamp = (std::time::SystemTime, u64);
+
+fn stamp(meta: &std::fs::Metadata) -> Option<Stamp> {
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+/// Local files' stamps by URI, from [`Media::stamps`].
 #[derive(Default)]
-pub(crate) struct Stamps(HashMap<String, (std::time::SystemTime, u64)>);
+pub(crate) struct Stamps(HashMap<String, Stamp>);
+
+/// A fetch served from the cache.
+fn hit(entry: Arc<Entry>) -> Fetched {
+    metrics::counter!("archivist_researcher_cache_hits_total").increment(1);
+    Fetched {
+        entry,
+        cache_hit: true,
+    }
+}
 
 /// What [`Media::fetch`] found.
 pub(crate) struct Fetched {
@@ -200,11 +216,7 @@ impl Media {
     ) -> Result<Fetched, MediaError> {
         let source = Source::of(uri)?;
         if let Some(entry) = self.cached(uri, &source).await {
-            metrics::counter!("archivist_researcher_cache_hits_total").increment(1);
-            return Ok(Fetched {
-                entry,
-                cache_hit: true,
-            });
+            return Ok(hit(entry));
         }
         metrics::counter!("archivist_researcher_cache_misses_total").increment(1);
         let started = Instant::now();
@@ -241,10 +253,7 @@ impl Media {
         let looked = tokio::task::spawn_blocking(move || {
             known
                 .into_iter()
-                .filter_map(|(uri, path)| {
-                    let meta = std::fs::metadata(path).ok()?;
-                    Some((uri, (meta.modified().ok()?, meta.len())))
-                })
+                .filter_map(|(uri, path)| Some((uri, stamp(&std::fs::metadata(path).ok()?)?)))
                 .collect()
         })
         .await;
@@ -259,36 +268,34 @@ impl Media {
         stamps: &Stamps,
         cancel: &CancellationToken,
     ) -> Result<Fetched, MediaError> {
-        if let Some(&stamp) = stamps.0.get(uri) {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            state.clock += 1;
-            let clock = state.clock;
-            if let Some(entry) = state.entries.get(uri).filter(|e| e.stamp == Some(stamp)) {
-                entry.last_used.store(clock, Ordering::Relaxed);
-                metrics::counter!("archivist_researcher_cache_hits_total").increment(1);
-                return Ok(Fetched {
-                    entry: entry.clone(),
-                    cache_hit: true,
-                });
-            }
+        let unchanged = stamps
+            .0
+            .get(uri)
+            .and_then(|&stamp| self.touch(uri).filter(|entry| entry.stamp == Some(stamp)));
+        match unchanged {
+            Some(entry) => Ok(hit(entry)),
+            None => self.fetch(uri, cancel).await,
         }
-        self.fetch(uri, cancel).await
+    }
+
+    /// The cached entry of `uri`, marked as just used (for eviction), whether or not it is
+    /// still good.
+    fn touch(&self, uri: &str) -> Option<Arc<Entry>> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.clock += 1;
+        let clock = state.clock;
+        let entry = state.entries.get(uri)?.clone();
+        entry.last_used.store(clock, Ordering::Relaxed);
+        Some(entry)
     }
 
     /// The cached entry of `uri`, if it is still good (a local file unchanged since hashed).
     async fn cached(&self, uri: &str, source: &Source) -> Option<Arc<Entry>> {
-        let entry = {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            state.clock += 1;
-            let clock = state.clock;
-            let entry = state.entries.get(uri)?.clone();
-            entry.last_used.store(clock, Ordering::Relaxed);
-            entry
-        };
+        let entry = self.touch(uri)?;
         match source {
             Source::Local(path) => {
                 let meta = tokio::fs::metadata(path).await.ok()?;
-                if entry.stamp != meta.modified().ok().map(|m| (m, meta.len())) {
+                if entry.stamp != stamp(&meta) {
                     return None;
                 }
             }
@@ -386,7 +393,7 @@ impl Media {
             sha256: hex(&hasher.finalize()),
             downloaded: false,
             last_used: AtomicU64::new(0),
-            stamp: meta.modified().ok().map(|m| (m, meta.len())),
+            stamp: stamp(&meta),
         })
     }
 

@@ -839,8 +839,9 @@ impl<D: Dialect> Receiver for SqlReceiver<D> {
             if claim {
                 let claimed = self.shared.dialect.claim(&self.queue, max).await?;
                 if !claimed.rows.is_empty() {
-                    if claimed.rows.len() + claimed.dead_lettered >= max {
-                        // More may be waiting: the next receiver looks.
+                    // More may be waiting: the next receiver looks (a turn to poll, given up,
+                    // wakes one already).
+                    if claimed.rows.len() + claimed.dead_lettered >= max && turn.is_none() {
                         self.waker.notify.notify_one();
                     }
                     return Ok(self.deliveries(claimed.rows));
