@@ -359,6 +359,31 @@ pub(crate) struct RepeatArgs {
     pub(crate) every: Option<Duration>,
 }
 
+/// Which addresses media and feed fetches may connect to (`research`, `curate feed`,
+/// `analyse`): see `address_policy`.
+#[derive(Debug, Args)]
+pub(crate) struct AddressArgs {
+    /// Let fetches connect to loopback, private, link-local, unique-local and other
+    /// non-public addresses (a show served from a NAS or this machine). Without it, media
+    /// addresses and redirects are refused when they resolve to such an address, since they
+    /// come from feeds written by others; a feed or file address typed on the command line
+    /// is fetched as given
+    #[arg(long, env = "ARCHIVIST_ALLOW_PRIVATE_ADDRESSES", hide_env_values = true)]
+    pub(crate) allow_private_addresses: bool,
+    /// For tests only: addresses taken for public ones (a test has no public address)
+    #[arg(long, hide = true, env = "ARCHIVIST_TEST_PUBLIC_ADDRESSES", value_delimiter = ',')]
+    pub(crate) test_public_addresses: Vec<std::net::IpAddr>,
+}
+
+impl AddressArgs {
+    pub(crate) fn policy(&self) -> crate::address_policy::AddressPolicy {
+        crate::address_policy::AddressPolicy::new(
+            self.allow_private_addresses,
+            self.test_public_addresses.clone(),
+        )
+    }
+}
+
 /// Options of `run`.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {

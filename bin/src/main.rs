@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //!
+//! - `address_policy.rs`: which addresses media and feed fetches may connect to (public ones
+//!   unless `--allow-private-addresses`), checked on the address connected to.
 //! - `cli.rs`: the clap definitions (every subcommand, every option with its variable).
 //! - `config.rs`: checked configuration, and [`config::UsageError`] (exit code 2).
 //! - `connect.rs`: opening the datastore (with retries) and the bus.
@@ -17,6 +19,7 @@
 //! - `demo/`: the built-in curators and researchers, progress and summary of `demo`.
 //! - `research/`: `archivist research`, the researcher runtime (work items, media, analysers).
 
+mod address_policy;
 mod cli;
 mod commands;
 mod config;

@@ -78,6 +78,11 @@ struct FeedServer {
 
 impl FeedServer {
     fn start() -> Self {
+        Self::start_on("127.0.0.1")
+    }
+
+    /// A server on another address (another loopback one, as `127.0.0.2`).
+    fn start_on(ip: &str) -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -85,7 +90,7 @@ impl FeedServer {
             .unwrap();
         let shared = Arc::new(Shared::default());
         let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .block_on(tokio::net::TcpListener::bind((ip, 0)))
             .unwrap();
         let addr = listener.local_addr().unwrap();
         let app = axum::Router::new()
@@ -672,6 +677,114 @@ fn too_many_requests_is_waited_out_or_put_off() {
     let run = curate(dir.path(), &["feed", &closed, "--json"]).expect_code(0);
     assert!(!summary(&run)["feeds"][0]["deferred_until"].is_null());
     assert!(server.take_hits("/closed").is_empty());
+}
+
+/// One 503 asking to wait until the year 9999 puts the feed off a day, not for good.
+#[test]
+fn a_retry_after_date_far_ahead_puts_the_feed_off_a_day_at_most() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FeedServer::start();
+    server.set(
+        "/feed.xml",
+        Route::Raw {
+            status: 503,
+            content_type: "text/plain",
+            body: "retry-after:Fri, 31 Dec 9999 23:59:59 GMT".into(),
+        },
+    );
+    let url = server.url("/feed.xml");
+    let run = curate(dir.path(), &["feed", &url, "--json"]).expect_code(1);
+    assert!(
+        summary(&run)["feeds"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("Retry-After"),
+        "{}",
+        run.stdout
+    );
+    let run = curate(dir.path(), &["feed", &url, "--json"]).expect_code(0);
+    let until = summary(&run)["feeds"][0]["deferred_until"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let until = chrono::DateTime::parse_from_rfc3339(&until).unwrap();
+    let latest = chrono::Utc::now() + chrono::Duration::hours(24);
+    assert!(until <= latest, "put off until {until}");
+    assert!(until > latest - chrono::Duration::minutes(5), "put off until {until}");
+}
+
+/// A feed typed on the command line is fetched as given, on loopback too; a public feed
+/// (here one on 127.0.0.2, taken for public by a test-only setting) that redirects to a
+/// private address is refused at the hop, whether the hop names the address or a host
+/// name resolving to it, unless --allow-private-addresses.
+#[test]
+fn a_feed_redirecting_to_a_private_address_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let private = FeedServer::start();
+    private.feed("/feed.xml", rss(&[item(1)]));
+    let public = FeedServer::start_on("127.0.0.2");
+    let port = private.addr.port();
+    public.set(
+        "/by-address.xml",
+        Route::Redirect {
+            status: 302,
+            to: format!("http://127.0.0.1:{port}/feed.xml"),
+        },
+    );
+    public.set(
+        "/by-name.xml",
+        Route::Redirect {
+            status: 301,
+            to: format!("http://localhost:{port}/feed.xml"),
+        },
+    );
+    let (by_address, by_name) = (public.url("/by-address.xml"), public.url("/by-name.xml"));
+    let test_env = [("ARCHIVIST_TEST_PUBLIC_ADDRESSES", "127.0.0.2")];
+    let run = archivist(
+        dir.path(),
+        &["curate", "feed", &by_address, &by_name, "--json", "--dry-run"],
+        &test_env,
+    )
+    .expect_code(1);
+    let s = summary(&run);
+    for (i, host) in [(0, "127.0.0.1"), (1, "localhost")] {
+        let error = s["feeds"][i]["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(&format!("refused to connect to {host}"))
+                && error.contains("loopback")
+                && error.contains("--allow-private-addresses"),
+            "{s}"
+        );
+    }
+    assert!(private.take_hits("/feed.xml").is_empty());
+    assert_eq!(public.take_hits("/by-name.xml").len(), 1);
+    // The private feed typed: fetched as given.
+    let typed = private.url("/feed.xml");
+    let run = archivist(
+        dir.path(),
+        &["curate", "feed", &typed, "--json", "--dry-run"],
+        &test_env,
+    )
+    .expect_code(0);
+    assert_eq!(summary(&run)["feeds"][0]["items_found"], 1, "{}", run.stdout);
+    // With the flag, both redirects are followed.
+    let run = archivist(
+        dir.path(),
+        &[
+            "curate",
+            "feed",
+            &by_address,
+            &by_name,
+            "--json",
+            "--dry-run",
+            "--allow-private-addresses",
+        ],
+        &test_env,
+    )
+    .expect_code(0);
+    let s = summary(&run);
+    assert_eq!(s["feeds"][0]["items_found"], 1, "{s}");
+    assert_eq!(s["feeds"][1]["items_found"], 1, "{s}");
 }
 
 #[test]

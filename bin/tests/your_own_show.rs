@@ -3,7 +3,9 @@
 //! server) and a folder of clip files go through `archivist curate feed` and `archivist curate
 //! clips`, then `archivist run` and `archivist research` (the reference analyser) on the default
 //! embedded database bus, until `status` shows every pair researched; `matches` must then be
-//! exactly where the generator put the clips, and nothing else.
+//! exactly where the generator put the clips, and nothing else. The show is served on
+//! loopback, so the researcher is given `--allow-private-addresses`, as the README says for a
+//! show on your own network; the feed, typed, needs no flag.
 //!
 //! The audio is synthesised (`analysis::synth`), so the truth is known without any analyser;
 //! one clip is a FLAC file whose title tag (not its file name) names it, as `curate clips`
@@ -278,6 +280,8 @@ fn from_a_feed_url_and_a_clip_folder_to_exactly_the_true_matches() {
             "1",
             "--cache-dir",
             cache.to_str().unwrap(),
+            // The show is served on loopback, as a show on your own network (a NAS) is.
+            "--allow-private-addresses",
         ],
     );
     let pairs = (episodes.len() * clip_titles.len()) as u64;

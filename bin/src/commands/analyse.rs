@@ -11,6 +11,7 @@ use clap::Args;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::address_policy::{self, AddressPolicy, Redirects};
 use crate::cli::parse_duration;
 use crate::config::usage;
 use crate::research::parse_size;
@@ -57,6 +58,8 @@ pub(crate) struct AnalyseArgs {
     /// 1.4 GB)
     #[arg(long, default_value = "2GiB", value_parser = parse_size)]
     pub(crate) max_media_size: u64,
+    #[command(flatten)]
+    pub(crate) addresses: crate::cli::AddressArgs,
 }
 
 /// A local file for an input, downloaded if it was a URL (the temporary file lives as long).
@@ -66,13 +69,21 @@ struct Local {
 }
 
 pub(crate) async fn run(args: &AnalyseArgs, token: &CancellationToken) -> anyhow::Result<()> {
-    let client = reqwest::Client::builder()
-        .connect_timeout(args.fetch_connect_timeout)
-        .read_timeout(args.fetch_read_timeout)
-        .build()
-        .context("cannot set up the HTTP client")?;
+    // A URL typed here is fetched as given; where it redirects, as a media address is
+    // (public addresses only), unless it answered from the user's own network.
+    let client = |policy: &AddressPolicy, redirects| {
+        let builder = policy
+            .client_builder()
+            .connect_timeout(args.fetch_connect_timeout)
+            .read_timeout(args.fetch_read_timeout);
+        address_policy::Client::build(policy, builder, redirects)
+            .context("cannot set up the HTTP client")
+    };
+    let policy = args.addresses.policy();
     let fetcher = Fetcher {
-        client,
+        typed: client(&AddressPolicy::any(), Redirects::Shown)?,
+        typed_follow: client(&AddressPolicy::any(), Redirects::Follow(MAX_REDIRECTS))?,
+        checked: client(&policy, Redirects::Follow(MAX_REDIRECTS))?,
         args,
         token,
     };
@@ -205,9 +216,17 @@ fn clock(ns: u64) -> String {
     )
 }
 
-/// Fetches inputs for one run: the HTTP client, its limits, the cancellation token.
+/// Redirects followed for one download, at most (reqwest's default).
+const MAX_REDIRECTS: usize = 10;
+
+/// Fetches inputs for one run: the HTTP clients, the limits, the cancellation token.
 struct Fetcher<'a> {
-    client: reqwest::Client,
+    /// The URL typed, fetched as given; its redirects are not followed by this client.
+    typed: address_policy::Client,
+    /// Redirects of a URL typed that answered from a non-public address: any address.
+    typed_follow: address_policy::Client,
+    /// Redirects of a URL typed that answered from a public address: checked.
+    checked: address_policy::Client,
     args: &'a AnalyseArgs,
     token: &'a CancellationToken,
 }
@@ -255,7 +274,9 @@ impl Fetcher<'_> {
         // reqwest's own words for a read timeout ("operation timed out") do not say which
         // limit, nor how to change it.
         let failed = |e: reqwest::Error| {
-            if e.is_timeout() {
+            if let Some(r) = address_policy::refused_in(&e) {
+                cannot(&format!("redirected: {r}"))
+            } else if e.is_timeout() {
                 cannot(&format!(
                     "the server sent nothing for {} (--fetch-read-timeout)",
                     humantime::format_duration(read_timeout)
@@ -266,7 +287,39 @@ impl Fetcher<'_> {
         };
         let max = self.args.max_media_size;
         let too_large = || cannot(&format!("over {max} bytes (--max-media-size)"));
-        let mut response = self.client.get(url.clone()).send().await.map_err(failed)?;
+        let refused = |r: address_policy::Refused| cannot(&r);
+        let first = self
+            .typed
+            .get(url.clone())
+            .map_err(refused)?
+            .send()
+            .await
+            .map_err(failed)?;
+        let location = first
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .and_then(|l| url.join(l).ok());
+        let mut response = match location {
+            Some(next) if first.status().is_redirection() => {
+                let own = first
+                    .remote_addr()
+                    .is_some_and(|a| self.checked.policy().check("", a.ip()).is_err());
+                let client = if own {
+                    &self.typed_follow
+                } else {
+                    &self.checked
+                };
+                let refused = |r: address_policy::Refused| cannot(&format!("redirected: {r}"));
+                client
+                    .get(next)
+                    .map_err(refused)?
+                    .send()
+                    .await
+                    .map_err(failed)?
+            }
+            _ => first,
+        };
         let status = response.status();
         if !status.is_success() {
             return Err(cannot(&format!("HTTP {status}")));

@@ -114,7 +114,12 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     let feeds = check_urls(&args.urls)?;
     let mut state: FeedsState = state::load(&args.state)?;
-    let fetcher = Fetcher::new(args.timeout, args.max_feed_size, args.max_retry_wait)?;
+    let fetcher = Fetcher::new(
+        args.timeout,
+        args.max_feed_size,
+        args.max_retry_wait,
+        &args.addresses.policy(),
+    )?;
     let long_running = args.every.is_some();
     let sink = Sink::open(
         config,
@@ -338,7 +343,9 @@ async fn curate_feed(
         etag: entry.etag.clone(),
         last_modified: entry.last_modified.clone(),
     };
-    let fetched = match fetcher.fetch(token, &url, &validators).await {
+    // The feed's address is fetched as given: the one typed, or the one it moved to for good
+    // (reached by a redirect that was allowed: checked, or from the user's own network).
+    let fetched = match fetcher.fetch(token, &url, &validators, true).await {
         Ok(f) => f,
         Err(FetchError::Cancelled) => {
             report.error = Some("interrupted".into());
@@ -355,14 +362,15 @@ async fn curate_feed(
             return Ok((report, false));
         }
     };
-    let (moved_to, body) = match fetched {
-        Fetched::NotModified { moved_to } => (moved_to, None),
+    let (moved_to, body, pages_as_given) = match fetched {
+        Fetched::NotModified { moved_to } => (moved_to, None, false),
         Fetched::Body {
             bytes,
             validators,
             url,
             moved_to,
-        } => (moved_to, Some((bytes, validators, url))),
+            as_given,
+        } => (moved_to, Some((bytes, validators, url)), as_given),
     };
     let Some((bytes, validators, final_url)) = body else {
         report.not_modified = true;
@@ -406,7 +414,10 @@ async fn curate_feed(
         }
         let page = pages.len() + 1;
         pages.push(next.clone());
-        let bytes = match fetcher.fetch(token, &next, &Validators::default()).await {
+        let bytes = match fetcher
+            .fetch(token, &next, &Validators::default(), pages_as_given)
+            .await
+        {
             Ok(Fetched::Body { bytes, .. }) => bytes,
             Ok(Fetched::NotModified { .. }) => break,
             Err(e) => {

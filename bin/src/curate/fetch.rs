@@ -4,6 +4,11 @@
 //! timeout over the whole request, a size limit while reading the body, and redirects
 //! followed here rather than by reqwest, so that a permanent one (301, 308) is seen and the
 //! feed's remembered address moves with it.
+//!
+//! Addresses: the feed's address as the user typed it is fetched as given, whatever it
+//! resolves to; what a feed leads to (its redirects, its further pages) connects only to public
+//! addresses ([`crate::address_policy`]) unless the typed address itself answered from a
+//! non-public one (a feed on the user's own network), or with `--allow-private-addresses`.
 
 use std::time::Duration;
 
@@ -13,12 +18,17 @@ use reqwest::StatusCode;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
+use crate::address_policy::{self, AddressPolicy, Redirects};
+
 /// Redirects followed for one request, at most (browsers allow about 20; feeds need few).
 const MAX_REDIRECTS: usize = 10;
 /// Waits for a 429/503 within one fetch, at most; a feed still refusing goes to the next pass.
 const MAX_RETRIES: usize = 2;
 /// How long connecting may take, within the request's own timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest a Retry-After puts a feed off (unless `--max-retry-wait` is longer): a date
+/// in the year 9999 is a mistake, not a plan, and must not stop the feed for good.
+const MAX_PUT_OFF: Duration = Duration::from_secs(24 * 3600);
 
 /// The User-Agent: who is asking, and where to read about it.
 pub(crate) fn user_agent() -> String {
@@ -49,6 +59,9 @@ pub(crate) enum Fetched {
         url: Url,
         /// The address the feed moved to for good (301/308 from the address asked), if so.
         moved_to: Option<Url>,
+        /// Whether what the body leads to (further pages) is fetched as given: the address
+        /// asked was fetched as given and answered from a non-public address.
+        as_given: bool,
     },
 }
 
@@ -71,6 +84,8 @@ pub(crate) enum FetchError {
     #[error("a redirect without a usable Location ({0})")]
     BadRedirect(String),
     #[error("{0}")]
+    Refused(String),
+    #[error("{0}")]
     Network(String),
     #[error("interrupted")]
     Cancelled,
@@ -78,7 +93,10 @@ pub(crate) enum FetchError {
 
 /// The HTTP client of one curator run, and its limits.
 pub(crate) struct Fetcher {
-    client: reqwest::Client,
+    /// For addresses fetched as given: any address.
+    given: address_policy::Client,
+    /// For the rest: the addresses the policy allows.
+    checked: address_policy::Client,
     timeout: Duration,
     max_bytes: u64,
     max_retry_wait: Duration,
@@ -90,16 +108,20 @@ impl Fetcher {
         timeout: Duration,
         max_bytes: u64,
         max_retry_wait: Duration,
+        addresses: &AddressPolicy,
     ) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder()
-            .user_agent(user_agent())
-            .gzip(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(CONNECT_TIMEOUT.min(timeout))
-            .build()
-            .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
+        let client = |policy: &AddressPolicy| {
+            let builder = policy
+                .client_builder()
+                .user_agent(user_agent())
+                .gzip(true)
+                .connect_timeout(CONNECT_TIMEOUT.min(timeout));
+            address_policy::Client::build(policy, builder, Redirects::Shown)
+                .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))
+        };
         Ok(Fetcher {
-            client,
+            given: client(&AddressPolicy::any())?,
+            checked: client(addresses)?,
             timeout,
             max_bytes,
             max_retry_wait,
@@ -107,16 +129,20 @@ impl Fetcher {
     }
 
     /// Fetches `url`, conditionally on `validators`: one timeout over each request (the body
-    /// included), 429/503 waited out within `max_retry_wait`.
+    /// included), 429/503 waited out within `max_retry_wait`. `as_given`: `url` is the
+    /// user's (typed, or reached from a typed address on their own network), fetched whatever
+    /// address it resolves to; otherwise it is checked as its redirects are.
     pub(crate) async fn fetch(
         &self,
         token: &CancellationToken,
         url: &Url,
         validators: &Validators,
+        as_given: bool,
     ) -> Result<Fetched, FetchError> {
         let mut retries = 0;
         loop {
-            let attempt = tokio::time::timeout(self.timeout, self.fetch_once(url, validators));
+            let attempt =
+                tokio::time::timeout(self.timeout, self.fetch_once(url, validators, as_given));
             let outcome = tokio::select! {
                 _ = token.cancelled() => return Err(FetchError::Cancelled),
                 r = attempt => r.unwrap_or(Err(FetchError::Timeout(self.timeout))),
@@ -141,8 +167,10 @@ impl Fetcher {
         &self,
         start: &Url,
         validators: &Validators,
+        mut as_given: bool,
     ) -> Result<Fetched, FetchError> {
         let mut url = start.clone();
+        let mut hop = 0;
         // The address reached by permanent redirects only, from the one asked.
         let mut moved_to: Option<Url> = None;
         let mut all_permanent = true;
@@ -160,13 +188,31 @@ impl Fetcher {
                     "application/rss+xml, application/atom+xml, application/xml;q=0.9, text/xml;q=0.9, */*;q=0.5",
                 ),
             );
-            let response = self
-                .client
+            let client = if as_given { &self.given } else { &self.checked };
+            let refused = |r: &address_policy::Refused| {
+                FetchError::Refused(if hop == 0 {
+                    r.to_string()
+                } else {
+                    format!("redirected to {}: {r}", super::shown_url(url.as_str()))
+                })
+            };
+            let response = client
                 .get(url.clone())
+                .map_err(|r| refused(&r))?
                 .headers(headers)
                 .send()
                 .await
-                .map_err(|e| FetchError::Network(describe(&e)))?;
+                .map_err(|e| match address_policy::refused_in(&e) {
+                    Some(r) => refused(r),
+                    None => FetchError::Network(describe(&e)),
+                })?;
+            hop += 1;
+            // An address fetched as given that answered from a public address: where it
+            // leads is checked. One that answered from the user's own network: a feed of
+            // theirs, fetched as given throughout.
+            as_given &= response
+                .remote_addr()
+                .is_some_and(|a| self.checked.policy().check("", a.ip()).is_err());
             let status = response.status();
             if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
                 let location = response
@@ -202,7 +248,7 @@ impl Fetcher {
                     .headers()
                     .get(header::RETRY_AFTER)
                     .and_then(|v| v.to_str().ok())
-                    .and_then(retry_after);
+                    .and_then(|v| retry_after(v, MAX_PUT_OFF.max(self.max_retry_wait)));
                 return Err(match until {
                     Some(until) => FetchError::RetryLater {
                         status: status.to_string(),
@@ -250,6 +296,7 @@ impl Fetcher {
                 validators: got,
                 url,
                 moved_to,
+                as_given,
             });
         }
         Err(FetchError::TooManyRedirects)
@@ -260,15 +307,21 @@ fn header_value(s: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(s).ok()
 }
 
-/// Retry-After as a time: seconds from now, or an HTTP date.
-fn retry_after(value: &str) -> Option<DateTime<Utc>> {
+/// Retry-After as a time: seconds from now, or an HTTP date; `cap` from now at the latest,
+/// in either form.
+fn retry_after(value: &str, cap: Duration) -> Option<DateTime<Utc>> {
     let v = value.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        // A year at most: anything longer is a mistake, not a plan.
-        let secs = secs.min(365 * 24 * 3600);
-        return Some(Utc::now() + chrono::Duration::seconds(secs as i64));
-    }
-    httpdate::parse_http_date(v).ok().map(DateTime::<Utc>::from)
+    let now = Utc::now();
+    let latest = now + chrono::Duration::from_std(cap).unwrap_or(chrono::Duration::MAX);
+    let at = if let Ok(secs) = v.parse::<u64>() {
+        let secs = i64::try_from(secs).unwrap_or(i64::MAX);
+        chrono::Duration::try_seconds(secs)
+            .and_then(|d| now.checked_add_signed(d))
+            .unwrap_or(latest)
+    } else {
+        DateTime::<Utc>::from(httpdate::parse_http_date(v).ok()?)
+    };
+    Some(at.min(latest))
 }
 
 /// reqwest's error and its causes, each once ("error sending request" alone says nothing).
@@ -301,12 +354,28 @@ mod tests {
 
     #[test]
     fn retry_after_forms() {
-        let t = retry_after("120").unwrap();
+        let day = Duration::from_secs(24 * 3600);
+        let t = retry_after("120", day).unwrap();
         let d = (t - Utc::now()).num_seconds();
         assert!((118..=120).contains(&d), "{d}");
-        let t = retry_after("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        let t = retry_after("Wed, 21 Oct 2015 07:28:00 GMT", day).unwrap();
         assert_eq!(t.to_rfc3339(), "2015-10-21T07:28:00+00:00");
-        assert!(retry_after("soon").is_none());
+        assert!(retry_after("soon", day).is_none());
+    }
+
+    /// Both forms are capped the same way: a date in the year 9999 is no longer kept.
+    #[test]
+    fn retry_after_is_capped_in_both_forms() {
+        let day = Duration::from_secs(24 * 3600);
+        for value in [
+            "Fri, 31 Dec 9999 23:59:59 GMT",
+            "99999999999",
+            "18446744073709551615",
+        ] {
+            let t = retry_after(value, day).unwrap();
+            let d = (t - Utc::now()).num_seconds();
+            assert!((86_390..=86_400).contains(&d), "{value}: {d}");
+        }
     }
 
     #[test]

@@ -131,9 +131,12 @@ pub(crate) struct FeedArgs {
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub(crate) max_items: u64,
     /// The longest Retry-After (of a 429 or 503) waited for within a pass; a longer one puts
-    /// the feed off until then (kept in the state file)
+    /// the feed off until then (kept in the state file), for a day at most (or this, if
+    /// longer), whether it is given in seconds or as a date
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     pub(crate) max_retry_wait: Duration,
+    #[command(flatten)]
+    pub(crate) addresses: crate::cli::AddressArgs,
 }
 
 /// Options of `curate clips`.

@@ -2,7 +2,7 @@
 //! included; Podcasting 2.0 elements are ignored, harmlessly) and Atom; this module picks each
 //! item's audio enclosure, its publication date, its text, and says why any item is skipped.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use chrono::{DateTime, Utc};
 use feed_rs::model::{Entry, Feed};
@@ -387,6 +387,41 @@ fn no_audio_reason(entry: &Entry) -> String {
     if opus {
         return OPUS_REASON.to_string();
     }
+    // An enclosure the researchers are not to fetch (file://, ftp://…): its scheme says why,
+    // not its type.
+    let schemes: BTreeSet<String> = entry
+        .media
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter_map(|c| c.url.as_ref().map(|u| u.scheme().to_string()))
+        .chain(
+            entry
+                .links
+                .iter()
+                .filter(|l| l.rel.as_deref() == Some("enclosure"))
+                .map(|l| match Url::parse(l.href.trim()) {
+                    Ok(u) => u.scheme().to_string(),
+                    Err(_) => String::new(),
+                }),
+        )
+        .filter(|s| s != "http" && s != "https")
+        .collect();
+    if !schemes.is_empty() {
+        let named: Vec<String> = schemes
+            .iter()
+            .map(|s| {
+                if s.is_empty() {
+                    "not a URL".to_string()
+                } else {
+                    format!("{s}://")
+                }
+            })
+            .collect();
+        return format!(
+            "no audio enclosure: its address is not http(s) ({})",
+            named.join(", ")
+        );
+    }
     let types: Vec<String> = entry
         .media
         .iter()
@@ -672,6 +707,22 @@ mod tests {
         let reasons: Vec<&str> = p.skipped.iter().map(|s| s.reason.as_str()).collect();
         assert!(reasons[0].contains("only video/mp4"), "{reasons:?}");
         assert!(reasons[1].contains("no publication date"), "{reasons:?}");
+    }
+
+    /// An enclosure that is not http(s) is skipped for its scheme, not for its type.
+    #[test]
+    fn a_file_enclosure_is_skipped_for_its_scheme() {
+        let rss = r#"<?xml version="1.0"?><rss version="2.0"><channel><title>T</title>
+<item><title>p</title><guid>p</guid><pubDate>Mon, 01 Jan 2024 00:00:00 GMT</pubDate><enclosure url="file:///etc/passwd" type="audio/mpeg"/></item>
+</channel></rss>"#;
+        let p = parse(rss.as_bytes(), &Url::parse("https://x/feed").unwrap(), 100, 1).unwrap();
+        assert!(p.items.is_empty());
+        let reason = &p.skipped[0].reason;
+        assert!(
+            reason.contains("not http(s)") && reason.contains("file://"),
+            "{reason}"
+        );
+        assert!(!reason.contains("only audio/mpeg"), "{reason}");
     }
 
     #[test]

@@ -268,6 +268,9 @@ fn spawn_researchers(
         connect_timeout: Duration::from_secs(10),
         read_timeout: Duration::from_secs(10),
         attempts: 3,
+        // The demo's media are local files: no address to check, no pace to keep.
+        addresses: Default::default(),
+        min_rate: 0,
     })?;
     let analyser = StagedAnalyser::new(
         Arc::new(ReferenceAnalyser::new()),

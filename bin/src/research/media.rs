@@ -15,6 +15,14 @@
 //! research); connection errors, timeouts, 429 and 5xx are retried with exponential backoff,
 //! honouring `Retry-After`, and once the attempts are spent the item fails for another try
 //! (as do other statuses, such as 401 or 403, which a person can fix).
+//!
+//! Media addresses come from feeds written by others: a download connects to public
+//! addresses only, checked on the address connected to and at every redirect hop
+//! ([`crate::address_policy`]), unless `--allow-private-addresses`; a refused address is
+//! *gone*, its reason naming the address and the flag. A download must keep up an average of
+//! `--fetch-min-rate` after its first [`RATE_GRACE`] (so its deadline follows its size: a
+//! server sending a byte a minute cannot hold a slot, and the URI's lock, for days), and
+//! stops when the item's lease ends: its pairs are then someone else's.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +34,8 @@ use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
+
+use crate::address_policy::{self, AddressPolicy, Redirects};
 
 /// Settings of the media fetcher.
 #[derive(Debug, Clone)]
@@ -40,6 +50,10 @@ pub(crate) struct MediaConfig {
     pub(crate) read_timeout: Duration,
     /// Tries of one download before the item fails.
     pub(crate) attempts: u32,
+    /// Which addresses downloads may connect to.
+    pub(crate) addresses: AddressPolicy,
+    /// The lowest average rate of a download after [`RATE_GRACE`], in bytes a second (0: none).
+    pub(crate) min_rate: u64,
 }
 
 /// Why media could not be had.
@@ -100,7 +114,7 @@ pub(crate) struct Media {
     /// Held (an exclusive `flock` on `.lock`) while this process uses the directory, so that
     /// a second researcher pointed at it refuses to start instead of clearing it.
     _lock: std::fs::File,
-    client: reqwest::Client,
+    client: address_policy::Client,
     state: Mutex<CacheState>,
     /// One lock per URI being fetched, so that it is fetched once.
     fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -123,6 +137,10 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
 /// The first backoff between tries; doubled each time, up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a download may take before `--fetch-min-rate` applies (connecting, a slow start).
+pub(crate) const RATE_GRACE: Duration = Duration::from_secs(30);
+/// Redirects followed for one download, at most (reqwest's default).
+const MAX_REDIRECTS: usize = 10;
 
 impl Media {
     /// Creates the cache directory if missing and clears what an earlier run left in it.
@@ -170,11 +188,17 @@ impl Media {
             }
         }
         super::install_crypto();
-        let client = reqwest::Client::builder()
+        let builder = config
+            .addresses
+            .client_builder()
             .connect_timeout(config.connect_timeout)
-            .read_timeout(config.read_timeout)
-            .build()
-            .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
+            .read_timeout(config.read_timeout);
+        let client = address_policy::Client::build(
+            &config.addresses,
+            builder,
+            Redirects::Follow(MAX_REDIRECTS),
+        )
+        .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
         Ok(Media {
             config,
             _lock: lock,
@@ -184,21 +208,41 @@ impl Media {
         })
     }
 
-    /// The media at `uri`, fetched or read (or found in the cache), with its hash.
+    /// The media at `uri`, fetched or read (or found in the cache), with its hash; for the
+    /// tests (items have a lease: [`fetch_until`](Self::fetch_until)).
+    #[cfg(test)]
     pub(crate) async fn fetch(
         &self,
         uri: &str,
         cancel: &CancellationToken,
     ) -> Result<Fetched, MediaError> {
+        self.fetch_until(uri, None, cancel).await
+    }
+
+    /// The media at `uri`, fetched or read (or found in the cache), with its hash, for an
+    /// item whose lease ends at `lease_end`: waiting for
+    /// another item's download of the same URI, and downloading, stop then (the item's pairs
+    /// are then someone else's).
+    pub(crate) async fn fetch_until(
+        &self,
+        uri: &str,
+        lease_end: Option<chrono::DateTime<chrono::Utc>>,
+        cancel: &CancellationToken,
+    ) -> Result<Fetched, MediaError> {
+        let until = lease_end.map(|end| {
+            let left = (end - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO);
+            tokio::time::Instant::now() + left
+        });
         let lock = {
             let mut fetching = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
             fetching.entry(uri.to_string()).or_default().clone()
         };
         let _turn = tokio::select! {
             _ = cancel.cancelled() => return Err(MediaError::Cancelled),
+            _ = sleep_until(until) => return Err(lease_ended(uri)),
             turn = lock.lock() => turn,
         };
-        let outcome = self.fetch_locked(uri, cancel).await;
+        let outcome = self.fetch_locked(uri, until, cancel).await;
         {
             let mut fetching = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
             // The map's handle and ours: nobody else waits.
@@ -212,6 +256,7 @@ impl Media {
     async fn fetch_locked(
         &self,
         uri: &str,
+        until: Option<tokio::time::Instant>,
         cancel: &CancellationToken,
     ) -> Result<Fetched, MediaError> {
         let source = Source::of(uri)?;
@@ -222,7 +267,7 @@ impl Media {
         let started = Instant::now();
         let entry = match source {
             Source::Local(path) => self.hash_local(&path, cancel).await?,
-            Source::Remote(url) => self.download(uri, url, cancel).await?,
+            Source::Remote(url) => self.download(uri, url, until, cancel).await?,
         };
         metrics::histogram!("archivist_researcher_download_duration_seconds")
             .record(started.elapsed().as_secs_f64());
@@ -260,12 +305,13 @@ impl Media {
         Stamps(looked.unwrap_or_default())
     }
 
-    /// [`fetch`](Self::fetch), served from the cache without another look when `stamps` shows
+    /// [`fetch_until`](Self::fetch_until), served from the cache without another look when `stamps` shows
     /// the local file unchanged since it was hashed.
     pub(crate) async fn fetch_stamped(
         &self,
         uri: &str,
         stamps: &Stamps,
+        lease_end: Option<chrono::DateTime<chrono::Utc>>,
         cancel: &CancellationToken,
     ) -> Result<Fetched, MediaError> {
         let unchanged = stamps
@@ -274,7 +320,7 @@ impl Media {
             .and_then(|&stamp| self.touch(uri).filter(|entry| entry.stamp == Some(stamp)));
         match unchanged {
             Some(entry) => Ok(hit(entry)),
-            None => self.fetch(uri, cancel).await,
+            None => self.fetch_until(uri, lease_end, cancel).await,
         }
     }
 
@@ -401,6 +447,7 @@ impl Media {
         &self,
         uri: &str,
         url: reqwest::Url,
+        until: Option<tokio::time::Instant>,
         cancel: &CancellationToken,
     ) -> Result<Entry, MediaError> {
         let shown = messagebus::redact_url(uri);
@@ -410,6 +457,7 @@ impl Media {
             attempt += 1;
             let outcome = tokio::select! {
                 _ = cancel.cancelled() => return Err(MediaError::Cancelled),
+                _ = sleep_until(until) => return Err(lease_ended(uri)),
                 o = self.download_once(uri, url.clone()) => o,
             };
             let (why, after) = match outcome {
@@ -426,6 +474,7 @@ impl Media {
             tracing::info!(uri = %shown, attempt, error = %why, retry_in = ?wait, "media download failed; trying again");
             tokio::select! {
                 _ = cancel.cancelled() => return Err(MediaError::Cancelled),
+                _ = sleep_until(until) => return Err(lease_ended(uri)),
                 _ = tokio::time::sleep(wait) => {}
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -434,12 +483,14 @@ impl Media {
 
     async fn download_once(&self, uri: &str, url: reqwest::Url) -> Result<Entry, Attempt> {
         let again = |why: String| Attempt::Again { why, after: None };
-        let mut response = self
-            .client
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| again(e.without_url().to_string()))?;
+        let pace = Pace::new(self.config.min_rate);
+        let too_slow = || again(pace.too_slow());
+        let request = self.client.get(url).map_err(refused)?;
+        let mut response = match pace.within(0, request.send()).await {
+            None => return Err(too_slow()),
+            Some(Ok(response)) => response,
+            Some(Err(e)) => return Err(request_failed(e)),
+        };
         let status = response.status();
         if status == StatusCode::NOT_FOUND || status == StatusCode::GONE {
             return Err(Attempt::Final(MediaError::Gone(format!(
@@ -477,10 +528,10 @@ impl Media {
         let mut hasher = Sha256::new();
         let mut size = 0u64;
         loop {
-            let chunk = response
-                .chunk()
-                .await
-                .map_err(|e| again(e.without_url().to_string()))?;
+            let chunk = match pace.within(size, response.chunk()).await {
+                None => return Err(too_slow()),
+                Some(chunk) => chunk.map_err(request_failed)?,
+            };
             let Some(chunk) = chunk else {
                 break;
             };
@@ -509,6 +560,79 @@ impl Media {
             last_used: AtomicU64::new(0),
             stamp: None,
         })
+    }
+}
+
+/// `until`, or never.
+async fn sleep_until(until: Option<tokio::time::Instant>) {
+    match until {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn lease_ended(uri: &str) -> MediaError {
+    MediaError::Passing(format!(
+        "{}: the item's lease ended before its media was fetched",
+        messagebus::redact_url(uri)
+    ))
+}
+
+/// A download refused by the address policy: gone (it will not pass without the flag).
+fn refused(r: address_policy::Refused) -> Attempt {
+    Attempt::Final(MediaError::Gone(format!("media address refused: {r}")))
+}
+
+/// A failed request or read: refused by the address policy (at a redirect hop, or a host
+/// name resolving to a non-public address), or another try.
+fn request_failed(e: reqwest::Error) -> Attempt {
+    if let Some(r) = address_policy::refused_in(&e) {
+        return refused(r.clone());
+    }
+    Attempt::Again {
+        why: e.without_url().to_string(),
+        after: None,
+    }
+}
+
+/// The pace a download must keep: after [`RATE_GRACE`], on average at least `min_rate`
+/// bytes a second, so that the time it may take follows its size.
+struct Pace {
+    started: tokio::time::Instant,
+    min_rate: u64,
+}
+
+impl Pace {
+    fn new(min_rate: u64) -> Self {
+        Pace {
+            started: tokio::time::Instant::now(),
+            min_rate,
+        }
+    }
+
+    /// When the download falls behind, having `received` bytes and no more.
+    fn due(&self, received: u64) -> Option<tokio::time::Instant> {
+        if self.min_rate == 0 {
+            return None;
+        }
+        let allowed = Duration::from_secs_f64(received as f64 / self.min_rate as f64);
+        Some(self.started + RATE_GRACE + allowed)
+    }
+
+    /// `step`'s outcome, or `None` if the download falls behind first.
+    async fn within<T>(&self, received: u64, step: impl std::future::Future<Output = T>) -> Option<T> {
+        match self.due(received) {
+            Some(due) => tokio::time::timeout_at(due, step).await.ok(),
+            None => Some(step.await),
+        }
+    }
+
+    fn too_slow(&self) -> String {
+        format!(
+            "slower than {} bytes a second on average after the first {} (--fetch-min-rate)",
+            self.min_rate,
+            humantime::format_duration(RATE_GRACE)
+        )
     }
 }
 
@@ -610,6 +734,9 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             read_timeout: Duration::from_secs(1),
             attempts: 2,
+            // The tests serve media on loopback.
+            addresses: AddressPolicy::any(),
+            min_rate: 0,
         })
         .unwrap()
     }
@@ -663,16 +790,16 @@ mod tests {
         let stamps = m.stamps([a.as_str(), b.as_str()].into_iter()).await;
         assert_eq!(stamps.0.len(), 1, "only what the cache holds is looked up");
         assert!(
-            m.fetch_stamped(&a, &stamps, &cancel)
+            m.fetch_stamped(&a, &stamps, None, &cancel)
                 .await
                 .unwrap()
                 .cache_hit
         );
-        let first = m.fetch_stamped(&b, &stamps, &cancel).await.unwrap();
+        let first = m.fetch_stamped(&b, &stamps, None, &cancel).await.unwrap();
         assert!(!first.cache_hit);
         std::fs::write(&a, b"abcd").unwrap();
         let stamps = m.stamps([a.as_str()].into_iter()).await;
-        let again = m.fetch_stamped(&a, &stamps, &cancel).await.unwrap();
+        let again = m.fetch_stamped(&a, &stamps, None, &cancel).await.unwrap();
         assert!(!again.cache_hit, "a changed file was served from the cache");
         assert_eq!(again.entry.size, 4);
     }
@@ -790,6 +917,135 @@ mod tests {
             .collect();
         assert!(left.is_empty(), "{left:?}");
         assert_eq!(m.cached_bytes(), 0);
+    }
+
+    /// A server that sends a byte, then one every 59 s: under the 60 s read timeout.
+    fn trickle() -> axum::Router {
+        axum::Router::new().route(
+            "/trickle",
+            axum::routing::get(|| async {
+                let bytes = futures::stream::unfold(0u32, |n| async move {
+                    if n > 0 {
+                        tokio::time::sleep(Duration::from_secs(59)).await;
+                    }
+                    Some((Ok::<_, std::io::Error>(vec![b'x']), n + 1))
+                });
+                axum::body::Body::from_stream(futures::StreamExt::take(bytes, 900))
+            }),
+        )
+    }
+
+    fn patient_media(dir: &Path, min_rate: u64) -> Media {
+        Media::new(MediaConfig {
+            cache_dir: dir.join("cache"),
+            cache_size: 10_000,
+            max_size: 1000,
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(60),
+            attempts: 1,
+            addresses: AddressPolicy::any(),
+            min_rate,
+        })
+        .unwrap()
+    }
+
+    /// A trickle that the read timeout never ends is cut off once it falls behind the
+    /// minimum rate, not after 900 × 59 s.
+    #[tokio::test(start_paused = true)]
+    async fn a_trickling_download_is_cut_off_at_the_minimum_rate() {
+        let base = serve(trickle()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let m = patient_media(dir.path(), 100);
+        let started = tokio::time::Instant::now();
+        let got = m
+            .fetch(&format!("{base}/trickle"), &CancellationToken::new())
+            .await;
+        assert!(
+            matches!(&got, Err(MediaError::Passing(why)) if why.contains("--fetch-min-rate")),
+            "{:?}",
+            got.as_ref().err()
+        );
+        let took = started.elapsed();
+        assert!(took >= RATE_GRACE && took < RATE_GRACE * 2, "{took:?}");
+    }
+
+    /// A download stops when the item's lease ends, and so does another item's wait for it.
+    #[tokio::test(start_paused = true)]
+    async fn a_download_and_its_waiters_stop_when_their_lease_ends() {
+        let base = serve(trickle()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let m = Arc::new(patient_media(dir.path(), 0));
+        let uri = format!("{base}/trickle");
+        let cancel = CancellationToken::new();
+        let started = tokio::time::Instant::now();
+        let first = {
+            let (m, uri, cancel) = (m.clone(), uri.clone(), cancel.clone());
+            let end = chrono::Utc::now() + chrono::Duration::seconds(600);
+            tokio::spawn(async move { m.fetch_until(&uri, Some(end), &cancel).await.err() })
+        };
+        tokio::task::yield_now().await;
+        let end = chrono::Utc::now() + chrono::Duration::seconds(120);
+        let waiter = m.fetch_until(&uri, Some(end), &cancel).await;
+        assert!(
+            matches!(&waiter, Err(MediaError::Passing(why)) if why.contains("lease ended")),
+            "{:?}",
+            waiter.as_ref().err()
+        );
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(125), "{took:?}");
+        let first = first.await.unwrap();
+        assert!(
+            matches!(&first, Some(MediaError::Passing(why)) if why.contains("lease ended")),
+            "{first:?}"
+        );
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(605), "{took:?}");
+    }
+
+    /// Without the flag, a name resolving to loopback is refused (gone, naming the address and
+    /// the flag), and so is a redirect to a loopback address from an address taken for public.
+    #[tokio::test]
+    async fn non_public_addresses_are_refused_on_the_address_connected_to() {
+        use axum::response::Redirect;
+        let private = serve(
+            axum::Router::new().route("/a", axum::routing::get(|| async { b"audio".to_vec() })),
+        )
+        .await;
+        let port = private.rsplit(':').next().unwrap().to_string();
+        let to = format!("{private}/a");
+        let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+        let public = format!("http://{}", listener.local_addr().unwrap());
+        let hop = axum::Router::new().route(
+            "/hop",
+            axum::routing::get(move || async move { Redirect::temporary(&to) }),
+        );
+        tokio::spawn(async move { axum::serve(listener, hop).await.unwrap() });
+        let dir = tempfile::tempdir().unwrap();
+        let m = Media::new(MediaConfig {
+            cache_dir: dir.path().join("strict"),
+            cache_size: 100,
+            max_size: 100,
+            connect_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(1),
+            attempts: 2,
+            addresses: AddressPolicy::new(false, vec!["127.0.0.2".parse().unwrap()]),
+            min_rate: 0,
+        })
+        .unwrap();
+        let cancel = CancellationToken::new();
+        for uri in [
+            format!("http://localhost:{port}/a"),
+            format!("{public}/hop"),
+            format!("http://[::ffff:127.0.0.1]:{port}/a"),
+        ] {
+            let got = m.fetch(&uri, &cancel).await;
+            assert!(
+                matches!(&got, Err(MediaError::Gone(why))
+                    if why.contains("refused") && why.contains("--allow-private-addresses")),
+                "{uri}: {:?}",
+                got.as_ref().err()
+            );
+        }
     }
 
     #[test]

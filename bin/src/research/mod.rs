@@ -53,8 +53,13 @@ each is found, the last one ending the lease. The item is acknowledged once ever
 sent; when the analyser fails (a crash, an exit code other than 0 and 75, a line that breaks \
 the protocol, no output within --stall-timeout) the item is released for another try, up to \
 the queue's receive limit (ARCHIVIST_MAX_RECEIVES). Media that is gone (HTTP 404 or 410, a \
-missing file, over --max-media-size) makes those pairs failed research: not leased again until \
-`archivist retry-failed` or a new media_uri.\n\n\
+missing file, over --max-media-size, an address that is not public) makes those pairs failed \
+research: not leased again until `archivist retry-failed` or a new media_uri.\n\n\
+Media addresses come from feeds written by others: downloads connect only to public addresses, \
+checked after DNS resolution and at every redirect (not loopback, private, link-local, \
+unique-local…), unless --allow-private-addresses (a show on your own network); without it, \
+HTTP_PROXY/HTTPS_PROXY are not used. A download slower than --fetch-min-rate is cut off and \
+tried again; one whose item's lease ends stops.\n\n\
 The analyser: without --exec or --http, the reference analyser (the one `archivist analyse` \
 runs), in this process. --exec CMD [ARGS…] starts CMD per item instead (everything after \
 --exec is the command: give it last), the item as one JSON line on its standard input; --http \
@@ -134,6 +139,14 @@ pub(crate) struct ResearchArgs {
     /// fails
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(crate) fetch_attempts: u32,
+    /// The slowest a download may be, as bytes a second on average after its first 30 s (as
+    /// 16KiB; 0: no minimum): a slower one is cut off and tried again, so that a download's
+    /// time follows its size. A download also stops when its item's lease ends
+    #[arg(long, env = "ARCHIVIST_FETCH_MIN_RATE", hide_env_values = true, default_value = "16KiB",
+          value_parser = parse_size)]
+    pub(crate) fetch_min_rate: u64,
+    #[command(flatten)]
+    pub(crate) addresses: crate::cli::AddressArgs,
 }
 
 /// Parses a size: bytes, or with KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB.
@@ -288,6 +301,8 @@ pub(crate) async fn run(
         connect_timeout: args.fetch_connect_timeout,
         read_timeout: args.fetch_read_timeout,
         attempts: args.fetch_attempts,
+        addresses: args.addresses.policy(),
+        min_rate: args.fetch_min_rate,
     })?;
 
     let bus = if config.bus == crate::config::BusKind::Rabbitmq {

@@ -114,7 +114,10 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
     let stop = &ctx.hard_stop;
 
     // The episode, once for the whole item.
-    let episode = match ctx.media.fetch(&item.episode.media_uri, stop).await {
+    let episode = match ctx
+        .media
+        .fetch_until(&item.episode.media_uri, Some(item.lease_expires_at), stop)
+        .await {
         Ok(Fetched { entry, cache_hit }) => {
             tracing::debug!(lease = %item.lease_id, cache_hit, bytes = entry.size, "episode media ready");
             entry
@@ -145,7 +148,7 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
     for (i, clip) in item.clips.iter().enumerate() {
         match ctx
             .media
-            .fetch_stamped(&clip.media_uri, &stamps, stop)
+            .fetch_stamped(&clip.media_uri, &stamps, Some(item.lease_expires_at), stop)
             .await
         {
             Ok(Fetched { entry, cache_hit }) => {
@@ -685,6 +688,8 @@ mod tests {
                 connect_timeout: Duration::from_secs(1),
                 read_timeout: Duration::from_secs(1),
                 attempts: 1,
+                addresses: Default::default(),
+                min_rate: 0,
             })
             .unwrap(),
             results: Arc::new(Recording(sent)),

@@ -24,6 +24,8 @@ pub(crate) enum Answer {
     FailThen(u32, Vec<u8>),
     /// 200 with the bytes, each 16 bytes after a pause of `ms` milliseconds.
     Slow(u64, Vec<u8>),
+    /// 302 to this URL.
+    Redirect(String),
 }
 
 #[derive(Default)]
@@ -41,6 +43,11 @@ pub(crate) struct MediaServer {
 
 impl MediaServer {
     pub(crate) fn start() -> Self {
+        Self::start_on("127.0.0.1")
+    }
+
+    /// A server on another address (another loopback one, as `127.0.0.2`).
+    pub(crate) fn start_on(ip: &'static str) -> Self {
         let state = Arc::new(Mutex::new(ServerState::default()));
         let (tx, rx) = std::sync::mpsc::channel();
         let shared = state.clone();
@@ -51,7 +58,7 @@ impl MediaServer {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
                 tx.send(listener.local_addr().unwrap()).unwrap();
                 let app = axum::Router::new()
                     .route("/{*path}", axum::routing::get(serve))
@@ -101,6 +108,7 @@ async fn serve(
     };
     match answer {
         None | Some(Answer::NotFound) => StatusCode::NOT_FOUND.into_response(),
+        Some(Answer::Redirect(to)) => (StatusCode::FOUND, [("location", to)]).into_response(),
         Some(Answer::Body(bytes)) => bytes.into_response(),
         Some(Answer::FailThen(n, bytes)) => {
             if hit <= n {
@@ -372,6 +380,8 @@ impl World {
         bus.set("ARCHIVIST_MAX_CLIPS", "2");
         bus.set("ARCHIVIST_START_JITTER", "0s");
         bus.set("RUST_LOG", "info");
+        // The media server is on loopback: a researcher refuses it without the flag.
+        bus.set("ARCHIVIST_ALLOW_PRIVATE_ADDRESSES", "true");
         std::fs::create_dir_all(dir.path().join("media")).unwrap();
         World {
             dir,
