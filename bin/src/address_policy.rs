@@ -66,7 +66,8 @@ fn non_public_v4(ip: Ipv4Addr) -> Option<&'static str> {
 
 fn non_public_v6(ip: Ipv6Addr) -> Option<&'static str> {
     let s = ip.segments();
-    let embedded_v4 = || Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    let embedded_v4 =
+        || Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     if ip.is_unspecified() {
         return Some("unspecified");
     }
@@ -257,9 +258,8 @@ impl reqwest::dns::Resolve for PublicResolver {
         let policy = self.policy.clone();
         let host = name.as_str().to_string();
         Box::pin(async move {
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let mut refused = None;
             let allowed: Vec<SocketAddr> = found
                 .into_iter()
@@ -366,7 +366,10 @@ mod tests {
         let refused = strict.check_url(&url).unwrap_err();
         assert_eq!(refused.kind, "loopback");
         let text = refused.to_string();
-        assert!(text.contains("127.0.0.1") || text.contains("::ffff:127.0.0.1"), "{text}");
+        assert!(
+            text.contains("127.0.0.1") || text.contains("::ffff:127.0.0.1"),
+            "{text}"
+        );
         assert!(text.contains(ALLOW_FLAG), "{text}");
         // Names are checked when resolved, not here.
         let named = url::Url::parse("http://localhost/a.mp3").unwrap();
@@ -384,7 +387,11 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let policy = AddressPolicy::default();
-        let client = Client::build(&policy, policy.client_builder(), Redirects::Follow(5)).unwrap();
+        // A bound on the test: a connection the check let through would wait for an answer.
+        let builder = policy
+            .client_builder()
+            .timeout(std::time::Duration::from_secs(10));
+        let client = Client::build(&policy, builder, Redirects::Follow(5)).unwrap();
         let url = url::Url::parse(&format!("http://localhost:{port}/")).unwrap();
         let err = client.get(url.clone()).unwrap().send().await.unwrap_err();
         let refused = refused_in(&err).unwrap();

@@ -368,10 +368,19 @@ pub(crate) struct AddressArgs {
     /// addresses and redirects are refused when they resolve to such an address, since they
     /// come from feeds written by others; a feed or file address typed on the command line
     /// is fetched as given
-    #[arg(long, env = "ARCHIVIST_ALLOW_PRIVATE_ADDRESSES", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "ARCHIVIST_ALLOW_PRIVATE_ADDRESSES",
+        hide_env_values = true
+    )]
     pub(crate) allow_private_addresses: bool,
     /// For tests only: addresses taken for public ones (a test has no public address)
-    #[arg(long, hide = true, env = "ARCHIVIST_TEST_PUBLIC_ADDRESSES", value_delimiter = ',')]
+    #[arg(
+        long,
+        hide = true,
+        env = "ARCHIVIST_TEST_PUBLIC_ADDRESSES",
+        value_delimiter = ','
+    )]
     pub(crate) test_public_addresses: Vec<std::net::IpAddr>,
 }
 

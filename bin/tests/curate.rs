@@ -710,7 +710,10 @@ fn a_retry_after_date_far_ahead_puts_the_feed_off_a_day_at_most() {
     let until = chrono::DateTime::parse_from_rfc3339(&until).unwrap();
     let latest = chrono::Utc::now() + chrono::Duration::hours(24);
     assert!(until <= latest, "put off until {until}");
-    assert!(until > latest - chrono::Duration::minutes(5), "put off until {until}");
+    assert!(
+        until > latest - chrono::Duration::minutes(5),
+        "put off until {until}"
+    );
 }
 
 /// A feed typed on the command line is fetched as given, on loopback too; a public feed
@@ -742,7 +745,14 @@ fn a_feed_redirecting_to_a_private_address_is_refused() {
     let test_env = [("ARCHIVIST_TEST_PUBLIC_ADDRESSES", "127.0.0.2")];
     let run = archivist(
         dir.path(),
-        &["curate", "feed", &by_address, &by_name, "--json", "--dry-run"],
+        &[
+            "curate",
+            "feed",
+            &by_address,
+            &by_name,
+            "--json",
+            "--dry-run",
+        ],
         &test_env,
     )
     .expect_code(1);
@@ -766,7 +776,12 @@ fn a_feed_redirecting_to_a_private_address_is_refused() {
         &test_env,
     )
     .expect_code(0);
-    assert_eq!(summary(&run)["feeds"][0]["items_found"], 1, "{}", run.stdout);
+    assert_eq!(
+        summary(&run)["feeds"][0]["items_found"],
+        1,
+        "{}",
+        run.stdout
+    );
     // With the flag, both redirects are followed.
     let run = archivist(
         dir.path(),

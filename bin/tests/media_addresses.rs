@@ -85,7 +85,10 @@ fn a_redirect_from_a_public_address_to_loopback_is_refused_at_the_hop() {
     let public = MediaServer::start_on("127.0.0.2");
     let port = private.base.rsplit(':').next().unwrap().to_string();
     for i in 0..3 {
-        private.set(&format!("/media/e{i}.mp3"), Answer::Body(episode_audio(i, 1)));
+        private.set(
+            &format!("/media/e{i}.mp3"),
+            Answer::Body(episode_audio(i, 1)),
+        );
     }
     // Episode 0 redirects to the address, episode 1 to a name resolving to it; episode 2 is
     // served by the "public" server itself.

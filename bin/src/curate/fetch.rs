@@ -170,11 +170,10 @@ impl Fetcher {
         mut as_given: bool,
     ) -> Result<Fetched, FetchError> {
         let mut url = start.clone();
-        let mut hop = 0;
         // The address reached by permanent redirects only, from the one asked.
         let mut moved_to: Option<Url> = None;
         let mut all_permanent = true;
-        for _ in 0..=MAX_REDIRECTS {
+        for hop in 0..=MAX_REDIRECTS {
             let mut headers = HeaderMap::new();
             if let Some(v) = validators.etag.as_deref().and_then(header_value) {
                 headers.insert(header::IF_NONE_MATCH, v);
@@ -206,7 +205,6 @@ impl Fetcher {
                     Some(r) => refused(r),
                     None => FetchError::Network(describe(&e)),
                 })?;
-            hop += 1;
             // An address fetched as given that answered from a public address: where it
             // leads is checked. One that answered from the user's own network: a feed of
             // theirs, fetched as given throughout.

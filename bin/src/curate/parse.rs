@@ -715,7 +715,13 @@ mod tests {
         let rss = r#"<?xml version="1.0"?><rss version="2.0"><channel><title>T</title>
 <item><title>p</title><guid>p</guid><pubDate>Mon, 01 Jan 2024 00:00:00 GMT</pubDate><enclosure url="file:///etc/passwd" type="audio/mpeg"/></item>
 </channel></rss>"#;
-        let p = parse(rss.as_bytes(), &Url::parse("https://x/feed").unwrap(), 100, 1).unwrap();
+        let p = parse(
+            rss.as_bytes(),
+            &Url::parse("https://x/feed").unwrap(),
+            100,
+            1,
+        )
+        .unwrap();
         assert!(p.items.is_empty());
         let reason = &p.skipped[0].reason;
         assert!(

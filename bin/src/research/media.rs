@@ -230,7 +230,9 @@ impl Media {
         cancel: &CancellationToken,
     ) -> Result<Fetched, MediaError> {
         let until = lease_end.map(|end| {
-            let left = (end - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO);
+            let left = (end - chrono::Utc::now())
+                .to_std()
+                .unwrap_or(Duration::ZERO);
             tokio::time::Instant::now() + left
         });
         let lock = {
@@ -620,7 +622,11 @@ impl Pace {
     }
 
     /// `step`'s outcome, or `None` if the download falls behind first.
-    async fn within<T>(&self, received: u64, step: impl std::future::Future<Output = T>) -> Option<T> {
+    async fn within<T>(
+        &self,
+        received: u64,
+        step: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
         match self.due(received) {
             Some(due) => tokio::time::timeout_at(due, step).await.ok(),
             None => Some(step.await),

@@ -117,7 +117,8 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
     let episode = match ctx
         .media
         .fetch_until(&item.episode.media_uri, Some(item.lease_expires_at), stop)
-        .await {
+        .await
+    {
         Ok(Fetched { entry, cache_hit }) => {
             tracing::debug!(lease = %item.lease_id, cache_hit, bytes = entry.size, "episode media ready");
             entry
