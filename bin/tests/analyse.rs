@@ -668,3 +668,60 @@ fn an_hour_long_episode_is_analysed_in_bounded_memory() {
         );
     }
 }
+
+/// A URL typed is fetched as given, loopback included, and so are its redirects when it
+/// answered from loopback; a redirect to loopback from a public address (127.0.0.2, taken for
+/// public by a test-only setting) is refused, naming the address and the flag.
+#[test]
+fn a_redirect_to_a_private_address_is_refused_unless_the_url_typed_was_private() {
+    let f = files();
+    let redirect_to = |target: String| {
+        move |stream: &mut std::net::TcpStream| {
+            write!(
+                stream,
+                "HTTP/1.1 302 Found\r\nLocation: {target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+        }
+    };
+    let target = "http://127.0.0.1:9/episode.mp3".to_string();
+    let public = TcpListener::bind("127.0.0.2:0").unwrap();
+    let public_port = public.local_addr().unwrap().port();
+    let answer = redirect_to(target.clone());
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = public.accept().unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+                break;
+            }
+        }
+        answer(&mut stream);
+    });
+    let url = format!("http://127.0.0.2:{public_port}/hop.mp3");
+    let run = Run::from_output(
+        common::command(
+            &f.dir,
+            &["analyse", &url, "speech.wav"],
+            &[("ARCHIVIST_TEST_PUBLIC_ADDRESSES", "127.0.0.2")],
+        )
+        .output()
+        .unwrap(),
+    )
+    .expect_code(2);
+    assert!(
+        run.stderr.contains("refused to connect to 127.0.0.1")
+            && run.stderr.contains("--allow-private-addresses"),
+        "{}",
+        run.stderr
+    );
+    server.join().unwrap();
+    // Typed on loopback: its redirect to loopback is followed (here to a closed port: a
+    // connection error, not a refusal).
+    let (port, server) = serve(1, redirect_to(target));
+    let url = format!("http://127.0.0.1:{port}/hop.mp3");
+    let run = analyse(&f.dir, &[&url, "speech.wav"]).expect_code(2);
+    assert!(!run.stderr.contains("refused to connect"), "{}", run.stderr);
+    server.join().unwrap();
+}
