@@ -265,6 +265,7 @@ fn spawn_researchers(
         cache_dir,
         cache_size: 1 << 30,
         max_size: 1 << 30,
+        media_roots: Vec::new(),
         connect_timeout: Duration::from_secs(10),
         read_timeout: Duration::from_secs(10),
         attempts: 3,

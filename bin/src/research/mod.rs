@@ -53,7 +53,8 @@ each is found, the last one ending the lease. The item is acknowledged once ever
 sent; when the analyser fails (a crash, an exit code other than 0 and 75, a line that breaks \
 the protocol, no output within --stall-timeout) the item is released for another try, up to \
 the queue's receive limit (ARCHIVIST_MAX_RECEIVES). Media that is gone (HTTP 404 or 410, a \
-missing file, over --max-media-size) makes those pairs failed research: not leased again until \
+missing file, a local one that is not a regular file or is outside --media-root, over \
+--max-media-size) makes those pairs failed research: not leased again until \
 `archivist retry-failed` or a new media_uri.\n\n\
 The analyser: without --exec or --http, the reference analyser (the one `archivist analyse` \
 runs), in this process. --exec CMD [ARGS…] starts CMD per item instead (everything after \
@@ -97,10 +98,16 @@ pub(crate) struct ResearchArgs {
         hide_env_values = true
     )]
     pub(crate) http: Option<String>,
-    /// Where downloaded media is kept (one directory per researcher process; cleared at start)
-    /// [default: archivist-media-PID in the system's temporary directory]
+    /// Where downloaded media is kept, across restarts; researchers on one machine may share
+    /// it [default: $XDG_CACHE_HOME/archivist/media, else ~/.cache/archivist/media]
     #[arg(long, env = "ARCHIVIST_CACHE_DIR", hide_env_values = true)]
     pub(crate) cache_dir: Option<PathBuf>,
+    /// Read local media (file:// URLs, paths) only inside this folder; repeat it for more, or
+    /// separate them with ':' in the variable. A path outside every root is failed research
+    /// [default: local media anywhere]
+    #[arg(long, value_name = "DIR", env = "ARCHIVIST_MEDIA_ROOT", hide_env_values = true,
+          value_delimiter = ':')]
+    pub(crate) media_root: Vec<PathBuf>,
     /// The most downloaded media kept, as 500MB, 10GiB (least recently used evicted)
     #[arg(long, env = "ARCHIVIST_CACHE_SIZE", hide_env_values = true, default_value = "10GiB",
           value_parser = parse_size)]
@@ -278,13 +285,15 @@ pub(crate) async fn run(
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let cache_dir = args.cache_dir.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("archivist-media-{}", std::process::id()))
-    });
+    let cache_dir = match args.cache_dir.clone() {
+        Some(dir) => dir,
+        None => media::default_cache_dir()?,
+    };
     let media = Media::new(MediaConfig {
         cache_dir,
         cache_size: args.cache_size,
         max_size: args.max_media_size,
+        media_roots: media::media_roots(&args.media_root)?,
         connect_timeout: args.fetch_connect_timeout,
         read_timeout: args.fetch_read_timeout,
         attempts: args.fetch_attempts,

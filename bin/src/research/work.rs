@@ -11,7 +11,7 @@ use chrono::Utc;
 use messagebus::{Delivery, Sender};
 
 use super::analyser::Ending;
-use super::media::{Fetched, MediaError};
+use super::media::{self, Fetched, MediaError};
 use super::protocol::{self, Line};
 use super::{Context, SlotState};
 
@@ -141,7 +141,7 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
         .stamps(item.clips.iter().map(|c| c.media_uri.as_str()))
         .await;
     let mut given: Vec<(usize, String)> = Vec::new();
-    let mut clip_entries = Vec::new();
+    let mut clip_entries = HashMap::new();
     for (i, clip) in item.clips.iter().enumerate() {
         match ctx
             .media
@@ -154,7 +154,7 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
                     .clip_hashes
                     .insert(clip.title.clone(), entry.sha256.clone());
                 given.push((i, entry.path.display().to_string()));
-                clip_entries.push(entry);
+                clip_entries.insert(clip.title.clone(), entry);
             }
             Err(MediaError::Gone(why)) => {
                 if let Err(e) = results.failure(&clip.title, &format!("clip {why}")) {
@@ -277,7 +277,11 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
                 ctx.set_progress(slot, text);
                 Ok(())
             }
-            Line::Failure { clip_title, reason } => results.failure(&clip_title, &reason),
+            Line::Failure { clip_title, reason } => {
+                // Named by their URIs: the paths are this process's, the reason outlives it.
+                let entries = std::iter::once(&episode).chain(clip_entries.get(&clip_title));
+                results.failure(&clip_title, &media::name_uris(&reason, entries.map(|e| &**e)))
+            }
             Line::Answer {
                 clip_title,
                 clip_offsets_ns,
@@ -682,6 +686,7 @@ mod tests {
                 cache_dir: dir.path().join("cache"),
                 cache_size: 1 << 20,
                 max_size: 1 << 20,
+                media_roots: Vec::new(),
                 connect_timeout: Duration::from_secs(1),
                 read_timeout: Duration::from_secs(1),
                 attempts: 1,

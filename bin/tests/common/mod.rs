@@ -37,6 +37,7 @@ const OUR_VARS: &[&str] = &[
     "ARCHIVIST_ANALYSER_URL",
     "ARCHIVIST_CACHE_DIR",
     "ARCHIVIST_CACHE_SIZE",
+    "ARCHIVIST_MEDIA_ROOT",
     "RUST_LOG",
 ];
 
