@@ -885,7 +885,8 @@ fn bad_usage_exits_2_and_says_why() {
         )
         .expect_code(2);
     assert!(
-        run.stderr.contains("--media-root /no/such/folder: No such file"),
+        run.stderr
+            .contains("--media-root /no/such/folder: No such file"),
         "{}",
         run.stderr
     );
@@ -955,7 +956,10 @@ fn special_local_media_is_failed_research_and_the_researcher_still_stops() {
         "{reasons}"
     );
     assert!(
-        reasons.contains(&format!("clip not a regular file: {} is a FIFO", fifo.display())),
+        reasons.contains(&format!(
+            "clip not a regular file: {} is a FIFO",
+            fifo.display()
+        )),
         "{reasons}"
     );
 }

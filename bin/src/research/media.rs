@@ -409,10 +409,12 @@ impl Media {
     #[cfg(test)]
     fn cached_bytes(&self) -> u64 {
         std::fs::read_dir(&self.config.cache_dir)
-            .unwrap()
+            .into_iter()
+            .flatten()
             .flatten()
             .filter(|e| e.path().extension().is_some_and(|x| x == CACHED))
-            .map(|e| e.metadata().unwrap().len())
+            .filter_map(|e| e.metadata().ok())
+            .map(|meta| meta.len())
             .sum()
     }
 
@@ -652,7 +654,6 @@ fn hex(bytes: &[u8]) -> String {
         s
     })
 }
-
 
 /// The name of `uri`'s symlink in the cache directory (without the extension).
 fn uri_key(uri: &str) -> String {
@@ -1024,10 +1025,7 @@ mod tests {
             }
         };
         let why = gone(fetch("/dev/zero".into()).await);
-        assert_eq!(
-            why,
-            "not a regular file: /dev/zero is a character device"
-        );
+        assert_eq!(why, "not a regular file: /dev/zero is a character device");
         let why = gone(fetch(format!("file://{}", fifo.display())).await);
         assert!(why.ends_with("a.fifo is a FIFO"), "{why}");
         let why = gone(fetch(dir.path().display().to_string()).await);
@@ -1060,20 +1058,30 @@ mod tests {
         let m = media_with(dir.path(), 10, roots);
         let cancel = CancellationToken::new();
         let inside = root.join("sub/in.wav");
-        let got = m.fetch(&inside.display().to_string(), &cancel).await.unwrap();
+        let got = m
+            .fetch(&inside.display().to_string(), &cancel)
+            .await
+            .unwrap();
         assert_eq!(got.entry.size, 3);
         let linked = m
             .fetch(&root.join("in-link.wav").display().to_string(), &cancel)
             .await
             .unwrap();
-        assert_eq!(linked.entry.path, inside.canonicalize().unwrap(), "the file opened");
+        assert_eq!(
+            linked.entry.path,
+            inside.canonicalize().unwrap(),
+            "the file opened"
+        );
         for refused in [
             "/etc/passwd".to_string(),
             format!("file://{}", root.join("out-link.wav").display()),
             root.join("sub/../../out.wav").display().to_string(),
         ] {
             let why = gone(m.fetch(&refused, &cancel).await);
-            assert!(why.ends_with("is outside every --media-root"), "{refused}: {why}");
+            assert!(
+                why.ends_with("is outside every --media-root"),
+                "{refused}: {why}"
+            );
         }
         assert!(media_roots(&[dir.path().join("nowhere")]).is_err());
         assert!(media_roots(&[inside]).is_err(), "a file is no root");
@@ -1260,11 +1268,7 @@ mod tests {
         assert!(restarted.fetch(&c, &cancel).await.unwrap().cache_hit);
         assert!(!restarted.fetch(&a, &cancel).await.unwrap().cache_hit);
         let asked = asked.lock().unwrap().clone();
-        assert_eq!(
-            (asked["a"], asked["b"], asked["c"]),
-            (2, 1, 1),
-            "{asked:?}"
-        );
+        assert_eq!((asked["a"], asked["b"], asked["c"]), (2, 1, 1), "{asked:?}");
     }
 
     #[tokio::test]

@@ -105,8 +105,13 @@ pub(crate) struct ResearchArgs {
     /// Read local media (file:// URLs, paths) only inside this folder; repeat it for more, or
     /// separate them with ':' in the variable. A path outside every root is failed research
     /// [default: local media anywhere]
-    #[arg(long, value_name = "DIR", env = "ARCHIVIST_MEDIA_ROOT", hide_env_values = true,
-          value_delimiter = ':')]
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "ARCHIVIST_MEDIA_ROOT",
+        hide_env_values = true,
+        value_delimiter = ':'
+    )]
     pub(crate) media_root: Vec<PathBuf>,
     /// The most downloaded media kept, as 500MB, 10GiB (least recently used evicted)
     #[arg(long, env = "ARCHIVIST_CACHE_SIZE", hide_env_values = true, default_value = "10GiB",

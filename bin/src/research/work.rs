@@ -280,7 +280,10 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
             Line::Failure { clip_title, reason } => {
                 // Named by their URIs: the paths are this process's, the reason outlives it.
                 let entries = std::iter::once(&episode).chain(clip_entries.get(&clip_title));
-                results.failure(&clip_title, &media::name_uris(&reason, entries.map(|e| &**e)))
+                results.failure(
+                    &clip_title,
+                    &media::name_uris(&reason, entries.map(|e| &**e)),
+                )
             }
             Line::Answer {
                 clip_title,
