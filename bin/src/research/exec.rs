@@ -381,10 +381,18 @@ mod tests {
         let mut bytes = vec![b'x'; 1 << 20];
         bytes.extend_from_slice(b"\nnext\n");
         let lines = lines_of(&bytes, STDERR_LINE_BYTES).await;
-        assert_eq!(lines.len(), 2, "{:?}", lines.iter().map(String::len).collect::<Vec<_>>());
+        assert_eq!(
+            lines.len(),
+            2,
+            "{:?}",
+            lines.iter().map(String::len).collect::<Vec<_>>()
+        );
         assert_eq!(
             lines[0],
-            format!("{}… (cut at {STDERR_LINE_BYTES} bytes)", "x".repeat(STDERR_LINE_BYTES))
+            format!(
+                "{}… (cut at {STDERR_LINE_BYTES} bytes)",
+                "x".repeat(STDERR_LINE_BYTES)
+            )
         );
         assert_eq!(lines[1], "next");
     }

@@ -562,6 +562,10 @@ mod tests {
             first: Duration::from_secs(10),
             max: Duration::from_secs(1),
         };
-        assert_eq!(odd.wait(3), Duration::from_secs(10), "never below the first");
+        assert_eq!(
+            odd.wait(3),
+            Duration::from_secs(10),
+            "never below the first"
+        );
     }
 }

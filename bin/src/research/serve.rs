@@ -42,8 +42,7 @@ pub(super) async fn spawn(
         .install_recorder()
         .context("cannot install the metrics recorder")?;
     metrics::gauge!("archivist_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    let listener =
-        crate::web::guard::bind(addr, "ARCHIVIST_METRICS_ADDR (--metrics-addr)").await?;
+    let listener = crate::web::guard::bind(addr, "ARCHIVIST_METRICS_ADDR (--metrics-addr)").await?;
     let app = Arc::new(App {
         ctx,
         prometheus,

@@ -4,7 +4,7 @@
 //! the analyser wrote together go out together: one send for every line already written.
 //!
 //! An analyser that asks for a later try (exit 75, HTTP 429/503) has the item held for the
-//! `--later-backoff` (doubled at each receive of the item, at most `--later-max`) and then
+//! `--later-backoff` (doubled at each receive of the item, at most `--later-max-backoff`), then
 //! released. On the item's last allowed receive (`ARCHIVIST_MAX_RECEIVES`), an analyser that
 //! fails or asks for later once more gives up the item: its unanswered pairs are sent as
 //! failed research with the analyser's reason, the last result ending the lease, and the item
@@ -105,7 +105,7 @@ pub(super) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
         }
         Outcome::Later(why) => {
             let wait = ctx.later.wait(receive);
-            tracing::info!(slot, lease = %lease, reason = %why, receive, hold = %humantime::format_duration(wait), "the analyser asked to try later: holding the work item, then releasing it");
+            tracing::info!(slot, lease = %lease, reason = %why, receive, hold = %humantime::format_duration(wait), "the analyser asked to try later: holding the work item");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "released")
                 .increment(1);
             // Held, not released at once: a released item comes straight back, and each
@@ -115,6 +115,7 @@ pub(super) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
                 _ = ctx.hard_stop.cancelled() => {}
                 _ = tokio::time::sleep(wait) => {}
             }
+            tracing::info!(slot, lease = %lease, "work item released for later");
             settle_release(delivery, &lease).await;
             // The wait was the pause.
             true
@@ -252,13 +253,21 @@ async fn research(
     };
     let mut run = match started {
         Ok(Ok(run)) => run,
-        Ok(Err(e)) => return results.analyser_failed(format!("{e:#}"), &titles, &HashSet::new()).await,
+        Ok(Err(e)) => {
+            return results
+                .analyser_failed(format!("{e:#}"), &titles, &HashSet::new())
+                .await
+        }
         Err(_) => {
             return results
-                .analyser_failed(format!(
-                    "the analyser did not answer within {} (--stall-timeout)",
-                    humantime::format_duration(ctx.stall_timeout)
-                ), &titles, &HashSet::new())
+                .analyser_failed(
+                    format!(
+                        "the analyser did not answer within {} (--stall-timeout)",
+                        humantime::format_duration(ctx.stall_timeout)
+                    ),
+                    &titles,
+                    &HashSet::new(),
+                )
                 .await
         }
     };
@@ -301,15 +310,21 @@ async fn research(
             Err(_) => {
                 run.stop().await;
                 return results
-                    .analyser_failed(format!(
-                        "the analyser wrote nothing for {} (--stall-timeout): stopped",
-                        humantime::format_duration(ctx.stall_timeout)
-                    ), &titles, &answered)
+                    .analyser_failed(
+                        format!(
+                            "the analyser wrote nothing for {} (--stall-timeout): stopped",
+                            humantime::format_duration(ctx.stall_timeout)
+                        ),
+                        &titles,
+                        &answered,
+                    )
                     .await;
             }
             Ok(Err(e)) => {
                 run.stop().await;
-                return results.analyser_failed(format!("{e:#}"), &titles, &answered).await;
+                return results
+                    .analyser_failed(format!("{e:#}"), &titles, &answered)
+                    .await;
             }
             Ok(Ok(None)) => break,
             Ok(Ok(Some(line))) => line,
@@ -322,10 +337,14 @@ async fn research(
             Err(why) => {
                 run.stop().await;
                 return results
-                    .analyser_failed(format!(
-                        "the analyser broke the protocol ({why}) in the line {}",
-                        protocol::shown(&line)
-                    ), &titles, &answered)
+                    .analyser_failed(
+                        format!(
+                            "the analyser broke the protocol ({why}) in the line {}",
+                            protocol::shown(&line)
+                        ),
+                        &titles,
+                        &answered,
+                    )
                     .await;
             }
         };
@@ -615,7 +634,8 @@ impl<'a> Results<'a> {
     ) -> Outcome {
         if let Some(receive) = self.last_try {
             let why = format!(
-                "the analyser asked to try the item later at each of its {receive} tries                  (ARCHIVIST_MAX_RECEIVES): {why}"
+                "{why}: asked to try later on the item's last allowed try ({receive} of \
+                 ARCHIVIST_MAX_RECEIVES)"
             );
             return self.give_up(why, titles, answered).await;
         }
@@ -941,7 +961,10 @@ mod tests {
             panic!("{outcome:?}")
         };
         assert!(why.starts_with("the analyser exited with code 1"), "{why}");
-        assert_eq!(h.sends.recv().await.unwrap(), ["Clip 1", "Clip 2", "Clip 3*"]);
+        assert_eq!(
+            h.sends.recv().await.unwrap(),
+            ["Clip 1", "Clip 2", "Clip 3*"]
+        );
         assert!(h.sends.try_recv().is_err(), "nothing else was sent");
     }
 
@@ -952,7 +975,11 @@ mod tests {
         drop(h.write);
         let outcome = research(&h.ctx, 0, &h.item, None).await;
         assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
-        assert_eq!(h.sends.recv().await.unwrap(), ["Clip 1"], "the lease stands");
+        assert_eq!(
+            h.sends.recv().await.unwrap(),
+            ["Clip 1"],
+            "the lease stands"
+        );
     }
 
     #[tokio::test(start_paused = true)]
