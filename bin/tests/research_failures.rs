@@ -1,7 +1,7 @@
 //! End-to-end tests of how `archivist research` copes with analysers and clients that
 //! misbehave, through the binary: standard error that is not UTF-8 or has no line ends, an
 //! analyser that leaves a child of its own running when the researcher gives up on it, an
-//! item whose analyser fails on its last allowed try (SQLite and SQS), an analyser that keeps
+//! item whose analyser fails on its last allowed try (SQLite, SQS, RabbitMQ), an analyser that keeps
 //! asking to try later, and the researcher's `--metrics-addr` server against another host
 //! name and slow clients.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -28,23 +28,30 @@ fn one_item_world(bus: BusEnv, max_receives: &str) -> World {
     w
 }
 
-/// The reasons of the pending-research queue's dead letters (taking them).
+/// The reasons of the pending-research queue's dead letters, taken off the queue: waits
+/// until one is there.
 fn dead_letter_reasons(w: &World) -> Vec<String> {
-    w.run(
-        &[
-            "receive",
-            &w.bus.pending_queue,
-            "--dead-letters",
-            "--wait",
-            "0s",
-        ],
-        &[],
-    )
-    .expect_code(0)
-    .json_lines()
-    .iter()
-    .map(|l| l["reason"].as_str().unwrap().to_string())
-    .collect()
+    let mut reasons = Vec::new();
+    eventually("a dead letter", PATIENCE, || {
+        reasons = w
+            .run(
+                &[
+                    "receive",
+                    &w.bus.pending_queue,
+                    "--dead-letters",
+                    "--wait",
+                    "2s",
+                ],
+                &[],
+            )
+            .expect_code(0)
+            .json_lines()
+            .iter()
+            .map(|l| l["reason"].as_str().unwrap().to_string())
+            .collect();
+        !reasons.is_empty()
+    });
+    reasons
 }
 
 /// Whether process `pid` is gone (or a zombie, which runs nothing: its parent died, and
@@ -158,6 +165,11 @@ fn an_analyser_failing_on_the_last_try_on_sqs() {
     last_try_fails_the_pairs(BusEnv::sqs());
 }
 
+#[test]
+fn an_analyser_failing_on_the_last_try_on_rabbitmq() {
+    last_try_fails_the_pairs(BusEnv::rabbitmq());
+}
+
 /// An analyser that always fails: on the item's last allowed receive its unanswered pairs
 /// become failed research with the analyser's reason, the lease ends, and the dead letter
 /// carries the reason; `retry-failed` brings the pairs back.
@@ -175,7 +187,7 @@ fn last_try_fails_the_pairs(bus: BusEnv) {
     let shown = s.to_string();
     assert!(shown.contains("no GPU found (failing on purpose)"), "{s}");
     let reasons = dead_letter_reasons(&w);
-    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert_eq!(reasons.len(), 1, "{reasons:?} {}", s["queues"]);
     assert!(
         reasons[0].contains("the analyser exited with code 1")
             && reasons[0].contains("no GPU found (failing on purpose)"),
