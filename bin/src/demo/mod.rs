@@ -282,6 +282,7 @@ fn spawn_researchers(
         once: false,
         stall_timeout: lease + STALL_MARGIN,
         drain_timeout: DEMO_DRAIN,
+        later: research::Later::default(),
     };
     // The demo serves nothing: the researchers' own server stays off.
     let mut config = config.clone();

@@ -52,9 +52,14 @@ runs an analyser on each item and sends one result per clip to the completed-res
 each is found, the last one ending the lease. The item is acknowledged once every result is \
 sent; when the analyser fails (a crash, an exit code other than 0 and 75, a line that breaks \
 the protocol, no output within --stall-timeout) the item is released for another try, up to \
-the queue's receive limit (ARCHIVIST_MAX_RECEIVES). Media that is gone (HTTP 404 or 410, a \
-missing file, a local one that is not a regular file or is outside --media-root, over \
---max-media-size) makes those pairs failed research: not leased again until \
+the queue's receive limit (ARCHIVIST_MAX_RECEIVES). When it asks to try later (exit 75, HTTP \
+429 or 503) the item is held for --later-backoff (doubled at each receive of the item, at most \
+--later-max-backoff), then released; that try counts toward the limit too. On the item's last \
+allowed try, an analyser that fails or asks for later again gives the item up: its unanswered \
+pairs become failed research with the analyser's reason (`archivist retry-failed` brings them \
+back), the lease ends, and the item is dead-lettered with that reason. Media that is gone (HTTP \
+404 or 410, a missing file, a local one that is not a regular file or is outside --media-root, \
+over --max-media-size) makes those pairs failed research: not leased again until \
 `archivist retry-failed` or a new media_uri.\n\n\
 The analyser: without --exec or --http, the reference analyser (the one `archivist analyse` \
 runs), in this process. --exec CMD [ARGS…] starts CMD per item instead (everything after \
@@ -146,6 +151,45 @@ pub(crate) struct ResearchArgs {
     /// fails
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(crate) fetch_attempts: u32,
+    /// When the analyser asks to try an item later (exit 75, HTTP 429 or 503), how long the
+    /// item is held before it is released, at its first receive; doubled at each receive
+    /// after, up to --later-max-backoff. Each try counts toward ARCHIVIST_MAX_RECEIVES: the
+    /// last one gives the item up
+    #[arg(long, env = "ARCHIVIST_LATER_BACKOFF", hide_env_values = true,
+          default_value = "1m", value_parser = parse_duration)]
+    pub(crate) later_backoff: Duration,
+    /// The longest hold of an item whose analyser asked to try it later
+    #[arg(long, env = "ARCHIVIST_LATER_MAX_BACKOFF", hide_env_values = true,
+          default_value = "15m", value_parser = parse_duration)]
+    pub(crate) later_max_backoff: Duration,
+}
+
+/// How long an item whose analyser asked for a later try is held before it is released.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Later {
+    /// The hold at the item's first receive; doubled at each receive after.
+    pub(crate) first: Duration,
+    /// The longest hold.
+    pub(crate) max: Duration,
+}
+
+impl Default for Later {
+    fn default() -> Self {
+        Later {
+            first: Duration::from_secs(60),
+            max: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+impl Later {
+    /// The hold at the item's `receive`th receive (1 on the first).
+    pub(crate) fn wait(&self, receive: u32) -> Duration {
+        let doublings = receive.saturating_sub(1).min(30);
+        self.first
+            .saturating_mul(1 << doublings)
+            .min(self.max.max(self.first))
+    }
 }
 
 /// Parses a size: bytes, or with KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB.
@@ -229,6 +273,13 @@ pub(crate) struct Context {
     stall_timeout: Duration,
     drain_timeout: Duration,
     slots: Mutex<Vec<SlotState>>,
+    /// The queue's receive limit (ARCHIVIST_MAX_RECEIVES): an item received this many times
+    /// is on its last allowed try.
+    max_receives: u32,
+    /// Holds of items whose analyser asked for a later try.
+    later: Later,
+    /// Cancelled at the shutdown signal: an item held for a later try is released at once.
+    stopping: CancellationToken,
 }
 
 impl Context {
@@ -317,6 +368,10 @@ pub(crate) async fn run(
         once: args.once,
         stall_timeout: args.stall_timeout,
         drain_timeout: args.drain_timeout,
+        later: Later {
+            first: args.later_backoff,
+            max: args.later_max_backoff,
+        },
     };
     let outcome = run_on(config, bus.as_ref(), setup, &token).await;
     match tokio::time::timeout(RELEASE_GRACE, bus.close()).await {
@@ -338,6 +393,8 @@ pub(crate) struct Setup {
     pub(crate) once: bool,
     pub(crate) stall_timeout: Duration,
     pub(crate) drain_timeout: Duration,
+    /// Holds of items whose analyser asked for a later try.
+    pub(crate) later: Later,
 }
 
 /// Runs the researcher's slots on `bus` until `token` is cancelled (then the drain) or, with
@@ -364,6 +421,9 @@ pub(crate) async fn run_on(
         stall_timeout: setup.stall_timeout,
         drain_timeout: setup.drain_timeout,
         slots: Mutex::new(vec![SlotState::Idle; concurrency]),
+        max_receives: config.max_receives,
+        later: setup.later,
+        stopping: token.clone(),
     });
     if let Some(addr) = config.metrics_addr {
         serve::spawn(addr, ctx.clone(), concurrency, token).await?;
@@ -504,5 +564,22 @@ mod tests {
         assert!(parse_size("ten").is_err());
         assert!(parse_size("5 parsecs").is_err());
         assert!(parse_size("0").is_err());
+    }
+
+    #[test]
+    fn later_holds_double_at_each_receive_up_to_the_max() {
+        let later = Later::default();
+        let minutes: Vec<u64> = (1..=6).map(|r| later.wait(r).as_secs() / 60).collect();
+        assert_eq!(minutes, [1, 2, 4, 8, 15, 15]);
+        assert_eq!(later.wait(u32::MAX), Duration::from_secs(15 * 60));
+        let odd = Later {
+            first: Duration::from_secs(10),
+            max: Duration::from_secs(1),
+        };
+        assert_eq!(
+            odd.wait(3),
+            Duration::from_secs(10),
+            "never below the first"
+        );
     }
 }

@@ -184,31 +184,7 @@ pub(crate) async fn spawn(
     token: &CancellationToken,
 ) -> anyhow::Result<SocketAddr> {
     let prometheus = metrics::install()?;
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(listener) => listener,
-        // Configuration, not an outage: another address is the fix (exit 2).
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::AddrInUse
-                    | std::io::ErrorKind::AddrNotAvailable
-                    | std::io::ErrorKind::PermissionDenied
-            ) =>
-        {
-            return Err(crate::config::usage(format!(
-                "cannot listen on {setting} {addr}: {e}{}",
-                if e.kind() == std::io::ErrorKind::AddrInUse {
-                    " (another program, or another archivist, listens there: choose another \
-                     port, or 0 for any free one)"
-                } else {
-                    ""
-                }
-            )))
-        }
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("cannot listen on {setting} {addr}")))
-        }
-    };
+    let listener = guard::bind(addr, setting).await?;
     let bound = listener.local_addr().context("the listener's address")?;
     let app = Arc::new(App {
         sources,
@@ -243,15 +219,5 @@ pub(crate) async fn spawn(
     } else {
         tracing::info!("serving /metrics, /healthz and /readyz on http://{bound}");
     }
-    let mut router = router
-        .with_state(app)
-        .layer(axum::middleware::from_fn(guard::deadline));
-    if let Some(hosts) = guard::Hosts::for_bound(bound) {
-        router = router.layer(axum::middleware::from_fn_with_state(
-            hosts,
-            guard::check_host,
-        ));
-    }
-    tokio::spawn(guard::serve(listener, router, token.clone()));
-    Ok(bound)
+    guard::spawn(listener, router.with_state(app), token)
 }

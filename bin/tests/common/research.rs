@@ -371,6 +371,8 @@ impl World {
         bus.set("DATABASE_URL", &database_url);
         bus.set("ARCHIVIST_MAX_CLIPS", "2");
         bus.set("ARCHIVIST_START_JITTER", "0s");
+        // An item whose analyser asks for later is held this long, not minutes.
+        bus.set("ARCHIVIST_LATER_BACKOFF", "200ms");
         bus.set("RUST_LOG", "info");
         std::fs::create_dir_all(dir.path().join("media")).unwrap();
         World {
