@@ -11,6 +11,8 @@
 //! - `api.rs`: `/api/…`, the page's data as JSON.
 //! - `browse.rs`: `/clips`, `/episodes` and each one's page: the archive for people.
 //! - `browse_api.rs`: `/api/clips`, `/api/episodes` and each one's page as JSON.
+//! - `layout.rs`, `style.css`: what every page shares: the head, the top bar, the stylesheet
+//!   (`/style.css`).
 //!
 //! The status page and the API are served by `serve` and `run`; the one-archivist
 //! subcommands serve metrics and health checks only.
@@ -21,6 +23,7 @@ mod browse_api;
 pub(crate) mod guard;
 mod health;
 mod history;
+mod layout;
 mod metrics;
 mod snapshot;
 mod status_page;
@@ -198,6 +201,7 @@ pub(crate) async fn spawn(
     if routes == Routes::Everything {
         router = router
             .route("/", get(status_page::page))
+            .route(layout::STYLESHEET_PATH, get(layout::stylesheet))
             .route("/api/status", get(api::status))
             .route("/api/progress", get(api::progress))
             .route("/api/leases", get(api::leases))
