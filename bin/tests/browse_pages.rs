@@ -272,6 +272,7 @@ fn browse_in_a_browser(dir: &Path, url: &str) {
     episodes[2417].title = "Episode 2417: The Zeppelin Incident".into();
     episodes[3001].title = HOSTILE_EPISODE.into();
     episodes[3002].media_uri = "javascript:alert(document.domain)".into();
+    episodes[30].title = "Episode 30: The Timeline Special".into();
     let started = Instant::now();
     let laugh = clip(HOSTILE_CLIP, 1);
     let other = clip("Theme tune", 2);
@@ -296,6 +297,13 @@ fn browse_in_a_browser(dir: &Path, url: &str) {
                 found(&episodes[3002], &laugh, &[60_000_000_000], t),
                 found(&episodes[3001], &laugh, &[], t),
                 found(&episodes[3001], &other, &[5_000_000_000], t),
+                // An hour long (as `found` measures it), the theme at 10, 30 and 50 minutes.
+                found(
+                    &episodes[30],
+                    &other,
+                    &[600_000_000_000, 1_800_000_000_000, 3_000_000_000_000],
+                    t,
+                ),
             ])
             .await
             .unwrap();
@@ -418,7 +426,82 @@ fn browse_in_a_browser(dir: &Path, url: &str) {
         390,
         844,
     );
+
+    // The timeline as a picture, checked by what the browser drew: the episode a bar, each
+    // occurrence a marker whose left edge lies at its offset's share of the episode, as wide
+    // as the clip (at least a few pixels), and playing the episode from 3 s before it.
+    let special = api(&addr, "/api/episodes?q=timeline")["items"][0]["id"]
+        .as_i64()
+        .unwrap();
+    let json = api(&addr, &format!("/api/episodes/{special}"));
+    assert_eq!(json["duration_ns"], 3_600_000_000_000_i64, "{json}");
+    let scratch = tempfile::tempdir().unwrap();
+    let file = common::serving::measurable(
+        &addr,
+        &format!("/episodes/{special}"),
+        MEASURE_TIMELINE,
+        scratch.path(),
+    );
+    for width in [390, 1280] {
+        let drawn = common::serving::measured(&chromium(
+            &file,
+            &["--dump-dom", &format!("--window-size={width},900")],
+        ));
+        let bar = &drawn["bar"];
+        let (left, inner) = (
+            bar["left"].as_f64().unwrap() + bar["border"].as_f64().unwrap(),
+            bar["inner"].as_f64().unwrap(),
+        );
+        assert!(
+            inner > 250.0,
+            "the bar is {inner} px wide at {width}: {drawn}"
+        );
+        let markers = drawn["markers"].as_array().unwrap();
+        let want = [
+            (600.0, "#t=597"),
+            (1_800.0, "#t=1797"),
+            (3_000.0, "#t=2997"),
+        ];
+        assert_eq!(markers.len(), want.len(), "{drawn}");
+        for (marker, (seconds, fragment)) in markers.iter().zip(want) {
+            let at = left + inner * seconds / 3_600.0;
+            let x = marker["left"].as_f64().unwrap();
+            assert!(
+                (x - at).abs() <= 1.5,
+                "a marker at {x} px, its offset at {at} px: {drawn}"
+            );
+            let w = marker["width"].as_f64().unwrap();
+            let clip = (inner * 4.0 / 3_600.0).max(4.0);
+            assert!(
+                (w - clip).abs() <= 1.5,
+                "a marker {w} px wide, the clip {clip} px: {drawn}"
+            );
+            assert!(marker["height"].as_f64().unwrap() >= 20.0, "{drawn}");
+            let href = marker["href"].as_str().unwrap();
+            assert!(href.ends_with(fragment), "{href}");
+        }
+    }
+    screenshot(
+        &format!("{base}/episodes/{special}"),
+        &format!("episode-timeline-{kind}.png"),
+        1280,
+        900,
+    );
 }
+
+/// Measures the episode page's timeline picture: the bar's box (its left edge, border and the
+/// width inside it) and each marker's box and link.
+const MEASURE_TIMELINE: &str = "\
+    var bar = document.querySelector('#timeline-picture .bar');\
+    var box = bar.getBoundingClientRect();\
+    return {\
+      bar: {left: box.left, border: bar.clientLeft, inner: bar.clientWidth},\
+      markers: Array.prototype.map.call(document.querySelectorAll('#timeline-picture .marker'),\
+        function (m) {\
+          var r = m.getBoundingClientRect();\
+          return {left: r.left, width: r.width, height: r.height, href: m.href};\
+        })\
+    };";
 
 /// The JSON listings page by cursor through all 4,000 episodes, each once; bad cursors and
 /// ids are refused with 400 and 404.

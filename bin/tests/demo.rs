@@ -261,7 +261,15 @@ fn demo_without_database_url_leaves_its_results_in_the_default_datastore_to_expl
     let dir = tempfile::tempdir().unwrap();
     // A store that exists but is empty (as `migrate` leaves it) is fine for the demo.
     archivist(dir.path(), &["migrate"], &[]).expect_code(0);
-    let run = archivist(dir.path(), &["demo"], &[]).expect_code(0);
+    // Its temporary directory of its own: the demo leaves nothing behind there.
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let run = archivist(dir.path(), &["demo"], &[("TMPDIR", tmp.to_str().unwrap())]).expect_code(0);
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "the demo left {left:?} in its temporary directory"
+    );
     assert!(dir.path().join("archivist.sqlite").exists());
     for command in [
         "archivist status",

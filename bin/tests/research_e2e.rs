@@ -212,10 +212,10 @@ fn a_hanging_analyser_is_stopped_at_the_stall_timeout() {
         .trim()
         .parse()
         .unwrap();
-    assert!(
-        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
-        "analyser {pid} still runs"
-    );
+    // Killed as the researcher gave up; it may take a moment to go.
+    common::research::eventually(&format!("analyser {pid} to stop"), PATIENCE, || {
+        common::research::process_gone(pid)
+    });
 }
 
 #[test]
@@ -870,19 +870,14 @@ fn bad_usage_exits_2_and_says_why() {
         .run(&["research", "--http", "ftp://x/analyse"], &[])
         .expect_code(2);
     assert!(run.stderr.contains("http:// or https://"), "{}", run.stderr);
-    // One cache directory, one researcher.
-    let cache = w.path().join("shared-cache").display().to_string();
-    let first = w.spawn_research(&["--cache-dir", &cache], &python(&[]), &[]);
-    common::research::eventually("the first researcher's lock", PATIENCE, || {
-        w.path().join("shared-cache/.lock").exists()
-    });
+    // A --media-root that is not there.
     let run = w
         .run(
             &[
                 "research",
                 "--once",
-                "--cache-dir",
-                &cache,
+                "--media-root",
+                "/no/such/folder",
                 "--exec",
                 "true",
             ],
@@ -890,12 +885,188 @@ fn bad_usage_exits_2_and_says_why() {
         )
         .expect_code(2);
     assert!(
-        run.stderr.contains("in use by another researcher"),
+        run.stderr
+            .contains("--media-root /no/such/folder: No such file"),
         "{}",
         run.stderr
     );
-    common::research::signal(first.id(), "TERM");
-    assert_eq!(first.wait_with_output().unwrap().status.code(), Some(0));
+}
+
+/// Sends episodes and clips with these media URIs (episode i, clip k, in order) as curated
+/// items and ingests them.
+fn curate_uris(w: &World, episodes: &[String], clips: &[String]) {
+    let episodes: Vec<String> = episodes
+        .iter()
+        .enumerate()
+        .map(|(i, uri)| w.episode_json(i, uri).to_string())
+        .collect();
+    let clips: Vec<String> = clips
+        .iter()
+        .enumerate()
+        .map(|(k, uri)| w.clip_json(k, uri).to_string())
+        .collect();
+    w.run(&["migrate"], &[]).expect_code(0);
+    w.send(&w.bus.episodes_queue.clone(), &episodes);
+    w.send(&w.bus.clips_queue.clone(), &clips);
+    w.run(&["episodes", "--once"], &[]).expect_code(0);
+    w.run(&["clips", "--once"], &[]).expect_code(0);
+}
+
+/// (researched, failed) pairs, and the most common failure reasons as JSON text.
+fn pairs_and_reasons(w: &World) -> ((u64, u64), String) {
+    w.run(&["completed-research"], &[]).expect_code(0);
+    let s = w.status();
+    (
+        (
+            s["researched_pairs"].as_u64().unwrap(),
+            s["failed_pairs"].as_u64().unwrap(),
+        ),
+        s["failure_reasons"].to_string(),
+    )
+}
+
+/// Local media that is no regular file (a character device that never ends, a FIFO nobody
+/// writes) is failed research at once, saying what it is; the researcher is not held up by it
+/// and stops on SIGINT.
+#[test]
+fn special_local_media_is_failed_research_and_the_researcher_still_stops() {
+    use common::research::{clip_audio, episode_audio, Kind};
+    let w = World::new(BusEnv::database(), None, 2, 2);
+    let fifo = w.path().join("media/c0.fifo");
+    rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::RUSR).unwrap();
+    let e1 = w.place("e1.mp3", episode_audio(1, 2), Kind::Http);
+    let c1 = w.place("c1.mp3", clip_audio(1), Kind::FileUrl);
+    curate_uris(
+        &w,
+        &["/dev/zero".into(), e1],
+        &[fifo.display().to_string(), c1],
+    );
+    w.pending_research_at_once(1, Some("2"));
+    let child = w.spawn_research(&["--concurrency", "2"], &python(&[]), &[]);
+    common::research::eventually("a result for every pair", PATIENCE, || {
+        let d = w.queue_depths();
+        d[w.bus.completed_queue.as_str()]["waiting"].as_u64() == Some(4)
+    });
+    common::research::signal(child.id(), "INT");
+    common::research::exits_within(child, "the researcher", PATIENCE).expect_code(0);
+    let (pairs, reasons) = pairs_and_reasons(&w);
+    assert_eq!(pairs, (1, 3), "{reasons}");
+    assert!(
+        reasons.contains("episode not a regular file: /dev/zero is a character device"),
+        "{reasons}"
+    );
+    assert!(
+        reasons.contains(&format!(
+            "clip not a regular file: {} is a FIFO",
+            fifo.display()
+        )),
+        "{reasons}"
+    );
+}
+
+/// With --media-root, local media outside it (a path, a symlink inside pointing out) is
+/// failed research naming the flag; inside it is read.
+#[test]
+fn media_root_limits_where_local_media_is_read() {
+    use common::research::{clip_audio, episode_audio, Kind};
+    let mut w = World::new(BusEnv::database(), None, 1, 3);
+    w.bus.set("ARCHIVIST_MAX_CLIPS", "3");
+    let outside = w.path().join("outside.mp3");
+    std::fs::write(&outside, clip_audio(1)).unwrap();
+    let link = w.path().join("media/c1.mp3");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let e0 = w.place("e0.mp3", episode_audio(0, 3), Kind::Http);
+    let c2 = w.place("c2.mp3", clip_audio(2), Kind::FileUrl);
+    curate_uris(
+        &w,
+        &[e0],
+        &[
+            "file:///etc/passwd".into(),
+            format!("file://{}", link.display()),
+            c2,
+        ],
+    );
+    w.pending_research_at_once(1, Some("1"));
+    let root = w.path().join("media").display().to_string();
+    w.research_once(&["--media-root", &root], &python(&[]), &[])
+        .expect_code(0);
+    let (pairs, reasons) = pairs_and_reasons(&w);
+    assert_eq!(pairs, (1, 2), "{reasons}");
+    for refused in ["/etc/passwd".to_string(), link.display().to_string()] {
+        assert!(
+            reasons.contains(&format!(
+                "clip media refused: {refused} is outside every --media-root"
+            )),
+            "{reasons}"
+        );
+    }
+}
+
+/// Researchers share one cache folder (two at once), and a restarted one finds what an
+/// earlier one downloaded instead of downloading it again.
+#[test]
+fn researchers_share_a_cache_folder_that_outlives_them() {
+    use common::research::{clip_audio, episode_audio, free_port, http_get, Kind};
+    let mut w = World::new(BusEnv::database(), None, 2, 1);
+    w.bus.set("ARCHIVIST_MAX_CLIPS", "1");
+    let e0 = w.place("e0.mp3", episode_audio(0, 1), Kind::Http);
+    let e1 = w.place("e1.mp3", episode_audio(1, 1), Kind::Http);
+    let c0 = w.place("c0.mp3", clip_audio(0), Kind::Http);
+    curate_uris(&w, &[e0, e1], &[c0]);
+    let cache = w.path().join("shared-cache").display().to_string();
+    // One item, one researcher: it downloads the clip, and exits.
+    w.pending_research_at_once(1, Some("1"));
+    w.research_once(&["--cache-dir", &cache], &python(&[]), &[])
+        .expect_code(0);
+    assert_eq!(pairs_and_reasons(&w).0, (1, 0));
+    assert_eq!(w.server.hits("/media/c0.mp3"), 1);
+    // Two researchers on that folder at once, either of them taking the other item.
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let long = w.spawn_research(
+        &["--cache-dir", &cache],
+        &python(&[]),
+        &[("ARCHIVIST_METRICS_ADDR", &addr)],
+    );
+    common::research::eventually("the long-running researcher", PATIENCE, || {
+        http_get(port, "/healthz").is_some()
+    });
+    w.pending_research_at_once(1, Some("2"));
+    w.research_once(&["--cache-dir", &cache], &python(&[]), &[])
+        .expect_code(0);
+    common::research::eventually("the other item researched", PATIENCE, || {
+        pairs_and_reasons(&w).0 == (2, 0)
+    });
+    common::research::signal(long.id(), "TERM");
+    common::research::exits_within(long, "the researcher", PATIENCE).expect_code(0);
+    assert_eq!(
+        w.server.hits("/media/c0.mp3"),
+        1,
+        "downloaded again after a restart"
+    );
+}
+
+/// A failure reason names the media by its URI, not by the researcher's cache file (which
+/// means nothing once the researcher is gone).
+#[test]
+fn a_failure_reason_names_the_media_uri_not_the_cache_file() {
+    use common::research::{clip_audio, Kind};
+    let w = World::new(BusEnv::database(), None, 1, 1);
+    let e0 = w.place("e0.mp3", b"not audio at all".repeat(64), Kind::Http);
+    let c0 = w.place("c0.mp3", clip_audio(0), Kind::FileUrl);
+    curate_uris(&w, std::slice::from_ref(&e0), &[c0]);
+    w.pending_research_at_once(1, Some("1"));
+    let cache = w.path().join("cache-reference").display().to_string();
+    // The reference analyser, which names the files it cannot decode.
+    w.run(&["research", "--once", "--cache-dir", &cache], &[])
+        .expect_code(0);
+    let (pairs, reasons) = pairs_and_reasons(&w);
+    assert_eq!(pairs, (0, 1), "{reasons}");
+    assert!(
+        reasons.contains(&format!("the episode: {e0}: ")),
+        "{reasons}"
+    );
+    assert!(!reasons.contains(&cache), "{reasons}");
 }
 
 #[test]

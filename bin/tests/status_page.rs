@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::pipeline::{item_pairs, results_for, Scenario, CLIPS, EPISODES};
-use common::serving::{request, start_serving, Running};
+use common::serving::{measurable, measured, request, start_serving, Running};
 use common::PgDatabase;
 use serde_json::Value;
 
@@ -332,7 +332,46 @@ fn a_person_watches_the_pipeline_in_a_browser() {
     let status = api(&addr, "/api/status");
     assert_eq!(status["researched_pairs"], pairs);
     assert_eq!(status["matched_pairs"], matched);
+
+    // The finished archive seen by a server started after it finished (its first reading is
+    // all it has): the chart, as the browser drew it, is a full line along the top, where the
+    // dashed line for every pair researched runs, not an empty box.
+    let (_again, again) = start_serving(&s, &["serve", "--addr", "127.0.0.1:0"], &[], DEADLINE);
+    let scratch = tempfile::tempdir().unwrap();
+    let file = measurable(&again, "/", MEASURE_CHART, scratch.path());
+    let drawn = measured(&browser.run(&file, &["--dump-dom", "--window-size=412,900"]));
+    let (chart, line, all) = (&drawn["chart"], &drawn["line"], &drawn["all"]);
+    let px = |v: &Value, k: &str| v[k].as_f64().unwrap();
+    assert!(px(chart, "width") > 300.0, "{drawn}");
+    assert!(
+        (px(line, "left") - px(chart, "left")).abs() <= 1.0
+            && (px(line, "width") - px(chart, "width")).abs() <= 1.0,
+        "the line spans the chart: {drawn}"
+    );
+    assert!(px(line, "height") <= 1.0, "the line is level: {drawn}");
+    assert!(
+        (px(line, "top") - px(all, "top")).abs() <= 1.0,
+        "the line runs along every pair researched: {drawn}"
+    );
+    assert!(
+        px(line, "top") - px(chart, "top") < 0.15 * px(chart, "height"),
+        "the line is at the top: {drawn}"
+    );
+    browser.screenshot(
+        &format!("http://{again}/"),
+        &shots.join("5-finished-archive.png"),
+        412,
+        1200,
+    );
 }
+
+/// Measures the progress chart as drawn: its box, its line's and the dashed top line's.
+const MEASURE_CHART: &str = "\
+    var svg = document.getElementById('progress-chart');\
+    var box = function (e) { var r = e.getBoundingClientRect();\
+      return {left: r.left, top: r.top, width: r.width, height: r.height}; };\
+    return {chart: box(svg), line: box(svg.querySelector('polyline.line')),\
+      all: box(svg.querySelector('line.all'))};";
 
 #[test]
 fn the_api_serves_the_page_data_as_json_and_changes_nothing() {

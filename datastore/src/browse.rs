@@ -103,6 +103,8 @@ pub struct TimelineEntry {
     pub clip_id: i64,
     /// The clip's title.
     pub clip_title: String,
+    /// The clip's length in nanoseconds, as its researcher measured it.
+    pub clip_duration_ns: i64,
 }
 
 /// A failed pair of an episode, with its reason.
@@ -123,6 +125,9 @@ pub struct EpisodePage {
     pub summary: EpisodeSummary,
     /// Every clip found in it, once per offset, in the order they occur (ties: clip title).
     pub timeline: Vec<TimelineEntry>,
+    /// The episode's length in nanoseconds as its researchers measured it (the longest their
+    /// matched results give); none before a clip was found in it.
+    pub duration_ns: Option<i64>,
     /// Pairs under a lease not expired at the time asked.
     pub leased_pairs: u64,
     /// Pairs neither researched, nor failed, nor leased.
@@ -250,6 +255,7 @@ pub(crate) fn episode_page(
     summary: EpisodeSummary,
     timeline: Vec<TimelineEntry>,
     leased: i64,
+    duration_ns: Option<i64>,
     failed: Vec<FailedPair>,
 ) -> EpisodePage {
     let leased_pairs = count(leased);
@@ -259,6 +265,7 @@ pub(crate) fn episode_page(
     EpisodePage {
         summary,
         timeline,
+        duration_ns: duration_ns.filter(|&ns| ns > 0),
         leased_pairs,
         unresearched_pairs,
         failed,

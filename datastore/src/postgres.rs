@@ -2378,21 +2378,24 @@ impl PgDataStore {
         };
         let summary = episode_summary_from_row(&row)?;
         // The episode's matches (research_results_matched_episode, 0001).
-        let found: Vec<(i64, String, Vec<i64>)> = sqlx::query_as(
-            "SELECT r.clip_id, c.title, r.clip_offsets_ns \
+        let found: Vec<(i64, String, Vec<i64>, i64, i64)> = sqlx::query_as(
+            "SELECT r.clip_id, c.title, r.clip_offsets_ns, r.clip_duration_ns, \
+             r.episode_duration_ns \
              FROM research_results r JOIN clips c ON c.id = r.clip_id \
              WHERE r.episode_id = $1 AND r.matched",
         )
         .bind(id)
         .fetch_all(&mut *tx)
         .await?;
+        let duration_ns = found.iter().map(|f| f.4).max();
         let mut timeline: Vec<TimelineEntry> = found
             .into_iter()
-            .flat_map(|(clip_id, clip_title, offsets)| {
+            .flat_map(|(clip_id, clip_title, offsets, clip_duration_ns, _)| {
                 offsets.into_iter().map(move |offset_ns| TimelineEntry {
                     offset_ns,
                     clip_id,
                     clip_title: clip_title.clone(),
+                    clip_duration_ns,
                 })
             })
             .collect();
@@ -2427,7 +2430,11 @@ impl PgDataStore {
             })
             .collect();
         Ok(Some(browse::episode_page(
-            summary, timeline, leased, failed,
+            summary,
+            timeline,
+            leased,
+            duration_ns,
+            failed,
         )))
     }
 }

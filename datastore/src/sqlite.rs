@@ -1727,7 +1727,8 @@ impl Browse for SqliteDataStore {
         let summary = episode_summary_from_row(&row)?;
         // The episode's matches (research_results_matched_episode, 0001).
         let found = sqlx::query(
-            "SELECT r.clip_id, c.title, r.clip_offsets_ns \
+            "SELECT r.clip_id, c.title, r.clip_offsets_ns, r.clip_duration_ns, \
+             r.episode_duration_ns \
              FROM research_results r JOIN clips c ON c.id = r.clip_id \
              WHERE r.episode_id = ?1 AND r.matched = 1",
         )
@@ -1735,10 +1736,14 @@ impl Browse for SqliteDataStore {
         .fetch_all(&mut *tx)
         .await?;
         let mut timeline = Vec::new();
+        let mut duration_ns = None;
         for row in &found {
             let clip_id: i64 = row.try_get(0)?;
             let clip_title: String = row.try_get(1)?;
             let offsets: String = row.try_get(2)?;
+            let clip_duration_ns: i64 = row.try_get(3)?;
+            let episode_duration_ns: i64 = row.try_get(4)?;
+            duration_ns = duration_ns.max(Some(episode_duration_ns));
             timeline.extend(
                 offsets_from(&offsets)?
                     .into_iter()
@@ -1746,6 +1751,7 @@ impl Browse for SqliteDataStore {
                         offset_ns,
                         clip_id,
                         clip_title: clip_title.clone(),
+                        clip_duration_ns,
                     }),
             );
         }
@@ -1781,7 +1787,11 @@ impl Browse for SqliteDataStore {
         .collect::<Result<Vec<_>>>()?;
         tx.commit().await?;
         Ok(Some(browse::episode_page(
-            summary, timeline, leased, failed,
+            summary,
+            timeline,
+            leased,
+            duration_ns,
+            failed,
         )))
     }
 }

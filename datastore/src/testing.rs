@@ -2734,6 +2734,12 @@ pub mod cases {
             ),
             (3, 1, 2, 6)
         );
+        // The lengths the researchers measured, for drawing the timeline.
+        assert_eq!(page.duration_ns, Some(3_600_000_000_000));
+        assert!(page
+            .timeline
+            .iter()
+            .all(|t| t.clip_duration_ns == 4_000_000_000));
         assert_eq!((page.leased_pairs, page.unresearched_pairs), (2, 0));
         assert_eq!(page.failed.len(), 1);
         assert_eq!(page.failed[0].clip_title, "Clip 3");

@@ -241,16 +241,6 @@ pub(crate) async fn serve(
             .route("/curator", get(page))
             .route("/api/curator", get(api));
     }
-    let router = router
-        .with_state(app)
-        .layer(axum::middleware::from_fn(guard::deadline));
-    let router = match guard::Hosts::for_bound(bound) {
-        Some(hosts) => router.layer(axum::middleware::from_fn_with_state(
-            hosts,
-            guard::check_host,
-        )),
-        None => router,
-    };
     if with_board {
         tracing::info!(
             "serving the curator's page (/), /api/curator, /metrics and /healthz on http://{bound}"
@@ -259,7 +249,7 @@ pub(crate) async fn serve(
         tracing::info!("serving /metrics and /healthz on http://{bound}");
     }
     // The archivists' server guard: bounded connections, deadlines, own host names only.
-    tokio::spawn(guard::serve(listener, router, token.clone()));
+    guard::spawn(listener, router.with_state(app), token)?;
     Ok(bound)
 }
 

@@ -259,12 +259,17 @@ fn spawn_researchers(
     lease: Duration,
     ledger: &Arc<Ledger>,
 ) -> anyhow::Result<()> {
-    let cache_dir =
-        std::env::temp_dir().join(format!("archivist-demo-cache-{}", std::process::id()));
+    // The demo's media are local files, never downloaded: its cache stays empty, and goes
+    // with the researchers (a folder of the temporary directory, removed when they end).
+    let cache = tempfile::Builder::new()
+        .prefix("archivist-demo-cache-")
+        .tempdir()
+        .context("a cache folder for the demo's researchers")?;
     let media = Media::new(MediaConfig {
-        cache_dir,
+        cache_dir: cache.path().to_path_buf(),
         cache_size: 1 << 30,
         max_size: 1 << 30,
+        media_roots: Vec::new(),
         connect_timeout: Duration::from_secs(10),
         read_timeout: Duration::from_secs(10),
         attempts: 3,
@@ -284,12 +289,17 @@ fn spawn_researchers(
         once: false,
         stall_timeout: lease + STALL_MARGIN,
         drain_timeout: DEMO_DRAIN,
+        later: research::Later::default(),
     };
     // The demo serves nothing: the researchers' own server stays off.
     let mut config = config.clone();
     config.metrics_addr = None;
     let (bus, token) = (bus.clone(), token.clone());
-    set.spawn(async move { research::run_on(&config, bus.as_ref(), setup, &token).await });
+    set.spawn(async move {
+        let ran = research::run_on(&config, bus.as_ref(), setup, &token).await;
+        drop(cache);
+        ran
+    });
     Ok(())
 }
 

@@ -191,7 +191,7 @@ impl Run for StagedRun {
         Ok(line)
     }
 
-    async fn finish(self: Box<Self>) -> Ending {
+    async fn finish(&mut self) -> Ending {
         self.run.finish().await
     }
 

@@ -38,8 +38,10 @@ pub(crate) trait Run: Send {
     /// Dropping the future loses nothing: the next call goes on where this one stopped.
     async fn next_line(&mut self) -> anyhow::Result<Option<String>>;
 
-    /// After the output ended: how the run ended (waits for the program to exit).
-    async fn finish(self: Box<Self>) -> Ending;
+    /// After the output ended: how the run ended (waits for the program to exit). The run
+    /// stays the caller's: when the wait is given up on (a timeout, the drain), it calls
+    /// [`stop`](Self::stop).
+    async fn finish(&mut self) -> Ending;
 
     /// Stops the run now (a stall, a bad line, the drain timeout): a child gets SIGTERM, then
     /// SIGKILL after the grace period; a request is dropped.

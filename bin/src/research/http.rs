@@ -144,9 +144,9 @@ impl Run for HttpRun {
         }
     }
 
-    async fn finish(self: Box<Self>) -> Ending {
-        match *self {
-            HttpRun::Ended(ending) => ending,
+    async fn finish(&mut self) -> Ending {
+        match self {
+            HttpRun::Ended(ending) => ending.clone(),
             HttpRun::Streaming {
                 broken: Some(why), ..
             } => Ending::Failed(format!("the analyser's response broke off: {why}")),

@@ -2,19 +2,34 @@
 //! URLs and plain paths read where they are; each with the SHA-256 of its bytes (the
 //! results' `episode_hash` / `clip_hash`).
 //!
-//! Downloads stream to a temporary file beside the cache (hashed and counted on the way, cut
-//! off at the size limit) and are renamed into place when whole. The cache holds at most
-//! `--cache-size` bytes of finished downloads, evicting the least recently used file that no
-//! item is using; a file in use stays even when that leaves the cache over its size for a
-//! while. One download per URI at a time: a second item asking for it waits and then finds it
-//! cached. The cache directory belongs to one researcher process (a lock file says so; a
-//! second one refuses to start): its files are cleared at start (the index is in memory).
+//! Local media: regular files only (a device such as `/dev/zero`, a FIFO, a socket or a
+//! directory is refused, without blocking on it), read up to `--max-media-size` however much
+//! the file grows meanwhile, and with `--media-root` only inside those folders (checked on the
+//! file opened, symlinks and `..` resolved).
 //!
-//! What fails how: 404 and 410, a missing local file, a file over the size limit, a URI
-//! scheme no researcher reads are *gone* (will not pass: the pairs are reported as failed
-//! research); connection errors, timeouts, 429 and 5xx are retried with exponential backoff,
-//! honouring `Retry-After`, and once the attempts are spent the item fails for another try
-//! (as do other statuses, such as 401 or 403, which a person can fix).
+//! The cache directory (by default `$XDG_CACHE_HOME/archivist/media`, else
+//! `~/.cache/archivist/media`) outlives the process and is shared by every researcher pointed
+//! at it. Its files:
+//!
+//! - `<sha256 of the bytes>.media`: a finished download, named by its content (so a name is
+//!   written once, and what a name holds never changes);
+//! - `<sha256 of the URI>.uri`: a symlink to the download of that URI;
+//! - `….part`: a download under way, hashed and counted on the way, cut off at the size
+//!   limit, then linked into place (never over an existing file) when whole.
+//!
+//! A researcher holds a shared `flock` on each download its items use; eviction (the least
+//! recently used files until the directory holds at most `--cache-size` bytes) takes the
+//! exclusive lock without waiting, so a file in use anywhere stays, even when that leaves the
+//! cache over its size for a while. One download per URI at a time in a process: a second item
+//! asking for it waits and then finds it cached; two processes may download one URI at once,
+//! and the second finds the first's file in place and uses it.
+//!
+//! What fails how: 404 and 410, a missing local file, a file that is not a regular file or is
+//! outside every `--media-root`, a file over the size limit, a URI scheme no researcher reads
+//! are *gone* (will not pass: the pairs are reported as failed research); connection errors,
+//! timeouts, 429 and 5xx are retried with exponential backoff, honouring `Retry-After`, and
+//! once the attempts are spent the item fails for another try (as do other statuses, such as
+//! 401 or 403, which a person can fix). A refused address is *gone* as well.
 //!
 //! Media addresses come from feeds written by others: a download connects to public
 //! addresses only, checked on the address connected to and at every redirect hop
@@ -25,10 +40,10 @@
 //! stops when the item's lease ends: its pairs are then someone else's.
 
 use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant, SystemTime};
 
 use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
@@ -45,6 +60,8 @@ pub(crate) struct MediaConfig {
     pub(crate) cache_size: u64,
     /// The largest media file fetched or read.
     pub(crate) max_size: u64,
+    /// The folders local media must be in, canonical (see [`media_roots`]); empty: anywhere.
+    pub(crate) media_roots: Vec<PathBuf>,
     pub(crate) connect_timeout: Duration,
     /// The longest wait for the next bytes of a response.
     pub(crate) read_timeout: Duration,
@@ -54,6 +71,44 @@ pub(crate) struct MediaConfig {
     pub(crate) addresses: AddressPolicy,
     /// The lowest average rate of a download after [`RATE_GRACE`], in bytes a second (0: none).
     pub(crate) min_rate: u64,
+}
+
+/// The cache directory when `--cache-dir` is not given: `archivist/media` under
+/// `$XDG_CACHE_HOME` (when absolute, as the XDG spec asks), else under `~/.cache`.
+pub(crate) fn default_cache_dir() -> anyhow::Result<PathBuf> {
+    let var = |name| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let base = var("XDG_CACHE_HOME")
+        .or_else(|| var("HOME").map(|home| home.join(".cache")))
+        .ok_or_else(|| {
+            crate::config::usage(
+                "no cache directory: neither XDG_CACHE_HOME nor HOME is set; give --cache-dir \
+                 (ARCHIVIST_CACHE_DIR)",
+            )
+        })?;
+    Ok(base.join("archivist").join("media"))
+}
+
+/// `--media-root`s, canonical: each must be an existing folder (else a usage error).
+pub(crate) fn media_roots(given: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    given
+        .iter()
+        .map(|root| {
+            let canonical = std::fs::canonicalize(root).map_err(|e| {
+                crate::config::usage(format!("--media-root {}: {e}", root.display()))
+            })?;
+            if !canonical.is_dir() {
+                return Err(crate::config::usage(format!(
+                    "--media-root {}: not a folder",
+                    root.display()
+                )));
+            }
+            Ok(canonical)
+        })
+        .collect()
 }
 
 /// Why media could not be had.
@@ -67,22 +122,52 @@ pub(crate) enum MediaError {
     Cancelled,
 }
 
-/// A media file ready to analyse; the cache keeps it while this lives.
+/// A media file ready to analyse; while it lives, no researcher's eviction removes it.
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub(crate) path: PathBuf,
     pub(crate) size: u64,
     /// Lowercase hex SHA-256 of the bytes.
     pub(crate) sha256: String,
-    /// Whether the cache owns the file (a download), rather than the user (a local file).
-    downloaded: bool,
-    last_used: AtomicU64,
+    /// The media URI as given (a remote one redacted): what messages name, never `path`,
+    /// which means nothing once this process is gone.
+    uri: String,
+    /// A download: its file, open with a shared `flock` (eviction needs the exclusive one).
+    held: Option<std::fs::File>,
     /// For a local file: its modification time and size when hashed, to notice a change.
     stamp: Option<Stamp>,
 }
 
+impl Entry {
+    /// `text` with this entry's path replaced by its URI.
+    fn name_uri(&self, text: &str) -> String {
+        let path = self.path.display().to_string();
+        if path.is_empty() || !text.contains(&path) {
+            return text.to_string();
+        }
+        text.replace(&path, &self.uri)
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        // Last used now, for the eviction of the least recently used.
+        if let Some(file) = &self.held {
+            let _ = file.set_modified(SystemTime::now());
+        }
+    }
+}
+
+/// `text` (an analyser's failure reason) with the paths of `entries` replaced by their media
+/// URIs: a path into the cache means nothing to whoever reads the reason later.
+pub(crate) fn name_uris<'e>(text: &str, entries: impl IntoIterator<Item = &'e Entry>) -> String {
+    entries
+        .into_iter()
+        .fold(text.to_string(), |text, entry| entry.name_uri(&text))
+}
+
 /// A local file's modification time and size: a change to either means it is hashed again.
-type Stamp = (std::time::SystemTime, u64);
+type Stamp = (SystemTime, u64);
 
 fn stamp(meta: &std::fs::Metadata) -> Option<Stamp> {
     Some((meta.modified().ok()?, meta.len()))
@@ -111,9 +196,6 @@ pub(crate) struct Fetched {
 /// The media fetcher and its cache. One per researcher process, shared by its slots.
 pub(crate) struct Media {
     config: MediaConfig,
-    /// Held (an exclusive `flock` on `.lock`) while this process uses the directory, so that
-    /// a second researcher pointed at it refuses to start instead of clearing it.
-    _lock: std::fs::File,
     client: address_policy::Client,
     state: Mutex<CacheState>,
     /// One lock per URI being fetched, so that it is fetched once.
@@ -122,16 +204,23 @@ pub(crate) struct Media {
 
 #[derive(Default)]
 struct CacheState {
-    entries: HashMap<String, Arc<Entry>>,
-    /// Bytes of downloaded entries.
-    total: u64,
-    clock: u64,
+    /// Local files hashed, by URI.
+    local: HashMap<String, Arc<Entry>>,
+    /// Downloads some item of this process holds, by URI (a dead one: found on disk again).
+    downloads: HashMap<String, Weak<Entry>>,
+    /// The size of `downloads` at which dead handles are next swept out.
+    sweep_at: usize,
 }
 
 /// Extension of finished downloads in the cache directory.
 const CACHED: &str = "media";
-/// Extension of downloads under way.
+/// Extension of the symlinks from a URI's hash to its download.
+const POINTER: &str = "uri";
+/// Extension of downloads (and symlinks) under way.
 const PARTIAL: &str = "part";
+/// How old an unlocked `.part` must be before eviction removes it: a crashed researcher's.
+/// (A live one locks its download at once; the age covers the moment before it does.)
+const STALE_PART: Duration = Duration::from_secs(3600);
 /// The longest wait a `Retry-After` may ask for.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
 /// The first backoff between tries; doubled each time, up to [`MAX_BACKOFF`].
@@ -143,7 +232,8 @@ pub(crate) const RATE_GRACE: Duration = Duration::from_secs(30);
 const MAX_REDIRECTS: usize = 10;
 
 impl Media {
-    /// Creates the cache directory if missing and clears what an earlier run left in it.
+    /// Creates the cache directory if missing, removes what crashed researchers left in it
+    /// and evicts down to the cache size. Other researchers may use the directory meanwhile.
     pub(crate) fn new(mut config: MediaConfig) -> anyhow::Result<Self> {
         // Downloads are given to analysers as `media_path`, which the protocol promises is
         // absolute: a relative --cache-dir would make them relative.
@@ -159,34 +249,13 @@ impl Media {
                 config.cache_dir.display()
             ))
         })?;
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(config.cache_dir.join(".lock"))
-            .map_err(|e| {
-                crate::config::usage(format!(
-                    "--cache-dir {}: cannot use it: {e}",
-                    config.cache_dir.display()
-                ))
-            })?;
-        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-            return Err(crate::config::usage(format!(
-                "--cache-dir {} is in use by another researcher: give each its own",
+        std::fs::read_dir(&config.cache_dir).map_err(|e| {
+            crate::config::usage(format!(
+                "--cache-dir {}: cannot use it: {e}",
                 config.cache_dir.display()
-            )));
-        }
-        if let Ok(dir) = std::fs::read_dir(&config.cache_dir) {
-            for entry in dir.flatten() {
-                let path = entry.path();
-                if path
-                    .extension()
-                    .is_some_and(|e| e == CACHED || e == PARTIAL)
-                {
-                    let _ = std::fs::remove_file(&path);
-                }
-            }
-        }
+            ))
+        })?;
+        evict(&config.cache_dir, config.cache_size);
         super::install_crypto();
         let builder = config
             .addresses
@@ -201,7 +270,6 @@ impl Media {
         .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
         Ok(Media {
             config,
-            _lock: lock,
             client,
             state: Mutex::new(CacheState::default()),
             fetching: Mutex::new(HashMap::new()),
@@ -267,14 +335,19 @@ impl Media {
         }
         metrics::counter!("archivist_researcher_cache_misses_total").increment(1);
         let started = Instant::now();
-        let entry = match source {
-            Source::Local(path) => self.hash_local(&path, cancel).await?,
-            Source::Remote(url) => self.download(uri, url, until, cancel).await?,
+        let (entry, downloaded) = match source {
+            Source::Local(path) => (self.hash_local(uri, &path, cancel).await?, false),
+            Source::Remote(url) => (self.download(uri, url, until, cancel).await?, true),
         };
         metrics::histogram!("archivist_researcher_download_duration_seconds")
             .record(started.elapsed().as_secs_f64());
         let entry = Arc::new(entry);
-        self.insert(uri, entry.clone());
+        self.insert(uri, &entry);
+        if downloaded {
+            // This download is held (locked) meanwhile: others go first.
+            let (dir, size) = (self.config.cache_dir.clone(), self.config.cache_size);
+            let _ = tokio::task::spawn_blocking(move || evict(&dir, size)).await;
+        }
         Ok(Fetched {
             entry,
             cache_hit: false,
@@ -287,7 +360,7 @@ impl Media {
     pub(crate) async fn stamps<'u>(&self, uris: impl Iterator<Item = &'u str>) -> Stamps {
         let known: Vec<(String, PathBuf)> = {
             let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            uris.filter(|uri| state.entries.contains_key(*uri))
+            uris.filter(|uri| state.local.contains_key(*uri))
                 .filter_map(|uri| match Source::of(uri) {
                     Ok(Source::Local(path)) => Some((uri.to_string(), path)),
                     _ => None,
@@ -319,105 +392,100 @@ impl Media {
         let unchanged = stamps
             .0
             .get(uri)
-            .and_then(|&stamp| self.touch(uri).filter(|entry| entry.stamp == Some(stamp)));
+            .and_then(|&stamp| self.local(uri).filter(|entry| entry.stamp == Some(stamp)));
         match unchanged {
             Some(entry) => Ok(hit(entry)),
             None => self.fetch_until(uri, lease_end, cancel).await,
         }
     }
 
-    /// The cached entry of `uri`, marked as just used (for eviction), whether or not it is
-    /// still good.
-    fn touch(&self, uri: &str) -> Option<Arc<Entry>> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.clock += 1;
-        let clock = state.clock;
-        let entry = state.entries.get(uri)?.clone();
-        entry.last_used.store(clock, Ordering::Relaxed);
-        Some(entry)
+    /// The entry of the local file `uri`, whether or not it is still good.
+    fn local(&self, uri: &str) -> Option<Arc<Entry>> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.local.get(uri).cloned()
     }
 
-    /// The cached entry of `uri`, if it is still good (a local file unchanged since hashed).
+    /// The cached entry of `uri`, if it is still good (a local file unchanged since hashed, a
+    /// download still in the cache directory: held here, or found there and locked).
     async fn cached(&self, uri: &str, source: &Source) -> Option<Arc<Entry>> {
-        let entry = self.touch(uri)?;
         match source {
             Source::Local(path) => {
+                let entry = self.local(uri)?;
                 let meta = tokio::fs::metadata(path).await.ok()?;
-                if entry.stamp != stamp(&meta) {
-                    return None;
+                (entry.stamp == stamp(&meta)).then_some(entry)
+            }
+            Source::Remote(_) => {
+                let held = {
+                    let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                    state.downloads.get(uri).and_then(Weak::upgrade)
+                };
+                if held.is_some() {
+                    return held;
                 }
+                let (dir, key, shown, max) = (
+                    self.config.cache_dir.clone(),
+                    uri_key(uri),
+                    messagebus::redact_url(uri),
+                    self.config.max_size,
+                );
+                let found = tokio::task::spawn_blocking(move || lookup(&dir, &key, shown, max))
+                    .await
+                    .ok()??;
+                let entry = Arc::new(found);
+                self.insert(uri, &entry);
+                Some(entry)
             }
-            // Someone cleaned the directory: fetch it again.
-            Source::Remote(_) => tokio::fs::metadata(&entry.path).await.ok().map(|_| ())?,
         }
-        Some(entry)
     }
 
-    fn insert(&self, uri: &str, entry: Arc<Entry>) {
+    fn insert(&self, uri: &str, entry: &Arc<Entry>) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.clock += 1;
-        entry.last_used.store(state.clock, Ordering::Relaxed);
-        if let Some(old) = state.entries.insert(uri.to_string(), entry.clone()) {
-            if old.downloaded {
-                state.total = state.total.saturating_sub(old.size);
-            }
+        if entry.held.is_none() {
+            state.local.insert(uri.to_string(), entry.clone());
+            return;
         }
-        if entry.downloaded {
-            state.total += entry.size;
-        }
-        // Evict the least recently used downloads nobody holds until the cache fits.
-        while state.total > self.config.cache_size {
-            let victim = state
-                .entries
-                .iter()
-                .filter(|(_, e)| e.downloaded && Arc::strong_count(e) == 1)
-                .min_by_key(|(_, e)| e.last_used.load(Ordering::Relaxed))
-                .map(|(k, _)| k.clone());
-            let Some(victim) = victim else {
-                break;
-            };
-            if let Some(gone) = state.entries.remove(&victim) {
-                state.total = state.total.saturating_sub(gone.size);
-                let _ = std::fs::remove_file(&gone.path);
-                tracing::debug!(uri = %messagebus::redact_url(&victim), "evicted from the media cache");
-            }
+        state
+            .downloads
+            .insert(uri.to_string(), Arc::downgrade(entry));
+        if state.downloads.len() >= state.sweep_at {
+            state.downloads.retain(|_, held| held.strong_count() > 0);
+            state.sweep_at = (state.downloads.len() * 2).max(1024);
         }
     }
 
-    /// Bytes of downloads the cache holds now.
+    /// Bytes of downloads the cache directory holds now.
     #[cfg(test)]
     fn cached_bytes(&self) -> u64 {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .total
+        std::fs::read_dir(&self.config.cache_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == CACHED))
+            .filter_map(|e| e.metadata().ok())
+            .map(|meta| meta.len())
+            .sum()
     }
 
+    /// Reads and hashes the local file `path` (the media at `uri`).
     async fn hash_local(
         &self,
+        uri: &str,
         path: &Path,
         cancel: &CancellationToken,
     ) -> Result<Entry, MediaError> {
         let shown = path.display();
-        let mut file = match tokio::fs::File::open(path).await {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(MediaError::Gone(format!("media gone: no file {shown}")))
-            }
-            Err(e) => return Err(MediaError::Passing(format!("cannot read {shown}: {e}"))),
+        let (file, meta, opened) = {
+            let (path, roots) = (path.to_path_buf(), self.config.media_roots.clone());
+            tokio::task::spawn_blocking(move || open_local(&path, &roots))
+                .await
+                .map_err(|e| MediaError::Passing(format!("cannot read {shown}: {e}")))??
         };
-        let meta = file
-            .metadata()
-            .await
-            .map_err(|e| MediaError::Passing(format!("cannot read {shown}: {e}")))?;
-        if meta.is_dir() {
-            return Err(MediaError::Gone(format!(
-                "not audio: {shown} is a directory"
-            )));
+        let max = self.config.max_size;
+        if meta.len() > max {
+            return Err(too_large(max));
         }
-        if meta.len() > self.config.max_size {
-            return Err(too_large(self.config.max_size));
-        }
+        // The file may grow while it is read: no more than one byte over the limit is read.
+        let mut file = tokio::fs::File::from_std(file).take(max.saturating_add(1));
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; 256 * 1024];
         let mut size = 0u64;
@@ -433,18 +501,20 @@ impl Media {
                 break;
             }
             size += n as u64;
+            if size > max {
+                return Err(too_large(max));
+            }
             hasher.update(&buf[..n]);
         }
         Ok(Entry {
-            path: path.to_path_buf(),
+            path: opened,
             size,
             sha256: hex(&hasher.finalize()),
-            downloaded: false,
-            last_used: AtomicU64::new(0),
+            uri: uri.to_string(),
+            held: None,
             stamp: stamp(&meta),
         })
     }
-
     async fn download(
         &self,
         uri: &str,
@@ -517,14 +587,8 @@ impl Media {
         {
             return Err(Attempt::Final(too_large(self.config.max_size)));
         }
-        let name = hex(&Sha256::digest(uri.as_bytes()));
-        let path = self.config.cache_dir.join(format!("{name}.{CACHED}"));
-        let part = Partial(
-            self.config
-                .cache_dir
-                .join(format!("{name}.{}.{PARTIAL}", uuid::Uuid::new_v4())),
-        );
-        let mut file = tokio::fs::File::create(&part.0)
+        let (part, mut file) = self
+            .partial(uri)
             .await
             .map_err(|e| Attempt::Final(MediaError::Passing(format!("cache: {e}"))))?;
         let mut hasher = Sha256::new();
@@ -549,19 +613,13 @@ impl Media {
         file.flush()
             .await
             .map_err(|e| Attempt::Final(MediaError::Passing(format!("cache: {e}"))))?;
-        drop(file);
-        tokio::fs::rename(&part.0, &path)
+        let file = file.into_std().await;
+        let entry = self
+            .store(uri, part, file, size, hex(&hasher.finalize()))
             .await
             .map_err(|e| Attempt::Final(MediaError::Passing(format!("cache: {e}"))))?;
         metrics::counter!("archivist_researcher_fetched_bytes_total").increment(size);
-        Ok(Entry {
-            path,
-            size,
-            sha256: hex(&hasher.finalize()),
-            downloaded: true,
-            last_used: AtomicU64::new(0),
-            stamp: None,
-        })
+        Ok(entry)
     }
 }
 
@@ -653,7 +711,7 @@ enum Attempt {
     },
 }
 
-/// A download under way; removed if it is not renamed into place.
+/// A download under way; its name removed when dropped (once linked into place, or not).
 struct Partial(PathBuf);
 
 impl Drop for Partial {
@@ -727,16 +785,343 @@ fn hex(bytes: &[u8]) -> String {
     })
 }
 
+/// The name of `uri`'s symlink in the cache directory (without the extension).
+fn uri_key(uri: &str) -> String {
+    hex(&Sha256::digest(uri.as_bytes()))
+}
+
+impl Media {
+    /// A new download's file, created and locked (so that no eviction takes it for a crashed
+    /// researcher's); removed unless [`store`](Self::store)d.
+    async fn partial(&self, uri: &str) -> std::io::Result<(Partial, tokio::fs::File)> {
+        let part = Partial(self.config.cache_dir.join(format!(
+            "{}.{}.{PARTIAL}",
+            uri_key(uri),
+            uuid::Uuid::new_v4().simple()
+        )));
+        let path = part.0.clone();
+        let file = tokio::task::spawn_blocking(move || {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)?;
+            rustix::fs::flock(&file, rustix::fs::FlockOperation::LockShared)?;
+            Ok::<_, std::io::Error>(file)
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        Ok((part, tokio::fs::File::from_std(file)))
+    }
+
+    /// Puts a whole download in place under its content's name and points `uri` at it.
+    async fn store(
+        &self,
+        uri: &str,
+        part: Partial,
+        file: std::fs::File,
+        size: u64,
+        sha256: String,
+    ) -> std::io::Result<Entry> {
+        let (dir, key, shown) = (
+            self.config.cache_dir.clone(),
+            uri_key(uri),
+            messagebus::redact_url(uri),
+        );
+        tokio::task::spawn_blocking(move || {
+            let path = dir.join(format!("{sha256}.{CACHED}"));
+            let held = place(&part.0, &path, file)?;
+            drop(part);
+            point(&dir, &key, &sha256)?;
+            Ok(Entry {
+                path,
+                size,
+                sha256,
+                uri: shown,
+                held: Some(held),
+                stamp: None,
+            })
+        })
+        .await
+        .map_err(std::io::Error::other)?
+    }
+}
+
+/// Links the download at `part` (open as `ours`, locked) to `path`, never over a file there:
+/// if another researcher put the same bytes there first, theirs is used (and locked). The
+/// handle held.
+fn place(part: &Path, path: &Path, ours: std::fs::File) -> std::io::Result<std::fs::File> {
+    for _ in 0..3 {
+        match std::fs::hard_link(part, path) {
+            Ok(()) => return Ok(ours),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if let Some(theirs) = acquire(path)? {
+                    return Ok(theirs);
+                }
+                // Evicted between the two: link ours after all.
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "{} keeps appearing and going",
+        path.display()
+    )))
+}
+
+/// Points `<key>.uri` at `<sha256>.media` (a symlink, replaced atomically).
+fn point(dir: &Path, key: &str, sha256: &str) -> std::io::Result<()> {
+    let tmp = dir.join(format!(
+        "{key}.{}.{POINTER}.{PARTIAL}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::os::unix::fs::symlink(format!("{sha256}.{CACHED}"), &tmp)?;
+    std::fs::rename(&tmp, dir.join(format!("{key}.{POINTER}"))).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// The download `<key>.uri` points at, locked, if the cache directory has it (and it is no
+/// larger than `max`).
+fn lookup(dir: &Path, key: &str, uri: String, max: u64) -> Option<Entry> {
+    let target = std::fs::read_link(dir.join(format!("{key}.{POINTER}"))).ok()?;
+    let name = target.to_str()?;
+    let sha256 = name.strip_suffix(&format!(".{CACHED}"))?;
+    let content_named = sha256.len() == 64
+        && sha256
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !content_named {
+        return None;
+    }
+    let path = dir.join(name);
+    let held = acquire(&path).ok()??;
+    let size = held.metadata().ok()?.len();
+    (size <= max).then(|| Entry {
+        path,
+        size,
+        sha256: sha256.to_string(),
+        uri,
+        held: Some(held),
+        stamp: None,
+    })
+}
+
+/// `path` opened and locked shared, so that no eviction removes it while held; `None` if it
+/// is not there (or was evicted while this waited for the lock).
+fn acquire(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let file = match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => std::fs::File::from(fd),
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    rustix::fs::flock(&file, FlockOperation::LockShared)?;
+    if !still_at(&file, path)? {
+        return Ok(None);
+    }
+    let _ = file.set_modified(SystemTime::now());
+    Ok(Some(file))
+}
+
+/// Whether `file` is a regular file and still the one at `path` (not removed, not replaced).
+fn still_at(file: &std::fs::File, path: &Path) -> std::io::Result<bool> {
+    let ours = file.metadata()?;
+    match std::fs::symlink_metadata(path) {
+        Ok(there) => Ok(ours.is_file() && ours.dev() == there.dev() && ours.ino() == there.ino()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Evicts the least recently used downloads that no researcher holds until the cache
+/// directory holds at most `limit` bytes of them; removes what crashed researchers left (a
+/// `.part` older than [`STALE_PART`] that nobody holds) and symlinks to evicted downloads.
+fn evict(dir: &Path, limit: u64) {
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = SystemTime::now();
+    let mut downloads = Vec::new();
+    let mut total = 0u64;
+    for item in listing.flatten() {
+        let path = item.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(CACHED) if meta.is_file() => {
+                total += meta.len();
+                downloads.push((modified, meta.len(), path));
+            }
+            Some(PARTIAL) => {
+                let stale = now
+                    .duration_since(modified)
+                    .is_ok_and(|age| age >= STALE_PART);
+                if stale && (meta.is_symlink() || unused(&path)) {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+            _ => {}
+        }
+    }
+    if total <= limit {
+        return;
+    }
+    downloads.sort();
+    let mut evicted = false;
+    for (_, size, path) in downloads {
+        if total <= limit {
+            break;
+        }
+        // Removed while the exclusive lock is held: nobody can be using it.
+        if let Some(_locked) = unused_file(&path) {
+            if std::fs::remove_file(&path).is_ok() {
+                total = total.saturating_sub(size);
+                evicted = true;
+                tracing::debug!(file = %path.display(), "evicted from the media cache");
+            }
+        }
+    }
+    if evicted {
+        for item in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = item.path();
+            let dangling = path.extension().is_some_and(|e| e == POINTER)
+                && std::fs::metadata(&path)
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+            if dangling {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+}
+
+/// Whether no researcher holds `path`.
+fn unused(path: &Path) -> bool {
+    unused_file(path).is_some()
+}
+
+/// `path` locked exclusively (without waiting) if no researcher holds it and it is still the
+/// file there.
+fn unused_file(path: &Path) -> Option<std::fs::File> {
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let file = std::fs::File::from(rustix::fs::open(path, flags, Mode::empty()).ok()?);
+    rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).ok()?;
+    still_at(&file, path).ok()?.then_some(file)
+}
+
+/// Opens the local media file `path` for reading: a regular file only (looked at before it
+/// is opened, and the file opened again after: it may have been replaced), opened without
+/// waiting (a FIFO swapped in cannot block), and with `roots` only inside one of them. The
+/// file, its metadata and the path opened (with `roots`, the canonical one: what the analyser
+/// is given).
+///
+/// The roots are checked twice: on the path canonicalized (symlinks and `..` resolved), which
+/// is what is opened, then on where the file opened is (`/proc/self/fd`), so that a folder
+/// swapped for a symlink between the two is caught; where `/proc` is missing, the file at the
+/// canonical path must still be the one opened.
+fn open_local(
+    path: &Path,
+    roots: &[PathBuf],
+) -> Result<(std::fs::File, std::fs::Metadata, PathBuf), MediaError> {
+    use rustix::fs::{Mode, OFlags};
+    let shown = path.display();
+    let cannot = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::NotFound => MediaError::Gone(format!("media gone: no file {shown}")),
+        _ => MediaError::Passing(format!("cannot read {shown}: {e}")),
+    };
+    let outside = || {
+        MediaError::Gone(format!(
+            "media refused: {shown} is outside every --media-root"
+        ))
+    };
+    let target = if roots.is_empty() {
+        path.to_path_buf()
+    } else {
+        let canonical = std::fs::canonicalize(path).map_err(cannot)?;
+        if !inside(&canonical, roots) {
+            return Err(outside());
+        }
+        canonical
+    };
+    // Looked at first: opening a device can do something of its own (a tape rewinds).
+    regular(&std::fs::metadata(&target).map_err(cannot)?, path)?;
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let file = match rustix::fs::open(&target, flags, Mode::empty()) {
+        Ok(fd) => std::fs::File::from(fd),
+        Err(rustix::io::Errno::NXIO | rustix::io::Errno::NODEV) => {
+            return Err(MediaError::Gone(format!(
+                "not a regular file: {shown} is a special file"
+            )))
+        }
+        Err(e) => return Err(cannot(e.into())),
+    };
+    let meta = file.metadata().map_err(cannot)?;
+    regular(&meta, path)?;
+    if !roots.is_empty() {
+        use std::os::fd::AsRawFd;
+        let opened = match std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+            Ok(opened) => Some(opened),
+            Err(_) => still_at(&file, &target)
+                .ok()
+                .and_then(|same| same.then(|| target.clone())),
+        };
+        if !opened.is_some_and(|opened| inside(&opened, roots)) {
+            return Err(outside());
+        }
+    }
+    Ok((file, meta, target))
+}
+
+/// Whether `path` (canonical) is inside one of `roots` (canonical).
+fn inside(path: &Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|root| path.starts_with(root))
+}
+
+/// Refuses anything but a regular file, saying what it is.
+fn regular(meta: &std::fs::Metadata, path: &Path) -> Result<(), MediaError> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    let what = if kind.is_file() {
+        return Ok(());
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    };
+    Err(MediaError::Gone(format!(
+        "not a regular file: {} is {what}",
+        path.display()
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use super::*;
 
     fn media(dir: &Path, cache_size: u64) -> Media {
+        media_with(dir, cache_size, Vec::new())
+    }
+
+    fn media_with(dir: &Path, cache_size: u64, media_roots: Vec<PathBuf>) -> Media {
         Media::new(MediaConfig {
             cache_dir: dir.join("cache"),
             cache_size,
             max_size: 1000,
+            media_roots,
             connect_timeout: Duration::from_secs(1),
             read_timeout: Duration::from_secs(1),
             attempts: 2,
@@ -745,6 +1130,111 @@ mod tests {
             min_rate: 0,
         })
         .unwrap()
+    }
+
+    fn gone(got: Result<Fetched, MediaError>) -> String {
+        match got {
+            Err(MediaError::Gone(why)) => why,
+            Err(e) => panic!("not gone: {e:?}"),
+            Ok(f) => panic!("read: {}", f.entry.path.display()),
+        }
+    }
+
+    /// A character device that never ends, a FIFO nobody writes, a directory: refused at once
+    /// (a timeout shows nothing blocks), saying what they are.
+    #[tokio::test]
+    async fn only_regular_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("a.fifo");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::RUSR).unwrap();
+        let m = media(dir.path(), 10);
+        let cancel = CancellationToken::new();
+        let fetch = |uri: String| {
+            let (m, cancel) = (&m, &cancel);
+            async move {
+                tokio::time::timeout(Duration::from_secs(10), m.fetch(&uri, cancel))
+                    .await
+                    .expect("blocked")
+            }
+        };
+        let why = gone(fetch("/dev/zero".into()).await);
+        assert_eq!(why, "not a regular file: /dev/zero is a character device");
+        let why = gone(fetch(format!("file://{}", fifo.display())).await);
+        assert!(why.ends_with("a.fifo is a FIFO"), "{why}");
+        let why = gone(fetch(dir.path().display().to_string()).await);
+        assert!(why.ends_with("is a directory"), "{why}");
+    }
+
+    /// A file longer than its length says (as it grows, or as /proc's are) is read no further
+    /// than the limit.
+    #[tokio::test]
+    async fn a_file_longer_than_it_says_is_cut_off_at_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = media(dir.path(), 10);
+        // Length 0, some kilobytes of text.
+        assert_eq!(std::fs::metadata("/proc/self/maps").unwrap().len(), 0);
+        let why = gone(m.fetch("/proc/self/maps", &CancellationToken::new()).await);
+        assert!(why.contains("too large"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn media_roots_keep_local_media_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/in.wav"), b"abc").unwrap();
+        std::fs::write(dir.path().join("out.wav"), b"abc").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("out.wav"), root.join("out-link.wav")).unwrap();
+        std::os::unix::fs::symlink(root.join("sub/in.wav"), root.join("in-link.wav")).unwrap();
+        let roots = media_roots(&[root.join("sub/..")]).unwrap();
+        assert_eq!(roots, [root.canonicalize().unwrap()]);
+        let m = media_with(dir.path(), 10, roots);
+        let cancel = CancellationToken::new();
+        let inside = root.join("sub/in.wav");
+        let got = m
+            .fetch(&inside.display().to_string(), &cancel)
+            .await
+            .unwrap();
+        assert_eq!(got.entry.size, 3);
+        let linked = m
+            .fetch(&root.join("in-link.wav").display().to_string(), &cancel)
+            .await
+            .unwrap();
+        assert_eq!(
+            linked.entry.path,
+            inside.canonicalize().unwrap(),
+            "the file opened"
+        );
+        for refused in [
+            "/etc/passwd".to_string(),
+            format!("file://{}", root.join("out-link.wav").display()),
+            root.join("sub/../../out.wav").display().to_string(),
+        ] {
+            let why = gone(m.fetch(&refused, &cancel).await);
+            assert!(
+                why.ends_with("is outside every --media-root"),
+                "{refused}: {why}"
+            );
+        }
+        assert!(media_roots(&[dir.path().join("nowhere")]).is_err());
+        assert!(media_roots(&[inside]).is_err(), "a file is no root");
+    }
+
+    #[test]
+    fn failure_reasons_name_the_uri_not_the_path() {
+        let entry = Entry {
+            path: PathBuf::from("/cache/ab12.media"),
+            size: 1,
+            sha256: "ab12".into(),
+            uri: "https://example.com/e.mp3".into(),
+            held: None,
+            stamp: None,
+        };
+        assert_eq!(
+            name_uris("the episode: /cache/ab12.media: not audio", [&entry]),
+            "the episode: https://example.com/e.mp3: not audio"
+        );
+        assert_eq!(name_uris("no path here", [&entry]), "no path here");
     }
 
     #[tokio::test]
@@ -853,6 +1343,67 @@ mod tests {
         assert!(!m.fetch(&a, &cancel).await.unwrap().cache_hit);
     }
 
+    /// Serves `/a`, `/b`, `/c` (six bytes each), counting requests.
+    async fn counted() -> (String, Arc<Mutex<HashMap<String, u32>>>) {
+        let asked: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+        let base = serve(
+            axum::Router::new()
+                .route(
+                    "/{name}",
+                    axum::routing::get(
+                        |axum::extract::State(asked): axum::extract::State<
+                            Arc<Mutex<HashMap<String, u32>>>,
+                        >,
+                         axum::extract::Path(name): axum::extract::Path<String>| async move {
+                            *asked.lock().unwrap().entry(name.clone()).or_default() += 1;
+                            name.repeat(6).into_bytes()
+                        },
+                    ),
+                )
+                .with_state(asked.clone()),
+        )
+        .await;
+        (base, asked)
+    }
+
+    /// Two researchers on one cache directory, one of them restarted: a download is made
+    /// once, and one researcher's eviction leaves what the other holds.
+    #[tokio::test]
+    async fn researchers_share_the_cache_across_restarts() {
+        let (base, asked) = counted().await;
+        let dir = tempfile::tempdir().unwrap();
+        let cancel = CancellationToken::new();
+        let (a, b, c) = (
+            format!("{base}/a"),
+            format!("{base}/b"),
+            format!("{base}/c"),
+        );
+        let first = media(dir.path(), 10);
+        let held_a = first.fetch(&a, &cancel).await.unwrap();
+        assert!(!held_a.cache_hit);
+        let second = media(dir.path(), 10);
+        let theirs = second.fetch(&a, &cancel).await.unwrap();
+        assert!(theirs.cache_hit, "found in the shared directory");
+        assert_eq!(theirs.entry.sha256, held_a.entry.sha256);
+        drop(theirs);
+        // b does not fit beside a, but the first researcher holds a: both stay.
+        drop(second.fetch(&b, &cancel).await.unwrap());
+        assert!(held_a.entry.path.exists());
+        assert_eq!(second.cached_bytes(), 12);
+        // Once let go, a can go too: c evicts both.
+        drop(held_a);
+        drop(first);
+        let _c = second.fetch(&c, &cancel).await.unwrap();
+        assert_eq!(second.cached_bytes(), 6);
+        drop(second);
+        // A restart finds c without asking the server, and fetches a again.
+        let restarted = media(dir.path(), 100);
+        assert!(restarted.fetch(&c, &cancel).await.unwrap().cache_hit);
+        assert!(!restarted.fetch(&a, &cancel).await.unwrap().cache_hit);
+        let asked = asked.lock().unwrap().clone();
+        assert_eq!((asked["a"], asked["b"], asked["c"]), (2, 1, 1), "{asked:?}");
+    }
+
     #[tokio::test]
     async fn a_429_waits_as_long_as_retry_after_says() {
         use axum::http::StatusCode;
@@ -919,7 +1470,6 @@ mod tests {
             .unwrap()
             .flatten()
             .map(|e| e.file_name())
-            .filter(|n| n.to_str() != Some(".lock"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
         assert_eq!(m.cached_bytes(), 0);
@@ -946,6 +1496,7 @@ mod tests {
             cache_dir: dir.join("cache"),
             cache_size: 10_000,
             max_size: 1000,
+            media_roots: Vec::new(),
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(60),
             attempts: 1,
@@ -1031,6 +1582,7 @@ mod tests {
             cache_dir: dir.path().join("strict"),
             cache_size: 100,
             max_size: 100,
+            media_roots: Vec::new(),
             connect_timeout: Duration::from_secs(1),
             read_timeout: Duration::from_secs(1),
             attempts: 2,

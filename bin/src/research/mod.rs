@@ -52,9 +52,15 @@ runs an analyser on each item and sends one result per clip to the completed-res
 each is found, the last one ending the lease. The item is acknowledged once every result is \
 sent; when the analyser fails (a crash, an exit code other than 0 and 75, a line that breaks \
 the protocol, no output within --stall-timeout) the item is released for another try, up to \
-the queue's receive limit (ARCHIVIST_MAX_RECEIVES). Media that is gone (HTTP 404 or 410, a \
-missing file, over --max-media-size, an address that is not public) makes those pairs failed \
-research: not leased again until `archivist retry-failed` or a new media_uri.\n\n\
+the queue's receive limit (ARCHIVIST_MAX_RECEIVES). When it asks to try later (exit 75, HTTP \
+429 or 503) the item is held for --later-backoff (doubled at each receive of the item, at most \
+--later-max-backoff), then released; that try counts toward the limit too. On the item's last \
+allowed try, an analyser that fails or asks for later again gives the item up: its unanswered \
+pairs become failed research with the analyser's reason (`archivist retry-failed` brings them \
+back), the lease ends, and the item is dead-lettered with that reason. Media that is gone (HTTP \
+404 or 410, a missing file, a local one that is not a regular file or is outside --media-root, \
+over --max-media-size, an address that is not public) makes those pairs failed research: not leased again until \
+`archivist retry-failed` or a new media_uri.\n\n\
 Media addresses come from feeds written by others: downloads connect only to public addresses, \
 checked after DNS resolution and at every redirect (not loopback, private, link-local, \
 unique-local…), unless --allow-private-addresses (a show on your own network); without it, \
@@ -102,10 +108,21 @@ pub(crate) struct ResearchArgs {
         hide_env_values = true
     )]
     pub(crate) http: Option<String>,
-    /// Where downloaded media is kept (one directory per researcher process; cleared at start)
-    /// [default: archivist-media-PID in the system's temporary directory]
+    /// Where downloaded media is kept, across restarts; researchers on one machine may share
+    /// it [default: $XDG_CACHE_HOME/archivist/media, else ~/.cache/archivist/media]
     #[arg(long, env = "ARCHIVIST_CACHE_DIR", hide_env_values = true)]
     pub(crate) cache_dir: Option<PathBuf>,
+    /// Read local media (file:// URLs, paths) only inside this folder; repeat it for more, or
+    /// separate them with ':' in the variable. A path outside every root is failed research
+    /// [default: local media anywhere]
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "ARCHIVIST_MEDIA_ROOT",
+        hide_env_values = true,
+        value_delimiter = ':'
+    )]
+    pub(crate) media_root: Vec<PathBuf>,
     /// The most downloaded media kept, as 500MB, 10GiB (least recently used evicted)
     #[arg(long, env = "ARCHIVIST_CACHE_SIZE", hide_env_values = true, default_value = "10GiB",
           value_parser = parse_size)]
@@ -147,6 +164,45 @@ pub(crate) struct ResearchArgs {
     pub(crate) fetch_min_rate: u64,
     #[command(flatten)]
     pub(crate) addresses: crate::cli::AddressArgs,
+    /// When the analyser asks to try an item later (exit 75, HTTP 429 or 503), how long the
+    /// item is held before it is released, at its first receive; doubled at each receive
+    /// after, up to --later-max-backoff. Each try counts toward ARCHIVIST_MAX_RECEIVES: the
+    /// last one gives the item up
+    #[arg(long, env = "ARCHIVIST_LATER_BACKOFF", hide_env_values = true,
+          default_value = "1m", value_parser = parse_duration)]
+    pub(crate) later_backoff: Duration,
+    /// The longest hold of an item whose analyser asked to try it later
+    #[arg(long, env = "ARCHIVIST_LATER_MAX_BACKOFF", hide_env_values = true,
+          default_value = "15m", value_parser = parse_duration)]
+    pub(crate) later_max_backoff: Duration,
+}
+
+/// How long an item whose analyser asked for a later try is held before it is released.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Later {
+    /// The hold at the item's first receive; doubled at each receive after.
+    pub(crate) first: Duration,
+    /// The longest hold.
+    pub(crate) max: Duration,
+}
+
+impl Default for Later {
+    fn default() -> Self {
+        Later {
+            first: Duration::from_secs(60),
+            max: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+impl Later {
+    /// The hold at the item's `receive`th receive (1 on the first).
+    pub(crate) fn wait(&self, receive: u32) -> Duration {
+        let doublings = receive.saturating_sub(1).min(30);
+        self.first
+            .saturating_mul(1 << doublings)
+            .min(self.max.max(self.first))
+    }
 }
 
 /// Parses a size: bytes, or with KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB.
@@ -230,6 +286,13 @@ pub(crate) struct Context {
     stall_timeout: Duration,
     drain_timeout: Duration,
     slots: Mutex<Vec<SlotState>>,
+    /// The queue's receive limit (ARCHIVIST_MAX_RECEIVES): an item received this many times
+    /// is on its last allowed try.
+    max_receives: u32,
+    /// Holds of items whose analyser asked for a later try.
+    later: Later,
+    /// Cancelled at the shutdown signal: an item held for a later try is released at once.
+    stopping: CancellationToken,
 }
 
 impl Context {
@@ -291,13 +354,15 @@ pub(crate) async fn run(
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let cache_dir = args.cache_dir.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("archivist-media-{}", std::process::id()))
-    });
+    let cache_dir = match args.cache_dir.clone() {
+        Some(dir) => dir,
+        None => media::default_cache_dir()?,
+    };
     let media = Media::new(MediaConfig {
         cache_dir,
         cache_size: args.cache_size,
         max_size: args.max_media_size,
+        media_roots: media::media_roots(&args.media_root)?,
         connect_timeout: args.fetch_connect_timeout,
         read_timeout: args.fetch_read_timeout,
         attempts: args.fetch_attempts,
@@ -318,6 +383,10 @@ pub(crate) async fn run(
         once: args.once,
         stall_timeout: args.stall_timeout,
         drain_timeout: args.drain_timeout,
+        later: Later {
+            first: args.later_backoff,
+            max: args.later_max_backoff,
+        },
     };
     let outcome = run_on(config, bus.as_ref(), setup, &token).await;
     match tokio::time::timeout(RELEASE_GRACE, bus.close()).await {
@@ -339,6 +408,8 @@ pub(crate) struct Setup {
     pub(crate) once: bool,
     pub(crate) stall_timeout: Duration,
     pub(crate) drain_timeout: Duration,
+    /// Holds of items whose analyser asked for a later try.
+    pub(crate) later: Later,
 }
 
 /// Runs the researcher's slots on `bus` until `token` is cancelled (then the drain) or, with
@@ -365,6 +436,9 @@ pub(crate) async fn run_on(
         stall_timeout: setup.stall_timeout,
         drain_timeout: setup.drain_timeout,
         slots: Mutex::new(vec![SlotState::Idle; concurrency]),
+        max_receives: config.max_receives,
+        later: setup.later,
+        stopping: token.clone(),
     });
     if let Some(addr) = config.metrics_addr {
         serve::spawn(addr, ctx.clone(), concurrency, token).await?;
@@ -505,5 +579,22 @@ mod tests {
         assert!(parse_size("ten").is_err());
         assert!(parse_size("5 parsecs").is_err());
         assert!(parse_size("0").is_err());
+    }
+
+    #[test]
+    fn later_holds_double_at_each_receive_up_to_the_max() {
+        let later = Later::default();
+        let minutes: Vec<u64> = (1..=6).map(|r| later.wait(r).as_secs() / 60).collect();
+        assert_eq!(minutes, [1, 2, 4, 8, 15, 15]);
+        assert_eq!(later.wait(u32::MAX), Duration::from_secs(15 * 60));
+        let odd = Later {
+            first: Duration::from_secs(10),
+            max: Duration::from_secs(1),
+        };
+        assert_eq!(
+            odd.wait(3),
+            Duration::from_secs(10),
+            "never below the first"
+        );
     }
 }

@@ -132,7 +132,7 @@ impl Run for ReferenceRun {
         Ok(self.lines.recv().await)
     }
 
-    async fn finish(mut self: Box<Self>) -> Ending {
+    async fn finish(&mut self) -> Ending {
         match self.task.take() {
             Some(task) => task
                 .await

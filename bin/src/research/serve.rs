@@ -1,6 +1,8 @@
 //! `research --metrics-addr`: the researcher's own small server, since it has no datastore
 //! to show: `/metrics` (Prometheus), `/healthz`, and `/api/researcher` (the analyser, and what
-//! each slot is working on since when).
+//! each slot is working on since when). Served as the status page is (`web::guard`): on a
+//! loopback address only to loopback host names (the slots show episode titles and leases),
+//! with bounded connections and deadlines.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -40,10 +42,7 @@ pub(super) async fn spawn(
         .install_recorder()
         .context("cannot install the metrics recorder")?;
     metrics::gauge!("archivist_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
-        format!("cannot listen on ARCHIVIST_METRICS_ADDR (--metrics-addr) {addr}")
-    })?;
-    let bound = listener.local_addr().context("the listener's address")?;
+    let listener = crate::web::guard::bind(addr, "ARCHIVIST_METRICS_ADDR (--metrics-addr)").await?;
     let app = Arc::new(App {
         ctx,
         prometheus,
@@ -54,16 +53,8 @@ pub(super) async fn spawn(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/api/researcher", get(researcher))
         .with_state(app);
+    let bound = crate::web::guard::spawn(listener, router, token)?;
     tracing::info!("serving /metrics, /healthz and /api/researcher on http://{bound}");
-    let token = token.clone();
-    tokio::spawn(async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move { token.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::warn!(error = %e, "the HTTP server stopped");
-        }
-    });
     Ok(bound)
 }
 

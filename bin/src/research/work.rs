@@ -2,6 +2,13 @@
 //! the analyser, send one result per clip as each arrives (the last one revoking the lease),
 //! then acknowledge the item, or release it for another try when something failed. Results
 //! the analyser wrote together go out together: one send for every line already written.
+//!
+//! An analyser that asks for a later try (exit 75, HTTP 429/503) has the item held for the
+//! `--later-backoff` (doubled at each receive of the item, at most `--later-max-backoff`), then
+//! released. On the item's last allowed receive (`ARCHIVIST_MAX_RECEIVES`), an analyser that
+//! fails or asks for later once more gives up the item: its unanswered pairs are sent as
+//! failed research with the analyser's reason, the last result ending the lease, and the item
+//! is dead-lettered with that reason rather than left for the bus to set aside with none.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -11,7 +18,7 @@ use chrono::Utc;
 use messagebus::{Delivery, Sender};
 
 use super::analyser::Ending;
-use super::media::{Fetched, MediaError};
+use super::media::{self, Fetched, MediaError};
 use super::protocol::{self, Line};
 use super::{Context, SlotState};
 
@@ -20,10 +27,17 @@ use super::{Context, SlotState};
 enum Outcome {
     /// Every result sent: acknowledged.
     Finished,
-    /// Released at once for another try, not a failure (exit 75, HTTP 429/503, shutdown).
+    /// Released at once for another try, not a failure (shutdown).
     Released(String),
-    /// Failed: released for another try, up to the queue's receive limit.
+    /// The analyser asked for a later try (exit 75, HTTP 429/503): held for a while, then
+    /// released.
+    Later(String),
+    /// Failed: released for another try, up to the queue's receive limit; on the last
+    /// allowed receive, dead-lettered with the reason.
     Failed(String),
+    /// The last allowed try failed: the unanswered pairs were sent as failed research and
+    /// the lease ended; the item is dead-lettered with the reason.
+    GaveUp(String),
 }
 
 /// How long sending one result keeps trying through a bus outage before the item fails.
@@ -63,11 +77,14 @@ pub(super) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
         settle_ack(delivery, &lease).await;
         return true;
     }
-    tracing::info!(slot, lease = %lease, episode = %item.episode.title, clips = item.clips.len(), receive = delivery.receive_count(), "researching");
+    let receive = delivery.receive_count();
+    let last_try = ctx.max_receives > 0 && receive >= ctx.max_receives;
+    tracing::info!(slot, lease = %lease, episode = %item.episode.title, clips = item.clips.len(), receive, last_try, "researching");
     ctx.set_slot(slot, SlotState::working(&item));
     metrics::gauge!("archivist_researcher_slots_busy").increment(1.0);
     let started = Instant::now();
-    let outcome = research(ctx, slot, &item).await;
+    let tries = last_try.then_some(receive);
+    let outcome = research(ctx, slot, &item, tries).await;
     metrics::gauge!("archivist_researcher_slots_busy").decrement(1.0);
     ctx.set_slot(slot, SlotState::Idle);
     let took = humantime::format_duration(Duration::from_secs(started.elapsed().as_secs()));
@@ -86,13 +103,50 @@ pub(super) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
             settle_release(delivery, &lease).await;
             false
         }
+        Outcome::Later(why) => {
+            let wait = ctx.later.wait(receive);
+            tracing::info!(slot, lease = %lease, reason = %why, receive, hold = %humantime::format_duration(wait), "the analyser asked to try later: holding the work item");
+            metrics::counter!("archivist_researcher_items_total", "outcome" => "released")
+                .increment(1);
+            // Held, not released at once: a released item comes straight back, and each
+            // receive counts towards the receive limit.
+            tokio::select! {
+                _ = ctx.stopping.cancelled() => {}
+                _ = ctx.hard_stop.cancelled() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+            tracing::info!(slot, lease = %lease, "work item released for later");
+            settle_release(delivery, &lease).await;
+            // The wait was the pause.
+            true
+        }
+        Outcome::Failed(why) if last_try => {
+            tracing::warn!(slot, lease = %lease, receive, reason = %why, "work item failed on its last allowed try (ARCHIVIST_MAX_RECEIVES): dead-lettered");
+            metrics::counter!("archivist_researcher_items_total", "outcome" => "gave_up")
+                .increment(1);
+            settle_dead_letter(delivery, &lease, &why).await;
+            false
+        }
         Outcome::Failed(why) => {
-            tracing::warn!(slot, lease = %lease, receive = delivery.receive_count(), reason = %why, "work item failed; released for another try");
+            tracing::warn!(slot, lease = %lease, receive, reason = %why, "work item failed; released for another try");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "failed")
                 .increment(1);
             settle_release(delivery, &lease).await;
             false
         }
+        Outcome::GaveUp(why) => {
+            tracing::warn!(slot, lease = %lease, receive, reason = %why, "the analyser failed on the work item's last allowed try (ARCHIVIST_MAX_RECEIVES): its unanswered pairs are failed research, the item dead-lettered");
+            metrics::counter!("archivist_researcher_items_total", "outcome" => "gave_up")
+                .increment(1);
+            settle_dead_letter(delivery, &lease, &why).await;
+            false
+        }
+    }
+}
+
+async fn settle_dead_letter(delivery: Delivery, lease: &str, why: &str) {
+    if let Err(e) = delivery.dead_letter(why).await {
+        tracing::warn!(lease = %lease, error = %e, "could not dead-letter the work item; it comes back, and the bus sets it aside at its next receive");
     }
 }
 
@@ -109,8 +163,16 @@ async fn settle_release(delivery: Delivery, lease: &str) {
     }
 }
 
-async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Outcome {
+/// Researches `item`. `last_try`: the item's receive count when this is its last allowed
+/// receive; an analyser that fails then gives the item up (see [`Results::analyser_failed`]).
+async fn research(
+    ctx: &Context,
+    slot: usize,
+    item: &PendingResearchItem,
+    last_try: Option<u32>,
+) -> Outcome {
     let mut results = Results::new(ctx, item);
+    results.last_try = last_try;
     let stop = &ctx.hard_stop;
 
     // The episode, once for the whole item.
@@ -145,7 +207,7 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
         .stamps(item.clips.iter().map(|c| c.media_uri.as_str()))
         .await;
     let mut given: Vec<(usize, String)> = Vec::new();
-    let mut clip_entries = Vec::new();
+    let mut clip_entries = HashMap::new();
     for (i, clip) in item.clips.iter().enumerate() {
         match ctx
             .media
@@ -158,7 +220,7 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
                     .clip_hashes
                     .insert(clip.title.clone(), entry.sha256.clone());
                 given.push((i, entry.path.display().to_string()));
-                clip_entries.push(entry);
+                clip_entries.insert(clip.title.clone(), entry);
             }
             Err(MediaError::Gone(why)) => {
                 if let Err(e) = results.failure(&clip.title, &format!("clip {why}")) {
@@ -195,13 +257,21 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
     };
     let mut run = match started {
         Ok(Ok(run)) => run,
-        Ok(Err(e)) => return results.fail(format!("{e:#}")).await,
+        Ok(Err(e)) => {
+            return results
+                .analyser_failed(format!("{e:#}"), &titles, &HashSet::new())
+                .await
+        }
         Err(_) => {
             return results
-                .fail(format!(
-                    "the analyser did not answer within {} (--stall-timeout)",
-                    humantime::format_duration(ctx.stall_timeout)
-                ))
+                .analyser_failed(
+                    format!(
+                        "the analyser did not answer within {} (--stall-timeout)",
+                        humantime::format_duration(ctx.stall_timeout)
+                    ),
+                    &titles,
+                    &HashSet::new(),
+                )
                 .await
         }
     };
@@ -244,15 +314,21 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
             Err(_) => {
                 run.stop().await;
                 return results
-                    .fail(format!(
-                        "the analyser wrote nothing for {} (--stall-timeout): stopped",
-                        humantime::format_duration(ctx.stall_timeout)
-                    ))
+                    .analyser_failed(
+                        format!(
+                            "the analyser wrote nothing for {} (--stall-timeout): stopped",
+                            humantime::format_duration(ctx.stall_timeout)
+                        ),
+                        &titles,
+                        &answered,
+                    )
                     .await;
             }
             Ok(Err(e)) => {
                 run.stop().await;
-                return results.fail(format!("{e:#}")).await;
+                return results
+                    .analyser_failed(format!("{e:#}"), &titles, &answered)
+                    .await;
             }
             Ok(Ok(None)) => break,
             Ok(Ok(Some(line))) => line,
@@ -265,10 +341,14 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
             Err(why) => {
                 run.stop().await;
                 return results
-                    .fail(format!(
-                        "the analyser broke the protocol ({why}) in the line {}",
-                        protocol::shown(&line)
-                    ))
+                    .analyser_failed(
+                        format!(
+                            "the analyser broke the protocol ({why}) in the line {}",
+                            protocol::shown(&line)
+                        ),
+                        &titles,
+                        &answered,
+                    )
                     .await;
             }
         };
@@ -281,7 +361,14 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
                 ctx.set_progress(slot, text);
                 Ok(())
             }
-            Line::Failure { clip_title, reason } => results.failure(&clip_title, &reason),
+            Line::Failure { clip_title, reason } => {
+                // Named by their URIs: the paths are this process's, the reason outlives it.
+                let entries = std::iter::once(&episode).chain(clip_entries.get(&clip_title));
+                results.failure(
+                    &clip_title,
+                    &media::name_uris(&reason, entries.map(|e| &**e)),
+                )
+            }
             Line::Answer {
                 clip_title,
                 clip_offsets_ns,
@@ -296,7 +383,7 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
         };
         if let Err(e) = taken {
             run.stop().await;
-            return results.fail(e).await;
+            return results.analyser_failed(e, &titles, &answered).await;
         }
         if answered.len() == titles.len() && !results.ended() {
             // Every clip answered: the results go out now, the last one ending the lease,
@@ -309,13 +396,24 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
         }
     }
     // The output ended; the exit follows (a program that closed its output and then hangs
-    // is stopped as a stall would be: dropping the run kills it).
+    // is stopped as a stall would be).
     let ending = tokio::select! {
-        _ = stop.cancelled() => return results.released_at_drain().await,
-        ending = tokio::time::timeout(ctx.stall_timeout, run.finish()) => ending.unwrap_or_else(|_| {
-            Ending::Failed("the analyser closed its output but did not exit within the stall timeout".into())
-        }),
+        _ = stop.cancelled() => None,
+        ending = tokio::time::timeout(ctx.stall_timeout, run.finish()) => Some(ending.unwrap_or_else(|_| {
+            Ending::Failed(format!(
+                "the analyser closed its output but did not exit within {} (--stall-timeout): stopped",
+                humantime::format_duration(ctx.stall_timeout)
+            ))
+        })),
     };
+    let Some(ending) = ending else {
+        run.stop().await;
+        return results.released_at_drain().await;
+    };
+    if matches!(ending, Ending::Failed(_)) {
+        // Stopped if it still runs (the wait above gave up on it).
+        run.stop().await;
+    }
     drop(clip_entries);
     drop(timer);
     match ending {
@@ -326,8 +424,8 @@ async fn research(ctx: &Context, slot: usize, item: &PendingResearchItem) -> Out
             }
             results.done().await
         }
-        Ending::TryLater(why) => results.released(why).await,
-        Ending::Failed(why) => results.fail(why).await,
+        Ending::TryLater(why) => results.later(why, &titles, &answered).await,
+        Ending::Failed(why) => results.analyser_failed(why, &titles, &answered).await,
     }
 }
 
@@ -371,6 +469,8 @@ struct Results<'a> {
     lease_ended: bool,
     episode_hash: String,
     clip_hashes: HashMap<String, String>,
+    /// The item's receive count when this is its last allowed receive.
+    last_try: Option<u32>,
 }
 
 impl<'a> Results<'a> {
@@ -384,6 +484,7 @@ impl<'a> Results<'a> {
             lease_ended: false,
             episode_hash: String::new(),
             clip_hashes: HashMap::new(),
+            last_try: None,
         }
     }
 
@@ -534,6 +635,73 @@ impl<'a> Results<'a> {
         Outcome::Released(why)
     }
 
+    /// The analyser asked for a later try: the results so far go out, the item is held and
+    /// released; on the item's last allowed try, it is given up instead.
+    async fn later(
+        mut self,
+        why: String,
+        titles: &HashMap<String, usize>,
+        answered: &HashSet<String>,
+    ) -> Outcome {
+        if let Some(receive) = self.last_try {
+            let why = format!(
+                "{why}: asked to try later on the item's last allowed try ({receive} of \
+                 ARCHIVIST_MAX_RECEIVES)"
+            );
+            return self.give_up(why, titles, answered).await;
+        }
+        if let Err(e) = self.flush(false).await {
+            return Outcome::Failed(format!("{why}; and {e}"));
+        }
+        Outcome::Later(why)
+    }
+
+    /// The analyser failed: the item is released for another try, or, on its last allowed
+    /// try, given up.
+    async fn analyser_failed(
+        self,
+        why: String,
+        titles: &HashMap<String, usize>,
+        answered: &HashSet<String>,
+    ) -> Outcome {
+        match self.last_try {
+            Some(receive) => {
+                let why = format!(
+                    "{why} (the item's last allowed try: {receive} of ARCHIVIST_MAX_RECEIVES)"
+                );
+                self.give_up(why, titles, answered).await
+            }
+            None => self.fail(why).await,
+        }
+    }
+
+    /// Gives the item up: every clip given to the analyser and not answered is sent as failed
+    /// research with `why`, the last result ending the lease, so that its pairs are not
+    /// stranded under it (`retry-failed` brings them back).
+    async fn give_up(
+        mut self,
+        why: String,
+        titles: &HashMap<String, usize>,
+        answered: &HashSet<String>,
+    ) -> Outcome {
+        let mut unanswered: Vec<(&String, &usize)> = titles
+            .iter()
+            .filter(|(title, _)| !answered.contains(*title))
+            .collect();
+        unanswered.sort_by_key(|(_, i)| **i);
+        for (title, _) in unanswered {
+            if let Err(e) = self.failure(title, &why) {
+                return Outcome::Failed(format!("{why}; and {e}"));
+            }
+        }
+        if !self.lease_ended {
+            if let Err(e) = self.end_lease().await {
+                return Outcome::Failed(format!("{why}; and {e}"));
+            }
+        }
+        Outcome::GaveUp(why)
+    }
+
     async fn released_at_drain(self) -> Outcome {
         let why = format!(
             "stopping: not finished within the drain timeout ({})",
@@ -606,8 +774,8 @@ mod tests {
             Ok(self.0.recv().await)
         }
 
-        async fn finish(self: Box<Self>) -> Ending {
-            self.1
+        async fn finish(&mut self) -> Ending {
+            self.1.clone()
         }
 
         async fn stop(self: Box<Self>) {}
@@ -686,6 +854,7 @@ mod tests {
                 cache_dir: dir.path().join("cache"),
                 cache_size: 1 << 20,
                 max_size: 1 << 20,
+                media_roots: Vec::new(),
                 connect_timeout: Duration::from_secs(1),
                 read_timeout: Duration::from_secs(1),
                 attempts: 1,
@@ -698,6 +867,9 @@ mod tests {
             stall_timeout: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(1),
             slots: std::sync::Mutex::new(vec![super::super::SlotState::Idle]),
+            max_receives: 5,
+            later: super::super::Later::default(),
+            stopping: CancellationToken::new(),
         };
         Harness {
             _dir: dir,
@@ -741,7 +913,7 @@ mod tests {
         for i in 1..=3 {
             h.write.send(answer(i)).unwrap();
         }
-        let research = research(&h.ctx, 0, &h.item);
+        let research = research(&h.ctx, 0, &h.item, None);
         tokio::pin!(research);
         let first = sent_meanwhile(research.as_mut(), &mut h.sends).await;
         assert_eq!(first, titles(1..=2), "the third is held back");
@@ -763,7 +935,7 @@ mod tests {
         }
         drop(h.write);
         assert!(matches!(
-            research(&h.ctx, 0, &h.item).await,
+            research(&h.ctx, 0, &h.item, None).await,
             Outcome::Finished
         ));
         let mut sizes = Vec::new();
@@ -782,7 +954,7 @@ mod tests {
     async fn a_quiet_analyser_has_its_held_answer_sent_after_the_hold() {
         let mut h = harness(2);
         h.write.send(answer(1)).unwrap();
-        let research = research(&h.ctx, 0, &h.item);
+        let research = research(&h.ctx, 0, &h.item, None);
         tokio::pin!(research);
         // Nothing else is written: time moves to the end of the hold, and the answer goes.
         let first = sent_meanwhile(research.as_mut(), &mut h.sends).await;
@@ -794,13 +966,44 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_failure_on_the_last_try_fails_the_unanswered_pairs_and_ends_the_lease() {
+        let mut h = harness_ending(3, Ending::Failed("the analyser exited with code 1".into()));
+        h.write.send(answer(1)).unwrap();
+        drop(h.write);
+        let outcome = research(&h.ctx, 0, &h.item, Some(5)).await;
+        let Outcome::GaveUp(why) = outcome else {
+            panic!("{outcome:?}")
+        };
+        assert!(why.starts_with("the analyser exited with code 1"), "{why}");
+        assert_eq!(
+            h.sends.recv().await.unwrap(),
+            ["Clip 1", "Clip 2", "Clip 3*"]
+        );
+        assert!(h.sends.try_recv().is_err(), "nothing else was sent");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_before_the_last_try_fails_no_pair() {
+        let mut h = harness_ending(3, Ending::Failed("the analyser exited with code 1".into()));
+        h.write.send(answer(1)).unwrap();
+        drop(h.write);
+        let outcome = research(&h.ctx, 0, &h.item, None).await;
+        assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+        assert_eq!(
+            h.sends.recv().await.unwrap(),
+            ["Clip 1"],
+            "the lease stands"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_last_answer_ends_the_lease_before_the_exit() {
         let mut h = harness_ending(3, Ending::Failed("the analyser exited with code 1".into()));
         for i in 1..=3 {
             h.write.send(answer(i)).unwrap();
         }
         // The analyser's output stays open: every clip is answered, but the run goes on.
-        let research = research(&h.ctx, 0, &h.item);
+        let research = research(&h.ctx, 0, &h.item, None);
         tokio::pin!(research);
         let sent = sent_meanwhile(research.as_mut(), &mut h.sends).await;
         assert_eq!(

@@ -16,33 +16,17 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, SecondsFormat, Utc};
 use datastore::{
     Browse, ClipPage, ClipSummary, DataStoreError, EpisodePage, EpisodeSummary, ListQuery, Page,
+    TimelineEntry,
 };
-use maud::{html, Markup, PreEscaped, DOCTYPE};
+use maud::{html, Markup};
 
+use super::layout::{self, Nav};
 use super::{App, CHECK_TIMEOUT};
 
 /// Rows on a page of the HTML listings (and the JSON's default).
 pub(super) const PAGE_ROWS: u32 = 50;
 /// How long before a clip's offset its player starts: the moment in context.
 pub(super) const LEAD_IN_SECONDS: i64 = 3;
-
-/// The status page's look, with what lists and players need.
-const CSS: &str = "\
-body{font-family:system-ui,sans-serif;line-height:1.4;margin:0 auto;max-width:64rem;padding:.5rem 1rem}\
-h1{font-size:1.4rem;overflow-wrap:anywhere}h2{font-size:1.2rem;border-bottom:1px solid;margin-top:1.5rem}\
-h3{font-size:1rem;overflow-wrap:anywhere}\
-table{border-collapse:collapse;width:100%}\
-th,td{border:1px solid;padding:.2rem .4rem;text-align:left;vertical-align:top;overflow-wrap:anywhere}\
-.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\
-.scroll{overflow-x:auto}code{overflow-wrap:anywhere}\
-progress{width:100%;height:1.2rem;accent-color:CanvasText}\
-nav a{margin-right:1rem}form{display:flex;gap:.5rem;flex-wrap:wrap;margin:.5rem 0}\
-input[type=search]{flex:1;min-width:10rem;font-size:1rem;padding:.3rem}button{font-size:1rem}\
-audio{width:100%;max-width:30rem;display:block}\
-ol.moments{padding-left:1.2rem}ol.moments li{margin:.4rem 0}\
-dl{display:grid;grid-template-columns:auto 1fr;gap:.1rem 1rem}dd{margin:0;overflow-wrap:anywhere}\
-.why{font-style:italic}\
-@media (max-width:30rem){body{font-size:.9rem;padding:.5rem}th,td{padding:.15rem .25rem}}";
 
 /// The query string's `q`, `cursor` and `limit`.
 #[derive(Debug, Default)]
@@ -202,24 +186,9 @@ fn link(path: &str, pairs: &[(&str, Option<&str>)]) -> String {
     }
 }
 
-fn layout(title: &str, body: Markup) -> Markup {
-    html! {
-        (DOCTYPE)
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · archivist" }
-                style { (PreEscaped(CSS)) }
-            }
-            body {
-                header {
-                    nav { a href="/" { "Status" } a href="/clips" { "Clips" } a href="/episodes" { "Episodes" } }
-                }
-                main { (body) }
-            }
-        }
-    }
+/// A browsing page: the shared layout, `body` as its main part.
+fn layout(title: &str, nav: Option<Nav>, body: Markup) -> Markup {
+    layout::page(title, nav, None, html! { main { (body) } })
 }
 
 fn refused(refusal: &Refusal) -> Response {
@@ -228,7 +197,11 @@ fn refused(refusal: &Refusal) -> Response {
         Refusal::NotFound(_) => "Not found",
         Refusal::Unavailable(_) => "Not available now",
     };
-    let body = layout(title, html! { h1 { (title) } p.why { (refusal.why()) } });
+    let body = layout(
+        title,
+        None,
+        html! { h1 { (title) } p.why { (refusal.why()) } },
+    );
     (refusal.status(), body).into_response()
 }
 
@@ -299,6 +272,7 @@ async fn clips_page(app: &App, params: &Params) -> Result<Markup, Refusal> {
     let q = params.q.as_deref();
     Ok(layout(
         "Clips",
+        Some(Nav::Clips),
         html! {
             h1 { "Clips" }
             (search_form("/clips", q, "clips"))
@@ -306,7 +280,7 @@ async fn clips_page(app: &App, params: &Params) -> Result<Markup, Refusal> {
             @if page.items.is_empty() {
                 p { "No clip found." }
             } @else {
-                div.scroll { table #clips {
+                div.card.scroll { table #clips {
                     caption { "Most occurrences first" }
                     thead { tr { th { "clip" } th.n { "found in (episodes)" } th.n { "failed" } th.n { "pairs" } } }
                     tbody {
@@ -343,6 +317,7 @@ async fn episodes_page(app: &App, params: &Params) -> Result<Markup, Refusal> {
     let q = params.q.as_deref();
     Ok(layout(
         "Episodes",
+        Some(Nav::Episodes),
         html! {
             h1 { "Episodes" }
             (search_form("/episodes", q, "episodes"))
@@ -350,7 +325,7 @@ async fn episodes_page(app: &App, params: &Params) -> Result<Markup, Refusal> {
             @if page.items.is_empty() {
                 p { "No episode found." }
             } @else {
-                div.scroll { table #episodes {
+                div.card.scroll { table #episodes {
                     caption { "Latest aired first" }
                     thead { tr { th { "aired" } th { "episode" } th.n { "matches" } th { "research" } } }
                     tbody {
@@ -394,9 +369,10 @@ async fn clip_page(app: &App, id_text: &str, params: &Params) -> Result<Markup, 
     let c = &page.summary;
     Ok(layout(
         &c.clip.title,
+        Some(Nav::Clips),
         html! {
             h1 { "Clip: " (c.clip.title) }
-            dl {
+            dl.facts {
                 dt { "Found in" } dd #occurrences { (c.occurrences) " episodes" }
                 dt { "Failed" } dd { (c.failed_pairs) " pairs" }
                 dt { "Episodes" } dd { (c.total_pairs) }
@@ -437,6 +413,36 @@ fn media(uri: &str) -> Markup {
     }
 }
 
+/// The episode as a bar, each occurrence a marker at its offset (as wide as the clip, and at
+/// least a few pixels) that plays the episode from there, or, where the media cannot be played
+/// here, leads to the moment in the list below. The bar is as long as the episode as its
+/// researchers measured it (or, failing that, up to the end of its last clip).
+fn timeline_picture(uri: &str, duration_ns: Option<i64>, timeline: &[TimelineEntry]) -> Markup {
+    let end_of_last = timeline
+        .iter()
+        .map(|t| t.offset_ns.saturating_add(t.clip_duration_ns.max(0)))
+        .max()
+        .unwrap_or(0);
+    let total = duration_ns.unwrap_or(0).max(end_of_last).max(1) as f64;
+    let percent = |ns: i64| (100.0 * ns.max(0) as f64 / total).min(100.0);
+    html! {
+        figure.timeline #timeline-picture {
+            div.bar role="group" aria-label=(format!("The episode, {} long, with {} occurrences", hms(total as i64), timeline.len())) {
+                @for (i, t) in timeline.iter().enumerate() {
+                    @let left = percent(t.offset_ns);
+                    @let width = percent(t.clip_duration_ns).min(100.0 - left);
+                    @let href = source_at(uri, t.offset_ns).unwrap_or_else(|| format!("#moment-{}", i + 1));
+                    @let label = format!("{} at {}", t.clip_title, hms(t.offset_ns));
+                    a.marker href=(href) style=(format!("left:{left:.4}%;width:{width:.4}%"))
+                        title=(label) aria-label=(label) data-offset-ns=(t.offset_ns) {}
+                }
+            }
+            div.scale { span { "0:00:00" } span { (hms(total as i64)) } }
+            figcaption { "Each mark is a clip found at that moment; choose one to play the episode from there." }
+        }
+    }
+}
+
 /// `/episodes/{id}`: the clips found in the episode in the order they occur, and its work left.
 pub(super) async fn episode(State(app): State<Arc<App>>, Path(id_text): Path<String>) -> Response {
     respond(episode_page(&app, &id_text).await)
@@ -451,50 +457,58 @@ async fn episode_page(app: &App, id_text: &str) -> Result<Markup, Refusal> {
     let e = &page.summary;
     Ok(layout(
         &e.episode.title,
+        Some(Nav::Episodes),
         html! {
             h1 { "Episode: " (e.episode.title) }
-            dl {
+            dl.facts {
                 dt { "Aired" } dd { time datetime=(rfc3339(e.episode.date_aired)) { (day(e.episode.date_aired)) } }
                 dt { "Curated by" } dd { (e.episode.curator_information) }
                 dt { "Description" } dd { (e.episode.description) }
                 dt { "Media" } dd { (media(&e.episode.media_uri)) }
             }
-            h2 { "Research" }
-            p #research { (progress(e.researched_pairs, e.failed_pairs, e.total_pairs)) }
-            dl {
-                dt { "Clips found" } dd #matched { (e.matched_pairs) }
-                dt { "Pairs under lease" } dd #leased { (page.leased_pairs) }
-                dt { "Pairs still to research" } dd #unresearched { (page.unresearched_pairs) }
-                dt { "Failed pairs" } dd #failed { (e.failed_pairs) }
+            section #research-work {
+                h2 { "Research" }
+                p #research { (progress(e.researched_pairs, e.failed_pairs, e.total_pairs)) }
+                dl.tiles {
+                    div { dt { "Clips found" } dd.n #matched { (e.matched_pairs) } }
+                    div { dt { "Pairs under lease" } dd.n #leased { (page.leased_pairs) } }
+                    div { dt { "Pairs still to research" } dd.n #unresearched { (page.unresearched_pairs) } }
+                    div { dt { "Failed pairs" } dd.n #failed { (e.failed_pairs) } }
+                }
             }
-            h2 { "Timeline" }
-            @if page.timeline.is_empty() {
-                p { "No clip found in it so far." }
-            } @else {
-                ol.moments #timeline {
-                    @for t in &page.timeline {
-                        li {
-                            strong { (hms(t.offset_ns)) } " "
-                            a href=(format!("/clips/{}", t.clip_id)) { (t.clip_title) }
-                            (player(&e.episode.media_uri, t.offset_ns))
+            section #timeline-section {
+                h2 { "Timeline" }
+                @if page.timeline.is_empty() {
+                    p { "No clip found in it so far." }
+                } @else {
+                    (timeline_picture(&e.episode.media_uri, page.duration_ns, &page.timeline))
+                    ol.moments #timeline {
+                        @for (i, t) in page.timeline.iter().enumerate() {
+                            li id=(format!("moment-{}", i + 1)) {
+                                strong { (hms(t.offset_ns)) } " "
+                                a href=(format!("/clips/{}", t.clip_id)) { (t.clip_title) }
+                                (player(&e.episode.media_uri, t.offset_ns))
+                            }
                         }
                     }
                 }
             }
             @if !page.failed.is_empty() {
-                h2 { "Failed pairs" }
-                @if (page.failed.len() as u64) < e.failed_pairs {
-                    p { "The first " (page.failed.len()) " of " (e.failed_pairs) ", by clip title." }
-                }
-                div.scroll { table #failures {
-                    thead { tr { th { "clip" } th { "reason" } } }
-                    tbody {
-                        @for f in &page.failed {
-                            tr { td { a href=(format!("/clips/{}", f.clip_id)) { (f.clip_title) } } td { (f.reason) } }
-                        }
+                section #failed-pairs {
+                    h2 { "Failed pairs" }
+                    @if (page.failed.len() as u64) < e.failed_pairs {
+                        p { "The first " (page.failed.len()) " of " (e.failed_pairs) ", by clip title." }
                     }
-                } }
-                p { code { "archivist retry-failed --episode TITLE" } " makes them researchable again." }
+                    div.scroll { table #failures {
+                        thead { tr { th { "clip" } th { "reason" } } }
+                        tbody {
+                            @for f in &page.failed {
+                                tr { td { a href=(format!("/clips/{}", f.clip_id)) { (f.clip_title) } } td { (f.reason) } }
+                            }
+                        }
+                    } }
+                    p { code { "archivist retry-failed --episode TITLE" } " makes them researchable again." }
+                }
             }
             p { "As JSON: " a href=(format!("/api/episodes/{id}")) { "/api/episodes/" (id) } }
         },

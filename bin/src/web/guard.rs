@@ -3,10 +3,15 @@
 //! request per connection, and, on a loopback address, only requests for this server's own
 //! host name (a web page elsewhere cannot reach it through a name that resolves to 127.0.0.1:
 //! DNS rebinding).
+//!
+//! Every server of the binary goes through here: [`bind`], then [`spawn`] (the status page
+//! and the archivists' `--metrics-addr`, and the researcher's `--metrics-addr`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+use anyhow::Context as _;
 
 use axum::extract::Request;
 use axum::http::{header, StatusCode};
@@ -29,8 +34,53 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// The longest a connection lives, however slowly its client reads the answer.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 
+/// Listens on `addr`; `setting` names the flag and variable the address came from, for the
+/// error when it cannot be bound: a usage error (exit 2) when another address is the fix.
+pub(crate) async fn bind(addr: SocketAddr, setting: &str) -> anyhow::Result<TcpListener> {
+    match TcpListener::bind(addr).await {
+        Ok(listener) => Ok(listener),
+        // Configuration, not an outage: another address is the fix (exit 2).
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::AddrInUse
+                    | std::io::ErrorKind::AddrNotAvailable
+                    | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            Err(crate::config::usage(format!(
+                "cannot listen on {setting} {addr}: {e}{}",
+                if e.kind() == std::io::ErrorKind::AddrInUse {
+                    " (another program, or another archivist, listens there: choose another \
+                     port, or 0 for any free one)"
+                } else {
+                    ""
+                }
+            )))
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot listen on {setting} {addr}"))),
+    }
+}
+
+/// Serves `router` on `listener` until `token` is cancelled, in a task of its own, with every
+/// protection above: each request within its deadline, the host names checked on a loopback
+/// address, connections bounded in number, head time and lifetime. Returns the bound address.
+pub(crate) fn spawn(
+    listener: TcpListener,
+    router: Router,
+    token: &CancellationToken,
+) -> anyhow::Result<SocketAddr> {
+    let bound = listener.local_addr().context("the listener's address")?;
+    let mut router = router.layer(axum::middleware::from_fn(deadline));
+    if let Some(hosts) = Hosts::for_bound(bound) {
+        router = router.layer(axum::middleware::from_fn_with_state(hosts, check_host));
+    }
+    tokio::spawn(serve(listener, router, token.clone()));
+    Ok(bound)
+}
+
 /// Serves `router` on `listener` until `token` is cancelled, within the bounds above.
-pub(crate) async fn serve(listener: TcpListener, router: Router, token: CancellationToken) {
+async fn serve(listener: TcpListener, router: Router, token: CancellationToken) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, peer) = tokio::select! {
@@ -68,7 +118,7 @@ pub(crate) async fn serve(listener: TcpListener, router: Router, token: Cancella
 }
 
 /// Each request within [`REQUEST_TIMEOUT`].
-pub(crate) async fn deadline(request: Request, next: Next) -> Response {
+async fn deadline(request: Request, next: Next) -> Response {
     match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
         Ok(response) => response,
         Err(_) => (
@@ -117,7 +167,7 @@ impl Hosts {
 
 /// Refuses a request whose `Host` is not a loopback name and this port (421), when bound to
 /// loopback.
-pub(crate) async fn check_host(
+async fn check_host(
     axum::extract::State(hosts): axum::extract::State<Hosts>,
     request: Request,
     next: Next,

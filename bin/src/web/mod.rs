@@ -11,6 +11,8 @@
 //! - `api.rs`: `/api/…`, the page's data as JSON.
 //! - `browse.rs`: `/clips`, `/episodes` and each one's page: the archive for people.
 //! - `browse_api.rs`: `/api/clips`, `/api/episodes` and each one's page as JSON.
+//! - `layout.rs`, `style.css`: what every page shares: the head, the top bar, the stylesheet
+//!   (`/style.css`).
 //!
 //! The status page and the API are served by `serve` and `run`; the one-archivist
 //! subcommands serve metrics and health checks only.
@@ -21,6 +23,7 @@ mod browse_api;
 pub(crate) mod guard;
 mod health;
 mod history;
+mod layout;
 mod metrics;
 mod snapshot;
 mod status_page;
@@ -184,31 +187,7 @@ pub(crate) async fn spawn(
     token: &CancellationToken,
 ) -> anyhow::Result<SocketAddr> {
     let prometheus = metrics::install()?;
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(listener) => listener,
-        // Configuration, not an outage: another address is the fix (exit 2).
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::AddrInUse
-                    | std::io::ErrorKind::AddrNotAvailable
-                    | std::io::ErrorKind::PermissionDenied
-            ) =>
-        {
-            return Err(crate::config::usage(format!(
-                "cannot listen on {setting} {addr}: {e}{}",
-                if e.kind() == std::io::ErrorKind::AddrInUse {
-                    " (another program, or another archivist, listens there: choose another \
-                     port, or 0 for any free one)"
-                } else {
-                    ""
-                }
-            )))
-        }
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("cannot listen on {setting} {addr}")))
-        }
-    };
+    let listener = guard::bind(addr, setting).await?;
     let bound = listener.local_addr().context("the listener's address")?;
     let app = Arc::new(App {
         sources,
@@ -222,6 +201,7 @@ pub(crate) async fn spawn(
     if routes == Routes::Everything {
         router = router
             .route("/", get(status_page::page))
+            .route(layout::STYLESHEET_PATH, get(layout::stylesheet))
             .route("/api/status", get(api::status))
             .route("/api/progress", get(api::progress))
             .route("/api/leases", get(api::leases))
@@ -243,15 +223,5 @@ pub(crate) async fn spawn(
     } else {
         tracing::info!("serving /metrics, /healthz and /readyz on http://{bound}");
     }
-    let mut router = router
-        .with_state(app)
-        .layer(axum::middleware::from_fn(guard::deadline));
-    if let Some(hosts) = guard::Hosts::for_bound(bound) {
-        router = router.layer(axum::middleware::from_fn_with_state(
-            hosts,
-            guard::check_host,
-        ));
-    }
-    tokio::spawn(guard::serve(listener, router, token.clone()));
-    Ok(bound)
+    guard::spawn(listener, router.with_state(app), token)
 }

@@ -9,9 +9,10 @@ use std::time::Duration;
 use axum::extract::State;
 use chrono::{DateTime, SecondsFormat, Utc};
 use datastore::{LeaseState, Match};
-use maud::{html, Markup, PreEscaped, DOCTYPE};
+use maud::{html, Markup};
 
 use super::history::{rate_per_minute, Sample};
+use super::layout::{self, Nav};
 use super::snapshot::{self, Counts, LeaseRow, QueueView, Queues, Section};
 use super::App;
 
@@ -19,20 +20,6 @@ use super::App;
 const REFRESH_SECONDS: u32 = 5;
 /// Progress samples listed in the table under the chart (the chart has them all).
 const SAMPLES_LISTED: usize = 10;
-
-const CSS: &str = "\
-body{font-family:system-ui,sans-serif;line-height:1.4;margin:0 auto;max-width:64rem;padding:.5rem 1rem}\
-h1{font-size:1.4rem}h2{font-size:1.2rem;border-bottom:1px solid;margin-top:1.5rem}h3{font-size:1rem}\
-table{border-collapse:collapse;width:100%}\
-th,td{border:1px solid;padding:.2rem .4rem;text-align:left;vertical-align:top}\
-.n{text-align:right;font-variant-numeric:tabular-nums}\
-.scroll{overflow-x:auto}\
-pre{white-space:pre-wrap;overflow-wrap:anywhere;border:1px dashed;padding:.3rem;margin:.2rem 0}\
-progress{width:100%;height:1.4rem;accent-color:CanvasText}code{overflow-wrap:anywhere}\
-svg{width:100%;height:5rem;border:1px solid}\
-dl{display:grid;grid-template-columns:1fr auto;gap:.1rem 1rem}dd{margin:0}\
-.why{font-style:italic}\
-@media (max-width:30rem){body{font-size:.9rem;padding:.5rem}th,td{padding:.15rem .25rem}}";
 
 /// The page, read now.
 pub(super) async fn page(State(app): State<Arc<App>>) -> Markup {
@@ -44,48 +31,40 @@ pub(super) async fn page(State(app): State<Arc<App>>) -> Markup {
     );
     let samples = app.history.samples();
     let now = Utc::now();
-    html! {
-        (DOCTYPE)
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                meta http-equiv="refresh" content=(REFRESH_SECONDS);
-                title { "archivist status" }
-                style { (PreEscaped(CSS)) }
-            }
-            body {
-                header {
-                    nav { a href="/clips" { "Clips" } " · " a href="/episodes" { "Episodes" } }
-                    h1 { "archivist status" }
-                    p {
-                        "Read at " time datetime=(rfc3339(now)) { (when(now)) }
-                        ". This page reloads itself every " (REFRESH_SECONDS) " seconds."
-                    }
-                    p {
-                        "Datastore: " code { (app.sources.datastore_shown) } ". "
-                        "Bus: " code { (app.sources.bus_shown) } "."
-                    }
+    layout::page(
+        "Status",
+        Some(Nav::Status),
+        Some(REFRESH_SECONDS),
+        html! {
+            div.intro {
+                h1 { "archivist status" }
+                p {
+                    "Read at " time datetime=(rfc3339(now)) { (when(now)) }
+                    ". This page reloads itself every " (REFRESH_SECONDS) " seconds."
                 }
-                main {
-                    (research_section(&counts, &samples))
-                    (leases_section(&counts, &leases))
-                    (queues_section(&queues, &app.sources.work_items))
-                    (dead_letters_section(&queues))
-                    (matches_section(&matches))
-                }
-                footer {
-                    h2 { "The same as JSON" }
-                    p {
-                        @for path in ["/api/status", "/api/progress", "/api/leases", "/api/queues", "/api/dead-letters", "/api/matches"] {
-                            a href=(path) { (path) } " "
-                        }
-                        "· " a href="/metrics" { "/metrics" }
-                    }
+                p {
+                    "Datastore: " code { (app.sources.datastore_shown) } ". "
+                    "Bus: " code { (app.sources.bus_shown) } "."
                 }
             }
-        }
-    }
+            main {
+                (research_section(&counts, &samples))
+                (leases_section(&counts, &leases))
+                (queues_section(&queues, &app.sources.work_items))
+                (dead_letters_section(&queues))
+                (matches_section(&matches))
+            }
+            footer {
+                h2 { "The same as JSON" }
+                p {
+                    @for path in ["/api/status", "/api/progress", "/api/leases", "/api/queues", "/api/dead-letters", "/api/matches"] {
+                        a href=(path) { (path) } " "
+                    }
+                    "· " a href="/metrics" { "/metrics" }
+                }
+            }
+        },
+    )
 }
 
 fn unavailable(why: &str) -> Markup {
@@ -100,7 +79,7 @@ fn research_section(counts: &Section<Counts>, samples: &[Sample]) -> Markup {
                 Err(why) => (unavailable(why)),
                 Ok(c) => {
                     @let s = &c.status;
-                    p {
+                    p.big {
                         strong #researched-pairs { (s.researched_pairs) } " of "
                         span #research-pairs { (s.research_pairs) }
                         " pairs researched ("
@@ -112,14 +91,16 @@ fn research_section(counts: &Section<Counts>, samples: &[Sample]) -> Markup {
                     progress value=(s.researched_pairs) max=(s.research_pairs.max(1)) {
                         (format!("{:.1}%", c.percent_researched))
                     }
-                    dl {
-                        dt { "Episodes" } dd.n #episodes { (s.episodes) }
-                        dt { "Clips" } dd.n #clips { (s.clips) }
-                        dt { "Matches (pairs where the clip was found)" } dd.n #matched-pairs { (s.matched_pairs) }
-                        dt { "Pairs under lease" } dd.n #leased-pairs { (s.leased_pairs) }
-                        dt { "Pairs to lease" } dd.n #unresearched-pairs { (c.unresearched_pairs) }
-                        dt { "Failed pairs (not leased until retried: archivist retry-failed)" }
-                        dd.n #failed-pairs { (s.failed_pairs) }
+                    dl.tiles {
+                        div { dt { "Episodes" } dd.n #episodes { (s.episodes) } }
+                        div { dt { "Clips" } dd.n #clips { (s.clips) } }
+                        div { dt { "Matches (pairs where the clip was found)" } dd.n #matched-pairs { (s.matched_pairs) } }
+                        div { dt { "Pairs under lease" } dd.n #leased-pairs { (s.leased_pairs) } }
+                        div { dt { "Pairs to lease" } dd.n #unresearched-pairs { (c.unresearched_pairs) } }
+                        div {
+                            dt { "Failed pairs (not leased until retried: archivist retry-failed)" }
+                            dd.n #failed-pairs { (s.failed_pairs) }
+                        }
                     }
                     @if !c.failure_reasons.is_empty() {
                         table #failure-reasons {
@@ -160,24 +141,51 @@ fn research_section(counts: &Section<Counts>, samples: &[Sample]) -> Markup {
     }
 }
 
-/// Pairs researched (as a share of all pairs) against time: one line, drawn in the text's
-/// own colour, with the numbers also in the table beside it.
+/// The chart's drawing box (SVG user units), stretched to the page's width.
+const CHART_WIDTH: f64 = 300.0;
+const CHART_HEIGHT: f64 = 100.0;
+/// Where the share 1 (every pair researched) and the share 0 are drawn: inside the box, so
+/// that a line at either is seen, not hidden under the frame.
+const CHART_TOP: f64 = 8.0;
+const CHART_BOTTOM: f64 = 92.0;
+
+/// Pairs researched (as a share of all pairs) against time: a line over a shaded area, under a
+/// dashed line at the top for every pair researched; the numbers are also in the table beside
+/// it. One reading is drawn across the whole width (a finished archive is a full line at the
+/// top, not an empty box).
 fn progress_chart(samples: &[Sample]) -> Markup {
     let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
         return html! {};
     };
-    let span = (last.at - first.at).num_milliseconds().max(1) as f64;
-    let mut points = String::new();
-    for s in samples {
-        let x = 300.0 * (s.at - first.at).num_milliseconds() as f64 / span;
+    let span = (last.at - first.at).num_milliseconds() as f64;
+    let y = |s: &Sample| {
         let share = if s.research_pairs == 0 {
             0.0
         } else {
-            s.researched_pairs as f64 / s.research_pairs as f64
+            (s.researched_pairs as f64 / s.research_pairs as f64).clamp(0.0, 1.0)
         };
-        let y = 60.0 - 58.0 * share;
-        let _ = write!(points, "{x:.1},{y:.1} ");
-    }
+        CHART_BOTTOM - (CHART_BOTTOM - CHART_TOP) * share
+    };
+    let mut points: Vec<(f64, f64)> = if span <= 0.0 {
+        vec![(0.0, y(last)), (CHART_WIDTH, y(last))]
+    } else {
+        samples
+            .iter()
+            .map(|s| {
+                let x = CHART_WIDTH * (s.at - first.at).num_milliseconds() as f64 / span;
+                (x, y(s))
+            })
+            .collect()
+    };
+    points.dedup();
+    let line = points.iter().fold(String::new(), |mut out, (x, y)| {
+        let _ = write!(out, "{x:.1},{y:.1} ");
+        out
+    });
+    let area = format!(
+        "{line}{CHART_WIDTH:.1},{CHART_BOTTOM:.1} 0.0,{CHART_BOTTOM:.1}",
+        line = line
+    );
     let label = format!(
         "Pairs researched from {} ({} of {}) to {} ({} of {})",
         when(first.at),
@@ -188,11 +196,14 @@ fn progress_chart(samples: &[Sample]) -> Markup {
         last.research_pairs
     );
     html! {
-        svg viewBox="0 0 300 62" preserveAspectRatio="none" role="img" aria-label=(label) {
+        svg.chart #progress-chart viewBox=(format!("0 0 {CHART_WIDTH} {CHART_HEIGHT}")) preserveAspectRatio="none" role="img" aria-label=(label) {
             title { (label) }
-            polyline points=(points.trim_end()) fill="none" stroke="currentColor" stroke-width="2" vector-effect="non-scaling-stroke" {}
+            rect.frame x="0.5" y="0.5" width=(CHART_WIDTH - 1.0) height=(CHART_HEIGHT - 1.0) rx="3" vector-effect="non-scaling-stroke" {}
+            polygon.area points=(area) {}
+            line.all x1="0" y1=(CHART_TOP) x2=(CHART_WIDTH) y2=(CHART_TOP) vector-effect="non-scaling-stroke" {}
+            polyline.line points=(line.trim_end()) vector-effect="non-scaling-stroke" {}
         }
-        p { (label) "; the chart's top is every pair researched." }
+        p.muted { (label) "; the dashed line at the top is every pair researched." }
     }
 }
 

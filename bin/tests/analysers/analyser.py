@@ -11,7 +11,10 @@ carrying its token.
 A mode as the first argument makes it misbehave, for the tests of what the researcher does
 then: `crash-after N` (exit 3 after N answers; with `MARKER` in the environment, only when
 that file does not exist yet, creating it: the next try runs normally), `hang` (a progress line, then sleep),
-`hang-after N` (N answers, then sleep: an analyser quiet between two clips),
+`hang-after N` (N answers, then sleep: an analyser quiet between two clips), `fail` (a line
+on standard error, then exit 1), `latin1-stderr` (a Latin-1 line and a `\r` progress bar on
+standard error, a pause, more of them, then a normal run: its standard error must be read to
+the end whatever it holds),
 `garbage` (a line that is not JSON), `exit-75` (try later), `unknown-clip`, `progress`
 (a progress line before each answer), `tick` (a progress line every 100 ms, for ever: it
 ends when its output breaks). With `PIDFILE` in the environment it writes its pid
@@ -101,6 +104,17 @@ def main():
         return 0
     if mode[0] == "exit-75":
         return 75
+    if mode[0] == "fail":
+        print("no GPU found (failing on purpose)", file=sys.stderr, flush=True)
+        return 1
+    if mode[0] == "latin1-stderr":
+        # As ffmpeg printing a Latin-1 tag: not UTF-8. The pause lets a reader that gave up
+        # close the pipe, so that the next write would break.
+        sys.stderr.buffer.write(b"title: caf\xe9 cr\xe8me\n 10%\r 50%\r")
+        sys.stderr.buffer.flush()
+        time.sleep(0.5)
+        sys.stderr.buffer.write(b"100%\ralbum: \xc0 bient\xf4t\n")
+        sys.stderr.buffer.flush()
     if mode[0] == "unknown-clip":
         say({"clip_title": "no such clip", "clip_offsets_ns": [], "clip_duration_ns": 1,
              "episode_duration_ns": episode_duration})

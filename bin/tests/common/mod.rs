@@ -37,6 +37,9 @@ const OUR_VARS: &[&str] = &[
     "ARCHIVIST_ANALYSER_URL",
     "ARCHIVIST_CACHE_DIR",
     "ARCHIVIST_CACHE_SIZE",
+    "ARCHIVIST_MEDIA_ROOT",
+    "ARCHIVIST_LATER_BACKOFF",
+    "ARCHIVIST_LATER_MAX_BACKOFF",
     "RUST_LOG",
 ];
 
@@ -86,6 +89,9 @@ pub(crate) fn command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Comman
     }
     // No colours in the logs the tests read.
     cmd.env("NO_COLOR", "1");
+    // The user's cache directory (the researchers' default media cache) is the test's own,
+    // never the machine user's: tests neither read nor leave anything there.
+    cmd.env("XDG_CACHE_HOME", dir.join(".cache"));
     for (k, v) in env {
         cmd.env(k, v);
     }

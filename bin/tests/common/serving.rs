@@ -72,3 +72,48 @@ pub(crate) fn request(addr: &str, method: &str, path: &str) -> (u16, String) {
 pub(crate) fn get(addr: &str, path: &str) -> (u16, String) {
     request(addr, "GET", path)
 }
+
+/// A served page made measurable: its HTML fetched from `addr`, with a `<base>` so that its
+/// stylesheet loads from the server, and `script` (the body of a JavaScript function returning
+/// what it measured) run once the page is laid out, its answer written as JSON into
+/// `<pre id="measured">`. Written to a file in `dir`, whose `file://` URL is returned: a
+/// browser's `--dump-dom` of it then holds what was drawn (see [`measured`]).
+#[allow(dead_code)]
+pub(crate) fn measurable(addr: &str, path: &str, script: &str, dir: &std::path::Path) -> String {
+    let (code, html) = get(addr, path);
+    assert_eq!(code, 200, "{path}: {html}");
+    let html = html.replacen(
+        "<head>",
+        &format!("<head><base href=\"http://{addr}/\">"),
+        1,
+    );
+    let probe = format!(
+        "<script>(function(){{var out=document.createElement('pre');out.id='measured';\
+         out.textContent=JSON.stringify((function(){{{script}}})());\
+         document.body.appendChild(out);}})();</script></body>"
+    );
+    let html = html.replacen("</body>", &probe, 1);
+    let file = dir.join(format!(
+        "measure-{}.html",
+        path.replace(['/', '?', '&', '='], "_")
+    ));
+    std::fs::write(&file, html).unwrap();
+    format!("file://{}", file.display())
+}
+
+/// What the script of [`measurable`] wrote, read back from the browser's `--dump-dom`.
+#[allow(dead_code)]
+pub(crate) fn measured(dom: &str) -> serde_json::Value {
+    let start = dom
+        .find("<pre id=\"measured\">")
+        .unwrap_or_else(|| panic!("the page was not measured: {dom}"))
+        + "<pre id=\"measured\">".len();
+    let text = &dom[start..];
+    let text = &text[..text.find("</pre>").unwrap()];
+    let json = text
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&");
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
