@@ -14,8 +14,11 @@
 //! (and once at the start of the run, for completions a stopped run left) the archivist
 //! publishes each kept completion as an [`EpisodeResearched`] and lets go of it. Where the
 //! announcement queue is on the database bus in the datastore's database, publishing and
-//! letting go are one transaction: each completion is announced exactly once. On another bus a
-//! stop between the two announces that one completion twice, never not at all.
+//! letting go are one transaction: each completion is announced exactly once. On another bus
+//! the archivist first claims the completions it sends ([`DataStore::claim_completions`]), so
+//! that recorders running at once send each once; a stop between sending and letting go
+//! announces that one completion twice (by the next recorder, once the claim runs out), never
+//! not at all. A send that fails gives its claims back.
 //!
 //! The bus does not keep order and several of these archivists may run at once, so a lease's
 //! revoking item can be recorded before some of its other results. Revoking
@@ -82,6 +85,11 @@ impl Default for CompletedResearchConfig {
 
 /// Completions announced per datastore read (or per transaction on the database bus).
 const ANNOUNCE_BATCH: u32 = 100;
+
+/// How long a recorder holds the completions it claimed to announce on a bus outside the
+/// datastore's database: longer than sending a batch of them takes, retries included. One
+/// that stops before letting them go leaves them to the next recorder after this.
+const CLAIM_HOLD: chrono::Duration = chrono::Duration::minutes(10);
 
 /// Starts one run draining `receiver` (the `completed_research` queue).
 pub fn start(
@@ -278,8 +286,8 @@ async fn drain(
 }
 
 /// Publishes every kept completion on `sender`'s queue and lets go of it: in one transaction
-/// where that queue is on the database bus in the datastore's database, else each one sent,
-/// then let go. Reads stop when none is left; a completion kept meanwhile by another recorder
+/// where that queue is on the database bus in the datastore's database, else claimed, each
+/// one sent, then let go. Reads stop when none is left; a completion kept meanwhile by another recorder
 /// is that recorder's to announce (or the next batch's).
 async fn announce(run: &mut Run, store: &dyn DataStore, sender: &dyn Sender) -> Result<(), Ended> {
     let in_store = runner::in_store_bus(store, sender).await;
@@ -298,35 +306,60 @@ async fn announce(run: &mut Run, store: &dyn DataStore, sender: &dyn Sender) -> 
             }
             continue;
         }
-        let kept = run
-            .retrying("completions", DataStoreError::is_retryable, || {
-                store.completions(ANNOUNCE_BATCH)
+        // Claimed first, so that recorders running at once send each completion once.
+        let now = Utc::now();
+        let claimed = run
+            .retrying("claim_completions", DataStoreError::is_retryable, || {
+                store.claim_completions(ANNOUNCE_BATCH, now, now + CLAIM_HOLD)
             })
             .await
             .map_err(|e| stop_on(e, ArchivistError::DataStore))?;
-        let more = kept.len() >= ANNOUNCE_BATCH as usize;
-        for completion in kept {
+        let more = claimed.len() >= ANNOUNCE_BATCH as usize;
+        let ids: Vec<_> = claimed.iter().map(|c| c.id).collect();
+        for (sent, completion) in claimed.into_iter().enumerate() {
             let id = completion.id;
             let body = encode_announcement(completion);
-            run.retrying("announce", BusError::is_retryable, || {
-                sender.send(body.clone())
-            })
-            .await
-            .map_err(|e| stop_on(e, ArchivistError::Bus))?;
-            // Sent, not yet let go of: a stop here announces it again.
+            let out = run
+                .retrying("announce", BusError::is_retryable, || {
+                    sender.send(body.clone())
+                })
+                .await;
+            if let Err(e) = out {
+                // Not sent: the rest go back for the next run at once (a failure here leaves
+                // them to come back when the claim runs out).
+                release(store, &ids[sent..]).await;
+                return Err(stop_on(e, ArchivistError::Bus));
+            }
+            // Sent, not yet let go of: a stop here announces it again once the claim runs out.
             messagebus::fail_point("completed-research-announced").await;
-            run.retrying(
-                "completions_announced",
-                DataStoreError::is_retryable,
-                || store.completions_announced(std::slice::from_ref(&id)),
-            )
-            .await
-            .map_err(|e| stop_on(e, ArchivistError::DataStore))?;
+            let out = run
+                .retrying(
+                    "completions_announced",
+                    DataStoreError::is_retryable,
+                    || store.completions_announced(std::slice::from_ref(&id)),
+                )
+                .await;
+            if let Err(e) = out {
+                release(store, &ids[sent + 1..]).await;
+                return Err(stop_on(e, ArchivistError::DataStore));
+            }
             counted(run, 1);
         }
         if !more {
             return Ok(());
         }
+    }
+}
+
+/// Gives back claimed completions that this run will not send.
+async fn release(store: &dyn DataStore, ids: &[datastore::CompletionId]) {
+    if let Err(error) = store.release_completions(ids).await {
+        tracing::warn!(
+            %error,
+            completions = ids.len(),
+            "could not give back the completions not announced: they are announced once \
+             their claim runs out"
+        );
     }
 }
 

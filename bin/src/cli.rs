@@ -251,8 +251,9 @@ pub(crate) enum Command {
         archivist run                               # everything on ./archivist.sqlite\n  \
         DATABASE_URL=postgres://archivist@db/archive archivist run --every 30s")]
     Run(RunArgs),
-    /// The whole pipeline on an in-memory bus with built-in curators and researchers, ending
-    /// with a summary; the results stay in the datastore
+    /// The whole pipeline with built-in curators and researchers, its queues in the datastore's
+    /// database (ARCHIVIST_BUS=memory: inside the process), ending with a summary; the results
+    /// stay in the datastore
     #[command(long_about = DEMO_ABOUT)]
     #[command(after_help = "Examples:\n  \
         archivist demo                              # in ./archivist.sqlite, then: archivist status\n  \
@@ -266,7 +267,8 @@ pub(crate) enum Command {
     /// Take messages off QUEUE, print each body as one line, and acknowledge them
     #[command(after_help = "Examples:\n  \
         archivist receive pending_research --max 1 --wait 1m   # a researcher takes one work item\n  \
-        archivist receive curated_clips --dead-letters          # what was set aside, and why")]
+        archivist receive curated_clips --dead-letters --peek   # what was set aside, and why; left in place\n  \
+        archivist receive curated_clips --dead-letters          # the same, taken off for good")]
     Receive(ReceiveArgs),
     /// Move QUEUE's dead letters back onto it (after the fault that set them aside is
     /// fixed), and say how many
@@ -466,9 +468,15 @@ pub(crate) struct ReceiveArgs {
     /// How long to wait for messages, as 0s, 5s, 1m
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub(crate) wait: Duration,
-    /// Read the queue's dead-letter queue instead; each line is then {"body": …, "reason": …}
+    /// Read the queue's dead-letter queue instead; each line is then {"body": …, "reason": …}.
+    /// This takes them: `redrive` and `retry-failed` no longer find them (see --peek)
     #[arg(long)]
     pub(crate) dead_letters: bool,
+    /// With --dead-letters: print them and leave them where they are, for `redrive`
+    /// (the database buses: the oldest first; SQS: a sample of up to ten; RabbitMQ cannot look
+    /// without taking, and says so)
+    #[arg(long, requires = "dead_letters")]
+    pub(crate) peek: bool,
 }
 
 /// Options of `redrive`.

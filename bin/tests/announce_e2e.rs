@@ -7,11 +7,16 @@
 //! The kill lands where each bus can be exact: on the database bus inside the transaction that
 //! publishes the announcement and lets go of the completion (it rolls back), elsewhere after
 //! the batch is recorded and acknowledged and before anything is sent.
+//!
+//! Two recorders started together on the same backlog of completions announce each episode
+//! once between them, on SQS and on a database bus in another database than the datastore
+//! (where sending and letting go cannot be one transaction).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::process::Stdio;
 
 use common::pipeline::{clip_json, results_for, Scenario, CLIPS, EPISODES, FOUND, MAX_CLIPS};
 use common::PgDatabase;
@@ -175,4 +180,104 @@ fn announced_once_on_rabbitmq() {
 #[test]
 fn announced_once_on_sqs() {
     announcing(Scenario::sqs(None));
+}
+
+/// Episodes in the backlog the two recorders race for: several of the recorders' reads of a
+/// hundred each, so that both are sending at once.
+const BACKLOG: u32 = 300;
+
+/// Keeps `BACKLOG` completed, unannounced episodes in the datastore at `url` (migrated with
+/// the binary, loaded through the datastore's API): one clip, each episode's pair researched.
+fn completed_backlog(s: &Scenario, url: &str) {
+    s.run(&["migrate"], &[]).expect_code(0);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let store = datastore::connect(url).await.unwrap();
+            let episodes: Vec<_> = (0..BACKLOG).map(datastore::testing::episode).collect();
+            store.upsert_episodes(&episodes).await.unwrap();
+            let clip = datastore::testing::clip(0);
+            store.upsert_clip(&clip).await.unwrap();
+            let lease = uuid::Uuid::new_v4();
+            let results: Vec<_> = episodes
+                .iter()
+                .map(|e| datastore::testing::result(lease, e, &clip, &[7]))
+                .collect();
+            store.record_results(&results).await.unwrap();
+            assert_eq!(
+                store.completions(BACKLOG + 1).await.unwrap().len(),
+                BACKLOG as usize
+            );
+        });
+}
+
+/// Every announcement waiting on `queue`, counted by episode title.
+fn announcement_counts(s: &Scenario, queue: &str) -> BTreeMap<String, u32> {
+    let mut counts = BTreeMap::new();
+    loop {
+        let got = s
+            .run(&["receive", queue, "--max", "100", "--wait", "1s"], &[])
+            .expect_code(0)
+            .json_lines();
+        if got.is_empty() {
+            return counts;
+        }
+        for a in got {
+            let title = a["episode"]["title"].as_str().unwrap().to_string();
+            *counts.entry(title).or_default() += 1;
+        }
+    }
+}
+
+/// Two `completed-research` processes started together on the same backlog: between them each
+/// episode is announced exactly once, and nothing is left to announce.
+fn two_recorders_at_once(mut s: Scenario, datastore_url: &str) {
+    let queue = announce_queue(&s);
+    completed_backlog(&s, datastore_url);
+    s.bus.set("ARCHIVIST_ANNOUNCE_QUEUE", &queue);
+    s.run(&["queues"], &[]).expect_code(0);
+    let env = s.bus.with(&[]);
+    let recorders: Vec<_> = (0..2)
+        .map(|_| {
+            common::command(s.path(), &["completed-research"], &env)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for recorder in recorders {
+        common::Run::from_output(recorder.wait_with_output().unwrap()).expect_code(0);
+    }
+    let counts = announcement_counts(&s, &queue);
+    let twice: Vec<_> = counts.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "{} episodes announced more than once: {twice:?}",
+        twice.len()
+    );
+    assert_eq!(counts.len(), BACKLOG as usize);
+    // Nothing left: a third run announces nothing.
+    s.run(&["completed-research"], &[]).expect_code(0);
+    assert!(announcement_counts(&s, &queue).is_empty());
+}
+
+#[test]
+fn announced_once_by_two_recorders_on_sqs() {
+    let db = PgDatabase::create();
+    two_recorders_at_once(Scenario::sqs(Some(&db.url)), &db.url);
+}
+
+#[test]
+fn announced_once_by_two_recorders_on_a_bus_in_another_database() {
+    // The datastore in SQLite, the bus in a Postgres database of its own.
+    let bus = PgDatabase::create();
+    let mut s = Scenario::database(None);
+    let datastore_url = s.database_url();
+    s.bus.set("ARCHIVIST_BUS", "postgres");
+    s.bus.set("ARCHIVIST_BUS_URL", &bus.url);
+    two_recorders_at_once(s, &datastore_url);
 }

@@ -324,7 +324,9 @@ fn browse_in_a_browser(dir: &Path, url: &str) {
     let items = listed["items"].as_array().unwrap();
     assert_eq!(items.len(), 1, "{listed}");
     assert_eq!(items[0]["clip"]["title"], HOSTILE_CLIP);
-    assert_eq!(items[0]["occurrences"], 3);
+    // Found four times, in three episodes.
+    assert_eq!(items[0]["occurrences"], 4, "{listed}");
+    assert_eq!(items[0]["episodes"], 3, "{listed}");
     assert_eq!(items[0]["total_pairs"], EPISODES);
     let clip_id = items[0]["id"].as_i64().unwrap();
 

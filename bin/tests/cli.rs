@@ -351,9 +351,9 @@ fn read_only_commands_never_create_a_datastore() {
     let run = archivist(dir.path(), &["migrate"], &[]).expect_code(0);
     assert!(
         run.stderr.contains(
-            "applied 8 migrations: 0001 schema, 0002 lease duration, 0003 recent matches, \
+            "applied 9 migrations: 0001 schema, 0002 lease duration, 0003 recent matches, \
              0004 failed research, 0005 episode completions, 0006 newer curation retries failures, \
-             0007 browse, 0008 clip count"
+             0007 browse, 0008 clip count, 0009 completion claims"
         ),
         "{}",
         run.stderr
@@ -455,9 +455,9 @@ fn status_on_an_old_schema_names_the_missing_migration() {
     let run = archivist(dir.path(), &["migrate"], &env).expect_code(0);
     assert!(
         run.stderr.contains(
-            "applied 7 migrations: 0002 lease duration, 0003 recent matches, 0004 failed research, \
+            "applied 8 migrations: 0002 lease duration, 0003 recent matches, 0004 failed research, \
              0005 episode completions, 0006 newer curation retries failures, 0007 browse, \
-             0008 clip count"
+             0008 clip count, 0009 completion claims"
         ),
         "{}",
         run.stderr
@@ -1329,4 +1329,103 @@ fn sqlite_rows(file: &std::path::Path) -> Vec<String> {
         out.sort();
         out
     })
+}
+
+// ------------------------------------------------------------- words that say what is true
+
+/// The top-level help says what `demo` runs on: the datastore's own queues by default, not an
+/// in-memory bus (that is ARCHIVIST_BUS=memory).
+#[test]
+fn help_says_where_the_demo_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let help = archivist(dir.path(), &["--help"], &[])
+        .expect_code(0)
+        .stdout;
+    // Its entry, wrapped over several lines, up to the next subcommand's.
+    let from = help
+        .find("\n  demo ")
+        .unwrap_or_else(|| panic!("no demo: {help}"));
+    let to = help[from..]
+        .find("\n  send ")
+        .map_or(help.len(), |i| from + i);
+    let demo = help[from..to]
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(!demo.contains("in-memory"), "{demo}");
+    assert!(demo.contains("datastore's database"), "{demo}");
+}
+
+/// Work items waiting with no researcher, which work assignment did not publish under the
+/// "neither researchers nor waiting items" rule (two, for two researchers it was told of):
+/// `status` says they wait and what happens next, and names no cause that is not theirs.
+/// `matches --clip` with a title no clip has says so, suggests similar titles, and takes the
+/// one title that differs only in case.
+#[test]
+fn waiting_items_and_unknown_clip_titles_are_said_as_they_are() {
+    use common::pipeline::{results_for, Scenario, FOUND};
+    let s = Scenario::database(None);
+    s.curate();
+    let env = [
+        ("ARCHIVIST_RESEARCHERS", "2"),
+        ("ARCHIVIST_START_JITTER", "0s"),
+    ];
+    s.run(&["pending-research"], &env).expect_code(0);
+    let table = s.run(&["status"], &[]).expect_code(0).stdout;
+    assert!(
+        table.contains(
+            "2 work items wait on pending_research with no researcher consuming them: the \
+             first researcher to start takes them"
+        ),
+        "{table}"
+    );
+    assert!(!table.contains("neither researchers nor"), "{table}");
+
+    // Every pair researched, matches recorded.
+    let env = [
+        ("ARCHIVIST_RESEARCHERS", "50"),
+        ("ARCHIVIST_START_JITTER", "0s"),
+    ];
+    s.run(&["pending-research"], &env).expect_code(0);
+    let work = s.receive_work("50", "2s");
+    let results: Vec<String> = work
+        .iter()
+        .flat_map(results_for)
+        .map(|r| r.to_string())
+        .collect();
+    s.run_with_input(
+        &["send", &s.bus.completed_queue],
+        &(results.join("\n") + "\n"),
+    )
+    .expect_code(0);
+    s.run(&["completed-research"], &[]).expect_code(0);
+    let clip_b = FOUND.iter().filter(|(_, c, _)| *c == "Clip B").count();
+    let exact = s.run(&["matches", "--clip", "Clip B"], &[]).expect_code(0);
+    assert_eq!(exact.json_lines().len(), clip_b, "{}", exact.stdout);
+    assert!(!exact.stderr.contains("no clip"), "{}", exact.stderr);
+
+    let nope = s.run(&["matches", "--clip", "nope"], &[]).expect_code(0);
+    assert!(nope.stdout.is_empty(), "{}", nope.stdout);
+    assert!(
+        nope.stderr.contains("no clip is titled \"nope\""),
+        "{}",
+        nope.stderr
+    );
+    // Another case: that clip's matches, said so.
+    let case = s.run(&["matches", "--clip", "clip b"], &[]).expect_code(0);
+    assert_eq!(case.json_lines().len(), clip_b, "{}", case.stderr);
+    assert!(
+        case.stderr
+            .contains("no clip is titled \"clip b\"; listing the matches of \"Clip B\""),
+        "{}",
+        case.stderr
+    );
+    // Words of several titles: suggested.
+    let close = s.run(&["matches", "--clip", "Clip"], &[]).expect_code(0);
+    assert!(close.stdout.is_empty(), "{}", close.stdout);
+    assert!(
+        close.stderr.contains("clips with similar titles: ") && close.stderr.contains("\"Clip A\""),
+        "{}",
+        close.stderr
+    );
 }

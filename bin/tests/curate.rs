@@ -1691,3 +1691,37 @@ fn a_private_feeds_key_is_shown_nowhere_but_in_the_state_file() {
     let state = std::fs::read_to_string(dir.path().join("archivist-feeds.json")).unwrap();
     assert!(state.contains("s3cr3tk3y"));
 }
+
+// ------------------------------------------------------------------ links that lead nowhere
+
+/// A symbolic link named like an audio file that leads to no file (a loop of links, or a
+/// dangling one) is skipped with its reason, in the summary and on standard error; the other
+/// clips are sent.
+#[test]
+fn a_link_loop_named_like_audio_is_skipped_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let clips = dir.path().join("clips");
+    write(&clips.join("Intro.mp3"), b"intro");
+    std::os::unix::fs::symlink("loop.mp3", clips.join("loop.mp3")).unwrap();
+    std::os::unix::fs::symlink("gone.wav", clips.join("dangling.wav")).unwrap();
+    let folder = clips.to_str().unwrap();
+
+    let run = curate(dir.path(), &["clips", folder, "--json"]).expect_code(0);
+    let s = summary(&run);
+    assert_eq!(s["paths"][0]["sent"], 1, "{s}");
+    assert_eq!(s["paths"][0]["skipped"], 2, "{s}");
+    let skipped = s["paths"][0]["skipped_files"].to_string();
+    assert!(
+        skipped.contains("loop.mp3") && skipped.contains("a symbolic link that leads to no file"),
+        "{s}"
+    );
+    assert!(skipped.contains("dangling.wav"), "{s}");
+    assert_eq!(titles(&receive(dir.path(), "curated_clips")), ["Intro"]);
+
+    let run = curate(dir.path(), &["clips", folder]).expect_code(0);
+    assert!(
+        run.stderr.contains("loop.mp3") && run.stderr.contains("symbolic link"),
+        "{}",
+        run.stderr
+    );
+}

@@ -47,8 +47,10 @@ pub struct ClipSummary {
     pub id: i64,
     /// The clip.
     pub clip: ClipInfo,
-    /// Episodes it was found in (matched pairs): the listing's order, most first.
+    /// Times it was found: every offset in every episode, the listing's order, most first.
     pub occurrences: u64,
+    /// Episodes it was found in (matched pairs).
+    pub episodes: u64,
     /// Its pairs recorded as failed.
     pub failed_pairs: u64,
     /// Its pairs in all: the number of episodes.
@@ -163,7 +165,7 @@ pub trait Browse: Send + Sync {
 /// The words of a search: runs of letters and digits, lower-cased, at most 8 (a title search
 /// needs no more; each is one more index probe). Everything else separates words, so no input
 /// reaches a full-text query's syntax.
-pub(crate) fn search_words(search: Option<&str>) -> Vec<String> {
+pub fn search_words(search: Option<&str>) -> Vec<String> {
     search
         .unwrap_or("")
         .split(|c: char| !c.is_alphanumeric())

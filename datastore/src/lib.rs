@@ -61,8 +61,8 @@ pub mod testing;
 pub mod testing_pg;
 
 pub use browse::{
-    Browse, ClipPage, ClipSummary, EpisodePage, EpisodeSummary, FailedPair, ListQuery, Occurrence,
-    Page, TimelineEntry, FAILED_SHOWN, MAX_PAGE,
+    search_words, Browse, ClipPage, ClipSummary, EpisodePage, EpisodeSummary, FailedPair,
+    ListQuery, Occurrence, Page, TimelineEntry, FAILED_SHOWN, MAX_PAGE,
 };
 pub use connect::{connect, redact_url};
 pub use error::DataStoreError;

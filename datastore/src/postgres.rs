@@ -1312,7 +1312,8 @@ WITH input AS (
     WHERE n > 0
       AND (SELECT cc.n FROM clip_count cc) BETWEEN researched_count - n + 1 AND researched_count
     ON CONFLICT (episode_id) DO UPDATE
-        SET completions = c.completions + 1, completed_at = EXCLUDED.completed_at
+        SET completions = c.completions + 1, completed_at = EXCLUDED.completed_at,
+            claimed_until = NULL
 )
 SELECT episode_id, clip_id, NULL::uuid FROM ins
 UNION ALL
@@ -1825,7 +1826,7 @@ impl DataStore for PgDataStore {
     async fn completions(&self, limit: u32) -> Result<Vec<EpisodeCompletion>> {
         retrying("completions", Replay::Harmless, || async {
             let mut conn = self.pool.acquire().await?;
-            read_completions(&mut conn, limit, false).await
+            read_completions(&mut conn, Which::All(limit)).await
         })
         .await
     }
@@ -1837,6 +1838,53 @@ impl DataStore for PgDataStore {
         retrying("completions_announced", Replay::Harmless, || async {
             let mut conn = self.pool.acquire().await?;
             completions_announced_in(&mut conn, ids).await
+        })
+        .await
+    }
+
+    async fn claim_completions(
+        &self,
+        limit: u32,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<EpisodeCompletion>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Unsafe to try again blindly: a commit whose answer was lost claimed completions that
+        // nobody would send until the claim runs out. They are sent late, not lost.
+        retrying("claim_completions", Replay::Unsafe, || async {
+            let mut tx = self.pool.begin_with(BEGIN).await?;
+            let claimed: Vec<i64> = sqlx::query_scalar(CLAIM_COMPLETIONS)
+                .bind(i64::from(limit))
+                .bind(now)
+                .bind(until)
+                .fetch_all(&mut *tx)
+                .await?;
+            let found = if claimed.is_empty() {
+                Vec::new()
+            } else {
+                read_completions(&mut tx, Which::Claimed(&claimed)).await?
+            };
+            commit(tx).await?;
+            Ok(found)
+        })
+        .await
+    }
+
+    async fn release_completions(&self, ids: &[CompletionId]) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let episodes: Vec<i64> = ids.iter().map(|c| c.episode_id).collect();
+        let completions: Vec<i64> = ids.iter().map(|c| c.completions).collect();
+        retrying("release_completions", Replay::Harmless, || async {
+            let done = sqlx::query(RELEASE_COMPLETIONS)
+                .bind(&episodes)
+                .bind(&completions)
+                .execute(&self.pool)
+                .await?;
+            Ok(done.rows_affected())
         })
         .await
     }
@@ -1877,29 +1925,64 @@ impl DataStore for PgDataStore {
     }
 }
 
-/// Unannounced completions, oldest first, with their episodes and counts (`$2`: whether to
-/// lock them for announcing, skipping those another announcer holds).
-const COMPLETIONS: &str = "
-SELECT u.episode_id, u.completions, u.completed_at,
+/// The columns of an unannounced completion: its episode and counts.
+macro_rules! completion_columns {
+    () => {
+        "SELECT u.episode_id, u.completions, u.completed_at,
        e.title, e.date_aired, e.initial_date_curated, e.last_date_curated,
        e.curator_information, e.description, e.media_uri, e.media_type, e.priority,
        (e.researched_count - e.failed_count)::int8 AS researched,
        e.matched_count::int8 AS matched, e.failed_count::int8 AS failed
-FROM episode_completions u JOIN episodes e ON e.id = u.episode_id
-ORDER BY u.completed_at, u.episode_id
-LIMIT $1";
+FROM episode_completions u JOIN episodes e ON e.id = u.episode_id"
+    };
+}
 
-/// [`COMPLETIONS`] for announcing: the rows locked, those another announcer holds skipped.
-const COMPLETIONS_TO_ANNOUNCE: &str = "
-SELECT u.episode_id, u.completions, u.completed_at,
-       e.title, e.date_aired, e.initial_date_curated, e.last_date_curated,
-       e.curator_information, e.description, e.media_uri, e.media_type, e.priority,
-       (e.researched_count - e.failed_count)::int8 AS researched,
-       e.matched_count::int8 AS matched, e.failed_count::int8 AS failed
-FROM episode_completions u JOIN episodes e ON e.id = u.episode_id
+/// Unannounced completions, oldest first, with their episodes and counts.
+const COMPLETIONS: &str = concat!(
+    completion_columns!(),
+    "
+ORDER BY u.completed_at, u.episode_id
+LIMIT $1"
+);
+
+/// [`COMPLETIONS`] for announcing: the rows locked, those another announcer holds (locked, or
+/// claimed until after `$2`) skipped.
+const COMPLETIONS_TO_ANNOUNCE: &str = concat!(
+    completion_columns!(),
+    "
+WHERE u.claimed_until IS NULL OR u.claimed_until <= $2
 ORDER BY u.completed_at, u.episode_id
 LIMIT $1
-FOR UPDATE OF u SKIP LOCKED";
+FOR UPDATE OF u SKIP LOCKED"
+);
+
+/// [`COMPLETIONS`] of the episodes `$1` (just claimed).
+const COMPLETIONS_OF: &str = concat!(
+    completion_columns!(),
+    "
+WHERE u.episode_id = ANY($1)
+ORDER BY u.completed_at, u.episode_id"
+);
+
+/// Claims up to `$1` completions nobody holds (no claim, or one that ran out by `$2`), oldest
+/// first, until `$3`: rows another claimer has locked are skipped, and one it committed is
+/// read again as claimed, so no two claimers get the same completion.
+const CLAIM_COMPLETIONS: &str = "
+UPDATE episode_completions u SET claimed_until = $3
+WHERE u.episode_id IN (
+    SELECT c.episode_id FROM episode_completions c
+    WHERE c.claimed_until IS NULL OR c.claimed_until <= $2
+    ORDER BY c.completed_at, c.episode_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED)
+  AND (u.claimed_until IS NULL OR u.claimed_until <= $2)
+RETURNING u.episode_id";
+
+/// Gives back claims on completions not announced, unless their episode completed again since.
+const RELEASE_COMPLETIONS: &str = "
+UPDATE episode_completions u SET claimed_until = NULL
+FROM unnest($1::int8[], $2::int8[]) AS a (id, n)
+WHERE u.episode_id = a.id AND u.completions = a.n";
 
 /// The matched results of the episodes `$1`, through the partial index of matches.
 const COMPLETION_MATCHES: &str = "
@@ -1934,21 +2017,30 @@ struct CompletionMatchRow {
     clip_offsets_ns: Vec<i64>,
 }
 
+/// Which unannounced completions [`read_completions`] reads.
+enum Which<'a> {
+    /// The oldest, at most this many.
+    All(u32),
+    /// The oldest nobody holds, at most this many, locked for announcing, as of this time.
+    ToAnnounce(u32, DateTime<Utc>),
+    /// Those of these episodes.
+    Claimed(&'a [i64]),
+}
+
 /// Reads unannounced completions with their matches on `conn` (in the caller's transaction
-/// when announcing).
+/// when announcing or claiming).
 async fn read_completions(
     conn: &mut sqlx::PgConnection,
-    limit: u32,
-    lock: bool,
+    which: Which<'_>,
 ) -> Result<Vec<EpisodeCompletion>, Failure> {
-    let rows: Vec<CompletionRow> = sqlx::query_as(if lock {
-        COMPLETIONS_TO_ANNOUNCE
-    } else {
-        COMPLETIONS
-    })
-    .bind(i64::from(limit))
-    .fetch_all(&mut *conn)
-    .await?;
+    let query = match which {
+        Which::All(limit) => sqlx::query_as(COMPLETIONS).bind(i64::from(limit)),
+        Which::ToAnnounce(limit, now) => sqlx::query_as(COMPLETIONS_TO_ANNOUNCE)
+            .bind(i64::from(limit))
+            .bind(now),
+        Which::Claimed(ids) => sqlx::query_as(COMPLETIONS_OF).bind(ids),
+    };
+    let rows: Vec<CompletionRow> = query.fetch_all(&mut *conn).await?;
     if rows.is_empty() {
         return Ok(Vec::new());
     }
@@ -2108,7 +2200,7 @@ impl TransactionalBus for PgDataStore {
         // try published are gone, so the next one publishes only the rest.
         retrying("announce_completions", Replay::Harmless, || async {
             let mut tx = self.pool.begin_with(BEGIN).await?;
-            let found = read_completions(&mut tx, limit, true).await?;
+            let found = read_completions(&mut tx, Which::ToAnnounce(limit, Utc::now())).await?;
             if found.is_empty() {
                 return Ok(0);
             }
@@ -2195,6 +2287,7 @@ fn clip_summary_from_row(row: &PgRow) -> Result<ClipSummary> {
             priority: row.try_get("priority")?,
         },
         occurrences: browse::count(row.try_get("occurrences")?),
+        episodes: browse::count(row.try_get("episodes")?),
         failed_pairs: browse::count(row.try_get("failed_pairs")?),
         total_pairs: browse::count(row.try_get("total_pairs")?),
     })
@@ -2218,10 +2311,13 @@ impl PgDataStore {
         // results (0001, 0007): a few rows per clip, never the results at large.
         let mut q = QueryBuilder::<Postgres>::new("SELECT * FROM (SELECT ");
         q.push(CLIP_SUMMARY_COLUMNS).push(
-            ", COALESCE(o.n, 0) AS occurrences, COALESCE(f.n, 0) AS failed_pairs, \
+            ", COALESCE(o.n, 0) AS occurrences, COALESCE(o.e, 0) AS episodes, \
+             COALESCE(f.n, 0) AS failed_pairs, \
              (SELECT count(*) FROM episodes) AS total_pairs \
              FROM clips c \
-             LEFT JOIN (SELECT clip_id, count(*) AS n FROM research_results \
+             LEFT JOIN (SELECT clip_id, sum(cardinality(clip_offsets_ns))::int8 AS n, \
+                               count(*) AS e \
+                        FROM research_results \
                         WHERE matched GROUP BY clip_id) o ON o.clip_id = c.id \
              LEFT JOIN (SELECT clip_id, count(*) AS n FROM research_results \
                         WHERE failure IS NOT NULL GROUP BY clip_id) f ON f.clip_id = c.id",
@@ -2304,8 +2400,10 @@ impl PgDataStore {
         let mut tx = self.pool.begin_with(BEGIN_READ).await?;
         let mut q = QueryBuilder::<Postgres>::new("SELECT ");
         q.push(CLIP_SUMMARY_COLUMNS).push(
-            ", (SELECT count(*) FROM research_results \
-                WHERE clip_id = c.id AND matched) AS occurrences, \
+            ", (SELECT COALESCE(sum(cardinality(clip_offsets_ns)), 0)::int8 \
+                FROM research_results WHERE clip_id = c.id AND matched) AS occurrences, \
+              (SELECT count(*) FROM research_results \
+                WHERE clip_id = c.id AND matched) AS episodes, \
               (SELECT count(*) FROM research_results \
                 WHERE clip_id = c.id AND failure IS NOT NULL) AS failed_pairs, \
               (SELECT count(*) FROM episodes) AS total_pairs \

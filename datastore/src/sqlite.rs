@@ -409,7 +409,7 @@ impl DataStore for SqliteDataStore {
 
     async fn completions(&self, limit: u32) -> Result<Vec<EpisodeCompletion>> {
         let mut conn = self.pool.acquire().await?;
-        read_completions(&mut conn, limit).await
+        read_completions(&mut conn, Which::All(limit)).await
     }
 
     async fn completions_announced(&self, ids: &[CompletionId]) -> Result<u64> {
@@ -420,6 +420,58 @@ impl DataStore for SqliteDataStore {
         let done = completions_announced_in(&mut tx, ids).await?;
         tx.commit().await?;
         Ok(done)
+    }
+
+    async fn claim_completions(
+        &self,
+        limit: u32,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<EpisodeCompletion>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // The write lock first: no other claimer reads the same completions meanwhile.
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        let claimed: Vec<i64> = sqlx::query_scalar(
+            "UPDATE episode_completions SET claimed_until = ?3 \
+             WHERE episode_id IN \
+                   (SELECT episode_id FROM episode_completions \
+                    WHERE claimed_until IS NULL OR claimed_until <= ?2 \
+                    ORDER BY completed_at, episode_id \
+                    LIMIT ?1) \
+             RETURNING episode_id",
+        )
+        .bind(i64::from(limit))
+        .bind(micros(now))
+        .bind(micros(until))
+        .fetch_all(&mut *tx)
+        .await?;
+        let found = if claimed.is_empty() {
+            Vec::new()
+        } else {
+            read_completions(&mut tx, Which::Claimed(&claimed)).await?
+        };
+        tx.commit().await?;
+        Ok(found)
+    }
+
+    async fn release_completions(&self, ids: &[CompletionId]) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let pairs: Vec<[i64; 2]> = ids.iter().map(|c| [c.episode_id, c.completions]).collect();
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        let done = sqlx::query(
+            "UPDATE episode_completions SET claimed_until = NULL \
+             WHERE (episode_id, completions) IN \
+                   (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
+        )
+        .bind(json_string(&pairs)?)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
     }
 
     async fn leases(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<LeaseSummary>> {
@@ -1201,7 +1253,8 @@ async fn keep_completions(
         sqlx::query(
             "INSERT INTO episode_completions (episode_id, completed_at) VALUES (?1, ?2) \
              ON CONFLICT (episode_id) DO UPDATE \
-             SET completions = completions + 1, completed_at = excluded.completed_at",
+             SET completions = completions + 1, completed_at = excluded.completed_at, \
+                 claimed_until = NULL",
         )
         .bind(id)
         .bind(at)
@@ -1357,25 +1410,64 @@ fn match_from_row(row: &SqliteRow) -> Result<Match> {
     })
 }
 
+/// Which unannounced completions [`read_completions`] reads.
+enum Which<'a> {
+    /// The oldest, at most this many.
+    All(u32),
+    /// The oldest nobody has claimed (or whose claim ran out by this time), at most this many.
+    Unclaimed(u32, DateTime<Utc>),
+    /// Those of these episodes.
+    Claimed(&'a [i64]),
+}
+
 /// Unannounced completions, oldest first, with their episodes, counts and matches, read on
-/// `conn` (in the announcing transaction when announcing).
+/// `conn` (in the announcing or claiming transaction when announcing).
 async fn read_completions(
     conn: &mut SqliteConnection,
-    limit: u32,
+    which: Which<'_>,
 ) -> Result<Vec<EpisodeCompletion>> {
-    let rows = sqlx::query(
-        "SELECT u.episode_id, u.completions, u.completed_at, \
-                e.title, e.date_aired, e.initial_date_curated, e.last_date_curated, \
-                e.curator_information, e.description, e.media_uri, e.media_type, e.priority, \
-                e.researched_count - e.failed_count AS researched, \
-                e.matched_count AS matched, e.failed_count AS failed \
-         FROM episode_completions u JOIN episodes e ON e.id = u.episode_id \
-         ORDER BY u.completed_at, u.episode_id \
-         LIMIT ?1",
-    )
-    .bind(i64::from(limit))
-    .fetch_all(&mut *conn)
-    .await?;
+    macro_rules! completions {
+        ($rest:literal) => {
+            concat!(
+                "SELECT u.episode_id, u.completions, u.completed_at, \
+                        e.title, e.date_aired, e.initial_date_curated, e.last_date_curated, \
+                        e.curator_information, e.description, e.media_uri, e.media_type, \
+                        e.priority, e.researched_count - e.failed_count AS researched, \
+                        e.matched_count AS matched, e.failed_count AS failed \
+                 FROM episode_completions u JOIN episodes e ON e.id = u.episode_id ",
+                $rest
+            )
+        };
+    }
+    let rows = match which {
+        Which::All(limit) => {
+            sqlx::query(completions!(
+                "ORDER BY u.completed_at, u.episode_id LIMIT ?1"
+            ))
+            .bind(i64::from(limit))
+            .fetch_all(&mut *conn)
+            .await?
+        }
+        Which::Unclaimed(limit, now) => {
+            sqlx::query(completions!(
+                "WHERE u.claimed_until IS NULL OR u.claimed_until <= ?2 \
+                 ORDER BY u.completed_at, u.episode_id LIMIT ?1"
+            ))
+            .bind(i64::from(limit))
+            .bind(micros(now))
+            .fetch_all(&mut *conn)
+            .await?
+        }
+        Which::Claimed(ids) => {
+            sqlx::query(completions!(
+                "WHERE u.episode_id IN (SELECT value FROM json_each(?1)) \
+                 ORDER BY u.completed_at, u.episode_id"
+            ))
+            .bind(json_ids(ids))
+            .fetch_all(&mut *conn)
+            .await?
+        }
+    };
     if rows.is_empty() {
         return Ok(Vec::new());
     }
@@ -1500,7 +1592,7 @@ impl TransactionalBus for SqliteDataStore {
         crate::store::check_bus(self, bus_id).await?;
         // The write lock first: no other announcer reads the same completions meanwhile.
         let (mut tx, _turn) = self.begin_immediate(true).await?;
-        let found = read_completions(&mut tx, limit).await?;
+        let found = read_completions(&mut tx, Which::Unclaimed(limit, Utc::now())).await?;
         if found.is_empty() {
             return Ok(0);
         }
@@ -1548,6 +1640,7 @@ fn clip_summary_from_row(row: &SqliteRow) -> Result<ClipSummary> {
         id: row.try_get("id")?,
         clip: clip_from_row(row)?,
         occurrences: browse::count(row.try_get("occurrences")?),
+        episodes: browse::count(row.try_get("episodes")?),
         failed_pairs: browse::count(row.try_get("failed_pairs")?),
         total_pairs: browse::count(row.try_get("total_pairs")?),
     })
@@ -1572,10 +1665,13 @@ impl Browse for SqliteDataStore {
             "SELECT * FROM (\
              SELECT c.id, c.title, c.initial_date_curated, c.last_date_curated, \
                     c.curator_information, c.description, c.media_uri, c.media_type, c.priority, \
-                    COALESCE(o.n, 0) AS occurrences, COALESCE(f.n, 0) AS failed_pairs, \
+                    COALESCE(o.n, 0) AS occurrences, COALESCE(o.e, 0) AS episodes, \
+                    COALESCE(f.n, 0) AS failed_pairs, \
                     (SELECT COUNT(*) FROM episodes) AS total_pairs \
              FROM clips c \
-             LEFT JOIN (SELECT clip_id, COUNT(*) AS n FROM research_results \
+             LEFT JOIN (SELECT clip_id, SUM(json_array_length(clip_offsets_ns)) AS n, \
+                               COUNT(*) AS e \
+                        FROM research_results \
                         WHERE matched = 1 GROUP BY clip_id) o ON o.clip_id = c.id \
              LEFT JOIN (SELECT clip_id, COUNT(*) AS n FROM research_results \
                         WHERE failure IS NOT NULL GROUP BY clip_id) f ON f.clip_id = c.id",
@@ -1660,8 +1756,11 @@ impl Browse for SqliteDataStore {
         let Some(row) = sqlx::query(
             "SELECT c.id, c.title, c.initial_date_curated, c.last_date_curated, \
                     c.curator_information, c.description, c.media_uri, c.media_type, c.priority, \
-                    (SELECT COUNT(*) FROM research_results \
+                    (SELECT COALESCE(SUM(json_array_length(clip_offsets_ns)), 0) \
+                     FROM research_results \
                      WHERE clip_id = c.id AND matched = 1) AS occurrences, \
+                    (SELECT COUNT(*) FROM research_results \
+                     WHERE clip_id = c.id AND matched = 1) AS episodes, \
                     (SELECT COUNT(*) FROM research_results \
                      WHERE clip_id = c.id AND failure IS NOT NULL) AS failed_pairs, \
                     (SELECT COUNT(*) FROM episodes) AS total_pairs \

@@ -130,6 +130,26 @@ pub trait DataStore: Send + Sync {
     /// stays (its episode is announced again). Returns how many were let go.
     async fn completions_announced(&self, ids: &[CompletionId]) -> Result<u64>;
 
+    /// Claims up to `limit` kept completions for announcing on a bus outside this database
+    /// (the database bus in it has [`TransactionalBus::announce_completions`]), oldest first,
+    /// each as [`completions`](Self::completions) reads it: those nobody holds, or whose claim
+    /// ran out by `now`, each held until `until`. Callers at once never claim the same
+    /// completion, so each is announced by one of them. A claim ends when the completion is
+    /// let go ([`completions_announced`](Self::completions_announced)), given back
+    /// ([`release_completions`](Self::release_completions): its send failed), completed again
+    /// (the newer completion is anyone's), or at `until` (its claimer stopped: the next caller
+    /// announces it).
+    async fn claim_completions(
+        &self,
+        limit: u32,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<EpisodeCompletion>>;
+
+    /// Gives back claimed completions ([`claim_completions`](Self::claim_completions)) that
+    /// were not announced, for the next caller to claim at once. Returns how many.
+    async fn release_completions(&self, ids: &[CompletionId]) -> Result<u64>;
+
     /// Inserts or updates one episode.
     async fn upsert_episode(&self, episode: &EpisodeInfo) -> Result<()> {
         self.upsert_episodes(std::slice::from_ref(episode)).await
@@ -223,7 +243,8 @@ pub trait TransactionalBus: Send + Sync {
     /// Publishes up to `limit` unannounced completions ([`DataStore::completions`]), each as
     /// `encode(completion)` on the bus queue `queue` (of the bus `bus_id`), and lets go of them,
     /// in one transaction: each completion is announced exactly once. Completions another
-    /// caller is announcing at the same moment are skipped, not waited for. Returns how many
+    /// caller is announcing at the same moment, or has claimed
+    /// ([`DataStore::claim_completions`]), are skipped, not waited for. Returns how many
     /// were published.
     async fn announce_completions(
         &self,

@@ -98,6 +98,8 @@ macro_rules! datastore_conformance_tests {
             a_later_clip_reopens_and_completes_again,
             clips_curated_again_count_once,
             announcing_lets_go_only_of_what_was_read,
+            concurrent_claims_never_share_a_completion,
+            claims_run_out_are_given_back_and_end_on_completing_again,
             browse_lists_clips_by_occurrences,
             browse_searches_titles,
             browse_lists_episodes_newest_first,
@@ -2308,6 +2310,133 @@ pub mod cases {
         assert!(pending(&*store).await.is_empty());
     }
 
+    /// Claimers at once (recorders announcing on a bus outside the database) never get the
+    /// same completion, and between them get every one.
+    pub async fn concurrent_claims_never_share_a_completion(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 60, 1).await;
+        let id = Uuid::new_v4();
+        let all: Vec<_> = es.iter().map(|e| result(id, e, &cs[0], &[])).collect();
+        store.record_results(&all).await.unwrap();
+        let until = t0() + Duration::minutes(10);
+        let n = es.len();
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut got = Vec::new();
+                    loop {
+                        let claimed = store.claim_completions(4, t0(), until).await.unwrap();
+                        if claimed.is_empty() {
+                            return got;
+                        }
+                        assert!(claimed.len() <= 4);
+                        got.extend(claimed.into_iter().map(|c| c.episode.title));
+                        assert!(got.len() <= n, "claimed more than there are: {got:?}");
+                    }
+                })
+            })
+            .collect();
+        let mut claimed = HashSet::new();
+        for task in tasks {
+            for title in task.await.unwrap() {
+                assert!(claimed.insert(title.clone()), "{title} claimed twice");
+            }
+        }
+        assert_eq!(claimed.len(), es.len());
+        // Still kept (to be let go once announced), and nobody else's while the claims last.
+        assert_eq!(store.completions(100).await.unwrap().len(), es.len());
+        let later = t0() + Duration::minutes(9);
+        assert!(store
+            .claim_completions(100, later, until)
+            .await
+            .unwrap()
+            .is_empty());
+    }
+
+    /// A claim ends when it runs out (its claimer stopped), when it is given back (its send
+    /// failed), or when its episode completes again (the newer completion is anyone's);
+    /// letting go of a claimed completion ends it for good.
+    pub async fn claims_run_out_are_given_back_and_end_on_completing_again(
+        store: Arc<dyn DataStore>,
+    ) {
+        let (es, cs) = seed(&*store, 3, 1).await;
+        let id = Uuid::new_v4();
+        let all: Vec<_> = es.iter().map(|e| result(id, e, &cs[0], &[])).collect();
+        store.record_results(&all).await.unwrap();
+        let minutes = |m: i64| t0() + Duration::minutes(m);
+        let title = |c: &[crate::EpisodeCompletion]| -> Vec<String> {
+            let mut t: Vec<String> = c.iter().map(|c| c.episode.title.clone()).collect();
+            t.sort();
+            t
+        };
+        let first = store.claim_completions(2, t0(), minutes(10)).await.unwrap();
+        assert_eq!(first.len(), 2);
+        assert!(first[0].matches.is_empty());
+        let rest = store.claim_completions(5, t0(), minutes(10)).await.unwrap();
+        assert_eq!(rest.len(), 1);
+        assert!(store
+            .claim_completions(5, minutes(1), minutes(11))
+            .await
+            .unwrap()
+            .is_empty());
+        // Given back: anyone's at once.
+        assert_eq!(store.release_completions(&[rest[0].id]).await.unwrap(), 1);
+        let again = store
+            .claim_completions(5, minutes(1), minutes(11))
+            .await
+            .unwrap();
+        assert_eq!(title(&again), title(&rest));
+        // Run out: anyone's.
+        let expired = store
+            .claim_completions(5, minutes(10), minutes(20))
+            .await
+            .unwrap();
+        assert_eq!(title(&expired), title(&first));
+        // Let go of: gone for good.
+        let ids: Vec<_> = expired.iter().map(|c| c.id).collect();
+        assert_eq!(store.completions_announced(&ids).await.unwrap(), 2);
+        assert!(store
+            .claim_completions(5, minutes(60), minutes(70))
+            .await
+            .unwrap()
+            .iter()
+            .all(|c| c.episode.title == again[0].episode.title));
+        // Completed again while claimed: the newer completion is anyone's; letting go of (or
+        // giving back) the old claim changes nothing.
+        let held = store
+            .claim_completions(5, minutes(80), minutes(90))
+            .await
+            .unwrap();
+        assert_eq!(title(&held), title(&again));
+        let episode = es
+            .iter()
+            .find(|e| e.title == held[0].episode.title)
+            .unwrap();
+        store.upsert_clip(&clip(9)).await.unwrap();
+        store
+            .record_results(&[result(id, episode, &clip(9), &[5])])
+            .await
+            .unwrap();
+        let newer = store
+            .claim_completions(5, minutes(81), minutes(91))
+            .await
+            .unwrap();
+        assert_eq!(title(&newer), title(&held));
+        assert_eq!(newer[0].clips_matched, 1);
+        assert_eq!(store.release_completions(&[held[0].id]).await.unwrap(), 0);
+        assert_eq!(store.completions_announced(&[held[0].id]).await.unwrap(), 0);
+        assert_eq!(
+            store.completions_announced(&[newer[0].id]).await.unwrap(),
+            1
+        );
+        assert!(store.completions(10).await.unwrap().is_empty());
+        assert!(store
+            .claim_completions(0, minutes(100), minutes(110))
+            .await
+            .unwrap()
+            .is_empty());
+    }
+
     // ------------------------------------------------------------------------ browsing
 
     fn browse(store: &dyn DataStore) -> &dyn crate::Browse {
@@ -2327,12 +2456,18 @@ pub mod cases {
     pub async fn browse_lists_clips_by_occurrences(store: Arc<dyn DataStore>) {
         let (es, cs) = seed(&*store, 3, 4).await;
         let id = Uuid::new_v4();
-        // Clip 2 in three episodes, clip 0 in one, clip 3 failed once, clip 1 nowhere.
+        // Clip 2 once in each of three episodes, clip 0 four times in one, clip 3 failed once,
+        // clip 1 nowhere: occurrences are times found, not episodes.
         let mut batch = Vec::new();
         for e in &es {
             batch.push(result(id, e, &cs[2], &[5_000_000_000]));
         }
-        batch.push(result(id, &es[0], &cs[0], &[1_000_000_000, 9_000_000_000]));
+        batch.push(result(
+            id,
+            &es[0],
+            &cs[0],
+            &[1_000_000_000, 2_000_000_000, 3_000_000_000, 9_000_000_000],
+        ));
         batch.push(result(id, &es[1], &cs[0], &[]));
         batch.push(failed(id, &es[2], &cs[3], "not audio"));
         store.record_results(&batch).await.unwrap();
@@ -2341,13 +2476,14 @@ pub mod cases {
             .list_clips(&list(None, None, 50))
             .await
             .unwrap();
-        let rows: Vec<(String, u64, u64, u64)> = page
+        let rows: Vec<(String, u64, u64, u64, u64)> = page
             .items
             .iter()
             .map(|c| {
                 (
                     c.clip.title.clone(),
                     c.occurrences,
+                    c.episodes,
                     c.failed_pairs,
                     c.total_pairs,
                 )
@@ -2356,13 +2492,13 @@ pub mod cases {
         assert_eq!(
             rows,
             vec![
-                ("Clip 2".to_string(), 3, 0, 3),
-                ("Clip 0".to_string(), 1, 0, 3),
-                ("Clip 1".to_string(), 0, 0, 3),
-                ("Clip 3".to_string(), 0, 1, 3),
+                ("Clip 0".to_string(), 4, 1, 0, 3),
+                ("Clip 2".to_string(), 3, 3, 0, 3),
+                ("Clip 1".to_string(), 0, 0, 0, 3),
+                ("Clip 3".to_string(), 0, 0, 1, 3),
             ]
         );
-        assert_eq!(page.items[0].clip, cs[2]);
+        assert_eq!(page.items[0].clip, cs[0]);
         assert_eq!(page.next_cursor, None);
 
         // One at a time: the same rows, each once, and no cursor after the last.
@@ -2640,7 +2776,15 @@ pub mod cases {
             .unwrap()
             .unwrap();
         assert_eq!(page.summary.clip, cs[1]);
-        assert_eq!((page.summary.occurrences, page.summary.total_pairs), (3, 4));
+        // Found four times, in three episodes.
+        assert_eq!(
+            (
+                page.summary.occurrences,
+                page.summary.episodes,
+                page.summary.total_pairs
+            ),
+            (4, 3, 4)
+        );
         let rows: Vec<(&str, Vec<i64>)> = page
             .occurrences
             .items

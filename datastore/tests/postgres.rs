@@ -311,7 +311,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0008 episode completions",
             "0009 newer curation retries failures",
             "0010 browse",
-            "0011 clip count"
+            "0011 clip count",
+            "0012 completion claims"
         ]
     );
     store.migrate().await.unwrap();
@@ -396,7 +397,8 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
             "0008 episode completions",
             "0009 newer curation retries failures",
             "0010 browse",
-            "0011 clip count"
+            "0011 clip count",
+            "0012 completion claims"
         ]
     );
     store.migrate().await.unwrap();

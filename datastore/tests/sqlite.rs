@@ -259,7 +259,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0005 episode completions",
             "0006 newer curation retries failures",
             "0007 browse",
-            "0008 clip count"
+            "0008 clip count",
+            "0009 completion claims"
         ]
     );
     store.migrate().await.unwrap();

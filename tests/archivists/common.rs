@@ -358,6 +358,19 @@ impl DataStore for HookedStore {
         self.before("completions_announced")?;
         self.inner.completions_announced(ids).await
     }
+    async fn claim_completions(
+        &self,
+        limit: u32,
+        now: chrono::DateTime<chrono::Utc>,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> datastore::Result<Vec<datastore::EpisodeCompletion>> {
+        self.before("claim_completions")?;
+        self.inner.claim_completions(limit, now, until).await
+    }
+    async fn release_completions(&self, ids: &[datastore::CompletionId]) -> datastore::Result<u64> {
+        self.before("release_completions")?;
+        self.inner.release_completions(ids).await
+    }
 }
 
 /// A sender that fails every send with `error()`, and can hide the consumer count.
@@ -531,6 +544,17 @@ impl DataStore for CuratedOnlyStore {
         Ok(Vec::new())
     }
     async fn completions_announced(&self, _: &[datastore::CompletionId]) -> datastore::Result<u64> {
+        Ok(0)
+    }
+    async fn claim_completions(
+        &self,
+        _: u32,
+        _: chrono::DateTime<chrono::Utc>,
+        _: chrono::DateTime<chrono::Utc>,
+    ) -> datastore::Result<Vec<datastore::EpisodeCompletion>> {
+        Ok(Vec::new())
+    }
+    async fn release_completions(&self, _: &[datastore::CompletionId]) -> datastore::Result<u64> {
         Ok(0)
     }
 }

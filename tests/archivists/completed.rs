@@ -467,7 +467,7 @@ async fn a_completion_left_unannounced_is_announced_by_the_next_run() {
     let failing = HookedStore::new(
         env.store.clone(),
         Arc::new(move |method, _| {
-            let nth = if method == "completions" {
+            let nth = if method == "claim_completions" {
                 reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
             } else {
                 0
@@ -493,4 +493,40 @@ async fn a_completion_left_unannounced_is_announced_by_the_next_run() {
     assert!(finished(&report), "{report:?}");
     assert_eq!((report.received, report.announced), (0, 1));
     assert_eq!(env.drain(ANNOUNCE).await.len(), 1);
+}
+
+/// An announcement whose send fails gives back the completions the run claimed: the next run
+/// announces them at once (not once the claim runs out), each once.
+#[tokio::test]
+async fn a_failed_announcement_gives_its_claims_back() {
+    let env = Env::new().await;
+    env.bus.create_queue(ANNOUNCE).await.unwrap();
+    seed(&*env.store, 2, 2).await;
+    for _ in 0..2 {
+        let item = work(&env).await;
+        send(&env, &answers(&item)).await;
+    }
+    let failing = FailingSender::new(
+        env.sender(ANNOUNCE).await,
+        Some(|| messagebus::BusError::unavailable("the announcement queue is down")),
+    );
+    let report = done(start(
+        CancellationToken::new(),
+        env.receiver(COMPLETED).await,
+        env.store.clone(),
+        CompletedResearchConfig {
+            announce: Some(failing.clone()),
+            ..config()
+        },
+    ))
+    .await;
+    assert!(matches!(report.ended, Ended::Failed(_)), "{report:?}");
+    assert_eq!(report.announced, 0);
+    assert_eq!(env.store.completions(10).await.unwrap().len(), 2);
+
+    let report = run_announcing(&env).await;
+    assert!(finished(&report), "{report:?}");
+    assert_eq!(report.announced, 2);
+    assert_eq!(env.drain(ANNOUNCE).await.len(), 2);
+    assert!(env.store.completions(10).await.unwrap().is_empty());
 }

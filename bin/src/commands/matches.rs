@@ -27,16 +27,27 @@ pub(crate) async fn run(
         connect::Open::ReadOnly,
     )
     .await?;
-    let filter = MatchFilter {
+    let mut filter = MatchFilter {
         clip_title: args.clip.clone(),
         episode_title: args.episode.clone(),
         limit: args.limit,
         since: args.since,
     };
-    let matches = store
+    let mut matches = store
         .matches(&filter)
         .await
         .context("cannot read the matches")?;
+    if let (true, Some(title)) = (matches.is_empty(), &args.clip) {
+        // Nothing for that title: say whether any clip has it, and take the one clip whose
+        // title differs only in case.
+        if let Some(other) = clip_titled(store.as_ref(), title).await? {
+            filter.clip_title = Some(other);
+            matches = store
+                .matches(&filter)
+                .await
+                .context("cannot read the matches")?;
+        }
+    }
     let mut out = std::io::stdout().lock();
     match args.format {
         MatchesFormat::Json => {
@@ -51,6 +62,69 @@ pub(crate) async fn run(
     out.flush()?;
     tracing::debug!(count = matches.len(), "matches listed");
     Ok(())
+}
+
+/// Rows of the clip listing read at most, looking for a title.
+const TITLE_LOOKUP_ROWS: usize = 5_000;
+
+/// For `--clip TITLE` that found nothing: when no clip has that exact title, says so on
+/// standard error, with the titles that differ only in case or share its words; returns the
+/// one clip title that differs only in case, to be listed instead. Quiet when the clip exists
+/// (it has no matches yet) or the datastore offers no listing.
+async fn clip_titled(
+    store: &dyn datastore::DataStore,
+    title: &str,
+) -> anyhow::Result<Option<String>> {
+    let Some(browse) = store.browse() else {
+        return Ok(None);
+    };
+    let wanted = title.to_lowercase();
+    let words = datastore::search_words(Some(title));
+    let mut query = datastore::ListQuery {
+        search: (!words.is_empty()).then(|| title.to_string()),
+        cursor: None,
+        limit: datastore::MAX_PAGE,
+    };
+    let (mut same_case, mut close) = (Vec::new(), Vec::new());
+    let mut read = 0usize;
+    loop {
+        let page = browse
+            .list_clips(&query)
+            .await
+            .context("cannot look for the clip's title")?;
+        read += page.items.len();
+        for c in page.items {
+            if c.clip.title == title {
+                return Ok(None);
+            }
+            if c.clip.title.to_lowercase() == wanted {
+                same_case.push(c.clip.title);
+            } else if !words.is_empty() && close.len() < 5 {
+                close.push(c.clip.title);
+            }
+        }
+        match page.next_cursor {
+            Some(next) if read < TITLE_LOOKUP_ROWS => query.cursor = Some(next),
+            Some(_) => return Ok(None),
+            None => break,
+        }
+    }
+    if let [only] = same_case.as_slice() {
+        tracing::warn!("no clip is titled {title:?}; listing the matches of {only:?}");
+        return Ok(same_case.pop());
+    }
+    let mut similar: Vec<&String> = same_case.iter().chain(&close).collect();
+    similar.truncate(5);
+    if similar.is_empty() {
+        tracing::warn!("no clip is titled {title:?} (titles are matched exactly)");
+    } else {
+        let similar: Vec<String> = similar.iter().map(|t| format!("{t:?}")).collect();
+        tracing::warn!(
+            "no clip is titled {title:?}; clips with similar titles: {}",
+            similar.join(", ")
+        );
+    }
+    Ok(None)
 }
 
 /// The header of `--format csv`: the JSON lines' fields, in their order.

@@ -1,5 +1,6 @@
 //! `archivist receive QUEUE`: take messages off a queue (or its dead-letter queue), print each
-//! body as one line, and acknowledge them.
+//! body as one line, and acknowledge them; `--dead-letters --peek` prints dead letters and
+//! leaves them in place.
 
 use std::io::Write;
 use std::time::Duration;
@@ -32,6 +33,9 @@ pub(crate) async fn run(
     args: &ReceiveArgs,
 ) -> anyhow::Result<()> {
     let queue = check_queue_arg(&args.queue)?;
+    if args.peek {
+        return peek(config, token, &queue, args.max).await;
+    }
     let source = if args.dead_letters {
         dead_letter_queue_name(&queue)
     } else {
@@ -104,6 +108,54 @@ fn body_line(body: &[u8]) -> String {
         Ok(v) => v.to_string(),
         Err(_) => text.replace('\r', "\\r").replace('\n', "\\n"),
     }
+}
+
+/// `--dead-letters --peek`: up to `max` dead letters of `queue`, printed as `--dead-letters`
+/// prints them, left where they are (for `redrive`). A bus that cannot look without taking
+/// (RabbitMQ) is said so, with the count, and nothing is taken (exit 2).
+async fn peek(
+    config: &Config,
+    token: &CancellationToken,
+    queue: &str,
+    max: u32,
+) -> anyhow::Result<()> {
+    let bus = connect::shared_bus(config, "receive", token).await?;
+    let sender = connect::named_sender(config, bus.as_ref(), queue).await?;
+    let limit = usize::try_from(max).unwrap_or(usize::MAX);
+    let letters = sender
+        .peek_dead_letters(limit, messagebus::MAX_BODY_BYTES)
+        .await
+        .with_context(|| format!("cannot look at the dead letters of {queue}"))?;
+    let Some(letters) = letters else {
+        let stats = sender
+            .inspect()
+            .await
+            .with_context(|| format!("cannot count the dead letters of {queue}"))?;
+        return Err(crate::config::usage(format!(
+            "this bus cannot show dead letters without taking them; {queue} has {} (`archivist \
+             queues`); `receive {queue} --dead-letters` without --peek takes and prints them, \
+             after which `redrive` no longer finds them",
+            stats.dead_letters
+        )));
+    };
+    let mut lock = std::io::stdout().lock();
+    for letter in &letters {
+        let line = DeadLetter {
+            body: String::from_utf8_lossy(&letter.body).into_owned(),
+            reason: letter.reason.as_deref(),
+        };
+        writeln!(lock, "{}", serde_json::to_string(&line)?)?;
+    }
+    lock.flush()?;
+    tracing::info!(
+        queue = %dead_letter_queue_name(queue),
+        shown = letters.len(),
+        "dead letters shown, left in place"
+    );
+    if let Err(e) = bus.close().await {
+        tracing::debug!(error = %e, "could not unregister from the bus");
+    }
+    Ok(())
 }
 
 fn dead_letter_line(d: &Delivery) -> anyhow::Result<String> {

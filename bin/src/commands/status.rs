@@ -224,23 +224,25 @@ fn write_table(out: &mut impl Write, o: &StatusOutput) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Work items waiting with no researcher consuming them: work assignment publishes one even
-/// then (the contract's rule for neither researchers nor waiting items), for the first
-/// researcher to come; said so that it is not taken for a leak. `None` on a bus that cannot
-/// count its consumers (SQS).
+/// Work items waiting with no researcher consuming them, said so that they are not taken for
+/// a leak. They come from work assignment (which publishes one even with no researcher, the
+/// contract's rule for neither researchers nor waiting items, and more for researchers it
+/// was told of) or from a researcher that stopped and gave its item back: the note names
+/// neither as the cause, only what happens next. `None` on a bus that cannot count its
+/// consumers (SQS).
 pub(crate) fn no_researcher_note(pending: &QueueDepth) -> Option<String> {
     if pending.consumers != Some(0) || pending.waiting == 0 {
         return None;
     }
-    let (items, wait) = if pending.waiting == 1 {
-        ("work item waits", "it")
+    let (items, wait, lease) = if pending.waiting == 1 {
+        ("work item waits", "it", "its lease expires")
     } else {
-        ("work items wait", "them")
+        ("work items wait", "them", "their leases expire")
     };
     Some(format!(
-        "{} {items} on {} with no researcher consuming {wait}: with neither researchers nor \
-         waiting items, work assignment publishes one for the first researcher to start (its \
-         lease expires if none comes)",
+        "{} {items} on {} with no researcher consuming {wait}: the first researcher to start \
+         takes {wait}, and {lease} if none comes in time (work assignment publishes one item \
+         even with no researcher, and a researcher that stops gives back the item it held)",
         pending.waiting, pending.queue
     ))
 }

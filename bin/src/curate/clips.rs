@@ -3,7 +3,8 @@
 //!
 //! Folders are walked recursively, in name order (so that which of two same-titled files is
 //! kept does not depend on the file system); hidden entries are skipped and symbolic links
-//! to folders are not followed (no loops). Each path given is one unit: its new and changed
+//! to folders are not followed (no loops); a link named like an audio file that leads to no
+//! file (dangling, or a loop of links) is skipped with its reason. Each path given is one unit: its new and changed
 //! clips are sent, then recorded in the state file.
 
 use std::collections::HashMap;
@@ -557,9 +558,24 @@ fn walk_dir(
             relative.pop();
             continue;
         }
-        // A symbolic link to a file is taken; to a folder, not followed.
-        let is_file = kind.is_file()
-            || (kind.is_symlink() && std::fs::metadata(&path).is_ok_and(|m| m.is_file()));
+        // A symbolic link to a file is taken; to a folder, not followed. One that leads
+        // nowhere (dangling, or a loop) is said when its name is an audio file's.
+        let is_file = if kind.is_symlink() {
+            match std::fs::metadata(&path) {
+                Ok(m) => m.is_file(),
+                Err(e) => {
+                    if clip_media_type(&path).is_some() {
+                        problems.push((
+                            path.display().to_string(),
+                            format!("a symbolic link that leads to no file: {e}"),
+                        ));
+                    }
+                    continue;
+                }
+            }
+        } else {
+            kind.is_file()
+        };
         if let Some(why) = refused(&path).filter(|_| is_file) {
             problems.push((path.display().to_string(), why.to_string()));
             continue;

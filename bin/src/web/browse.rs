@@ -282,7 +282,7 @@ async fn clips_page(app: &App, params: &Params) -> Result<Markup, Refusal> {
             } @else {
                 div.card.scroll { table #clips {
                     caption { "Most occurrences first" }
-                    thead { tr { th { "clip" } th.n { "found in (episodes)" } th.n { "failed" } th.n { "pairs" } } }
+                    thead { tr { th { "clip" } th.n { "found (times)" } th.n { "in episodes" } th.n { "failed" } th.n { "pairs" } } }
                     tbody {
                         @for c in &page.items { (clip_row(c)) }
                     }
@@ -299,6 +299,7 @@ fn clip_row(c: &ClipSummary) -> Markup {
         tr {
             td { a href=(format!("/clips/{}", c.id)) { (c.clip.title) } }
             td.n { (c.occurrences) }
+            td.n { (c.episodes) }
             td.n { (c.failed_pairs) }
             td.n { (c.total_pairs) }
         }
@@ -373,7 +374,7 @@ async fn clip_page(app: &App, id_text: &str, params: &Params) -> Result<Markup, 
         html! {
             h1 { "Clip: " (c.clip.title) }
             dl.facts {
-                dt { "Found in" } dd #occurrences { (c.occurrences) " episodes" }
+                dt { "Found" } dd #occurrences { (c.occurrences) " times, in " (c.episodes) " episodes" }
                 dt { "Failed" } dd { (c.failed_pairs) " pairs" }
                 dt { "Episodes" } dd { (c.total_pairs) }
                 dt { "Curated by" } dd { (c.clip.curator_information) }
