@@ -23,7 +23,8 @@ pub(crate) fn priming_samples(path: &Path, sample_rate: u32) -> Option<u64> {
         file.seek(SeekFrom::Start(pos)).ok()?;
         let (size, kind, header) = read_header(&mut file, len - pos)?;
         if &kind == b"moov" {
-            if size > MAX_MOOV {
+            // Nor more than the file holds: a header's size is not an allocation.
+            if size > MAX_MOOV || size > len - pos {
                 return None;
             }
             let mut moov = vec![0u8; (size - header) as usize];
@@ -34,6 +35,93 @@ pub(crate) fn priming_samples(path: &Path, sample_rate: u32) -> Option<u64> {
         pos = pos.checked_add(size)?;
     }
     None
+}
+
+/// Bytes of the file searched for the `ftyp` box (symphonia's probe finds it past junk too).
+const FTYP_SEARCH: usize = 64 << 10;
+
+/// The sample-table boxes symphonia reads into a vector sized from the box's own entry count
+/// (`Vec::with_capacity(count)`, before reading a single entry): `(kind, bytes from the
+/// payload's start to the count, bytes an entry takes)`. A crafted count of 4,294,967,295 asked
+/// for 17 GB and aborted the process. `stsz` has entries only when its sample size is 0.
+const TABLES: [(&[u8; 4], usize, u64); 5] = [
+    (b"stts", 4, 8),
+    (b"stsc", 4, 12),
+    (b"stsz", 8, 4),
+    (b"stco", 4, 4),
+    (b"co64", 4, 8),
+];
+
+/// Boxes whose payload is boxes, on the way from `moov` to the sample tables.
+const CONTAINERS: [&[u8; 4]; 6] = [b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"];
+
+/// Checks, before symphonia reads an MP4, that every sample table's entry count fits in its
+/// box, and that `moov` is one this module can read (at most 64 MiB: a hundred hours of
+/// AAC's tables); the problem otherwise. Not MP4, or unreadable: `Ok` (the probe says what
+/// it finds).
+pub(crate) fn check_tables(path: &Path) -> Result<(), String> {
+    let Ok(mut file) = File::open(path) else {
+        return Ok(());
+    };
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return Ok(());
+    };
+    let mut head = vec![0u8; FTYP_SEARCH.min(len as usize)];
+    if file.read_exact(&mut head).is_err() {
+        return Ok(());
+    }
+    let Some(ftyp) = head.windows(4).position(|w| w == b"ftyp") else {
+        return Ok(());
+    };
+    let mut pos = ftyp.saturating_sub(4) as u64;
+    while pos + 8 <= len {
+        if file.seek(SeekFrom::Start(pos)).is_err() {
+            return Ok(());
+        }
+        let Some((size, kind, header)) = read_header(&mut file, len - pos) else {
+            return Ok(());
+        };
+        if &kind == b"moov" {
+            if size > MAX_MOOV {
+                return Err(format!(
+                    "its moov box of {size} bytes is over the {MAX_MOOV} bytes read"
+                ));
+            }
+            let mut moov = vec![0u8; (size.min(len - pos) - header) as usize];
+            if file.read_exact(&mut moov).is_err() {
+                return Ok(());
+            }
+            check_boxes(&moov)?;
+        }
+        let Some(next) = pos.checked_add(size) else {
+            return Ok(());
+        };
+        pos = next;
+    }
+    Ok(())
+}
+
+fn check_boxes(data: &[u8]) -> Result<(), String> {
+    for (kind, payload) in children(data) {
+        if CONTAINERS.contains(&&kind) {
+            check_boxes(payload)?;
+        } else if let Some((_, at, entry)) = TABLES.iter().find(|(k, _, _)| **k == kind) {
+            let Some(count) = be32(payload, *at) else {
+                continue;
+            };
+            if &kind == b"stsz" && be32(payload, 4) != Some(0) {
+                continue;
+            }
+            let room = payload.len().saturating_sub(at + 4) as u64;
+            if u64::from(count) * entry > room {
+                return Err(format!(
+                    "its {} box says {count} entries, more than its {room} bytes hold",
+                    String::from_utf8_lossy(&kind)
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether the file starts like an MP4 (`ftyp` box first).
@@ -250,6 +338,46 @@ mod tests {
         // Cut inside the moov: not parsed, no trimming.
         std::fs::write(&path, &file[..file.len() - 100]).unwrap();
         assert_eq!(priming_samples(&path, 44_100), None);
+    }
+
+    #[test]
+    fn a_sample_table_must_hold_the_entries_it_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.m4a");
+        let file = |table: Vec<u8>| {
+            let stbl = mp4_box(b"stbl", &table);
+            let minf = mp4_box(b"minf", &stbl);
+            let mdia = mp4_box(b"mdia", &[hdlr(b"soun"), mdhd_v0(44_100), minf].concat());
+            [
+                mp4_box(b"ftyp", b"M4A \0\0\0\0isomM4A "),
+                mp4_box(b"moov", &mp4_box(b"trak", &mdia)),
+            ]
+            .concat()
+        };
+        // Two entries of 8 bytes, as counted.
+        let stts = |count: u32| {
+            let mut p = vec![0u8; 4];
+            p.extend_from_slice(&count.to_be_bytes());
+            p.extend_from_slice(&[0u8; 16]);
+            mp4_box(b"stts", &p)
+        };
+        std::fs::write(&path, file(stts(2))).unwrap();
+        assert_eq!(check_tables(&path), Ok(()));
+        std::fs::write(&path, file(stts(u32::MAX))).unwrap();
+        let e = check_tables(&path).unwrap_err();
+        assert!(e.contains("stts box says 4294967295 entries"), "{e}");
+        // A constant sample size has no entries, whatever the count.
+        let mut stsz = vec![0u8; 4];
+        stsz.extend_from_slice(&1_024u32.to_be_bytes());
+        stsz.extend_from_slice(&u32::MAX.to_be_bytes());
+        std::fs::write(&path, file(mp4_box(b"stsz", &stsz))).unwrap();
+        assert_eq!(check_tables(&path), Ok(()));
+        stsz[4..8].copy_from_slice(&0u32.to_be_bytes());
+        std::fs::write(&path, file(mp4_box(b"stsz", &stsz))).unwrap();
+        assert!(check_tables(&path).is_err());
+        // Not MP4 at all: nothing to say.
+        std::fs::write(&path, b"RIFF....WAVEfmt ").unwrap();
+        assert_eq!(check_tables(&path), Ok(()));
     }
 
     #[test]
