@@ -56,7 +56,7 @@ mod tests {
     #[test]
     fn a_panic_is_its_message_and_the_flag_is_set_only_inside() {
         assert!(!catching());
-        let seen = catch(|| catching()).ok();
+        let seen = catch(catching).ok();
         assert_eq!(seen, Some(true));
         assert!(!catching());
         let caught = catch(|| -> u32 { panic!("TimeBase cannot have 0 numerator") });

@@ -37,6 +37,11 @@ pub(crate) fn priming_samples(path: &Path, sample_rate: u32) -> Option<u64> {
     None
 }
 
+/// The largest sample (packet) accepted, in bytes: symphonia reads each into a buffer of the
+/// size its `stsz` entry says. An AAC frame is at most 768 bytes a channel; 1 MiB is far
+/// above any audio packet and far below a crafted 4,294,967,295.
+const MAX_SAMPLE_BYTES: u64 = 1 << 20;
+
 /// Bytes of the file searched for the `ftyp` box (symphonia's probe finds it past junk too).
 const FTYP_SEARCH: usize = 64 << 10;
 
@@ -52,13 +57,10 @@ const TABLES: [(&[u8; 4], usize, u64); 5] = [
     (b"co64", 4, 8),
 ];
 
-/// Boxes whose payload is boxes, on the way from `moov` to the sample tables.
-const CONTAINERS: [&[u8; 4]; 6] = [b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"];
-
-/// Checks, before symphonia reads an MP4, that every sample table's entry count fits in its
-/// box, and that `moov` is one this module can read (at most 64 MiB: a hundred hours of
-/// AAC's tables); the problem otherwise. Not MP4, or unreadable: `Ok` (the probe says what
-/// it finds).
+/// Checks, before symphonia reads an MP4, that no sample table counts more entries than the
+/// rest of the file could hold, no sample is larger than an audio packet, and `moov` is one
+/// this module reads (at most 64 MiB: a hundred hours of AAC's tables); the problem
+/// otherwise. Not MP4, or unreadable: `Ok` (the probe says what it finds).
 pub(crate) fn check_tables(path: &Path) -> Result<(), String> {
     let Ok(mut file) = File::open(path) else {
         return Ok(());
@@ -78,7 +80,7 @@ pub(crate) fn check_tables(path: &Path) -> Result<(), String> {
         if file.seek(SeekFrom::Start(pos)).is_err() {
             return Ok(());
         }
-        let Some((size, kind, header)) = read_header(&mut file, len - pos) else {
+        let Some((size, kind, _)) = read_header(&mut file, len - pos) else {
             return Ok(());
         };
         if &kind == b"moov" {
@@ -87,11 +89,11 @@ pub(crate) fn check_tables(path: &Path) -> Result<(), String> {
                     "its moov box of {size} bytes is over the {MAX_MOOV} bytes read"
                 ));
             }
-            let mut moov = vec![0u8; (size.min(len - pos) - header) as usize];
-            if file.read_exact(&mut moov).is_err() {
+            let mut region = vec![0u8; (len - pos).min(MAX_MOOV) as usize];
+            if file.seek(SeekFrom::Start(pos)).is_err() || file.read_exact(&mut region).is_err() {
                 return Ok(());
             }
-            check_boxes(&moov)?;
+            check_region(&region, 0, len - pos, 0)?;
         }
         let Some(next) = pos.checked_add(size) else {
             return Ok(());
@@ -101,27 +103,88 @@ pub(crate) fn check_tables(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn check_boxes(data: &[u8]) -> Result<(), String> {
-    for (kind, payload) in children(data) {
-        if CONTAINERS.contains(&&kind) {
-            check_boxes(payload)?;
-        } else if let Some((_, at, entry)) = TABLES.iter().find(|(k, _, _)| **k == kind) {
-            let Some(count) = be32(payload, *at) else {
-                continue;
-            };
-            if &kind == b"stsz" && be32(payload, 4) != Some(0) {
-                continue;
-            }
-            let room = payload.len().saturating_sub(at + 4) as u64;
-            if u64::from(count) * entry > room {
-                return Err(format!(
-                    "its {} box says {count} entries, more than its {room} bytes hold",
-                    String::from_utf8_lossy(&kind)
-                ));
+/// Boxes whose payload is boxes, on the way from `moov` to the sample tables.
+const CONTAINERS: [&[u8; 4]; 6] = [b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"];
+
+/// Every sample table under the box at `at` of `region` (the file from the `moov` on, `rest`
+/// bytes to the file's end). Walked as symphonia walks it: a parent's size says where its
+/// children may start, and each child then lasts as long as its own size says, even past its
+/// parent's end (a crafted parent's size must not hide from this check a table that
+/// symphonia still reads).
+fn check_region(region: &[u8], at: usize, rest: u64, depth: u32) -> Result<(), String> {
+    let Some((size, kind, header)) = box_at(region, at) else {
+        return Ok(());
+    };
+    let payload = at + header;
+    if CONTAINERS.contains(&&kind) && depth < 8 {
+        // Size 0: to the end of the file.
+        let end = if size == 0 {
+            region.len()
+        } else {
+            at.saturating_add(size)
+        };
+        let mut child = payload;
+        while child < end && child + 8 <= region.len() {
+            check_region(region, child, rest, depth + 1)?;
+            match box_at(region, child) {
+                Some((0, _, _)) | None => break,
+                Some((child_size, _, child_header)) => {
+                    child = child.saturating_add(child_size.max(child_header));
+                }
             }
         }
+        return Ok(());
+    }
+    let Some((name, count_at, entry)) = TABLES.iter().find(|(k, _, _)| **k == kind) else {
+        return Ok(());
+    };
+    // After the version and flags (4 bytes), which symphonia does not check.
+    let fields = payload + 4;
+    if **name == *b"stsz" {
+        // Each sample is read into a buffer of its size: bounded too.
+        let largest = match be32(region, fields) {
+            Some(0) => {
+                let count = be32(region, fields + 4).unwrap_or(0) as usize;
+                (0..count)
+                    .map_while(|i| be32(region, fields + 8 + 4 * i))
+                    .max()
+                    .unwrap_or(0)
+            }
+            Some(constant) => constant,
+            None => return Ok(()),
+        };
+        if u64::from(largest) > MAX_SAMPLE_BYTES {
+            return Err(format!(
+                "its stsz box says a sample of {largest} bytes, over the {MAX_SAMPLE_BYTES} \
+                 an audio packet may take"
+            ));
+        }
+        if be32(region, fields) != Some(0) {
+            return Ok(());
+        }
+    }
+    let count_at = fields + count_at - 4;
+    let Some(count) = be32(region, count_at) else {
+        return Ok(());
+    };
+    let room = rest.saturating_sub((count_at + 4) as u64);
+    if u64::from(count) * entry > room {
+        return Err(format!(
+            "its {} box says {count} entries, more than the {room} bytes after it hold",
+            String::from_utf8_lossy(&name[..])
+        ));
     }
     Ok(())
+}
+
+/// The box at `at`: its size (0: to the end), kind and header length.
+fn box_at(region: &[u8], at: usize) -> Option<(usize, [u8; 4], usize)> {
+    let size32 = be32(region, at)?;
+    let kind: [u8; 4] = region.get(at + 4..at + 8)?.try_into().ok()?;
+    Some(match size32 {
+        1 => (usize::try_from(be64(region, at + 8)?).ok()?, kind, 16),
+        n => (n as usize, kind, 8),
+    })
 }
 
 /// Whether the file starts like an MP4 (`ftyp` box first).
@@ -366,6 +429,12 @@ mod tests {
         std::fs::write(&path, file(stts(u32::MAX))).unwrap();
         let e = check_tables(&path).unwrap_err();
         assert!(e.contains("stts box says 4294967295 entries"), "{e}");
+        // Found when a parent box's size lies and hides it from a walk of the tree.
+        let mut lying = file(stts(u32::MAX));
+        let trak = lying.windows(4).position(|w| w == b"trak").unwrap();
+        lying[trak - 4..trak].copy_from_slice(&16u32.to_be_bytes());
+        std::fs::write(&path, &lying).unwrap();
+        assert!(check_tables(&path).is_err());
         // A constant sample size has no entries, whatever the count.
         let mut stsz = vec![0u8; 4];
         stsz.extend_from_slice(&1_024u32.to_be_bytes());
@@ -375,6 +444,14 @@ mod tests {
         stsz[4..8].copy_from_slice(&0u32.to_be_bytes());
         std::fs::write(&path, file(mp4_box(b"stsz", &stsz))).unwrap();
         assert!(check_tables(&path).is_err());
+        // Two samples, the second one of 4 GB.
+        let mut stsz = vec![0u8; 8];
+        stsz.extend_from_slice(&2u32.to_be_bytes());
+        stsz.extend_from_slice(&512u32.to_be_bytes());
+        stsz.extend_from_slice(&u32::MAX.to_be_bytes());
+        std::fs::write(&path, file(mp4_box(b"stsz", &stsz))).unwrap();
+        let e = check_tables(&path).unwrap_err();
+        assert!(e.contains("a sample of 4294967295 bytes"), "{e}");
         // Not MP4 at all: nothing to say.
         std::fs::write(&path, b"RIFF....WAVEfmt ").unwrap();
         assert_eq!(check_tables(&path), Ok(()));

@@ -523,6 +523,35 @@ fn a_header_sample_rate_outside_audio_fails_that_file_alone_and_fast() {
         run.stdout
     );
 
+    // A panic inside symphonia (an M4A whose mdhd time scale is 0: `TimeBase::new` asserts
+    // while probing) is that clip's failure, with symphonia's words, and no bug report.
+    ffmpeg(
+        &d.join("speech.wav"),
+        &d.join("speech.m4a"),
+        &["-c:a", "aac"],
+    );
+    let mut m4a = std::fs::read(d.join("speech.m4a")).unwrap();
+    let mdhd = m4a.windows(4).position(|w| w == b"mdhd").unwrap();
+    assert_eq!(m4a[mdhd + 4], 0, "a version 0 mdhd");
+    m4a[mdhd + 16..mdhd + 20].copy_from_slice(&0u32.to_be_bytes());
+    std::fs::write(d.join("timescale0.m4a"), m4a).unwrap();
+    let run = analyse_within(
+        d,
+        &["episode.wav", "timescale0.m4a", "speech.wav", "--json"],
+        deadline,
+    )
+    .expect_code(2);
+    let lines = run.json_lines();
+    let failure = lines[0]["failure"].as_str().unwrap();
+    assert!(
+        failure.contains("timescale0.m4a: undecodable: the format probe failed on malformed input")
+            && failure.contains("TimeBase"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(lines[1]["clip_offsets_ns"].as_array().unwrap().len(), 2);
+    assert!(!run.stderr.contains("internal error"), "{}", run.stderr);
+
     let run = analyse_within(d, &["ratemax.wav", "speech.wav"], deadline).expect_code(2);
     assert!(
         run.stderr.contains("ratemax.wav")
