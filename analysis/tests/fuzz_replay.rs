@@ -4,7 +4,8 @@
 //! (`fuzz/src/audio_target.rs`): each file is analysed, or refused with a reason naming it;
 //! never a panic. The replay runs in a child process (this test, again) under an address-space
 //! limit and a deadline: an allocation sized from a header aborts it, a loop without end
-//! outlives the deadline. `fuzz/audio.sh` runs the fuzzer itself.
+//! outlives the deadline. `fuzz/audio.sh` runs the fuzzer itself; what it found and is not
+//! fixed yet waits in `fuzz/crashes/audio-open/`, not replayed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../../fuzz/src/audio_target.rs"]
