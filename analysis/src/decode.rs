@@ -23,6 +23,7 @@ use symphonia::core::probe::Hint;
 use crate::error::Error;
 use crate::guard;
 use crate::mp4;
+use crate::ogg;
 use crate::params::{MAX_CHANNELS, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};
 use crate::wav;
 
@@ -69,10 +70,12 @@ impl Decoder {
         if let Some((rate, channels)) = wav::format(path) {
             check_bounds(path, Some(rate), Some(usize::from(channels)))?;
         }
-        mp4::check_tables(path).map_err(|reason| Error::OutOfBounds {
-            path: path.to_owned(),
-            reason,
-        })?;
+        mp4::check_tables(path)
+            .and_then(|()| ogg::check_comment(path))
+            .map_err(|reason| Error::OutOfBounds {
+                path: path.to_owned(),
+                reason,
+            })?;
         let hash = Arc::new(Mutex::new(HashState::default()));
         let source = HashingSource {
             file,

@@ -31,6 +31,7 @@
 //!   sample rates and channel counts outside the bounds of `params.rs` refused.
 //! - `guard.rs`: a panic inside symphonia caught, the failure of that file alone.
 //! - `wav.rs`: a WAV's `fmt` chunk, checked before symphonia probes it.
+//! - `ogg.rs`: a Vorbis comment header's lengths, checked before symphonia allocates them.
 //! - `mp4.rs`: the encoder delay in an MP4's edit list (symphonia does not apply it).
 //! - `resample.rs`: windowed-sinc resampling to the analysis rate, without delay.
 //! - `spectrum.rs`: the STFT (realfft), log power per frame.
@@ -51,6 +52,7 @@ mod guard;
 pub mod landmarks;
 pub mod matcher;
 mod mp4;
+mod ogg;
 pub mod params;
 pub mod peaks;
 pub mod refine;

@@ -93,7 +93,7 @@ pub(crate) fn check_tables(path: &Path) -> Result<(), String> {
             if file.seek(SeekFrom::Start(pos)).is_err() || file.read_exact(&mut region).is_err() {
                 return Ok(());
             }
-            check_region(&region, 0, len - pos, 0)?;
+            check_region(&region, 0, len - pos, 0, false)?;
         }
         let Some(next) = pos.checked_add(size) else {
             return Ok(());
@@ -103,29 +103,62 @@ pub(crate) fn check_tables(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Boxes whose payload is boxes, on the way from `moov` to the sample tables.
-const CONTAINERS: [&[u8; 4]; 6] = [b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"];
+/// Boxes whose payload is boxes (after this many bytes of fields), from `moov` down to the
+/// sample tables and the tags symphonia reads.
+const CONTAINERS: [(&[u8; 4], usize); 12] = [
+    (b"moov", 0),
+    (b"trak", 0),
+    (b"mdia", 0),
+    (b"minf", 0),
+    (b"stbl", 0),
+    (b"edts", 0),
+    (b"dinf", 0),
+    (b"udta", 0),
+    (b"meta", 4),
+    (b"ilst", 0),
+    (b"stsd", 8),
+    (b"mp4a", 28),
+];
 
 /// Every sample table under the box at `at` of `region` (the file from the `moov` on, `rest`
 /// bytes to the file's end). Walked as symphonia walks it: a parent's size says where its
 /// children may start, and each child then lasts as long as its own size says, even past its
 /// parent's end (a crafted parent's size must not hide from this check a table that
 /// symphonia still reads).
-fn check_region(region: &[u8], at: usize, rest: u64, depth: u32) -> Result<(), String> {
+fn check_region(
+    region: &[u8],
+    at: usize,
+    rest: u64,
+    depth: u32,
+    in_ilst: bool,
+) -> Result<(), String> {
     let Some((size, kind, header)) = box_at(region, at) else {
         return Ok(());
     };
+    // Symphonia reads many a box's payload into a buffer of the size it says.
+    let left = rest.saturating_sub(at as u64);
+    if size as u64 > left {
+        return Err(format!(
+            "its {} box says {size} bytes, more than the {left} left in the file",
+            String::from_utf8_lossy(&kind).escape_debug()
+        ));
+    }
     let payload = at + header;
-    if CONTAINERS.contains(&&kind) && depth < 8 {
+    // An `ilst` item is a box of boxes too, whatever its kind.
+    let fields = match CONTAINERS.iter().find(|(k, _)| **k == kind) {
+        Some((_, fields)) => Some(*fields),
+        None => in_ilst.then_some(0),
+    };
+    if let Some(fields) = fields.filter(|_| depth < 10) {
         // Size 0: to the end of the file.
         let end = if size == 0 {
             region.len()
         } else {
             at.saturating_add(size)
         };
-        let mut child = payload;
+        let mut child = payload + fields;
         while child < end && child + 8 <= region.len() {
-            check_region(region, child, rest, depth + 1)?;
+            check_region(region, child, rest, depth + 1, &kind == b"ilst")?;
             match box_at(region, child) {
                 Some((0, _, _)) | None => break,
                 Some((child_size, _, child_header)) => {
