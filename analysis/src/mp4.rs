@@ -138,9 +138,14 @@ fn check_region(
     // Symphonia reads many a box's payload into a buffer of the size it says.
     let left = rest.saturating_sub(at as u64);
     if size as u64 > left {
+        // A crafted kind is no name to print.
+        let name = if kind.iter().all(|b| b.is_ascii_alphanumeric() || *b == b' ') {
+            format!("{} box", String::from_utf8_lossy(&kind))
+        } else {
+            "box of no known kind".to_owned()
+        };
         return Err(format!(
-            "its {} box says {size} bytes, more than the {left} left in the file",
-            String::from_utf8_lossy(&kind).escape_debug()
+            "its {name} says {size} bytes, more than the {left} left in the file"
         ));
     }
     let payload = at + header;
