@@ -2,68 +2,59 @@
 //!
 //! Symphonia allocates each comment at the length the header says (`vec![0; length]`, up to
 //! 4 GB) before reading it; a crafted length aborts the process where the allocation cannot
-//! be had (an address-space limit, a small machine). The comment packet of the first logical
-//! stream is reassembled from its pages here, and every length in it must fit in the packet.
+//! be had (an address-space limit, a small machine). Packets are reassembled from their pages
+//! here, and every length in a comment header must fit in its packet.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
 
-/// Pages read to find the comment packet (it is normally on the first two or three).
-const MAX_PAGES: usize = 512;
-/// The longest comment packet reassembled (cover art makes it large); beyond, no check.
+/// The longest packet reassembled (cover art makes a comment header large); beyond, the rest
+/// of that packet is not checked.
 const MAX_PACKET: usize = 64 << 20;
 
-/// The problem with the first Vorbis comment header of the file, if it is Ogg and has one
-/// whose lengths do not fit; `Ok` otherwise (the probe says what else it finds).
+/// The problem with a Vorbis comment header of the file, if it is Ogg and has one whose
+/// lengths do not fit; `Ok` otherwise (the probe says what else it finds). Every packet is
+/// looked at, of every logical stream: symphonia reads any packet that starts like a comment
+/// header as one, wherever it comes.
 pub(crate) fn check_comment(path: &Path) -> Result<(), String> {
-    match comment_packet(path) {
-        Some(packet) => check_packet(&packet),
-        None => Ok(()),
-    }
-}
-
-/// The second packet of the first logical stream, if the file is Ogg and it starts with the
-/// Vorbis comment signature.
-fn comment_packet(path: &Path) -> Option<Vec<u8>> {
-    let mut file = BufReader::new(File::open(path).ok()?);
-    let mut serial = None;
-    let mut packets = 0usize;
-    let mut packet = Vec::new();
-    for _ in 0..MAX_PAGES {
+    let Ok(file) = File::open(path) else {
+        return Ok(());
+    };
+    let mut file = BufReader::new(file);
+    let mut packets: HashMap<u32, Vec<u8>> = HashMap::new();
+    loop {
         let mut header = [0u8; 27];
-        file.read_exact(&mut header).ok()?;
-        if &header[0..4] != b"OggS" {
-            return None;
+        if file.read_exact(&mut header).is_err() || &header[0..4] != b"OggS" {
+            return Ok(());
         }
-        let page_serial = u32::from_le_bytes([header[14], header[15], header[16], header[17]]);
+        let serial = u32::from_le_bytes([header[14], header[15], header[16], header[17]]);
         let mut lacing = vec![0u8; usize::from(header[26])];
-        file.read_exact(&mut lacing).ok()?;
-        let body_len: usize = lacing.iter().map(|&l| usize::from(l)).sum();
+        let body_len: usize = match file.read_exact(&mut lacing) {
+            Ok(()) => lacing.iter().map(|&l| usize::from(l)).sum(),
+            Err(_) => return Ok(()),
+        };
         let mut body = vec![0u8; body_len];
-        file.read_exact(&mut body).ok()?;
-        if *serial.get_or_insert(page_serial) != page_serial {
-            continue;
+        if file.read_exact(&mut body).is_err() {
+            return Ok(());
         }
+        let packet = packets.entry(serial).or_default();
         let mut at = 0;
         for &l in &lacing {
             let l = usize::from(l);
-            if packets == 1 {
+            if packet.len() < MAX_PACKET {
                 packet.extend_from_slice(&body[at..at + l]);
-                if packet.len() > MAX_PACKET {
-                    return None;
-                }
             }
             at += l;
             if l < 255 {
-                packets += 1;
-                if packets == 2 {
-                    return packet.starts_with(b"\x03vorbis").then_some(packet);
+                if packet.starts_with(b"\x03vorbis") {
+                    check_packet(packet)?;
                 }
+                packet.clear();
             }
         }
     }
-    None
 }
 
 fn check_packet(packet: &[u8]) -> Result<(), String> {
