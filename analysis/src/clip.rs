@@ -36,15 +36,7 @@ pub(crate) struct Variant {
 impl ClipPrint {
     /// Decodes the clip at `path` (whole: clips are short) and fingerprints it.
     pub fn from_file(path: &Path, params: &Params) -> Result<ClipPrint, Error> {
-        let (samples, rate, hash) = decode::decode_all(path)?;
-        let seconds = samples.len() as f64 / f64::from(rate.max(1));
-        if seconds > params.max_clip_seconds {
-            return Err(Error::ClipTooLong {
-                path: path.to_owned(),
-                seconds,
-                max: params.max_clip_seconds,
-            });
-        }
+        let (samples, rate, hash) = decode::decode_at_most(path, params.max_clip_seconds)?;
         Ok(ClipPrint::from_samples(&samples, rate, hash, params))
     }
 

@@ -21,7 +21,11 @@ use symphonia::core::meta::MetadataOptions;
 use symphonia::core::probe::Hint;
 
 use crate::error::Error;
+use crate::guard;
 use crate::mp4;
+use crate::ogg;
+use crate::params::{MAX_CHANNELS, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};
+use crate::wav;
 
 /// Consecutive undecodable packets after which a stream is declared undecodable: a few bad
 /// packets (a damaged frame, a truncated last one) are skipped, a stream of garbage is not.
@@ -44,6 +48,8 @@ pub struct Decoder {
     mono: Vec<f32>,
     hash: Arc<Mutex<HashState>>,
     len: u64,
+    /// The reader or decoder panicked (see `guard.rs`): never called again.
+    broken: bool,
 }
 
 impl Decoder {
@@ -60,6 +66,16 @@ impl Decoder {
                 path: path.to_owned(),
             });
         }
+        // Header values symphonia trusts before it checks them, read here first.
+        if let Some((rate, channels)) = wav::format(path) {
+            check_bounds(path, Some(rate), Some(usize::from(channels)))?;
+        }
+        mp4::check_tables(path)
+            .and_then(|()| ogg::check_comment(path))
+            .map_err(|reason| Error::OutOfBounds {
+                path: path.to_owned(),
+                reason,
+            })?;
         let hash = Arc::new(Mutex::new(HashState::default()));
         let source = HashingSource {
             file,
@@ -76,27 +92,31 @@ impl Decoder {
             enable_gapless: true,
             ..Default::default()
         };
-        let probed = symphonia::default::get_probe()
-            .format(&hint, stream, &format_options, &MetadataOptions::default())
-            .map_err(|e| match e {
-                SymphoniaError::IoError(source)
-                    if source.kind() != io::ErrorKind::UnexpectedEof =>
-                {
-                    Error::Io {
-                        path: path.to_owned(),
-                        source,
-                    }
+        let probed = guard::catch(|| {
+            symphonia::default::get_probe().format(
+                &hint,
+                stream,
+                &format_options,
+                &MetadataOptions::default(),
+            )
+        })
+        .map_err(|message| panicked(path, "the format probe", message))?
+        .map_err(|e| match e {
+            SymphoniaError::IoError(source) if source.kind() != io::ErrorKind::UnexpectedEof => {
+                Error::Io {
+                    path: path.to_owned(),
+                    source,
                 }
-                SymphoniaError::Unsupported(_) => Error::NotAudio {
-                    path: path.to_owned(),
-                    reason: "no known audio format found (MP3, AAC/M4A, Ogg Vorbis, FLAC, WAV)"
-                        .into(),
-                },
-                other => Error::NotAudio {
-                    path: path.to_owned(),
-                    reason: describe(&other),
-                },
-            })?;
+            }
+            SymphoniaError::Unsupported(_) => Error::NotAudio {
+                path: path.to_owned(),
+                reason: "no known audio format found (MP3, AAC/M4A, Ogg Vorbis, FLAC, WAV)".into(),
+            },
+            other => Error::NotAudio {
+                path: path.to_owned(),
+                reason: describe(&other),
+            },
+        })?;
         let format = probed.format;
         let track = format
             .tracks()
@@ -106,13 +126,20 @@ impl Decoder {
                 path: path.to_owned(),
                 reason: "no audio track in the container".into(),
             })?;
+        let params = &track.codec_params;
+        // Before anything is sized from them (the decoder's buffers, the resampler's kernel).
+        let channels = params
+            .channels
+            .map(|c| c.count())
+            .or_else(|| params.channel_layout.map(|l| l.into_channels().count()));
+        check_bounds(path, params.sample_rate, channels)?;
         let codecs = symphonia::default::get_codecs();
         let codec = codecs
-            .get_codec(track.codec_params.codec)
+            .get_codec(params.codec)
             .map(|d| d.short_name.to_owned())
-            .unwrap_or_else(|| format!("{}", track.codec_params.codec));
-        let decoder = codecs
-            .make(&track.codec_params, &DecoderOptions::default())
+            .unwrap_or_else(|| format!("{}", params.codec));
+        let decoder = guard::catch(|| codecs.make(params, &DecoderOptions::default()))
+            .map_err(|message| panicked(path, &format!("the {codec} decoder"), message))?
             .map_err(|e| Error::UnsupportedCodec {
                 path: path.to_owned(),
                 reason: format!("{codec}: {}", describe(&e)),
@@ -143,6 +170,7 @@ impl Decoder {
             mono: Vec::new(),
             hash,
             len,
+            broken: false,
         })
     }
 
@@ -181,23 +209,32 @@ impl Decoder {
     /// The next packet's samples, mixed down to mono; `None` at the end of the stream.
     /// A few undecodable packets are skipped (logged); a run of them is an error.
     pub fn next_chunk(&mut self) -> Result<Option<&[f32]>, Error> {
+        if self.broken {
+            return Err(panicked(
+                &self.path,
+                "the decoder",
+                "it panicked before".into(),
+            ));
+        }
         let mut consecutive_errors = 0;
         loop {
-            let packet = match self.format.next_packet() {
-                Ok(p) => p,
+            let next = guard::catch(|| self.format.next_packet());
+            let packet = match next {
+                Err(message) => return Err(self.broke("the format reader", message)),
+                Ok(Ok(p)) => p,
                 // The end of the stream (a truncated file ends the same way).
-                Err(SymphoniaError::IoError(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                Ok(Err(SymphoniaError::IoError(e))) if e.kind() == io::ErrorKind::UnexpectedEof => {
                     return self.end();
                 }
                 // A chained Ogg stream changed its parameters: what came before is analysed.
-                Err(SymphoniaError::ResetRequired) => return self.end(),
-                Err(SymphoniaError::IoError(source)) => {
+                Ok(Err(SymphoniaError::ResetRequired)) => return self.end(),
+                Ok(Err(SymphoniaError::IoError(source))) => {
                     return Err(Error::Io {
                         path: self.path.clone(),
                         source,
                     })
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     if self.frames_decoded > 0 {
                         tracing::warn!(file = %self.path.display(), error = %e, "stream damaged, analysing what came before");
                         return self.end();
@@ -208,9 +245,14 @@ impl Decoder {
             if packet.track_id() != self.track_id {
                 continue;
             }
-            let decoded = match self.decoder.decode(&packet) {
-                Ok(d) => d,
-                Err(SymphoniaError::DecodeError(e)) => {
+            let decoder = &mut self.decoder;
+            let decoded = match guard::catch(|| decoder.decode(&packet).map(|_| ())) {
+                Ok(Ok(())) => self.decoder.last_decoded(),
+                Err(message) => {
+                    let stage = format!("the {} decoder", self.codec);
+                    return Err(self.broke(&stage, message));
+                }
+                Ok(Err(SymphoniaError::DecodeError(e))) => {
                     consecutive_errors += 1;
                     tracing::debug!(file = %self.path.display(), error = e, "skipping an undecodable packet");
                     if consecutive_errors >= MAX_CONSECUTIVE_DECODE_ERRORS {
@@ -218,10 +260,10 @@ impl Decoder {
                     }
                     continue;
                 }
-                Err(SymphoniaError::IoError(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                Ok(Err(SymphoniaError::IoError(e))) if e.kind() == io::ErrorKind::UnexpectedEof => {
                     return self.end();
                 }
-                Err(e) => return Err(self.decode_error(&e)),
+                Ok(Err(e)) => return Err(self.decode_error(&e)),
             };
             consecutive_errors = 0;
             let spec = *decoded.spec();
@@ -229,6 +271,9 @@ impl Decoder {
             if frames == 0 {
                 continue;
             }
+            // The container may not have said (or said otherwise): what the codec says is
+            // checked too, before the buffer below is sized from it.
+            check_bounds(&self.path, Some(spec.rate), Some(spec.channels.count()))?;
             if self.sample_rate == 0 {
                 self.sample_rate = spec.rate;
             }
@@ -272,6 +317,12 @@ impl Decoder {
         Ok(None)
     }
 
+    /// A panic in the reader or decoder: the file's error, and they are not called again.
+    fn broke(&mut self, stage: &str, message: String) -> Error {
+        self.broken = true;
+        panicked(&self.path, stage, message)
+    }
+
     fn decode_error(&self, e: &SymphoniaError) -> Error {
         Error::Decode {
             path: self.path.clone(),
@@ -310,10 +361,25 @@ impl Decoder {
 /// Decodes a whole (short) file into memory: the clip path. Returns the mono samples, their
 /// rate and the file's hash.
 pub fn decode_all(path: &Path) -> Result<(Vec<f32>, u32, String), Error> {
+    decode_at_most(path, f64::INFINITY)
+}
+
+/// [`decode_all`], failing with [`Error::ClipTooLong`] as soon as the file has given more than
+/// `max_seconds` of audio: a clip is held whole, so its length bounds memory, and a long file
+/// passed as a clip is refused after `max_seconds`, not after all of it is in memory.
+pub fn decode_at_most(path: &Path, max_seconds: f64) -> Result<(Vec<f32>, u32, String), Error> {
     let mut decoder = Decoder::open(path)?;
     let mut samples = Vec::new();
-    while let Some(chunk) = decoder.next_chunk()? {
-        samples.extend_from_slice(chunk);
+    while decoder.advance()? {
+        samples.extend_from_slice(decoder.chunk());
+        let seconds = decoder.frames_decoded() as f64 / f64::from(decoder.sample_rate().max(1));
+        if seconds > max_seconds {
+            return Err(Error::ClipTooLong {
+                path: path.to_owned(),
+                seconds,
+                max: max_seconds,
+            });
+        }
     }
     let rate = decoder.sample_rate();
     let hash = decoder.finish_hash()?;
@@ -341,6 +407,42 @@ pub fn hash_file(path: &Path) -> Result<String, Error> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Refuses a sample rate or channel count outside what audio uses (`params.rs`); `None`
+/// (not said) passes, to be checked on the first decoded buffer.
+fn check_bounds(path: &Path, rate: Option<u32>, channels: Option<usize>) -> Result<(), Error> {
+    let out = |reason: String| {
+        Err(Error::OutOfBounds {
+            path: path.to_owned(),
+            reason,
+        })
+    };
+    if let Some(rate) = rate {
+        if !(MIN_SAMPLE_RATE..=MAX_SAMPLE_RATE).contains(&rate) {
+            return out(format!(
+                "sample rate {rate} Hz is outside {MIN_SAMPLE_RATE}–{MAX_SAMPLE_RATE} Hz"
+            ));
+        }
+    }
+    if let Some(channels) = channels {
+        if channels == 0 || channels > MAX_CHANNELS {
+            return out(format!(
+                "{channels} channels is outside 1–{MAX_CHANNELS} channels"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The error for a panic in the decoding library (caught, see `guard.rs`).
+fn panicked(path: &Path, stage: &str, message: String) -> Error {
+    tracing::warn!(file = %path.display(), stage, message, "the decoding library panicked on this file; it fails alone");
+    Error::DecoderPanic {
+        path: path.to_owned(),
+        stage: stage.to_owned(),
+        message,
+    }
 }
 
 /// Symphonia's messages, lower-case and without its module prefixes.

@@ -51,6 +51,27 @@ pub enum Error {
         /// The codec problem.
         reason: String,
     },
+    /// The stream's parameters are outside what audio uses (a sample rate outside
+    /// [`crate::params::MIN_SAMPLE_RATE`]–[`crate::params::MAX_SAMPLE_RATE`], more than
+    /// [`crate::params::MAX_CHANNELS`] channels): refused before anything is sized from them.
+    #[error("{}: not audio: {reason}", path.display())]
+    OutOfBounds {
+        /// The file.
+        path: PathBuf,
+        /// Which parameter, its value and the bounds.
+        reason: String,
+    },
+    /// The decoding library panicked on the file (a crafted or damaged header it does not
+    /// check): caught, and the failure of this file alone.
+    #[error("{}: undecodable: {stage} failed on malformed input: {message}", path.display())]
+    DecoderPanic {
+        /// The file.
+        path: PathBuf,
+        /// Where: `the format probe`, `the mp3 decoder`, …
+        stage: String,
+        /// The panic's message.
+        message: String,
+    },
     /// The file decoded to no samples at all.
     #[error("{}: no audio in the {codec} stream", path.display())]
     NoAudio {
@@ -85,6 +106,8 @@ impl Error {
             | Error::UnsupportedCodec { .. }
             | Error::Decode { .. }
             | Error::NoAudio { .. }
+            | Error::OutOfBounds { .. }
+            | Error::DecoderPanic { .. }
             | Error::ClipTooLong { .. } => false,
         }
     }
@@ -98,6 +121,8 @@ impl Error {
             | Error::UnsupportedCodec { path, .. }
             | Error::Decode { path, .. }
             | Error::NoAudio { path, .. }
+            | Error::OutOfBounds { path, .. }
+            | Error::DecoderPanic { path, .. }
             | Error::ClipTooLong { path, .. } => path,
         }
     }

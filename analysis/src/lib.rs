@@ -27,7 +27,11 @@
 //! # Layout
 //!
 //! - `params.rs`: [`Params`], every tuning parameter with the reason for its value.
-//! - `decode.rs`: symphonia, packets to mono `f32`, gapless trimming, the file's SHA-256.
+//! - `decode.rs`: symphonia, packets to mono `f32`, gapless trimming, the file's SHA-256;
+//!   sample rates and channel counts outside the bounds of `params.rs` refused.
+//! - `guard.rs`: a panic inside symphonia caught, the failure of that file alone.
+//! - `wav.rs`: a WAV's `fmt` chunk, checked before symphonia probes it.
+//! - `ogg.rs`: a Vorbis comment header's lengths, checked before symphonia allocates them.
 //! - `mp4.rs`: the encoder delay in an MP4's edit list (symphonia does not apply it).
 //! - `resample.rs`: windowed-sinc resampling to the analysis rate, without delay.
 //! - `spectrum.rs`: the STFT (realfft), log power per frame.
@@ -44,9 +48,11 @@ mod cache;
 pub mod clip;
 pub mod decode;
 mod error;
+mod guard;
 pub mod landmarks;
 pub mod matcher;
 mod mp4;
+mod ogg;
 pub mod params;
 pub mod peaks;
 pub mod refine;
@@ -54,12 +60,14 @@ pub mod resample;
 pub mod spectrum;
 pub mod synth;
 pub mod tags;
+mod wav;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use clip::ClipPrint;
 pub use error::Error;
+pub use guard::catching as catching_decoder_panic;
 pub use matcher::{EpisodeScan, Match};
 pub use params::Params;
 pub use tags::{read_tags, Tags};

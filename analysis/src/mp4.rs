@@ -23,7 +23,8 @@ pub(crate) fn priming_samples(path: &Path, sample_rate: u32) -> Option<u64> {
         file.seek(SeekFrom::Start(pos)).ok()?;
         let (size, kind, header) = read_header(&mut file, len - pos)?;
         if &kind == b"moov" {
-            if size > MAX_MOOV {
+            // Nor more than the file holds: a header's size is not an allocation.
+            if size > MAX_MOOV || size > len - pos {
                 return None;
             }
             let mut moov = vec![0u8; (size - header) as usize];
@@ -34,6 +35,194 @@ pub(crate) fn priming_samples(path: &Path, sample_rate: u32) -> Option<u64> {
         pos = pos.checked_add(size)?;
     }
     None
+}
+
+/// The largest sample (packet) accepted, in bytes: symphonia reads each into a buffer of the
+/// size its `stsz` entry says. An AAC frame is at most 768 bytes a channel; 1 MiB is far
+/// above any audio packet and far below a crafted 4,294,967,295.
+const MAX_SAMPLE_BYTES: u64 = 1 << 20;
+
+/// Bytes of the file searched for the `ftyp` box (symphonia's probe finds it past junk too).
+const FTYP_SEARCH: usize = 64 << 10;
+
+/// The sample-table boxes symphonia reads into a vector sized from the box's own entry count
+/// (`Vec::with_capacity(count)`, before reading a single entry): `(kind, bytes from the
+/// payload's start to the count, bytes an entry takes)`. A crafted count of 4,294,967,295 asked
+/// for 17 GB and aborted the process. `stsz` has entries only when its sample size is 0.
+const TABLES: [(&[u8; 4], usize, u64); 5] = [
+    (b"stts", 4, 8),
+    (b"stsc", 4, 12),
+    (b"stsz", 8, 4),
+    (b"stco", 4, 4),
+    (b"co64", 4, 8),
+];
+
+/// Checks, before symphonia reads an MP4, that no sample table counts more entries than the
+/// rest of the file could hold, no sample is larger than an audio packet, and `moov` is one
+/// this module reads (at most 64 MiB: a hundred hours of AAC's tables); the problem
+/// otherwise. Not MP4, or unreadable: `Ok` (the probe says what it finds).
+pub(crate) fn check_tables(path: &Path) -> Result<(), String> {
+    let Ok(mut file) = File::open(path) else {
+        return Ok(());
+    };
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return Ok(());
+    };
+    let mut head = vec![0u8; FTYP_SEARCH.min(len as usize)];
+    if file.read_exact(&mut head).is_err() {
+        return Ok(());
+    }
+    let Some(ftyp) = head.windows(4).position(|w| w == b"ftyp") else {
+        return Ok(());
+    };
+    let mut pos = ftyp.saturating_sub(4) as u64;
+    while pos + 8 <= len {
+        if file.seek(SeekFrom::Start(pos)).is_err() {
+            return Ok(());
+        }
+        let Some((size, kind, _)) = read_header(&mut file, len - pos) else {
+            return Ok(());
+        };
+        if &kind == b"moov" {
+            if size > MAX_MOOV {
+                return Err(format!(
+                    "its moov box of {size} bytes is over the {MAX_MOOV} bytes read"
+                ));
+            }
+            let mut region = vec![0u8; (len - pos).min(MAX_MOOV) as usize];
+            if file.seek(SeekFrom::Start(pos)).is_err() || file.read_exact(&mut region).is_err() {
+                return Ok(());
+            }
+            check_region(&region, 0, len - pos, 0, false)?;
+        }
+        let Some(next) = pos.checked_add(size) else {
+            return Ok(());
+        };
+        pos = next;
+    }
+    Ok(())
+}
+
+/// Boxes whose payload is boxes (after this many bytes of fields), from `moov` down to the
+/// sample tables and the tags symphonia reads.
+const CONTAINERS: [(&[u8; 4], usize); 12] = [
+    (b"moov", 0),
+    (b"trak", 0),
+    (b"mdia", 0),
+    (b"minf", 0),
+    (b"stbl", 0),
+    (b"edts", 0),
+    (b"dinf", 0),
+    (b"udta", 0),
+    (b"meta", 4),
+    (b"ilst", 0),
+    (b"stsd", 8),
+    (b"mp4a", 28),
+];
+
+/// Every sample table under the box at `at` of `region` (the file from the `moov` on, `rest`
+/// bytes to the file's end). Walked as symphonia walks it: a parent's size says where its
+/// children may start, and each child then lasts as long as its own size says, even past its
+/// parent's end (a crafted parent's size must not hide from this check a table that
+/// symphonia still reads).
+fn check_region(
+    region: &[u8],
+    at: usize,
+    rest: u64,
+    depth: u32,
+    in_ilst: bool,
+) -> Result<(), String> {
+    let Some((size, kind, header)) = box_at(region, at) else {
+        return Ok(());
+    };
+    // Symphonia reads many a box's payload into a buffer of the size it says.
+    let left = rest.saturating_sub(at as u64);
+    if size as u64 > left {
+        // A crafted kind is no name to print.
+        let name = if kind.iter().all(|b| b.is_ascii_alphanumeric() || *b == b' ') {
+            format!("{} box", String::from_utf8_lossy(&kind))
+        } else {
+            "box of no known kind".to_owned()
+        };
+        return Err(format!(
+            "its {name} says {size} bytes, more than the {left} left in the file"
+        ));
+    }
+    let payload = at + header;
+    // An `ilst` item is a box of boxes too, whatever its kind.
+    let fields = match CONTAINERS.iter().find(|(k, _)| **k == kind) {
+        Some((_, fields)) => Some(*fields),
+        None => in_ilst.then_some(0),
+    };
+    if let Some(fields) = fields.filter(|_| depth < 10) {
+        // Size 0: to the end of the file.
+        let end = if size == 0 {
+            region.len()
+        } else {
+            at.saturating_add(size)
+        };
+        let mut child = payload + fields;
+        while child < end && child + 8 <= region.len() {
+            check_region(region, child, rest, depth + 1, &kind == b"ilst")?;
+            match box_at(region, child) {
+                Some((0, _, _)) | None => break,
+                Some((child_size, _, child_header)) => {
+                    child = child.saturating_add(child_size.max(child_header));
+                }
+            }
+        }
+        return Ok(());
+    }
+    let Some((name, count_at, entry)) = TABLES.iter().find(|(k, _, _)| **k == kind) else {
+        return Ok(());
+    };
+    // After the version and flags (4 bytes), which symphonia does not check.
+    let fields = payload + 4;
+    if **name == *b"stsz" {
+        // Each sample is read into a buffer of its size: bounded too.
+        let largest = match be32(region, fields) {
+            Some(0) => {
+                let count = be32(region, fields + 4).unwrap_or(0) as usize;
+                (0..count)
+                    .map_while(|i| be32(region, fields + 8 + 4 * i))
+                    .max()
+                    .unwrap_or(0)
+            }
+            Some(constant) => constant,
+            None => return Ok(()),
+        };
+        if u64::from(largest) > MAX_SAMPLE_BYTES {
+            return Err(format!(
+                "its stsz box says a sample of {largest} bytes, over the {MAX_SAMPLE_BYTES} \
+                 an audio packet may take"
+            ));
+        }
+        if be32(region, fields) != Some(0) {
+            return Ok(());
+        }
+    }
+    let count_at = fields + count_at - 4;
+    let Some(count) = be32(region, count_at) else {
+        return Ok(());
+    };
+    let room = rest.saturating_sub((count_at + 4) as u64);
+    if u64::from(count) * entry > room {
+        return Err(format!(
+            "its {} box says {count} entries, more than the {room} bytes after it hold",
+            String::from_utf8_lossy(&name[..])
+        ));
+    }
+    Ok(())
+}
+
+/// The box at `at`: its size (0: to the end), kind and header length.
+fn box_at(region: &[u8], at: usize) -> Option<(usize, [u8; 4], usize)> {
+    let size32 = be32(region, at)?;
+    let kind: [u8; 4] = region.get(at + 4..at + 8)?.try_into().ok()?;
+    Some(match size32 {
+        1 => (usize::try_from(be64(region, at + 8)?).ok()?, kind, 16),
+        n => (n as usize, kind, 8),
+    })
 }
 
 /// Whether the file starts like an MP4 (`ftyp` box first).
@@ -250,6 +439,60 @@ mod tests {
         // Cut inside the moov: not parsed, no trimming.
         std::fs::write(&path, &file[..file.len() - 100]).unwrap();
         assert_eq!(priming_samples(&path, 44_100), None);
+    }
+
+    #[test]
+    fn a_sample_table_must_hold_the_entries_it_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.m4a");
+        let file = |table: Vec<u8>| {
+            let stbl = mp4_box(b"stbl", &table);
+            let minf = mp4_box(b"minf", &stbl);
+            let mdia = mp4_box(b"mdia", &[hdlr(b"soun"), mdhd_v0(44_100), minf].concat());
+            [
+                mp4_box(b"ftyp", b"M4A \0\0\0\0isomM4A "),
+                mp4_box(b"moov", &mp4_box(b"trak", &mdia)),
+            ]
+            .concat()
+        };
+        // Two entries of 8 bytes, as counted.
+        let stts = |count: u32| {
+            let mut p = vec![0u8; 4];
+            p.extend_from_slice(&count.to_be_bytes());
+            p.extend_from_slice(&[0u8; 16]);
+            mp4_box(b"stts", &p)
+        };
+        std::fs::write(&path, file(stts(2))).unwrap();
+        assert_eq!(check_tables(&path), Ok(()));
+        std::fs::write(&path, file(stts(u32::MAX))).unwrap();
+        let e = check_tables(&path).unwrap_err();
+        assert!(e.contains("stts box says 4294967295 entries"), "{e}");
+        // Found when a parent box's size lies and hides it from a walk of the tree.
+        let mut lying = file(stts(u32::MAX));
+        let trak = lying.windows(4).position(|w| w == b"trak").unwrap();
+        lying[trak - 4..trak].copy_from_slice(&16u32.to_be_bytes());
+        std::fs::write(&path, &lying).unwrap();
+        assert!(check_tables(&path).is_err());
+        // A constant sample size has no entries, whatever the count.
+        let mut stsz = vec![0u8; 4];
+        stsz.extend_from_slice(&1_024u32.to_be_bytes());
+        stsz.extend_from_slice(&u32::MAX.to_be_bytes());
+        std::fs::write(&path, file(mp4_box(b"stsz", &stsz))).unwrap();
+        assert_eq!(check_tables(&path), Ok(()));
+        stsz[4..8].copy_from_slice(&0u32.to_be_bytes());
+        std::fs::write(&path, file(mp4_box(b"stsz", &stsz))).unwrap();
+        assert!(check_tables(&path).is_err());
+        // Two samples, the second one of 4 GB.
+        let mut stsz = vec![0u8; 8];
+        stsz.extend_from_slice(&2u32.to_be_bytes());
+        stsz.extend_from_slice(&512u32.to_be_bytes());
+        stsz.extend_from_slice(&u32::MAX.to_be_bytes());
+        std::fs::write(&path, file(mp4_box(b"stsz", &stsz))).unwrap();
+        let e = check_tables(&path).unwrap_err();
+        assert!(e.contains("a sample of 4294967295 bytes"), "{e}");
+        // Not MP4 at all: nothing to say.
+        std::fs::write(&path, b"RIFF....WAVEfmt ").unwrap();
+        assert_eq!(check_tables(&path), Ok(()));
     }
 
     #[test]

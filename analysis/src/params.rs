@@ -158,3 +158,19 @@ impl Default for Params {
         }
     }
 }
+
+/// The lowest sample rate accepted (Hz). Below 1 kHz nothing the analyser looks at (94 Hz to
+/// 3.75 kHz) is left, and a header saying 0 Hz is no audio at all (symphonia panics on it).
+pub const MIN_SAMPLE_RATE: u32 = 1_000;
+
+/// The highest sample rate accepted (Hz): 384 kHz, the most any recording format in use
+/// carries (DXD, high-resolution PCM). The resampler's kernel grows with the input rate
+/// (about 1.3 MB of table at 384 kHz; at a crafted header's 4,294,967,295 Hz it would be
+/// gigabytes), so the rate is checked before anything is sized from it.
+pub const MAX_SAMPLE_RATE: u32 = 384_000;
+
+/// The most channels accepted. Delivery formats carry at most 8 (7.1 in AAC, FLAC and Vorbis;
+/// MP3 2); 16 leaves room for a multitrack WAV export. Every channel is decoded and mixed to
+/// mono on every sample, and buffers are sized by channels × frames, so a header's count is
+/// bounded here rather than by whatever a decoder version happens to accept.
+pub const MAX_CHANNELS: usize = 16;

@@ -443,6 +443,127 @@ fn bad_inputs_exit_2_naming_the_file_and_the_problem() {
     assert!(run.stderr.contains("ftp"), "{}", run.stderr);
 }
 
+/// `wav` with its `fmt` chunk's sample rate set to `rate`.
+fn with_header_rate(wav: &[u8], rate: u32) -> Vec<u8> {
+    let mut out = wav.to_vec();
+    let fmt = out.windows(4).position(|w| w == b"fmt ").unwrap();
+    out[fmt + 12..fmt + 16].copy_from_slice(&rate.to_le_bytes());
+    out
+}
+
+/// Runs `archivist analyse ARGS` in `dir`, killing it if it has not exited by `deadline`.
+fn analyse_within(dir: &Path, args: &[&str], deadline: std::time::Duration) -> Run {
+    let mut all = vec!["analyse"];
+    all.extend_from_slice(args);
+    let child = common::command(dir, &all, &[])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(deadline) {
+        Ok(out) => Run::from_output(out.unwrap()),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("analyse {args:?} still running after {deadline:?}");
+        }
+    }
+}
+
+/// Sample rates no audio has, from a WAV header: 0 Hz (symphonia panics on it) fails that clip
+/// alone, named, and the other clip is still found; 4,294,967,295 Hz (a resampler table of
+/// gigabytes once) as the episode is refused at once. Neither is reported as a bug.
+#[test]
+fn a_header_sample_rate_outside_audio_fails_that_file_alone_and_fast() {
+    let f = files();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let speech = std::fs::read(f.dir.join("speech.wav")).unwrap();
+    std::fs::write(d.join("rate0.wav"), with_header_rate(&speech, 0)).unwrap();
+    std::fs::write(d.join("ratemax.wav"), with_header_rate(&speech, u32::MAX)).unwrap();
+    std::fs::copy(f.dir.join("speech.wav"), d.join("speech.wav")).unwrap();
+    std::fs::copy(f.dir.join("episode.wav"), d.join("episode.wav")).unwrap();
+    let deadline = std::time::Duration::from_secs(120);
+
+    let run = analyse_within(
+        d,
+        &["episode.wav", "rate0.wav", "speech.wav", "--json"],
+        deadline,
+    )
+    .expect_code(2);
+    let lines = run.json_lines();
+    assert_eq!(lines.len(), 2, "one line per clip: {}", run.stdout);
+    assert_eq!(lines[0]["clip"], "rate0.wav");
+    let words = "sample rate 0 Hz is outside 1000–384000 Hz";
+    assert!(
+        lines[0]["failure"].as_str().unwrap().contains(words),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(lines[1]["clip"], "speech.wav");
+    assert_eq!(lines[1]["clip_offsets_ns"].as_array().unwrap().len(), 2);
+    assert!(
+        run.stderr.contains("rate0.wav") && run.stderr.contains(words),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("internal error"), "{}", run.stderr);
+    // The same without --json: a line per clip, the failing one saying why.
+    let run =
+        analyse_within(d, &["episode.wav", "rate0.wav", "speech.wav"], deadline).expect_code(2);
+    assert!(
+        run.stdout
+            .contains(&format!("rate0.wav: failed: rate0.wav: not audio: {words}")),
+        "{}",
+        run.stdout
+    );
+
+    // A panic inside symphonia (an M4A whose mdhd time scale is 0: `TimeBase::new` asserts
+    // while probing) is that clip's failure, with symphonia's words, and no bug report.
+    ffmpeg(
+        &d.join("speech.wav"),
+        &d.join("speech.m4a"),
+        &["-c:a", "aac"],
+    );
+    let mut m4a = std::fs::read(d.join("speech.m4a")).unwrap();
+    let mdhd = m4a.windows(4).position(|w| w == b"mdhd").unwrap();
+    assert_eq!(m4a[mdhd + 4], 0, "a version 0 mdhd");
+    m4a[mdhd + 16..mdhd + 20].copy_from_slice(&0u32.to_be_bytes());
+    std::fs::write(d.join("timescale0.m4a"), m4a).unwrap();
+    let run = analyse_within(
+        d,
+        &["episode.wav", "timescale0.m4a", "speech.wav", "--json"],
+        deadline,
+    )
+    .expect_code(2);
+    let lines = run.json_lines();
+    let failure = lines[0]["failure"].as_str().unwrap();
+    assert!(
+        failure.contains("timescale0.m4a: undecodable: the format probe failed on malformed input")
+            && failure.contains("TimeBase"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(lines[1]["clip_offsets_ns"].as_array().unwrap().len(), 2);
+    assert!(!run.stderr.contains("internal error"), "{}", run.stderr);
+
+    let run = analyse_within(d, &["ratemax.wav", "speech.wav"], deadline).expect_code(2);
+    assert!(
+        run.stderr.contains("ratemax.wav")
+            && run
+                .stderr
+                .contains("sample rate 4294967295 Hz is outside 1000–384000 Hz"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty(), "nothing analysed: {}", run.stdout);
+}
+
 #[test]
 fn a_truncated_mp3_is_analysed_as_far_as_it_goes() {
     let f = files();

@@ -144,3 +144,88 @@ fn research_with_the_reference_analyser_records_where_the_clips_occur() {
         }
     }
 }
+
+/// A clip whose WAV header says 0 Hz (symphonia panics on it while probing) fails alone: its
+/// pair is failed research naming the sample rate, and the good clip of the same work item
+/// is researched and found. Before, the panic took the whole item with it.
+#[test]
+fn a_crafted_clip_fails_its_own_pair_and_the_good_clip_of_the_item_is_found() {
+    let mut s = Scenario::database(None);
+    s.bus.set("ARCHIVIST_MAX_CLIPS", "50");
+    let dir = s.path().join("media");
+    std::fs::create_dir_all(&dir).unwrap();
+    let theme = Speech::render(31, RATE, Voice::numbered(3), 5.0);
+    common::audio::write_samples(&dir.join("Theme.wav"), RATE, &theme);
+    // The same clip with the `fmt` chunk's sample rate set to 0.
+    let mut crafted = std::fs::read(dir.join("Theme.wav")).unwrap();
+    let fmt = crafted.windows(4).position(|w| w == b"fmt ").unwrap();
+    crafted[fmt + 12..fmt + 16].copy_from_slice(&0u32.to_le_bytes());
+    std::fs::write(dir.join("Crafted.wav"), &crafted).unwrap();
+    let sec = u64::from(RATE);
+    let insertions = vec![Insertion {
+        clip: 0,
+        offset: 9 * sec + 321,
+        gain: 1.0,
+        over: false,
+    }];
+    let mut episode =
+        EpisodeSynth::new(32, RATE, 30.0, 2, vec![Arc::new(theme)], insertions).with_bed(33, 0.03);
+    let truth = episode.truth();
+    let episode_path = dir.join("episode.wav");
+    common::audio::write_wav(&episode_path, RATE, &mut |b| episode.fill(b));
+
+    s.run(&["migrate"], &[]).expect_code(0);
+    s.run_with_input(
+        &["send", "curated_episodes"],
+        &item("Episode", &episode_path, Some("2026-01-01T00:00:00Z")),
+    )
+    .expect_code(0);
+    let clip_lines: String = ["Crafted", "Theme"]
+        .iter()
+        .map(|t| item(t, &dir.join(format!("{t}.wav")), None))
+        .collect();
+    s.run_with_input(&["send", "curated_clips"], &clip_lines)
+        .expect_code(0);
+    s.run(&["episodes", "--once"], &[]).expect_code(0);
+    s.run(&["clips", "--once"], &[]).expect_code(0);
+    let env = [
+        ("ARCHIVIST_START_JITTER", "0s"),
+        ("ARCHIVIST_RESEARCHERS", "1"),
+    ];
+    s.run(&["pending-research"], &env).expect_code(0);
+    let research = s
+        .run(&["research", "--once", "--concurrency", "1"], &[])
+        .expect_code(0);
+    assert!(
+        !research.stderr.contains("internal error"),
+        "a caught decoder panic is no bug: {}",
+        research.stderr
+    );
+    s.run(&["completed-research"], &[]).expect_code(0);
+
+    let status = s.status();
+    assert_eq!(
+        (
+            status["researched_pairs"].as_u64(),
+            status["failed_pairs"].as_u64()
+        ),
+        (Some(1), Some(1)),
+        "{status}\n{}",
+        research.stderr
+    );
+    assert!(
+        status["failure_reasons"]
+            .to_string()
+            .contains("sample rate 0 Hz is outside 1000–384000 Hz"),
+        "{status}"
+    );
+    let matches: Vec<Value> = s.run(&["matches"], &[]).expect_code(0).json_lines();
+    let theme = matches
+        .iter()
+        .find(|m| m["clip_title"] == "Theme")
+        .unwrap_or_else(|| panic!("Theme researched: {matches:?}"));
+    let got = theme["clip_offsets_ns"].as_array().unwrap();
+    assert_eq!(got.len(), 1, "{theme}");
+    let error_ms = (got[0].as_i64().unwrap() - truth[0][0] as i64).abs() as f64 / 1e6;
+    assert!(error_ms <= 10.0, "{theme} against {:?}", truth[0]);
+}
