@@ -10,6 +10,7 @@
 #   - A browser for the status page's test: Debian's chromium, installed if missing.
 #   - ffmpeg for the analyser's tests (MP3, AAC, Ogg and FLAC made from generated WAVs):
 #     Debian's ffmpeg, installed if missing.
+#   - mdBook, to build the book in docs/ (cargo install, when missing).
 # Then: formatting, clippy with warnings as errors, and every test of the workspace.
 # Backend tests never skip: without these variables they fail and say to run this script.
 set -euo pipefail
@@ -140,6 +141,19 @@ if ! command -v ffmpeg >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null
 fi
 log "$(ffmpeg -version 2>/dev/null | head -n 1)"
+
+# ---------------------------------------------------------------- the book
+# docs/ is an mdBook; it is built here (into a temporary directory) so that a chapter that no
+# longer renders fails the run. Its links are checked by tests/book_links.rs.
+if ! command -v mdbook >/dev/null; then
+  log "installing mdBook (cargo install)"
+  cargo install mdbook --locked --version 0.5.4 --quiet
+fi
+log "mdbook build docs"
+BOOK_OUT=$(mktemp -d)
+cleanup_cmds+=("rm -rf '$BOOK_OUT'")
+mdbook build docs -d "$BOOK_OUT/book" 2>&1 | grep -v '^ INFO' || true
+[ -f "$BOOK_OUT/book/index.html" ] || { echo "the book did not build" >&2; exit 1; }
 
 # ---------------------------------------------------------------- checks and tests
 log "cargo fmt --check"

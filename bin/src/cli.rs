@@ -424,7 +424,7 @@ pub(crate) struct DemoArgs {
 }
 
 /// `send --help`'s examples: the commands, then one complete message of each type a curator
-/// or researcher sends (the README's *Messages* shows the same lines; a test checks both).
+/// or researcher sends (the book's *Messages*, docs/src/messages.md, shows the same lines; a test checks both).
 const SEND_HELP: &str = concat!(
     "Examples:\n  \
      archivist send curated_episodes < episodes.jsonl\n  \

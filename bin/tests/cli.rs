@@ -1075,15 +1075,17 @@ fn a_database_of_another_sqlx_program_is_named_and_a_schema_of_our_own_works() {
     );
 }
 
-/// The example messages in the README's *Messages* and in `send --help` are complete: each
+/// The example messages in the book's *Messages* and in `send --help` are complete: each
 /// passes `send --check` on its queue; `--check` gives the archivists' own reason for a bad
 /// line, names the line, sends nothing, and needs no datastore.
 #[test]
 fn the_example_messages_are_valid_and_send_check_uses_the_archivists_rules() {
     let dir = tempfile::tempdir().unwrap();
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-    let messages = readme.split("\n## Messages").nth(1).unwrap();
+    let messages = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/src/messages.md"
+    ))
+    .unwrap();
     let block = messages
         .split("```jsonl\n")
         .nth(1)

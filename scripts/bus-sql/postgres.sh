@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# A researcher in another language on the Postgres database bus: the SQL the README documents
-# ("The database bus from other languages"), read out of README.md (readme_sql.py) and run
+# A researcher in another language on the Postgres database bus: the SQL the book documents
+# ("The database bus from other languages"), read out of docs/src/buses.md (book_sql.py) and run
 # from psql, its $1, $2 given as psql variables. Tested by messagebus/tests/sql_postgres.rs.
 # Usage: postgres.sh POSTGRES_URL
 set -euo pipefail
 url=$1
 here=$(dirname "$0")
-# The README's statement NAME, its parameters $1, $2 as psql's :'p1', :'p2'.
-sql() { python3 "$here/readme_sql.py" postgres "$1" | sed -e "s/\\\$1/:'p1'/g" -e "s/\\\$2/:'p2'/g"; }
+# The book's statement NAME, its parameters $1, $2 as psql's :'p1', :'p2'.
+sql() { python3 "$here/book_sql.py" postgres "$1" | sed -e "s/\\\$1/:'p1'/g" -e "s/\\\$2/:'p2'/g"; }
 q() { psql "$url" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 consumer=$(python3 -c 'import uuid; print(uuid.uuid4())')
 

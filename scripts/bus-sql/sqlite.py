@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A researcher in another language on the SQLite database bus: the SQL the README documents
-("The database bus from other languages"), read out of README.md and run from Python's
+"""A researcher in another language on the SQLite database bus: the SQL the book documents
+("The database bus from other languages"), read out of docs/src/buses.md and run from Python's
 sqlite3. Tested by messagebus/tests/sql_sqlite.rs. Usage: sqlite.py PATH_TO_FILE"""
 import os
 import sqlite3
@@ -8,7 +8,7 @@ import sys
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from readme_sql import statements  # noqa: E402
+from book_sql import statements  # noqa: E402
 
 sql = statements("sqlite")
 db = sqlite3.connect(sys.argv[1], timeout=10, isolation_level=None)

@@ -70,7 +70,7 @@ The analyser: without --exec or --http, the reference analyser (the one `archivi
 runs), in this process. --exec CMD [ARGS…] starts CMD per item instead (everything after \
 --exec is the command: give it last), the item as one JSON line on its standard input; --http \
 URL POSTs the item and reads the response. Both answer with one JSON line per clip (the \
-README's \"Researchers\" section).\n\n\
+book's chapter docs/src/researchers.md).\n\n\
 --concurrency N items at once (default: the cores); each counts as one researcher on the \
 buses that count consumers (the database bus, RabbitMQ), so the pending-research archivist \
 hands out as much work as the researchers can take. SIGINT/SIGTERM stop taking items; items \

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A test analyser speaking the archivist's analyser protocol (README, "Researchers").
+"""A test analyser speaking the archivist's analyser protocol (the book, docs/src/researchers.md).
 
 It reads the work item (one JSON object) on standard input and writes one JSON line per clip
 on standard output. The "audio" is text made by the tests: an episode file is a line

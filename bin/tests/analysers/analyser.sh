@@ -1,5 +1,5 @@
 #!/bin/sh
-# A test analyser speaking the archivist's analyser protocol (README, "Researchers"), on the
+# A test analyser speaking the archivist's analyser protocol (the book, docs/src/researchers.md), on the
 # same text "audio" as analyser.py: an episode file is a line `DURATION <ns>` and lines
 # `AT <offset_ns> <token>`; a clip file holds its token on its first line and, optionally, its
 # duration on a second line `DURATION <ns>`. It reads the work item (one JSON line) on

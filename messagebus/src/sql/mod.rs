@@ -34,8 +34,8 @@
 //! A datastore on the same database settles deliveries and enqueues inside its own
 //! transactions through [`SqlReceipt`] and the dialects' `*_in` functions.
 //!
-//! The SQL a program in another language runs to use these queues is in the README
-//! ("The database bus from other languages").
+//! The SQL a program in another language runs to use these queues is in the book
+//! (docs/src/buses.md, "The database bus from other languages").
 
 use std::any::Any;
 use std::collections::HashMap;

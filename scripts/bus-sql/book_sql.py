@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
-"""The database-bus statements of README.md ("The database bus from other languages"), by
-dialect and name, so that the scripts here run the README's text itself, not a copy.
+"""The database-bus statements of the book's chapter on the buses (docs/src/buses.md, "The
+database bus from other languages"), by dialect and name, so that the scripts here run the
+book's text itself, not a copy.
 
-Usage: readme_sql.py postgres|sqlite NAME   prints the statement(s) named NAME (`-- NAME:`)."""
+Usage: book_sql.py postgres|sqlite NAME   prints the statement(s) named NAME (`-- NAME:`)."""
 import pathlib
 import sys
 
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+CHAPTER = pathlib.Path(__file__).resolve().parents[2] / "docs" / "src" / "buses.md"
 SECTION = "### The database bus from other languages"
 
 
 def statements(dialect):
     """{name: SQL text} of the dialect's block: the first ```sql block for postgres, the
     second for sqlite. A statement runs from its `-- name: …` line to the next blank line."""
-    text = README.read_text(encoding="utf-8")
+    text = CHAPTER.read_text(encoding="utf-8")
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("```", 1)[0] for b in section.split("```sql\n")[1:]]
     block = blocks[{"postgres": 0, "sqlite": 1}[dialect]]
@@ -21,7 +22,7 @@ def statements(dialect):
     for chunk in block.strip().split("\n\n"):
         first, _, sql = chunk.partition("\n")
         if not first.startswith("-- ") or ":" not in first:
-            raise SystemExit(f"README.md: a {dialect} statement without a `-- name:` line: {chunk!r}")
+            raise SystemExit(f"docs/src/buses.md: a {dialect} statement without a `-- name:` line: {chunk!r}")
         named[first[3:].split(":", 1)[0].strip()] = sql.strip()
     return named
 
@@ -29,7 +30,7 @@ def statements(dialect):
 def statement(dialect, name):
     named = statements(dialect)
     if name not in named:
-        raise SystemExit(f"README.md has no {dialect} statement named {name!r}: {sorted(named)}")
+        raise SystemExit(f"docs/src/buses.md has no {dialect} statement named {name!r}: {sorted(named)}")
     return named[name]
 
 
