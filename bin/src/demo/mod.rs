@@ -1,5 +1,7 @@
-//! `archivist demo`: the whole pipeline in one process on an in-memory bus, with built-in
-//! curators and researchers, ending with a summary and an exactly-once check.
+//! `archivist demo`: the whole pipeline in one process, its queues in the datastore's own
+//! database (the database bus, as every subcommand's default; `ARCHIVIST_BUS=memory` keeps them
+//! in the process), with built-in curators and researchers, ending with a summary and an
+//! exactly-once check.
 //!
 //! - `curators.rs`: the data set (a month of a daily show, a dozen clips, poison).
 //! - `audio.rs`: the data set's audio, synthesised, with the truth of where each clip is.
