@@ -16,7 +16,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 
 use common::pipeline::{clip_json, results_for, Scenario, CLIPS, EPISODES, FOUND, MAX_CLIPS};
 use common::PgDatabase;
@@ -239,19 +238,7 @@ fn two_recorders_at_once(mut s: Scenario, datastore_url: &str) {
     s.bus.set("ARCHIVIST_ANNOUNCE_QUEUE", &queue);
     s.run(&["queues"], &[]).expect_code(0);
     let env = s.bus.with(&[]);
-    let recorders: Vec<_> = (0..2)
-        .map(|_| {
-            common::command(s.path(), &["completed-research"], &env)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for recorder in recorders {
-        common::Run::from_output(recorder.wait_with_output().unwrap()).expect_code(0);
-    }
+    common::run_at_once(s.path(), &["completed-research"], &env, 2);
     let counts = announcement_counts(&s, &queue);
     let twice: Vec<_> = counts.iter().filter(|(_, &n)| n > 1).collect();
     assert!(

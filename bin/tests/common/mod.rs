@@ -98,6 +98,25 @@ pub(crate) fn command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Comman
     cmd
 }
 
+/// Runs the binary `processes` times at once (started together, so that they race), each with
+/// `args` and `env`, and expects every one to exit 0.
+#[allow(dead_code)]
+pub(crate) fn run_at_once(dir: &Path, args: &[&str], env: &[(&str, &str)], processes: usize) {
+    let children: Vec<_> = (0..processes)
+        .map(|_| {
+            command(dir, args, env)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        Run::from_output(child.wait_with_output().unwrap()).expect_code(0);
+    }
+}
+
 /// Runs the binary with no standard input.
 pub(crate) fn archivist(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let out = command(dir, args, env)

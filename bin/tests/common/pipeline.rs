@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
-use std::process::Stdio;
 
 use serde_json::{json, Value};
 
@@ -193,19 +192,7 @@ impl Scenario {
             ("ARCHIVIST_RESEARCHERS", researchers),
             ("ARCHIVIST_START_JITTER", "0s"),
         ]);
-        let children: Vec<_> = (0..processes)
-            .map(|_| {
-                super::command(self.path(), &["pending-research"], &env)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        for child in children {
-            Run::from_output(child.wait_with_output().unwrap()).expect_code(0);
-        }
+        super::run_at_once(self.path(), &["pending-research"], &env, processes);
     }
 
     /// The researcher's receive: work items off `pending_research`, parsed.

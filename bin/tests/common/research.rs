@@ -668,19 +668,7 @@ impl World {
             extra.push(("ARCHIVIST_RESEARCHERS", r));
         }
         let env = self.bus.with(&extra);
-        let children: Vec<_> = (0..processes)
-            .map(|_| {
-                command(self.path(), &["pending-research"], &env)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        for child in children {
-            Run::from_output(child.wait_with_output().unwrap()).expect_code(0);
-        }
+        super::run_at_once(self.path(), &["pending-research"], &env, processes);
     }
 
     /// Rounds of racing `pending-research`, `researchers` researchers (`--once`, each with
