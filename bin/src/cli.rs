@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::values::{parse_duration, parse_interval};
+
 // Defaults of the options with a default, also used in `config.rs` for a variable that is set
 // but empty (`ARCHIVIST_MAX_CLIPS=` in a compose file means "the default", as for the others).
 pub(crate) const DEFAULT_MAX_CLIPS: &str = "50";
@@ -387,8 +389,8 @@ pub(crate) struct AddressArgs {
 }
 
 impl AddressArgs {
-    pub(crate) fn policy(&self) -> crate::address_policy::AddressPolicy {
-        crate::address_policy::AddressPolicy::new(
+    pub(crate) fn policy(&self) -> net::address_policy::AddressPolicy {
+        net::address_policy::AddressPolicy::new(
             self.allow_private_addresses,
             self.test_public_addresses.clone(),
         )
@@ -526,7 +528,7 @@ fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     } else {
         s.trim()
     };
-    crate::config::resolve_addr(s)
+    crate::values::resolve_addr(s)
 }
 
 /// Options of `matches`.
@@ -594,20 +596,6 @@ pub(crate) struct QueuesArgs {
     /// receive limit; on SQS also the retention), instead of only saying how they differ
     #[arg(long)]
     pub(crate) update: bool,
-}
-
-/// Parses `90s`, `15m`, `2h`, `1h 30m` (humantime).
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (expected e.g. 90s, 15m, 2h)"))
-}
-
-/// Parses an interval: a duration longer than zero.
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
-    if d.is_zero() {
-        return Err("must be longer than zero".to_string());
-    }
-    Ok(d)
 }
 
 /// The configuration options each subcommand reads, by argument id: its `--help` lists only

@@ -1,10 +1,10 @@
 //! Configuration: the global options checked and turned into typed values, and the error
 //! that means "bad usage or configuration" (exit code 2).
 
-use std::fmt;
 use std::time::Duration;
 
-use crate::cli::{self, parse_duration, GlobalArgs};
+use crate::cli::{self, GlobalArgs};
+use crate::values::{parse_duration, resolve_addr, UsageError};
 
 /// The default datastore, relative to the working directory.
 pub(crate) const DEFAULT_DATABASE_URL: &str = "sqlite://archivist.sqlite";
@@ -18,23 +18,6 @@ const MAX_QUEUE_NAME: usize = 68;
 const MAX_START_JITTER: Duration = Duration::from_secs(60);
 /// SQS's limit on `maxReceiveCount`.
 const MAX_MAX_RECEIVES: u32 = 1000;
-
-/// Bad usage or configuration: the process exits with code 2 and this message.
-#[derive(Debug)]
-pub(crate) struct UsageError(pub(crate) String);
-
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
-
-/// A [`UsageError`] as an `anyhow::Error`, for `?` in commands.
-pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(UsageError(message.into()))
-}
 
 /// Which bus the queues live on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -430,30 +413,6 @@ fn queue_name(name: &str, value: &str) -> Result<String, UsageError> {
 }
 
 /// Checks a queue name given on the command line (`send`, `receive`).
-/// HOST:PORT as a socket address: an IP address as it is, a host name (`localhost`) resolved,
-/// its IPv4 address preferred (what `localhost` means to most clients).
-pub(crate) fn resolve_addr(s: &str) -> Result<std::net::SocketAddr, String> {
-    if let Ok(addr) = s.parse() {
-        return Ok(addr);
-    }
-    let expected = "expected HOST:PORT, as 127.0.0.1:9898, [::]:9898 or localhost:9898";
-    let Some((host, port)) = s.rsplit_once(':') else {
-        return Err(expected.to_string());
-    };
-    if host.is_empty() || port.parse::<u16>().is_err() {
-        return Err(expected.to_string());
-    }
-    let addrs: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s)
-        .map_err(|e| format!("cannot resolve {host:?} ({e}); {expected}"))?
-        .collect();
-    addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or_else(|| addrs.first())
-        .copied()
-        .ok_or_else(|| format!("{host:?} resolves to no address; {expected}"))
-}
-
 pub(crate) fn check_queue_arg(value: &str) -> Result<String, UsageError> {
     queue_name("queue name", value)
 }

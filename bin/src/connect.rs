@@ -15,7 +15,8 @@ use messagebus::{Bus, BusError, MemoryBus, MemoryBusConfig, Receiver, Sender};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{usage, BusKind, Config};
+use crate::config::{BusKind, Config};
+use crate::values::usage;
 
 /// The first wait between two connection attempts; doubled each time up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);

@@ -10,7 +10,7 @@ use std::sync::{Mutex, PoisonError};
 use indicatif::ProgressBar;
 use tracing_subscriber::EnvFilter;
 
-use crate::config::UsageError;
+use crate::values::UsageError;
 
 /// The log filter when RUST_LOG is not set. sqlx logs Postgres notices ("relation already
 /// exists, skipping" on every migration check) at info; lapin logs every channel the broker

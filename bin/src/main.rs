@@ -3,10 +3,10 @@
 //!
 //! # Layout
 //!
-//! - `address_policy.rs`: which addresses media and feed fetches may connect to (public ones
-//!   unless `--allow-private-addresses`), checked on the address connected to.
 //! - `cli.rs`: the clap definitions (every subcommand, every option with its variable).
-//! - `config.rs`: checked configuration, and [`config::UsageError`] (exit code 2).
+//! - `values.rs`: option values (durations, sizes, addresses) and [`values::UsageError`]
+//!   (exit code 2): the lowest module, importing nothing of the binary.
+//! - `config.rs`: checked configuration.
 //! - `connect.rs`: opening the datastore (with retries) and the bus.
 //! - `tasks.rs`: waiting for archivists, repeating runs, supervising tasks until shutdown.
 //! - `logging.rs`: logs on standard error (RUST_LOG, NO_COLOR, a closed pipe, the demo's bar).
@@ -19,7 +19,6 @@
 //! - `demo/`: the built-in curators and researchers, progress and summary of `demo`.
 //! - `research/`: `archivist research`, the researcher runtime (work items, media, analysers).
 
-mod address_policy;
 mod cli;
 mod commands;
 mod config;
@@ -32,6 +31,7 @@ mod panic_hook;
 mod research;
 mod signals;
 mod tasks;
+mod values;
 mod web;
 
 use std::io::Write;
@@ -41,7 +41,8 @@ use clap::FromArgMatches;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::Cli;
-use crate::config::{Config, UsageError};
+use crate::config::Config;
+use crate::values::UsageError;
 
 /// Bad usage or configuration.
 const EXIT_USAGE: u8 = 2;

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::usage;
+use crate::values::usage;
 
 /// Runs given up on (their waiting task aborted at the shutdown timeout), each watched until
 /// it has dropped what it held: [`supervise`] waits for them, so that the bus is closed
@@ -251,7 +251,7 @@ fn flatten(joined: Result<anyhow::Result<()>, tokio::task::JoinError>) -> Option
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-    use crate::config::UsageError;
+    use crate::values::UsageError;
     use std::sync::atomic::{AtomicU32, Ordering};
     use tokio::sync::{mpsc, oneshot};
 

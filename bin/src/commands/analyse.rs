@@ -11,10 +11,10 @@ use clap::Args;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::address_policy::{self, AddressPolicy, Redirects};
-use crate::cli::parse_duration;
-use crate::config::usage;
-use crate::research::parse_size;
+use crate::values::parse_duration;
+use crate::values::parse_size;
+use crate::values::usage;
+use net::address_policy::{self, AddressPolicy, Redirects};
 
 pub(crate) const ABOUT: &str = "Where each clip occurs in an episode, found from the audio by \
 the reference analyser: landmark fingerprints voted into an offset histogram per clip in one \

@@ -13,9 +13,10 @@ use messagebus::Bus;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{usage, BusKind, Config};
+use crate::config::{BusKind, Config};
 use crate::connect;
 use crate::tasks::{self, SharedTotals};
+use crate::values::usage;
 use crate::web;
 
 /// How long a long-running ingestion archivist waits in one receive (SQS's longest poll).

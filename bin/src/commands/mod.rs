@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::Command;
 use crate::config::Config;
 
-/// Runs `command`. An error carrying a [`crate::config::UsageError`] exits 2, any other 1.
+/// Runs `command`. An error carrying a [`crate::values::UsageError`] exits 2, any other 1.
 pub(crate) async fn dispatch(
     command: Command,
     config: Config,

@@ -131,7 +131,7 @@ async fn peek(
             .inspect()
             .await
             .with_context(|| format!("cannot count the dead letters of {queue}"))?;
-        return Err(crate::config::usage(format!(
+        return Err(crate::values::usage(format!(
             "this bus cannot show dead letters without taking them; {queue} has {} (`archivist \
              queues`); `receive {queue} --dead-letters` without --peek takes and prints them, \
              after which `redrive` no longer finds them",

@@ -15,8 +15,9 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::RedriveArgs;
-use crate::config::{check_queue_arg, usage, Config};
+use crate::config::{check_queue_arg, Config};
 use crate::connect;
+use crate::values::usage;
 
 /// What `--json` prints.
 #[derive(Serialize)]

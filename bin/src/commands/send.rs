@@ -6,8 +6,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::SendArgs;
-use crate::config::{check_queue_arg, usage, Config};
+use crate::config::{check_queue_arg, Config};
 use crate::connect;
+use crate::values::usage;
 
 /// Lines sent in one call (the SQS adapter packs them ten to a request).
 const BATCH: usize = 500;

@@ -10,8 +10,9 @@ use messagebus::{dead_letter_queue_name, QueueStats};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{BusKind, Config, UsageError};
+use crate::config::{BusKind, Config};
 use crate::connect;
+use crate::values::UsageError;
 
 /// One queue's depth, as `status --json` and `queues --json` print it.
 #[derive(Debug, Clone, Serialize)]

@@ -22,7 +22,8 @@ use url::Url;
 use super::parse::Skipped;
 use super::state::{self, ClipsState, SentClip};
 use super::{cut, fingerprint, say, ClipsArgs, Sink};
-use crate::config::{usage, Config};
+use crate::config::Config;
+use crate::values::usage;
 
 /// The audio files taken, by extension, with the `media_type` sent.
 const CLIP_EXTENSIONS: &[(&str, &str)] = &[

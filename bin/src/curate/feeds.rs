@@ -19,7 +19,8 @@ use super::page::{self, Board, Outcome};
 use super::parse::{self, ParsedFeed, Skipped};
 use super::state::{self, FeedState, FeedsState, SentEpisode};
 use super::{cut, fingerprint, say, shown_url, FeedArgs, Sink};
-use crate::config::{usage, Config};
+use crate::config::Config;
+use crate::values::usage;
 
 /// Skipped items named one by one in the text report and the JSON summary, at most (the
 /// rest are counted): a broken 100,000-item feed must not drown the terminal.

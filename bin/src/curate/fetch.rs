@@ -7,7 +7,7 @@
 //!
 //! Addresses: the feed's address as the user typed it is fetched as given, whatever it
 //! resolves to; what a feed leads to (its redirects, its further pages) connects only to public
-//! addresses ([`crate::address_policy`]) unless the typed address itself answered from a
+//! addresses ([`net::address_policy`]) unless the typed address itself answered from a
 //! non-public one (a feed on the user's own network), or with `--allow-private-addresses`.
 
 use std::time::Duration;
@@ -18,7 +18,7 @@ use reqwest::StatusCode;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
-use crate::address_policy::{self, AddressPolicy, Redirects};
+use net::address_policy::{self, AddressPolicy, Redirects};
 
 /// Redirects followed for one request, at most (browsers allow about 20; feeds need few).
 const MAX_REDIRECTS: usize = 10;

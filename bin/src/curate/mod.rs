@@ -41,9 +41,10 @@ use clap::{Args, Subcommand};
 use messagebus::{BusError, Sender};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::parse_duration;
-use crate::config::{usage, Config};
+use crate::config::Config;
 use crate::connect;
+use crate::values::usage;
+use crate::values::{parse_duration, parse_interval, parse_size_kmg};
 
 /// The configuration options `curate` reads, for its `--help` (see `cli::USED_OPTIONS`).
 pub(crate) const USED_OPTIONS: &[&[&str]] = &[
@@ -124,7 +125,7 @@ pub(crate) struct FeedArgs {
     pub(crate) timeout: Duration,
     /// The largest feed read, in bytes after decompression (as 200000, 512K, 64M): a larger one
     /// fails without being parsed
-    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    #[arg(long, default_value = "64M", value_parser = parse_size_kmg)]
     pub(crate) max_feed_size: u64,
     /// The most episodes taken from one feed: its newest (by publication date); the rest are
     /// counted as skipped
@@ -164,35 +165,6 @@ pub(crate) struct ClipsArgs {
     /// error) on standard output
     #[arg(long)]
     pub(crate) json: bool,
-}
-
-/// Parses an interval: a duration longer than zero.
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
-    if d.is_zero() {
-        return Err("must be longer than zero".to_string());
-    }
-    Ok(d)
-}
-
-/// Parses a size in bytes: digits with an optional K, M or G (powers of 1024).
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (digits, factor) = match t.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&t[..i], 1u64 << 10),
-        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
-        Some((i, 'g' | 'G')) => (&t[..i], 1 << 30),
-        _ => (t, 1),
-    };
-    let n: u64 = digits
-        .trim()
-        .parse()
-        .map_err(|_| "expected a size in bytes, as 200000, 512K or 64M".to_string())?;
-    match n.checked_mul(factor) {
-        Some(0) => Err("must be more than zero".to_string()),
-        Some(v) => Ok(v),
-        None => Err("too large".to_string()),
-    }
 }
 
 /// Runs `curate feed` or `curate clips`.
@@ -388,11 +360,11 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(parse_size("512K").unwrap(), 512 * 1024);
-        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
-        assert_eq!(parse_size("1000").unwrap(), 1000);
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("lots").is_err());
+        assert_eq!(parse_size_kmg("512K").unwrap(), 512 * 1024);
+        assert_eq!(parse_size_kmg("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size_kmg("1000").unwrap(), 1000);
+        assert!(parse_size_kmg("0").is_err());
+        assert!(parse_size_kmg("lots").is_err());
     }
 
     #[test]

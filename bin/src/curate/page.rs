@@ -21,7 +21,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::web::guard;
+use net::server as guard;
 
 /// How one feed's last poll ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

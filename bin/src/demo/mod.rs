@@ -41,10 +41,11 @@ use uuid::Uuid;
 
 use crate::cli::DemoArgs;
 use crate::commands::archivists::{spawn_all, AllTotals, Pipeline};
-use crate::config::{to_chrono, usage, BusKind, Config};
+use crate::config::{to_chrono, BusKind, Config};
 use crate::connect;
 use crate::research::{self, media::Media, media::MediaConfig, reference::ReferenceAnalyser};
 use crate::tasks::{self, Totals};
+use crate::values::usage;
 
 use self::curators::DataSet;
 use self::progress::{Progress, Summary};

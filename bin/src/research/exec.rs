@@ -46,7 +46,7 @@ impl ExecAnalyser {
     pub(crate) fn new(command: &[String], grace: Duration) -> anyhow::Result<Self> {
         let (program, args) = command
             .split_first()
-            .ok_or_else(|| crate::config::usage("--exec needs a command"))?;
+            .ok_or_else(|| crate::values::usage("--exec needs a command"))?;
         Ok(ExecAnalyser {
             program: program.clone(),
             args: args.to_vec(),

@@ -31,13 +31,13 @@ impl HttpAnalyser {
     pub(crate) fn new(url: &str, connect_timeout: Duration) -> anyhow::Result<Self> {
         let shown = messagebus::redact_url(url);
         let parsed = reqwest::Url::parse(url)
-            .map_err(|e| crate::config::usage(format!("--http {shown}: not a URL ({e})")))?;
+            .map_err(|e| crate::values::usage(format!("--http {shown}: not a URL ({e})")))?;
         if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(crate::config::usage(format!(
+            return Err(crate::values::usage(format!(
                 "--http {shown}: expected an http:// or https:// URL"
             )));
         }
-        super::install_crypto();
+        net::install_crypto();
         let client = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .build()

@@ -33,7 +33,7 @@
 //!
 //! Media addresses come from feeds written by others: a download connects to public
 //! addresses only, checked on the address connected to and at every redirect hop
-//! ([`crate::address_policy`]), unless `--allow-private-addresses`; a refused address is
+//! ([`net::address_policy`]), unless `--allow-private-addresses`; a refused address is
 //! *gone*, its reason naming the address and the flag. A download must keep up an average of
 //! `--fetch-min-rate` after its first [`RATE_GRACE`] (so its deadline follows its size: a
 //! server sending a byte a minute cannot hold a slot, and the URI's lock, for days), and
@@ -50,7 +50,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::address_policy::{self, AddressPolicy, Redirects};
+use net::address_policy::{self, AddressPolicy, Redirects};
 
 /// Settings of the media fetcher.
 #[derive(Debug, Clone)]
@@ -84,7 +84,7 @@ pub(crate) fn default_cache_dir() -> anyhow::Result<PathBuf> {
     let base = var("XDG_CACHE_HOME")
         .or_else(|| var("HOME").map(|home| home.join(".cache")))
         .ok_or_else(|| {
-            crate::config::usage(
+            crate::values::usage(
                 "no cache directory: neither XDG_CACHE_HOME nor HOME is set; give --cache-dir \
                  (ARCHIVIST_CACHE_DIR)",
             )
@@ -98,10 +98,10 @@ pub(crate) fn media_roots(given: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
         .iter()
         .map(|root| {
             let canonical = std::fs::canonicalize(root).map_err(|e| {
-                crate::config::usage(format!("--media-root {}: {e}", root.display()))
+                crate::values::usage(format!("--media-root {}: {e}", root.display()))
             })?;
             if !canonical.is_dir() {
-                return Err(crate::config::usage(format!(
+                return Err(crate::values::usage(format!(
                     "--media-root {}: not a folder",
                     root.display()
                 )));
@@ -238,25 +238,25 @@ impl Media {
         // Downloads are given to analysers as `media_path`, which the protocol promises is
         // absolute: a relative --cache-dir would make them relative.
         config.cache_dir = std::path::absolute(&config.cache_dir).map_err(|e| {
-            crate::config::usage(format!(
+            crate::values::usage(format!(
                 "--cache-dir {}: cannot resolve it: {e}",
                 config.cache_dir.display()
             ))
         })?;
         std::fs::create_dir_all(&config.cache_dir).map_err(|e| {
-            crate::config::usage(format!(
+            crate::values::usage(format!(
                 "--cache-dir {}: cannot create it: {e}",
                 config.cache_dir.display()
             ))
         })?;
         std::fs::read_dir(&config.cache_dir).map_err(|e| {
-            crate::config::usage(format!(
+            crate::values::usage(format!(
                 "--cache-dir {}: cannot use it: {e}",
                 config.cache_dir.display()
             ))
         })?;
         evict(&config.cache_dir, config.cache_size);
-        super::install_crypto();
+        net::install_crypto();
         let builder = config
             .addresses
             .client_builder()

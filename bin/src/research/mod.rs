@@ -38,9 +38,10 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::parse_duration;
-use crate::config::{usage, Config};
+use crate::config::Config;
 use crate::connect;
+use crate::values::usage;
+use crate::values::{parse_duration, parse_size};
 
 use analyser::Analyser;
 use media::{Media, MediaConfig};
@@ -203,46 +204,6 @@ impl Later {
             .saturating_mul(1 << doublings)
             .min(self.max.max(self.first))
     }
-}
-
-/// Parses a size: bytes, or with KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB.
-pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{s:?}: expected a size, as 500MB or 10GiB"))?;
-    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "kb" | "k" => 1e3,
-        "mb" | "m" => 1e6,
-        "gb" | "g" => 1e9,
-        "tb" | "t" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        other => {
-            return Err(format!(
-                "{s:?}: unknown unit {other:?} (B, KB, MB, GB, KiB, MiB, GiB…)"
-            ))
-        }
-    };
-    let bytes = number * scale;
-    if !(1.0..=9.0e18).contains(&bytes) {
-        return Err(format!("{s:?}: out of range"));
-    }
-    Ok(bytes as u64)
-}
-
-/// Installs the TLS crypto provider reqwest uses. reqwest is built without one of its own
-/// (its default would compile a second one): it uses aws-lc-rs, which lapin and the AWS SDK
-/// already bring. Called before every client is built; a second call changes nothing.
-pub(crate) fn install_crypto() {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
 /// What one slot is doing, as `/api/researcher` shows it.

@@ -1,6 +1,6 @@
 //! `research --metrics-addr`: the researcher's own small server, since it has no datastore
 //! to show: `/metrics` (Prometheus), `/healthz`, and `/api/researcher` (the analyser, and what
-//! each slot is working on since when). Served as the status page is (`web::guard`): on a
+//! each slot is working on since when). Served as the status page is (`net::server`): on a
 //! loopback address only to loopback host names (the slots show episode titles and leases),
 //! with bounded connections and deadlines.
 
@@ -42,7 +42,7 @@ pub(super) async fn spawn(
         .install_recorder()
         .context("cannot install the metrics recorder")?;
     metrics::gauge!("archivist_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    let listener = crate::web::guard::bind(addr, "ARCHIVIST_METRICS_ADDR (--metrics-addr)").await?;
+    let listener = crate::web::listen(addr, "ARCHIVIST_METRICS_ADDR (--metrics-addr)").await?;
     let app = Arc::new(App {
         ctx,
         prometheus,
@@ -53,7 +53,7 @@ pub(super) async fn spawn(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/api/researcher", get(researcher))
         .with_state(app);
-    let bound = crate::web::guard::spawn(listener, router, token)?;
+    let bound = net::server::spawn(listener, router, token)?;
     tracing::info!("serving /metrics, /healthz and /api/researcher on http://{bound}");
     Ok(bound)
 }

@@ -20,7 +20,6 @@
 mod api;
 mod browse;
 mod browse_api;
-pub(crate) mod guard;
 mod health;
 mod history;
 mod layout;
@@ -37,6 +36,7 @@ use axum::routing::get;
 use axum::Router;
 use datastore::DataStore;
 use messagebus::Bus;
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{BusKind, Config};
@@ -187,7 +187,7 @@ pub(crate) async fn spawn(
     token: &CancellationToken,
 ) -> anyhow::Result<SocketAddr> {
     let prometheus = metrics::install()?;
-    let listener = guard::bind(addr, setting).await?;
+    let listener = listen(addr, setting).await?;
     let bound = listener.local_addr().context("the listener's address")?;
     let app = Arc::new(App {
         sources,
@@ -223,5 +223,16 @@ pub(crate) async fn spawn(
     } else {
         tracing::info!("serving /metrics, /healthz and /readyz on http://{bound}");
     }
-    guard::spawn(listener, router.with_state(app), token)
+    Ok(net::server::spawn(listener, router.with_state(app), token)?)
+}
+
+/// [`net::server::bind`], its configuration errors usage errors (exit 2).
+pub(crate) async fn listen(addr: SocketAddr, setting: &str) -> anyhow::Result<TcpListener> {
+    net::server::bind(addr, setting).await.map_err(|e| {
+        if e.is_configuration() {
+            crate::values::usage(e.to_string())
+        } else {
+            anyhow::Error::new(e)
+        }
+    })
 }

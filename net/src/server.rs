@@ -4,14 +4,12 @@
 //! host name (a web page elsewhere cannot reach it through a name that resolves to 127.0.0.1:
 //! DNS rebinding).
 //!
-//! Every server of the binary goes through here: [`bind`], then [`spawn`] (the status page
-//! and the archivists' `--metrics-addr`, and the researcher's `--metrics-addr`).
+//! Every server of archivist goes through here: [`bind`], then [`spawn`] (the status page,
+//! the archivists' and the researcher's `--metrics-addr`, the curator's page).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-
-use anyhow::Context as _;
 
 use axum::extract::Request;
 use axum::http::{header, StatusCode};
@@ -26,20 +24,55 @@ use tokio_util::sync::CancellationToken;
 
 /// Connections served at once; more are closed as they come (a scraper and a few browsers
 /// need a handful).
-pub(crate) const MAX_CONNECTIONS: usize = 64;
+pub const MAX_CONNECTIONS: usize = 64;
 /// How long a client may take to send its request head.
-pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one request may take to answer (each read inside is bounded at 5 s already).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// The longest a connection lives, however slowly its client reads the answer.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 
+/// Why a server could not start listening.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BindError {
+    /// The address cannot be used here: in use, not this machine's, or not allowed. A matter
+    /// of configuration (another address is the fix), not an outage.
+    #[error("cannot listen on {setting} {addr}: {source}{hint}")]
+    Unusable {
+        /// The flag and variable the address came from.
+        setting: String,
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the system said.
+        source: std::io::Error,
+        /// A hint when the address is taken.
+        hint: &'static str,
+    },
+    /// Any other failure to listen.
+    #[error("cannot listen on {setting} {addr}")]
+    Io {
+        /// The flag and variable the address came from.
+        setting: String,
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the system said.
+        source: std::io::Error,
+    },
+}
+
+impl BindError {
+    /// Whether another address is the fix (a usage error, exit 2, to the command line).
+    pub fn is_configuration(&self) -> bool {
+        matches!(self, BindError::Unusable { .. })
+    }
+}
+
 /// Listens on `addr`; `setting` names the flag and variable the address came from, for the
-/// error when it cannot be bound: a usage error (exit 2) when another address is the fix.
-pub(crate) async fn bind(addr: SocketAddr, setting: &str) -> anyhow::Result<TcpListener> {
+/// error when it cannot be bound.
+pub async fn bind(addr: SocketAddr, setting: &str) -> Result<TcpListener, BindError> {
     match TcpListener::bind(addr).await {
         Ok(listener) => Ok(listener),
-        // Configuration, not an outage: another address is the fix (exit 2).
         Err(e)
             if matches!(
                 e.kind(),
@@ -48,29 +81,36 @@ pub(crate) async fn bind(addr: SocketAddr, setting: &str) -> anyhow::Result<TcpL
                     | std::io::ErrorKind::PermissionDenied
             ) =>
         {
-            Err(crate::config::usage(format!(
-                "cannot listen on {setting} {addr}: {e}{}",
-                if e.kind() == std::io::ErrorKind::AddrInUse {
-                    " (another program, or another archivist, listens there: choose another \
-                     port, or 0 for any free one)"
-                } else {
-                    ""
-                }
-            )))
+            let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+                " (another program, or another archivist, listens there: choose another \
+                 port, or 0 for any free one)"
+            } else {
+                ""
+            };
+            Err(BindError::Unusable {
+                setting: setting.to_owned(),
+                addr,
+                source: e,
+                hint,
+            })
         }
-        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot listen on {setting} {addr}"))),
+        Err(e) => Err(BindError::Io {
+            setting: setting.to_owned(),
+            addr,
+            source: e,
+        }),
     }
 }
 
 /// Serves `router` on `listener` until `token` is cancelled, in a task of its own, with every
 /// protection above: each request within its deadline, the host names checked on a loopback
 /// address, connections bounded in number, head time and lifetime. Returns the bound address.
-pub(crate) fn spawn(
+pub fn spawn(
     listener: TcpListener,
     router: Router,
     token: &CancellationToken,
-) -> anyhow::Result<SocketAddr> {
-    let bound = listener.local_addr().context("the listener's address")?;
+) -> std::io::Result<SocketAddr> {
+    let bound = listener.local_addr()?;
     let mut router = router.layer(axum::middleware::from_fn(deadline));
     if let Some(hosts) = Hosts::for_bound(bound) {
         router = router.layer(axum::middleware::from_fn_with_state(hosts, check_host));
@@ -131,14 +171,14 @@ async fn deadline(request: Request, next: Next) -> Response {
 
 /// The host names a loopback-bound server answers to.
 #[derive(Clone)]
-pub(crate) struct Hosts {
+pub struct Hosts {
     port: u16,
 }
 
 impl Hosts {
     /// `Some` when `bound` is a loopback address (elsewhere the host name is the network's
     /// business: a proxy may name it as it likes).
-    pub(crate) fn for_bound(bound: SocketAddr) -> Option<Self> {
+    pub fn for_bound(bound: SocketAddr) -> Option<Self> {
         bound
             .ip()
             .is_loopback()

@@ -19,13 +19,13 @@
 //! who needs a proxy allows private addresses and leaves the filtering to the proxy.
 //!
 //! `--allow-private-addresses` (a show served from a NAS, the tests) turns every check off.
-//! This module knows nothing of the command line; the flag's name is only in its messages.
+//! This crate knows nothing of the command line; the flag's name is only in its messages.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 /// The flag that allows non-public addresses, as messages name it.
-pub(crate) const ALLOW_FLAG: &str = "--allow-private-addresses";
+pub const ALLOW_FLAG: &str = "--allow-private-addresses";
 
 /// Why `ip` is not a public address (the kind of address it is), or `None` if it is one.
 ///
@@ -39,7 +39,7 @@ pub(crate) const ALLOW_FLAG: &str = "--allow-private-addresses";
 /// (link-local), `fec0::/10` (site-local, deprecated), `ff00::/8` (multicast); and the
 /// forms that carry an IPv4 address (`::ffff:0:0/96` mapped, `64:ff9b::/96` NAT64,
 /// `2002::/16` 6to4) are judged by that address.
-pub(crate) fn non_public(ip: IpAddr) -> Option<&'static str> {
+pub fn non_public(ip: IpAddr) -> Option<&'static str> {
     match ip {
         IpAddr::V4(v4) => non_public_v4(v4),
         IpAddr::V6(v6) => non_public_v6(v6),
@@ -101,17 +101,18 @@ fn non_public_v6(ip: Ipv6Addr) -> Option<&'static str> {
 /// A connection refused because its address is not public.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("refused to connect to {host} ({addr}): a {kind} address, not a public one; {ALLOW_FLAG} allows it")]
-pub(crate) struct Refused {
+pub struct Refused {
     /// The host as the URL named it.
-    pub(crate) host: String,
-    pub(crate) addr: IpAddr,
+    pub host: String,
+    /// The address it resolved to.
+    pub addr: IpAddr,
     /// The kind of address, from [`non_public`].
-    pub(crate) kind: &'static str,
+    pub kind: &'static str,
 }
 
 /// The [`Refused`] error in `e` or among its sources (reqwest wraps what a resolver or a
 /// redirect policy returns).
-pub(crate) fn refused_in<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e Refused> {
+pub fn refused_in<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e Refused> {
     let mut next = Some(e);
     while let Some(e) = next {
         if let Some(r) = e.downcast_ref::<Refused>() {
@@ -124,7 +125,7 @@ pub(crate) fn refused_in<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option
 
 /// Which addresses fetches may connect to; by default, public ones only.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct AddressPolicy {
+pub struct AddressPolicy {
     /// Every address (`--allow-private-addresses`).
     allow_private: bool,
     /// Addresses taken for public ones: for tests only (a test has no public address to
@@ -134,7 +135,7 @@ pub(crate) struct AddressPolicy {
 
 impl AddressPolicy {
     /// Any address: what the user typed is fetched as given.
-    pub(crate) fn any() -> Self {
+    pub fn any() -> Self {
         AddressPolicy {
             allow_private: true,
             ..AddressPolicy::default()
@@ -143,7 +144,7 @@ impl AddressPolicy {
 
     /// Public addresses, or any when `allow_private`; `treated_as_public` are taken for
     /// public addresses (for tests).
-    pub(crate) fn new(allow_private: bool, treated_as_public: Vec<IpAddr>) -> Self {
+    pub fn new(allow_private: bool, treated_as_public: Vec<IpAddr>) -> Self {
         AddressPolicy {
             allow_private,
             treated_as_public: treated_as_public.into(),
@@ -151,7 +152,7 @@ impl AddressPolicy {
     }
 
     /// Whether `host`'s address `addr` may be connected to.
-    pub(crate) fn check(&self, host: &str, addr: IpAddr) -> Result<(), Refused> {
+    pub fn check(&self, host: &str, addr: IpAddr) -> Result<(), Refused> {
         if self.allow_private || self.treated_as_public.contains(&addr) {
             return Ok(());
         }
@@ -167,7 +168,7 @@ impl AddressPolicy {
 
     /// Checks a URL whose host is a literal IP address (a host name is checked when it is
     /// resolved, on the addresses connected to).
-    pub(crate) fn check_url(&self, url: &url::Url) -> Result<(), Refused> {
+    pub fn check_url(&self, url: &url::Url) -> Result<(), Refused> {
         let addr = match url.host() {
             Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
             Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
@@ -179,7 +180,8 @@ impl AddressPolicy {
 
     /// A client builder that keeps to this policy (its resolver, and no proxy from the
     /// environment unless every address is allowed); finish it with [`Client::build`].
-    pub(crate) fn client_builder(&self) -> reqwest::ClientBuilder {
+    pub fn client_builder(&self) -> reqwest::ClientBuilder {
+        crate::install_crypto();
         let builder = reqwest::Client::builder();
         if self.allow_private {
             return builder;
@@ -192,7 +194,7 @@ impl AddressPolicy {
 
 /// How a [`Client`] treats redirects.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Redirects {
+pub enum Redirects {
     /// Not followed: the caller sees them (and checks each hop with [`Client::get`]).
     Shown,
     /// Followed, up to this many, each hop checked.
@@ -201,7 +203,7 @@ pub(crate) enum Redirects {
 
 /// An HTTP client that connects to the addresses its [`AddressPolicy`] allows, and no other.
 #[derive(Debug, Clone)]
-pub(crate) struct Client {
+pub struct Client {
     inner: reqwest::Client,
     policy: AddressPolicy,
 }
@@ -209,7 +211,7 @@ pub(crate) struct Client {
 impl Client {
     /// Builds `builder` (from [`AddressPolicy::client_builder`], with the caller's timeouts
     /// and headers) with a redirect policy that checks every hop.
-    pub(crate) fn build(
+    pub fn build(
         policy: &AddressPolicy,
         builder: reqwest::ClientBuilder,
         redirects: Redirects,
@@ -236,13 +238,13 @@ impl Client {
     }
 
     /// A GET of `url`, refused at once if its host is a literal address the policy refuses.
-    pub(crate) fn get(&self, url: url::Url) -> Result<reqwest::RequestBuilder, Refused> {
+    pub fn get(&self, url: url::Url) -> Result<reqwest::RequestBuilder, Refused> {
         self.policy.check_url(&url)?;
         Ok(self.inner.get(url))
     }
 
     /// The policy this client keeps to.
-    pub(crate) fn policy(&self) -> &AddressPolicy {
+    pub fn policy(&self) -> &AddressPolicy {
         &self.policy
     }
 }

@@ -1,0 +1,116 @@
+//! Option values and usage errors: what every command and the configuration share.
+//!
+//! The lowest module of the binary: it imports nothing of `bin/`, and every other module may
+//! import it. Parsers return `String` errors, as clap's `value_parser` wants them.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Bad usage or configuration: the process exits with code 2 and this message.
+#[derive(Debug)]
+pub(crate) struct UsageError(pub(crate) String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// A [`UsageError`] as an `anyhow::Error`, for `?` in commands.
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(message.into()))
+}
+
+/// Parses `90s`, `15m`, `2h`, `1h 30m` (humantime).
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (expected e.g. 90s, 15m, 2h)"))
+}
+
+/// Parses an interval: a duration longer than zero.
+pub(crate) fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err("must be longer than zero".to_string());
+    }
+    Ok(d)
+}
+
+/// Parses a size: bytes, or with KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB.
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a size, as 500MB or 10GiB"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" | "g" => 1e9,
+        "tb" | "t" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "{s:?}: unknown unit {other:?} (B, KB, MB, GB, KiB, MiB, GiB…)"
+            ))
+        }
+    };
+    let bytes = number * scale;
+    if !(1.0..=9.0e18).contains(&bytes) {
+        return Err(format!("{s:?}: out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Parses a size in bytes: digits with an optional K, M or G (powers of 1024), as the
+/// curators' options take it.
+pub(crate) fn parse_size_kmg(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (digits, factor) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1u64 << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = digits
+        .trim()
+        .parse()
+        .map_err(|_| "expected a size in bytes, as 200000, 512K or 64M".to_string())?;
+    match n.checked_mul(factor) {
+        Some(0) => Err("must be more than zero".to_string()),
+        Some(v) => Ok(v),
+        None => Err("too large".to_string()),
+    }
+}
+
+/// HOST:PORT as a socket address: an IP address as it is, a host name (`localhost`) resolved,
+/// its IPv4 address preferred (what `localhost` means to most clients).
+pub(crate) fn resolve_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    let expected = "expected HOST:PORT, as 127.0.0.1:9898, [::]:9898 or localhost:9898";
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(expected.to_string());
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(expected.to_string());
+    }
+    let addrs: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s)
+        .map_err(|e| format!("cannot resolve {host:?} ({e}); {expected}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{host:?} resolves to no address; {expected}"))
+}
