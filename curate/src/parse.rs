@@ -21,12 +21,14 @@ pub(crate) struct FeedItem {
     pub(crate) media_type: String,
 }
 
-/// An item left out, and why.
-#[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct Skipped {
-    /// The item as a person finds it in the feed: its position (1 = first) and title or id.
-    pub(crate) item: String,
-    pub(crate) reason: String,
+/// An item (or a file) left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Skipped {
+    /// The item as a person finds it: in a feed, its position (1 = first) and title or id;
+    /// among clips, the file's path.
+    pub item: String,
+    /// Why it was left out, in words.
+    pub reason: String,
 }
 
 /// What a feed gave.
@@ -227,7 +229,7 @@ fn items_of(feed: Feed, page: usize) -> ParsedFeed {
             format!("item {n}")
         };
         let name = match (&title, entry.id.is_empty()) {
-            (Some(t), _) => format!("{at} {:?}", crate::curate::cut(t, 80).0),
+            (Some(t), _) => format!("{at} {:?}", crate::cut(t, 80).0),
             (None, false) => format!("{at} (guid {:?})", entry.id),
             (None, true) => at,
         };

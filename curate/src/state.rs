@@ -14,93 +14,105 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::bad_state;
+use crate::CurateError;
 
-/// The state of `curate feed`.
+/// The feed curator's state (`archivist curate feed`).
 #[derive(Debug, Default, Serialize, Deserialize)]
-pub(crate) struct FeedsState {
+pub struct FeedsState {
     /// Each feed by the address given on the command line.
     #[serde(default)]
-    pub(crate) feeds: BTreeMap<String, FeedState>,
+    pub feeds: BTreeMap<String, FeedState>,
 }
 
 /// One feed's state.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
-pub(crate) struct FeedState {
+pub struct FeedState {
     /// Where the feed is fetched from: the address given, or where a permanent redirect
     /// (301, 308) sent it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) url: Option<String>,
+    pub url: Option<String>,
+    /// The ETag of the last answer with a body, sent back as If-None-Match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) etag: Option<String>,
+    pub etag: Option<String>,
+    /// The Last-Modified of the last answer with a body, sent back as If-Modified-Since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) last_modified: Option<String>,
+    pub last_modified: Option<String>,
     /// The last time the feed was read (fetched in full, or answered 304).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) last_read: Option<DateTime<Utc>>,
+    pub last_read: Option<DateTime<Utc>>,
     /// The feed asked not to be fetched before this time (Retry-After of a 429 or 503).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) not_before: Option<DateTime<Utc>>,
+    pub not_before: Option<DateTime<Utc>>,
     /// What was sent, by the item's key (`guid:…`, `url:…`, `title:…`).
     #[serde(default)]
-    pub(crate) items: BTreeMap<String, SentEpisode>,
+    pub items: BTreeMap<String, SentEpisode>,
 }
 
 /// An episode as it was last sent.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct SentEpisode {
+pub struct SentEpisode {
     /// Of every field sent but the curation dates.
-    pub(crate) fingerprint: String,
+    pub fingerprint: String,
     /// The identity it was first sent under: kept when the feed retitles or redates the item,
     /// since a new identity would be a second episode (and its old `media_uri` a conflict).
-    pub(crate) title: String,
-    pub(crate) date_aired: DateTime<Utc>,
+    pub title: String,
+    /// The airing date it was first sent under (with the title, its identity).
+    pub date_aired: DateTime<Utc>,
     /// When it was first sent: its `initial_date_curated`.
-    pub(crate) first_sent: DateTime<Utc>,
+    pub first_sent: DateTime<Utc>,
 }
 
-/// The state of `curate clips`.
+/// The clip curator's state (`archivist curate clips`).
 #[derive(Debug, Default, Serialize, Deserialize)]
-pub(crate) struct ClipsState {
+pub struct ClipsState {
     /// Each file by its absolute path.
     #[serde(default)]
-    pub(crate) clips: BTreeMap<String, SentClip>,
+    pub clips: BTreeMap<String, SentClip>,
 }
 
 /// A clip file as it was last sent.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct SentClip {
+pub struct SentClip {
     /// The title it was sent under: another file of the same name is another clip's claim.
     #[serde(default)]
-    pub(crate) title: String,
+    pub title: String,
     /// The description sent (the file's artist and album tags), so that a file unchanged on
     /// disk is not opened again to learn it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub(crate) description: String,
-    pub(crate) size: u64,
+    pub description: String,
+    /// Its size in bytes.
+    pub size: u64,
     /// Modification time, nanoseconds since the epoch (0 where the system keeps none).
-    pub(crate) modified_ns: i128,
+    pub modified_ns: i128,
     /// SHA-256 of the content, hex.
-    pub(crate) sha256: String,
+    pub sha256: String,
     /// Of every field sent but the curation dates, and the content hash.
-    pub(crate) fingerprint: String,
+    pub fingerprint: String,
     /// When it was first sent: its `initial_date_curated`.
-    pub(crate) first_sent: DateTime<Utc>,
+    pub first_sent: DateTime<Utc>,
 }
 
-/// Reads a state file; a missing one is an empty state. One that cannot be read is a usage
-/// error (exit 2) naming it: it is never overwritten unread.
-pub(crate) fn load<T: DeserializeOwned + Default>(path: &Path) -> anyhow::Result<T> {
+/// Reads a state file; a missing one is an empty state. One that cannot be read is
+/// [`CurateError::BadState`], naming it: it is never overwritten unread.
+pub fn load<T: DeserializeOwned + Default>(path: &Path) -> Result<T, CurateError> {
+    let bad = |source: Box<dyn std::error::Error + Send + Sync>| CurateError::BadState {
+        path: path.to_path_buf(),
+        source,
+    };
     match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| bad_state(path, e)),
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| bad(Box::new(e))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(T::default()),
-        Err(e) => Err(bad_state(path, e)),
+        Err(e) => Err(bad(Box::new(e))),
     }
 }
 
-/// Writes a state file atomically.
-pub(crate) fn save<T: Serialize>(path: &Path, state: &T) -> anyhow::Result<()> {
-    use anyhow::Context;
+/// Writes a state file atomically: a temporary file in the same folder, synced, then
+/// renamed over the old one.
+pub fn save<T: Serialize>(path: &Path, state: &T) -> Result<(), CurateError> {
+    let failed = |source: std::io::Error| CurateError::StateWrite {
+        path: path.to_path_buf(),
+        source,
+    };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -108,7 +120,7 @@ pub(crate) fn save<T: Serialize>(path: &Path, state: &T) -> anyhow::Result<()> {
     let mut file = tempfile::Builder::new()
         .prefix(".archivist-state")
         .tempfile_in(dir)
-        .with_context(|| format!("cannot write the state file {}", path.display()))?;
+        .map_err(failed)?;
     let write = |file: &mut tempfile::NamedTempFile| -> std::io::Result<()> {
         let mut out = std::io::BufWriter::new(file.as_file_mut());
         serde_json::to_writer(&mut out, state)?;
@@ -117,10 +129,8 @@ pub(crate) fn save<T: Serialize>(path: &Path, state: &T) -> anyhow::Result<()> {
         drop(out);
         file.as_file().sync_all()
     };
-    write(&mut file).with_context(|| format!("cannot write the state file {}", path.display()))?;
-    file.persist(path)
-        .map_err(|e| e.error)
-        .with_context(|| format!("cannot write the state file {}", path.display()))?;
+    write(&mut file).map_err(failed)?;
+    file.persist(path).map_err(|e| failed(e.error))?;
     Ok(())
 }
 
@@ -150,6 +160,8 @@ mod tests {
             Some("\"abc\"")
         );
         std::fs::write(&path, "not json").unwrap();
-        assert!(load::<FeedsState>(&path).is_err());
+        let e = load::<FeedsState>(&path).unwrap_err();
+        assert!(e.is_configuration(), "{e}");
+        assert!(e.to_string().starts_with("the state file "), "{e}");
     }
 }

@@ -8,7 +8,8 @@
 //! Addresses: the feed's address as the user typed it is fetched as given, whatever it
 //! resolves to; what a feed leads to (its redirects, its further pages) connects only to public
 //! addresses ([`net::address_policy`]) unless the typed address itself answered from a
-//! non-public one (a feed on the user's own network), or with `--allow-private-addresses`.
+//! non-public one (a feed on the user's own network), or when the policy allows private
+//! addresses (`--allow-private-addresses`).
 
 use std::time::Duration;
 
@@ -19,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use net::address_policy::{self, AddressPolicy, Redirects};
+
+use crate::CurateError;
 
 /// Redirects followed for one request, at most (browsers allow about 20; feeds need few).
 const MAX_REDIRECTS: usize = 10;
@@ -92,6 +95,7 @@ pub(crate) enum FetchError {
 }
 
 /// The HTTP client of one curator run, and its limits.
+#[derive(Debug)]
 pub(crate) struct Fetcher {
     /// For addresses fetched as given: any address.
     given: address_policy::Client,
@@ -109,7 +113,7 @@ impl Fetcher {
         max_bytes: u64,
         max_retry_wait: Duration,
         addresses: &AddressPolicy,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, CurateError> {
         let client = |policy: &AddressPolicy| {
             let builder = policy
                 .client_builder()
@@ -117,7 +121,7 @@ impl Fetcher {
                 .gzip(true)
                 .connect_timeout(CONNECT_TIMEOUT.min(timeout));
             address_policy::Client::build(policy, builder, Redirects::Shown)
-                .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))
+                .map_err(|error| CurateError::HttpClient { error })
         };
         Ok(Fetcher {
             given: client(&AddressPolicy::any())?,
@@ -192,7 +196,7 @@ impl Fetcher {
                 FetchError::Refused(if hop == 0 {
                     r.to_string()
                 } else {
-                    format!("redirected to {}: {r}", super::shown_url(url.as_str()))
+                    format!("redirected to {}: {r}", crate::shown_url(url.as_str()))
                 })
             };
             let response = client

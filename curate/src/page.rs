@@ -1,32 +1,28 @@
-//! `curate feed --every --metrics-addr`: the curator's own small server. A curator has no
-//! datastore (the status page of `archivist serve` knows nothing of it), so, as a researcher
-//! does with `/api/researcher`, it serves what it knows itself: `/metrics` (Prometheus),
-//! `/healthz`, a page on `/` (and `/curator`) and its JSON on `/api/curator` — each feed's
-//! address, last poll and its outcome, and the items sent, not-modified answers and errors
-//! since the curator started. Served through the archivists' server guard (bounded
-//! connections, deadlines, own host names only on loopback).
+//! The feed curator's board and page. A curator has no datastore (the status page of
+//! `archivist serve` knows nothing of it), so, as a researcher does with `/api/researcher`,
+//! it shows what it knows itself: a page on `/` (and `/curator`) and its JSON on
+//! `/api/curator` — each feed's address, last poll and its outcome, and the items sent,
+//! not-modified answers and errors since the curator started.
+//!
+//! [`router`] serves those three routes; the host adds its own (`/metrics`, `/healthz`) and
+//! serves them through [`net::server`] (bounded connections, deadlines, own host names only
+//! on loopback), as `archivist curate feed --every --metrics-addr` does.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use anyhow::Context as _;
 use axum::extract::State;
-use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use maud::{html, Markup, DOCTYPE};
-use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
-
-use net::server as guard;
 
 /// How one feed's last poll ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Outcome {
+#[non_exhaustive]
+pub enum Outcome {
     /// Not polled since the curator started.
     NotYetPolled,
     /// Fetched and read.
@@ -53,27 +49,37 @@ impl Outcome {
 
 /// One feed as the page shows it. Addresses are shown masked (a private feed's key never).
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct FeedStatus {
-    /// The address given on the command line.
-    pub(crate) feed: String,
+#[non_exhaustive]
+pub struct FeedStatus {
+    /// The address given (to the curator's settings).
+    pub feed: String,
     /// Where it is fetched from (another after a permanent redirect).
-    pub(crate) url: String,
-    pub(crate) title: Option<String>,
+    pub url: String,
+    /// The feed's own title, once read.
+    pub title: Option<String>,
     /// The last time it was asked (a put-off feed is not asked, and keeps its last poll).
-    pub(crate) last_poll: Option<DateTime<Utc>>,
-    pub(crate) outcome: Outcome,
-    pub(crate) error: Option<String>,
-    pub(crate) deferred_until: Option<DateTime<Utc>>,
-    /// Since the curator started: polls (requests made), episodes sent, 304s, failures.
-    pub(crate) polls: u64,
-    pub(crate) items_sent: u64,
-    pub(crate) not_modified: u64,
-    pub(crate) errors: u64,
+    pub last_poll: Option<DateTime<Utc>>,
+    /// How the last poll ended.
+    pub outcome: Outcome,
+    /// Why the last poll failed, if it did.
+    pub error: Option<String>,
+    /// The time the feed is put off until (its Retry-After), if it is.
+    pub deferred_until: Option<DateTime<Utc>>,
+    /// Polls (requests made) since the curator started.
+    pub polls: u64,
+    /// Episodes sent since the curator started.
+    pub items_sent: u64,
+    /// 304 answers since the curator started.
+    pub not_modified: u64,
+    /// Failed polls since the curator started.
+    pub errors: u64,
 }
 
 /// What the curator's passes did, per feed in the order given; shared with the server.
+/// Cloning is cheap: every clone is the same board. Made by
+/// [`FeedCurator::board`](crate::feeds::FeedCurator::board).
 #[derive(Debug, Clone)]
-pub(crate) struct Board {
+pub struct Board {
     inner: Arc<Mutex<BoardInner>>,
 }
 
@@ -111,6 +117,17 @@ impl Board {
                 passes: 0,
                 feeds,
             })),
+        }
+    }
+
+    /// What the board says now.
+    pub fn snapshot(&self) -> BoardSnapshot {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        BoardSnapshot {
+            started_at: inner.started_at,
+            every_seconds: inner.every_seconds,
+            passes: inner.passes,
+            feeds: inner.feeds.clone(),
         }
     }
 
@@ -210,66 +227,34 @@ impl Board {
     }
 }
 
-struct App {
-    prometheus: PrometheusHandle,
-    board: Option<Board>,
+/// The board at one moment (`/api/curator` serves it as JSON).
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct BoardSnapshot {
+    /// When the curator started.
+    pub started_at: DateTime<Utc>,
+    /// The interval between passes, in seconds.
+    pub every_seconds: u64,
+    /// Passes finished.
+    pub passes: u64,
+    /// Each feed, in the order given.
+    pub feeds: Vec<FeedStatus>,
 }
 
-/// Serves `/metrics`, `/healthz` and, with a board, `/`, `/curator` and `/api/curator` on
-/// `addr` (`--metrics-addr`) until `token` is cancelled; returns the bound address.
-pub(crate) async fn serve(
-    addr: SocketAddr,
-    board: Option<Board>,
-    token: &CancellationToken,
-) -> anyhow::Result<SocketAddr> {
-    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .context("cannot install the metrics recorder")?;
-    metrics::gauge!("archivist_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
-        format!("cannot listen on ARCHIVIST_METRICS_ADDR (--metrics-addr) {addr}")
-    })?;
-    let bound = listener.local_addr().context("the listener's address")?;
-    let with_board = board.is_some();
-    let app = Arc::new(App { prometheus, board });
-    let mut router = axum::Router::new()
-        .route("/metrics", get(scrape))
-        .route("/healthz", get(|| async { "ok\n" }));
-    if with_board {
-        router = router
-            .route("/", get(page))
-            .route("/curator", get(page))
-            .route("/api/curator", get(api));
-    }
-    if with_board {
-        tracing::info!(
-            "serving the curator's page (/), /api/curator, /metrics and /healthz on http://{bound}"
-        );
-    } else {
-        tracing::info!("serving /metrics and /healthz on http://{bound}");
-    }
-    // The archivists' server guard: bounded connections, deadlines, own host names only.
-    guard::spawn(listener, router.with_state(app), token)?;
-    Ok(bound)
+/// The curator's page on `/` and `/curator`, and the same as JSON on `/api/curator`, for
+/// `board`. The host merges its own routes into it and serves it.
+pub fn router(board: Board) -> axum::Router {
+    axum::Router::new()
+        .route("/", get(page))
+        .route("/curator", get(page))
+        .route("/api/curator", get(api))
+        .with_state(board)
 }
 
-async fn scrape(State(app): State<Arc<App>>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.prometheus.render(),
-    )
+async fn page(State(board): State<Board>) -> impl IntoResponse {
+    board.page()
 }
 
-async fn page(State(app): State<Arc<App>>) -> impl IntoResponse {
-    match &app.board {
-        Some(b) => b.page().into_response(),
-        None => axum::http::StatusCode::NOT_FOUND.into_response(),
-    }
-}
-
-async fn api(State(app): State<Arc<App>>) -> impl IntoResponse {
-    match &app.board {
-        Some(b) => Json(b.json()).into_response(),
-        None => axum::http::StatusCode::NOT_FOUND.into_response(),
-    }
+async fn api(State(board): State<Board>) -> impl IntoResponse {
+    Json(board.json())
 }

@@ -1,29 +1,25 @@
-//! `archivist curate clips PATH…`: one `ClipInfo` per audio file, sent when new or changed
-//! (its size, content or address; a file only touched is hashed again and found unchanged).
+//! The clip curator: one `ClipInfo` per audio file, sent when new or changed (its size,
+//! content or address; a file only touched is hashed again and found unchanged).
 //!
 //! Folders are walked recursively, in name order (so that which of two same-titled files is
 //! kept does not depend on the file system); hidden entries are skipped and symbolic links
 //! to folders are not followed (no loops); a link named like an audio file that leads to no
-//! file (dangling, or a loop of links) is skipped with its reason. Each path given is one unit: its new and changed
-//! clips are sent, then recorded in the state file.
+//! file (dangling, or a loop of links) is skipped with its reason. Each path given is one
+//! unit: its new and changed clips are sent, then recorded in the state file.
 
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Context};
 use archivist::messages::{self, ClipInfo, MAX_DESCRIPTION, MAX_SHORT_TEXT};
 use chrono::{DateTime, Utc};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use serde_json::json;
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
-use super::parse::Skipped;
-use super::state::{self, ClipsState, SentClip};
-use super::{cut, fingerprint, say, ClipsArgs, Sink};
-use crate::config::Config;
-use crate::values::usage;
+use crate::state::{self, ClipsState, SentClip};
+use crate::{cut, fingerprint, CurateError, Sink, Skipped};
 
 /// The audio files taken, by extension, with the `media_type` sent.
 const CLIP_EXTENSIONS: &[(&str, &str)] = &[
@@ -37,27 +33,236 @@ const CLIP_EXTENSIONS: &[(&str, &str)] = &[
 ];
 
 /// Extensions of audio files found but not taken, with why: the analyser could not read them.
-const REFUSED_EXTENSIONS: &[(&str, &str)] = &[("opus", super::parse::OPUS_REASON)];
+const REFUSED_EXTENSIONS: &[(&str, &str)] = &[("opus", crate::parse::OPUS_REASON)];
 
 /// Folders deeper than this are not walked (a bind mount into itself, a pathological tree).
 const MAX_DEPTH: usize = 64;
 
-/// Skipped files named one by one in the reports, at most.
-const MAX_NAMED_SKIPS: usize = 50;
+/// Skipped files named one by one in a path's report, at most (the rest are counted).
+pub const MAX_NAMED_SKIPS: usize = 50;
 
-/// Characters left as they are in a path segment under `--base-url`: the unreserved ones.
+/// Characters left as they are in a path segment under a base URL: the unreserved ones.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'.')
     .remove(b'_')
     .remove(b'~');
 
+/// The clip curator's settings. [`ClipSettings::new`] gives the defaults of `archivist
+/// curate clips`; change the fields that differ.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClipSettings {
+    /// Audio files, or folders (walked recursively), in the order they are read.
+    pub paths: Vec<PathBuf>,
+    /// Address the files under this URL (http, https or file) instead of as `file://` URLs:
+    /// a file's path relative to the folder given (for a file given by itself: its name),
+    /// percent-encoded, is appended to it. For a folder served to researchers on other
+    /// machines.
+    pub base_url: Option<String>,
+    /// The priority of the clips sent (higher is more urgent). Default 0.
+    pub priority: i32,
+    /// The state file: what was sent per file (size, modification time, content hash).
+    pub state_file: PathBuf,
+}
+
+impl ClipSettings {
+    /// The defaults for `paths`, remembered in `state_file`.
+    pub fn new(paths: Vec<PathBuf>, state_file: impl Into<PathBuf>) -> ClipSettings {
+        ClipSettings {
+            paths,
+            base_url: None,
+            priority: 0,
+            state_file: state_file.into(),
+        }
+    }
+}
+
+/// What one pass did with one path given.
+#[derive(Debug, Default, Clone, Serialize)]
+#[non_exhaustive]
+pub struct PathReport {
+    /// The path as given.
+    pub path: String,
+    /// Audio files found under it.
+    pub files_found: usize,
+    /// Clips sent (or, in a dry run, written).
+    pub sent: usize,
+    /// Clips sent before and unchanged since.
+    pub unchanged: usize,
+    /// Files skipped, all of them.
+    #[serde(rename = "skipped")]
+    pub skipped_count: usize,
+    /// The first [`MAX_NAMED_SKIPS`] files skipped, each with why.
+    #[serde(rename = "skipped_files")]
+    pub skipped: Vec<Skipped>,
+    /// What a person should know (a file that keeps the title it was sent under).
+    pub notes: Vec<String>,
+    /// Why the path failed (it cannot be read, or is no audio file we take), if it did.
+    pub error: Option<String>,
+}
+
+impl PathReport {
+    fn skip(&mut self, item: String, reason: String) {
+        self.skipped_count += 1;
+        if self.skipped.len() < MAX_NAMED_SKIPS {
+            self.skipped.push(Skipped { item, reason });
+        }
+    }
+}
+
+/// What one pass over the paths did. Serialized, it is the summary object of `archivist
+/// curate clips --json`.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct ClipsPass {
+    /// Whether the sink was a dry run's.
+    pub dry_run: bool,
+    /// Each path read, in order (all of them, unless the pass was cancelled).
+    pub paths: Vec<PathReport>,
+    /// Clips sent, all paths together.
+    pub sent: usize,
+    /// Paths that failed.
+    pub failed: usize,
+}
+
+impl ClipsPass {
+    /// Each path that failed, with its reason: `/srv/clips (cannot read it: …)`.
+    pub fn failures(&self) -> Vec<String> {
+        self.paths
+            .iter()
+            .filter_map(|r| Some(format!("{} ({})", r.path, r.error.as_ref()?)))
+            .collect()
+    }
+}
+
+/// The clip curator: its paths, its base URL, its state.
+#[derive(Debug)]
+pub struct ClipCurator {
+    paths: Vec<PathBuf>,
+    base: Option<Url>,
+    priority: i32,
+    state_file: PathBuf,
+    state: ClipsState,
+}
+
+impl ClipCurator {
+    /// Checks the base URL (a bad one is [`CurateError::Setting`]) and reads the state file
+    /// (an unreadable one is [`CurateError::BadState`]).
+    pub fn new(settings: ClipSettings) -> Result<ClipCurator, CurateError> {
+        let base = settings
+            .base_url
+            .as_deref()
+            .map(check_base_url)
+            .transpose()?;
+        let state: ClipsState = state::load(&settings.state_file)?;
+        Ok(ClipCurator {
+            paths: settings.paths,
+            base,
+            priority: settings.priority,
+            state_file: settings.state_file,
+            state,
+        })
+    }
+
+    /// What was sent so far, as the state file has it.
+    pub fn state(&self) -> &ClipsState {
+        &self.state
+    }
+
+    /// One pass over every path: each is walked, its new and changed clips sent to `sink`,
+    /// and recorded in the state file (unless `sink` is a dry run's); `on_path` gets each
+    /// path's report as soon as it is done. A path that fails is reported, and the pass goes
+    /// on. Stops between two paths once `token` is cancelled.
+    ///
+    /// An error is a failure of the curator itself (the sink, the state file): the paths
+    /// reported so far are recorded, the one in hand is not.
+    pub async fn pass(
+        &mut self,
+        sink: &Sink,
+        token: &CancellationToken,
+        mut on_path: impl FnMut(&PathReport),
+    ) -> Result<ClipsPass, CurateError> {
+        let dry_run = sink.is_dry_run();
+        let now = Utc::now();
+        // Clips are identified by title: a file sent before keeps its title while it exists;
+        // among new files, the first one of this pass (paths in the order given) takes it.
+        let mut titles: HashMap<String, PathBuf> = self
+            .state
+            .clips
+            .iter()
+            .filter(|(path, c)| !c.title.is_empty() && Path::new(path).exists())
+            .map(|(path, c)| (c.title.clone(), PathBuf::from(path)))
+            .collect();
+        let mut reports = Vec::new();
+        for given in &self.paths {
+            if token.is_cancelled() {
+                break;
+            }
+            let mut report = PathReport {
+                path: given.display().to_string(),
+                ..PathReport::default()
+            };
+            let root = given.clone();
+            let walked = tokio::task::spawn_blocking(move || walk(&root))
+                .await
+                .map_err(|source| CurateError::Stopped {
+                    what: format!("walking {}", given.display()),
+                    source,
+                })?;
+            match walked {
+                Err(e) => {
+                    report.error = Some(e);
+                }
+                Ok((files, problems)) => {
+                    for (item, reason) in problems {
+                        report.skip(item, reason);
+                    }
+                    report.files_found = files.len();
+                    let (bodies, records) = clips(
+                        files,
+                        self.base.as_ref(),
+                        &self.state,
+                        &mut titles,
+                        self.priority,
+                        now,
+                        &mut report,
+                    )
+                    .await?;
+                    sink.deliver(token, &bodies).await.map_err(|e| {
+                        e.into_error(
+                            format!("clips {}", given.display()),
+                            bodies.len(),
+                            "clips",
+                            "run",
+                        )
+                    })?;
+                    report.sent = bodies.len();
+                    if !dry_run {
+                        self.state.clips.extend(records);
+                        state::save(&self.state_file, &self.state)?;
+                    }
+                }
+            }
+            on_path(&report);
+            reports.push(report);
+        }
+        Ok(ClipsPass {
+            dry_run,
+            sent: reports.iter().map(|r| r.sent).sum(),
+            failed: reports.iter().filter(|r| r.error.is_some()).count(),
+            paths: reports,
+        })
+    }
+}
+
 /// A clip's title and description, from its file: the title tag (ID3v2 `TIT2`, Vorbis
 /// `TITLE`, MP4 `©nam`, RIFF `INAM`), else the file name without its extension; the artist
 /// and album tags as the description. A file whose tags cannot be read (not audio, or in a
 /// format the analyser does not read) is named by its file name: the researchers report
 /// what is wrong with it, per pair.
-pub(crate) fn title_and_description(path: &Path) -> (Option<String>, String) {
+fn title_and_description(path: &Path) -> (Option<String>, String) {
+
     let tags = match analysis::read_tags(path) {
         Ok(t) => t,
         Err(e) => {
@@ -101,181 +306,22 @@ struct Found {
     relative: Vec<String>,
 }
 
-/// What one path gave.
-#[derive(Debug, Default)]
-struct PathReport {
-    path: String,
-    files_found: usize,
-    sent: usize,
-    unchanged: usize,
-    skipped: Vec<Skipped>,
-    skipped_count: usize,
-    notes: Vec<String>,
-    error: Option<String>,
-}
-
-impl PathReport {
-    fn skip(&mut self, item: String, reason: String) {
-        self.skipped_count += 1;
-        if self.skipped.len() < MAX_NAMED_SKIPS {
-            self.skipped.push(Skipped { item, reason });
-        }
-    }
-
-    fn json(&self) -> serde_json::Value {
-        json!({
-            "path": self.path,
-            "files_found": self.files_found,
-            "sent": self.sent,
-            "unchanged": self.unchanged,
-            "skipped": self.skipped_count,
-            "skipped_files": self.skipped,
-            "notes": self.notes,
-            "error": self.error,
-        })
-    }
-
-    fn say(&self, dry_run: bool) {
-        let sent = if dry_run { "would be sent" } else { "sent" };
-        match &self.error {
-            Some(e) => say(&format!("clips {}: FAILED: {e}", self.path)),
-            None => say(&format!(
-                "clips {}: {} audio files, {} {sent}, {} unchanged, {} skipped",
-                self.path, self.files_found, self.sent, self.unchanged, self.skipped_count
-            )),
-        }
-        for note in &self.notes {
-            say(&format!("  note: {note}"));
-        }
-        for s in &self.skipped {
-            say(&format!("  skipped {}: {}", s.item, s.reason));
-        }
-        if self.skipped_count > self.skipped.len() {
-            say(&format!(
-                "  and {} more skipped",
-                self.skipped_count - self.skipped.len()
-            ));
-        }
-    }
-}
-
-/// Runs `curate clips`.
-pub(crate) async fn run(
-    config: &Config,
-    token: CancellationToken,
-    args: ClipsArgs,
-) -> anyhow::Result<()> {
-    let base = args.base_url.as_deref().map(check_base_url).transpose()?;
-    let mut state: ClipsState = state::load(&args.state)?;
-    let sink = Sink::open(
-        config,
-        &token,
-        &config.queues.clips,
-        args.dry_run,
-        false,
-        "curate clips",
-    )
-    .await?;
-    let now = Utc::now();
-    // Clips are identified by title: a file sent before keeps its title while it exists;
-    // among new files, the first one of this run (paths in the order given) takes it.
-    let mut titles: HashMap<String, PathBuf> = state
-        .clips
-        .iter()
-        .filter(|(path, c)| !c.title.is_empty() && Path::new(path).exists())
-        .map(|(path, c)| (c.title.clone(), PathBuf::from(path)))
-        .collect();
-    let mut failed = Vec::new();
-    let mut reports = Vec::new();
-    for given in &args.paths {
-        if token.is_cancelled() {
-            break;
-        }
-        let mut report = PathReport {
-            path: given.display().to_string(),
-            ..PathReport::default()
-        };
-        let root = given.clone();
-        let walked = tokio::task::spawn_blocking(move || walk(&root))
-            .await
-            .map_err(|e| anyhow!("walking {} stopped: {e}", given.display()))?;
-        match walked {
-            Err(e) => {
-                report.error = Some(e);
-            }
-            Ok((files, problems)) => {
-                for (item, reason) in problems {
-                    report.skip(item, reason);
-                }
-                report.files_found = files.len();
-                let (bodies, records) = clips(
-                    files,
-                    base.as_ref(),
-                    &state,
-                    &mut titles,
-                    args.priority,
-                    now,
-                    &mut report,
-                )
-                .await?;
-                sink.deliver(&token, &bodies).await.map_err(|e| {
-                    e.context(format!(
-                        "clips {}: {} clips not sent (they will be at the next run)",
-                        given.display(),
-                        bodies.len()
-                    ))
-                })?;
-                report.sent = bodies.len();
-                if !args.dry_run {
-                    state.clips.extend(records);
-                    state::save(&args.state, &state)?;
-                }
-            }
-        }
-        if let Some(e) = &report.error {
-            failed.push(format!("{} ({e})", given.display()));
-        }
-        if !args.json {
-            report.say(args.dry_run);
-        }
-        reports.push(report);
-    }
-    if args.json {
-        let sent: usize = reports.iter().map(|r| r.sent).sum();
-        super::print_json(&json!({
-            "dry_run": args.dry_run,
-            "paths": reports.iter().map(PathReport::json).collect::<Vec<_>>(),
-            "sent": sent,
-            "failed": failed.len(),
-        }))?;
-    }
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(anyhow!(
-            "{} of {} paths failed: {}",
-            failed.len(),
-            args.paths.len(),
-            failed.join("; ")
-        ))
-    }
-}
-
-/// `--base-url`: an http(s) or file URL, taken as a folder (a missing final `/` is added).
-fn check_base_url(given: &str) -> anyhow::Result<Url> {
+/// The base URL (`--base-url`): an http(s) or file URL, taken as a folder (a missing final
+/// `/` is added).
+fn check_base_url(given: &str) -> Result<Url, CurateError> {
     let mut url = Url::parse(given.trim()).map_err(|e| {
-        usage(format!(
+        CurateError::Setting(format!(
             "--base-url {given:?} is not a URL ({e}): expected e.g. https://media.example.org/clips/"
         ))
     })?;
     if !matches!(url.scheme(), "http" | "https" | "file") {
-        return Err(usage(format!(
+        return Err(CurateError::Setting(format!(
             "--base-url {given:?}: expected an http://, https:// or file:// URL"
         )));
     }
     // Anything after the path: a query or a fragment.
     if !url[url::Position::AfterPath..].is_empty() {
-        return Err(usage(format!(
+        return Err(CurateError::Setting(format!(
             "--base-url {given:?}: a folder's address has no query or fragment"
         )));
     }
@@ -296,7 +342,7 @@ async fn clips(
     priority: i32,
     now: DateTime<Utc>,
     report: &mut PathReport,
-) -> anyhow::Result<(Vec<Vec<u8>>, Vec<(String, SentClip)>)> {
+) -> Result<(Vec<Vec<u8>>, Vec<(String, SentClip)>), CurateError> {
     let mut bodies = Vec::new();
     let mut records = Vec::new();
     for found in files {
@@ -340,7 +386,11 @@ async fn clips(
                 let read = tokio::task::spawn_blocking(move || {
                     hash_file(&path).map(|h| (h, title_and_description(&path)))
                 });
-                match read.await.context("hashing stopped")? {
+                let read = read.await.map_err(|source| CurateError::Stopped {
+                    what: "hashing".into(),
+                    source,
+                })?;
+                match read {
                     Ok((h, (title, description))) => (h, title, description),
                     Err(e) => {
                         report.skip(shown, format!("cannot read it: {e}"));

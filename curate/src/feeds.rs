@@ -1,49 +1,115 @@
-//! `archivist curate feed URL…`: one pass over the feeds, or one every `--every`.
+//! The feed curator: one pass over the feeds at a time.
 //!
 //! Per feed: fetch (conditionally), parse, build one `EpisodeInfo` per audio item, check it
 //! with the archivists' rules, send those new or changed since last sent, then record them
-//! (and the feed's validators) in the state file. Feeds are read one after another, and a
-//! signal stops the curator between two feeds, never within one.
+//! (and the feed's validators) in the state file. Feeds are read one after another, and the
+//! cancellation token stops a pass between two feeds, never within one.
 
 use std::collections::{BTreeSet, HashSet};
+use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::anyhow;
 use archivist::messages::{self, EpisodeInfo, MAX_DESCRIPTION, MAX_SHORT_TEXT};
 use chrono::{DateTime, Utc};
-use serde_json::json;
+use net::address_policy::AddressPolicy;
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
-use super::fetch::{FetchError, Fetched, Fetcher, Validators};
-use super::page::{self, Board, Outcome};
-use super::parse::{self, ParsedFeed, Skipped};
-use super::state::{self, FeedState, FeedsState, SentEpisode};
-use super::{cut, fingerprint, say, shown_url, FeedArgs, Sink};
-use crate::config::Config;
-use crate::values::usage;
+use crate::fetch::{FetchError, Fetched, Fetcher, Validators};
+use crate::page::{Board, Outcome};
+use crate::parse::{self, ParsedFeed};
+use crate::state::{self, FeedState, FeedsState, SentEpisode};
+use crate::{cut, fingerprint, shown_url, CurateError, Sink, Skipped};
 
-/// Skipped items named one by one in the text report and the JSON summary, at most (the
-/// rest are counted): a broken 100,000-item feed must not drown the terminal.
-const MAX_NAMED_SKIPS: usize = 50;
+/// Skipped items named one by one in a feed's report, at most (the rest are counted): a
+/// broken 100,000-item feed must not drown the terminal.
+pub const MAX_NAMED_SKIPS: usize = 50;
 
-/// What one pass did with one feed.
-#[derive(Debug, Default)]
-struct FeedReport {
-    feed: String,
-    url: String,
-    title: Option<String>,
-    items_found: usize,
-    sent: usize,
-    unchanged: usize,
-    skipped: Vec<Skipped>,
-    skipped_count: usize,
-    notes: Vec<String>,
-    not_modified: bool,
-    moved_to: Option<String>,
-    deferred_until: Option<DateTime<Utc>>,
-    error: Option<String>,
-    /// Stopped by SIGINT/SIGTERM mid-fetch: neither a poll nor an error of the feed's.
-    interrupted: bool,
+/// The feed curator's settings. [`FeedSettings::new`] gives the defaults of `archivist
+/// curate feed`; change the fields that differ.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FeedSettings {
+    /// The feeds' addresses (http:// or https://), in the order they are read; a repeat is
+    /// read once.
+    pub feeds: Vec<String>,
+    /// The state file: what was sent per feed, and each feed's ETag and Last-Modified.
+    pub state_file: PathBuf,
+    /// The priority of the episodes sent (higher is more urgent). Default 0.
+    pub priority: i32,
+    /// How long one feed's request may take, body included. Default 30 s.
+    pub timeout: Duration,
+    /// The largest feed read, in bytes after decompression: a larger one fails without being
+    /// parsed. Default 64 MiB.
+    pub max_feed_size: u64,
+    /// The most episodes taken from one feed: its newest (by publication date); the rest are
+    /// counted as skipped. Default 10,000.
+    pub max_items: usize,
+    /// The longest Retry-After (of a 429 or 503) waited for within a pass; a longer one puts
+    /// the feed off until then (kept in the state file), for a day at most (or this, if
+    /// longer). Default 2 minutes.
+    pub max_retry_wait: Duration,
+    /// Where what a feed leads to (redirects, further pages) may connect. The feed's own
+    /// address is fetched as given. Default: public addresses only.
+    pub addresses: AddressPolicy,
+}
+
+impl FeedSettings {
+    /// The defaults for `feeds`, remembered in `state_file`.
+    pub fn new(feeds: Vec<String>, state_file: impl Into<PathBuf>) -> FeedSettings {
+        FeedSettings {
+            feeds,
+            state_file: state_file.into(),
+            priority: 0,
+            timeout: Duration::from_secs(30),
+            max_feed_size: 64 << 20,
+            max_items: 10_000,
+            max_retry_wait: Duration::from_secs(120),
+            addresses: AddressPolicy::default(),
+        }
+    }
+}
+
+/// What one pass did with one feed. Addresses are shown masked: the password and the values
+/// of query parameters that look like keys (a private feed's key is kept only in the state
+/// file).
+#[derive(Debug, Default, Clone, Serialize)]
+#[non_exhaustive]
+pub struct FeedReport {
+    /// The feed's address as given.
+    pub feed: String,
+    /// Where it was fetched from (another after a permanent redirect).
+    pub url: String,
+    /// The feed's own title.
+    pub title: Option<String>,
+    /// Items in the feed (its pages included), all of them.
+    pub items_found: usize,
+    /// Episodes sent (or, in a dry run, written).
+    pub sent: usize,
+    /// Episodes sent before and unchanged since.
+    pub unchanged: usize,
+    /// Items skipped, all of them.
+    #[serde(rename = "skipped")]
+    pub skipped_count: usize,
+    /// The first [`MAX_NAMED_SKIPS`] items skipped, each with why.
+    #[serde(rename = "skipped_items")]
+    pub skipped: Vec<Skipped>,
+    /// What a person should know (an episode that keeps its first title, a title cut, a
+    /// move, paging stopped).
+    pub notes: Vec<String>,
+    /// The server answered 304: nothing changed since the last read.
+    pub not_modified: bool,
+    /// The address the feed moved to for good (301/308) in this pass.
+    pub moved_to: Option<String>,
+    /// The feed is put off until then (its server's Retry-After): it was not asked.
+    pub deferred_until: Option<DateTime<Utc>>,
+    /// Why the feed failed, if it did.
+    pub error: Option<String>,
+    /// Stopped by the cancellation token mid-fetch: neither a poll nor an error of the
+    /// feed's (its error says `interrupted`).
+    #[serde(skip)]
+    pub interrupted: bool,
 }
 
 impl FeedReport {
@@ -53,149 +119,168 @@ impl FeedReport {
             self.skipped.push(skipped);
         }
     }
+}
 
-    fn json(&self) -> serde_json::Value {
-        json!({
-            "feed": self.feed,
-            "url": self.url,
-            "title": self.title,
-            "items_found": self.items_found,
-            "sent": self.sent,
-            "unchanged": self.unchanged,
-            "skipped": self.skipped_count,
-            "skipped_items": self.skipped,
-            "notes": self.notes,
-            "not_modified": self.not_modified,
-            "moved_to": self.moved_to,
-            "deferred_until": self.deferred_until,
-            "error": self.error,
-        })
-    }
+/// What one pass over the feeds did. Serialized, it is the summary object of `archivist
+/// curate feed --json`.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct FeedsPass {
+    /// Whether the sink was a dry run's.
+    pub dry_run: bool,
+    /// Each feed read, in order (all of them, unless the pass was cancelled).
+    pub feeds: Vec<FeedReport>,
+    /// Episodes sent, all feeds together.
+    pub sent: usize,
+    /// Feeds that failed.
+    pub failed: usize,
+}
 
-    /// The report for people, on standard error.
-    fn say(&self, dry_run: bool) {
-        let sent = if dry_run { "would be sent" } else { "sent" };
-        let head = if let Some(e) = &self.error {
-            format!("feed {}: FAILED: {e}", self.feed)
-        } else if let Some(t) = self.deferred_until {
-            format!(
-                "feed {}: put off until {} (the server's Retry-After)",
-                self.feed,
-                t.to_rfc3339()
-            )
-        } else if self.not_modified {
-            format!("feed {}: not modified since the last read (304)", self.feed)
-        } else {
-            format!(
-                "feed {}: {} items, {} {sent}, {} unchanged, {} skipped",
-                self.feed, self.items_found, self.sent, self.unchanged, self.skipped_count
-            )
-        };
-        say(&head);
-        for note in &self.notes {
-            say(&format!("  note: {note}"));
-        }
-        for s in &self.skipped {
-            say(&format!("  skipped {}: {}", s.item, s.reason));
-        }
-        if self.skipped_count > self.skipped.len() {
-            say(&format!(
-                "  and {} more skipped",
-                self.skipped_count - self.skipped.len()
-            ));
-        }
+impl FeedsPass {
+    /// Each feed that failed, with its reason: `https://… (the server answered 404)`.
+    pub fn failures(&self) -> Vec<String> {
+        self.feeds
+            .iter()
+            .filter_map(|r| Some(format!("{} ({})", r.feed, r.error.as_ref()?)))
+            .collect()
     }
 }
 
-/// Runs `curate feed`.
-pub(crate) async fn run(
-    config: &Config,
-    token: CancellationToken,
-    args: FeedArgs,
-) -> anyhow::Result<()> {
-    let feeds = check_urls(&args.urls)?;
-    let mut state: FeedsState = state::load(&args.state)?;
-    let fetcher = Fetcher::new(
-        args.timeout,
-        args.max_feed_size,
-        args.max_retry_wait,
-        &args.addresses.policy(),
-    )?;
-    let long_running = args.every.is_some();
-    let sink = Sink::open(
-        config,
-        &token,
-        &config.queues.episodes,
-        args.dry_run,
-        long_running,
-        "curate feed",
-    )
-    .await?;
-    let board = args.every.map(|every| {
-        let shown: Vec<String> = feeds.iter().map(|(g, _)| shown_url(g)).collect();
-        Board::new(&shown, every)
-    });
-    if let (Some(board), Some(addr)) = (&board, config.metrics_addr) {
-        page::serve(addr, Some(board.clone()), &token).await?;
+/// The feed curator: its feeds, its state, its HTTP client.
+#[derive(Debug)]
+pub struct FeedCurator {
+    /// Each feed as given, and its checked address.
+    feeds: Vec<(String, Url)>,
+    state_file: PathBuf,
+    state: FeedsState,
+    fetcher: Fetcher,
+    priority: i32,
+    max_items: usize,
+    board: Option<Board>,
+}
+
+impl FeedCurator {
+    /// Checks the feeds' addresses (a bad one is [`CurateError::Setting`]), reads the state
+    /// file (an unreadable one is [`CurateError::BadState`]) and builds the HTTP client.
+    pub fn new(settings: FeedSettings) -> Result<FeedCurator, CurateError> {
+        let feeds = check_urls(&settings.feeds)?;
+        let state: FeedsState = state::load(&settings.state_file)?;
+        let fetcher = Fetcher::new(
+            settings.timeout,
+            settings.max_feed_size,
+            settings.max_retry_wait,
+            &settings.addresses,
+        )?;
+        Ok(FeedCurator {
+            feeds,
+            state_file: settings.state_file,
+            state,
+            fetcher,
+            priority: settings.priority,
+            max_items: settings.max_items,
+            board: None,
+        })
     }
-    loop {
-        let outcome = pass(
-            &feeds,
-            &args,
-            &fetcher,
-            &sink,
-            &mut state,
-            board.as_ref(),
-            &token,
-        )
-        .await;
-        if let Some(b) = &board {
+
+    /// The feeds read by each pass, as shown (masked), in order, each once.
+    pub fn feeds(&self) -> Vec<String> {
+        self.feeds.iter().map(|(g, _)| shown_url(g)).collect()
+    }
+
+    /// What was sent so far, as the state file has it.
+    pub fn state(&self) -> &FeedsState {
+        &self.state
+    }
+
+    /// The board the passes update from now on (made at the first call; later calls return
+    /// the same one). `every` is the interval between passes, as the page says it.
+    pub fn board(&mut self, every: Duration) -> Board {
+        let feeds = self.feeds();
+        self.board
+            .get_or_insert_with(|| Board::new(&feeds, every))
+            .clone()
+    }
+
+    /// One pass over every feed: each is read, its new and changed episodes sent to `sink`,
+    /// and recorded in the state file (unless `sink` is a dry run's); `on_feed` gets each
+    /// feed's report as soon as it is done. A feed that fails is reported, and the pass goes
+    /// on. Stops between two feeds once `token` is cancelled.
+    ///
+    /// An error is a failure of the curator itself (the sink, the state file): the feeds
+    /// reported so far are recorded, the one in hand is not.
+    pub async fn pass(
+        &mut self,
+        sink: &Sink,
+        token: &CancellationToken,
+        on_feed: impl FnMut(&FeedReport),
+    ) -> Result<FeedsPass, CurateError> {
+        let outcome = self.read_feeds(sink, token, on_feed).await;
+        if let Some(b) = &self.board {
             b.pass_done();
         }
-        match (args.every, outcome) {
-            (None, Ok(failed)) if failed.is_empty() => return Ok(()),
-            (None, Ok(failed)) => {
-                return Err(anyhow!(
-                    "{} of {} feeds failed: {}",
-                    failed.len(),
-                    feeds.len(),
-                    failed.join("; ")
-                ))
+        outcome
+    }
+
+    async fn read_feeds(
+        &mut self,
+        sink: &Sink,
+        token: &CancellationToken,
+        mut on_feed: impl FnMut(&FeedReport),
+    ) -> Result<FeedsPass, CurateError> {
+        let dry_run = sink.is_dry_run();
+        let mut reports = Vec::new();
+        for (given, url) in &self.feeds {
+            if token.is_cancelled() {
+                break;
             }
-            (None, Err(e)) => return Err(e),
-            (Some(_), Ok(_)) => {}
-            // A long-running curator outlives a bad pass; the next one tries again.
-            (Some(_), Err(e)) => {
-                tracing::error!(error = %crate::describe(&e), "the pass failed; trying again at the next");
+            let mut entry = self.state.feeds.get(given).cloned().unwrap_or_default();
+            // Shown everywhere but in the state file: a private feed's address carries its key.
+            let shown = shown_url(given);
+            let (report, record) = curate_feed(
+                &shown,
+                url,
+                &mut entry,
+                self.priority,
+                self.max_items,
+                &self.fetcher,
+                sink,
+                token,
+            )
+            .await?;
+            if record && !dry_run {
+                self.state.feeds.insert(given.clone(), entry);
+                state::save(&self.state_file, &self.state)?;
             }
+            count(&shown, &report, self.board.as_ref());
+            if let Some(e) = &report.error {
+                tracing::warn!(feed = %shown, error = %e, "feed not read");
+            }
+            on_feed(&report);
+            reports.push(report);
         }
-        let Some(every) = args.every else {
-            return Ok(());
-        };
-        tokio::select! {
-            _ = token.cancelled() => return Ok(()),
-            _ = tokio::time::sleep(every) => {}
-        }
-        if token.is_cancelled() {
-            return Ok(());
-        }
+        Ok(FeedsPass {
+            dry_run,
+            sent: reports.iter().map(|r| r.sent).sum(),
+            failed: reports.iter().filter(|r| r.error.is_some()).count(),
+            feeds: reports,
+        })
     }
 }
 
 /// The feeds' addresses, checked (http or https) and each once, in the order given.
-fn check_urls(given: &[String]) -> anyhow::Result<Vec<(String, Url)>> {
+fn check_urls(given: &[String]) -> Result<Vec<(String, Url)>, CurateError> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for g in given {
         let g = g.trim();
         let url = Url::parse(g).map_err(|e| {
-            usage(format!(
+            CurateError::Setting(format!(
                 "{:?} is not a feed address ({e}): expected http://… or https://…",
                 shown_url(g)
             ))
         })?;
         if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-            return Err(usage(format!(
+            return Err(CurateError::Setting(format!(
                 "{:?} is not a feed address: expected http://… or https://…",
                 shown_url(g)
             )));
@@ -205,54 +290,6 @@ fn check_urls(given: &[String]) -> anyhow::Result<Vec<(String, Url)>> {
         }
     }
     Ok(out)
-}
-
-/// One pass over every feed; the feeds that failed, each with its reason. An error is a
-/// failure of the curator itself (the bus, the state file), which ends a one-shot run.
-async fn pass(
-    feeds: &[(String, Url)],
-    args: &FeedArgs,
-    fetcher: &Fetcher,
-    sink: &Sink,
-    state: &mut FeedsState,
-    board: Option<&Board>,
-    token: &CancellationToken,
-) -> anyhow::Result<Vec<String>> {
-    let mut failed = Vec::new();
-    let mut reports = Vec::new();
-    for (given, url) in feeds {
-        if token.is_cancelled() {
-            break;
-        }
-        let mut entry = state.feeds.get(given).cloned().unwrap_or_default();
-        // Shown everywhere but in the state file: a private feed's address carries its key.
-        let shown = shown_url(given);
-        let (report, record) =
-            curate_feed(&shown, url, &mut entry, args, fetcher, sink, token).await?;
-        if record && !args.dry_run {
-            state.feeds.insert(given.clone(), entry);
-            state::save(&args.state, state)?;
-        }
-        count(&shown, &report, board);
-        if let Some(e) = &report.error {
-            tracing::warn!(feed = %shown, error = %e, "feed not read");
-            failed.push(format!("{shown} ({e})"));
-        }
-        if !args.json {
-            report.say(args.dry_run);
-        }
-        reports.push(report);
-    }
-    if args.json {
-        let sent: usize = reports.iter().map(|r| r.sent).sum();
-        super::print_json(&json!({
-            "dry_run": args.dry_run,
-            "feeds": reports.iter().map(FeedReport::json).collect::<Vec<_>>(),
-            "sent": sent,
-            "failed": failed.len(),
-        }))?;
-    }
-    Ok(failed)
 }
 
 /// Counts one feed's pass in the metrics and on the board. A feed put off (waiting out an
@@ -316,15 +353,17 @@ fn count(shown: &str, report: &FeedReport, board: Option<&Board>) {
 }
 
 /// Curates one feed into `entry`; the report, and whether `entry` is to be recorded.
+#[allow(clippy::too_many_arguments)]
 async fn curate_feed(
     given: &str,
     default_url: &Url,
     entry: &mut FeedState,
-    args: &FeedArgs,
+    priority: i32,
+    max_items: usize,
     fetcher: &Fetcher,
     sink: &Sink,
     token: &CancellationToken,
-) -> anyhow::Result<(FeedReport, bool)> {
+) -> Result<(FeedReport, bool), CurateError> {
     let now = Utc::now();
     let url = entry
         .url
@@ -380,7 +419,6 @@ async fn curate_feed(
         entry.not_before = None;
         return Ok((report, true));
     };
-    let max_items = usize::try_from(args.max_items).unwrap_or(usize::MAX);
     let mut parsed = match parse_page(bytes, &final_url, max_items, 1).await? {
         Ok(p) => p,
         Err(why) => {
@@ -439,13 +477,10 @@ async fn curate_feed(
         merge_page(&mut parsed, older);
     }
     parse::cap(&mut parsed, max_items);
-    let (bodies, sent) = episodes(given, parsed, entry, args.priority, now, &mut report);
-    sink.deliver(token, &bodies).await.map_err(|e| {
-        e.context(format!(
-            "feed {given}: {} episodes not sent (they will be at the next pass)",
-            bodies.len()
-        ))
-    })?;
+    let (bodies, sent) = episodes(given, parsed, entry, priority, now, &mut report);
+    sink.deliver(token, &bodies)
+        .await
+        .map_err(|e| e.into_error(format!("feed {given}"), bodies.len(), "episodes", "pass"))?;
     report.sent = bodies.len();
     entry.items.extend(sent);
     // A page that failed: what was read is recorded, but not the validators, so that the
@@ -470,11 +505,14 @@ async fn parse_page(
     url: &Url,
     max_items: usize,
     page: usize,
-) -> anyhow::Result<Result<ParsedFeed, String>> {
+) -> Result<Result<ParsedFeed, String>, CurateError> {
     let base = url.clone();
     tokio::task::spawn_blocking(move || parse::parse(&bytes, &base, max_items, page))
         .await
-        .map_err(|e| anyhow!("parsing the feed {url} stopped: {e}"))
+        .map_err(|source| CurateError::Stopped {
+            what: format!("parsing the feed {url}"),
+            source,
+        })
 }
 
 /// Adds an older page's items to `into`; an item repeating one of a newer page is skipped.
