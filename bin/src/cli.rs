@@ -313,7 +313,7 @@ between can leave that batch in both: delivered twice, never lost).")]
     Serve(ServeArgs),
     /// Curators: send one EpisodeInfo per audio item of podcast feeds (`curate feed URL…`),
     /// one ClipInfo per audio file (`curate clips PATH…`), each only when new or changed
-    Curate(crate::curate::CurateArgs),
+    Curate(crate::commands::curate::CurateArgs),
     /// Where each clip occurs in an episode, found from the audio by the reference analyser
     /// (local files or URLs; no datastore, no bus)
     #[command(long_about = crate::commands::analyse::ABOUT)]
@@ -681,7 +681,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
     ("queues", &[DATASTORE, BUS, QUEUES, CONNECT, LOGS]),
     ("completions", &[]),
     ("serve", &[DATASTORE, BUS, QUEUES, CONNECT, LOGS]),
-    ("curate", crate::curate::USED_OPTIONS),
+    ("curate", crate::commands::curate::USED_OPTIONS),
     ("analyse", &[LOGS]),
     ("retry-failed", &[DATASTORE, CONNECT, LOGS]),
     (

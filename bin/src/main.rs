@@ -15,7 +15,8 @@
 //! - `signals.rs`: SIGINT/SIGTERM cancel the token.
 //! - `panic_hook.rs`: a panic printed as an error, credentials masked.
 //! - `commands/`: one file per subcommand or group.
-//! - `curate/`: the curators (`curate feed`, `curate clips`): feeds and clip folders onto the bus.
+//! - `commands/curate.rs`: `curate feed`, `curate clips`: the options, output and exit codes
+//!   of the `curate` crate's curators (feeds and clip folders onto the bus).
 //! - `demo/`: the built-in curators and researchers, progress and summary of `demo`.
 //! - `research/`: `archivist research`, the researcher runtime (work items, media, analysers).
 
@@ -23,7 +24,6 @@ mod cli;
 mod commands;
 mod config;
 mod connect;
-mod curate;
 mod demo;
 mod foreign;
 mod logging;

@@ -262,7 +262,6 @@ impl ClipCurator {
 /// format the analyser does not read) is named by its file name: the researchers report
 /// what is wrong with it, per pair.
 fn title_and_description(path: &Path) -> (Option<String>, String) {
-
     let tags = match analysis::read_tags(path) {
         Ok(t) => t,
         Err(e) => {

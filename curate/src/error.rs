@@ -44,8 +44,8 @@ pub enum CurateError {
         items: &'static str,
         /// When they are sent again: `pass` or `run`.
         next: &'static str,
-        /// Why.
-        source: SendError,
+        /// Why (boxed: the bus's errors are large, and this one is rare).
+        source: Box<SendError>,
     },
     /// The messages of one feed or path could not be written by a dry run's sink (standard
     /// output closed, say). Said as [`CurateError::NotSent`] is; the writer's error is the

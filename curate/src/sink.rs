@@ -97,10 +97,10 @@ impl Sink {
                         let source = match e {
                             RetryError::Failed(e) | RetryError::Cancelled(e) => e,
                         };
-                        return Err(Undelivered::Bus(SendError {
+                        return Err(Undelivered::Bus(Box::new(SendError {
                             queue: queue.clone(),
                             source,
-                        }));
+                        })));
                     }
                 }
                 Ok(())
@@ -112,7 +112,7 @@ impl Sink {
 /// Why [`Sink::deliver`] failed, for the caller to name the feed or path.
 #[derive(Debug)]
 pub(crate) enum Undelivered {
-    Bus(SendError),
+    Bus(Box<SendError>),
     Write(std::io::Error),
 }
 

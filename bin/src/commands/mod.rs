@@ -2,6 +2,7 @@
 
 pub(crate) mod analyse;
 pub(crate) mod archivists;
+pub(crate) mod curate;
 mod matches;
 mod migrate;
 mod queues;
@@ -42,7 +43,7 @@ pub(crate) async fn dispatch(
         Command::Matches(args) => matches::run(&config, &token, &args).await,
         Command::Queues(args) => queues::run(&config, &token, args.json, args.update).await,
         Command::Serve(args) => serve::run(&config, &token, args.addr).await,
-        Command::Curate(args) => crate::curate::run(&config, token, args).await,
+        Command::Curate(args) => curate::run(&config, token, args).await,
         Command::Analyse(args) => analyse::run(&args, &token).await,
         Command::RetryFailed(args) => retry_failed::run(&config, &token, &args).await,
         Command::Research(args) => crate::research::run(&config, token, args).await,
