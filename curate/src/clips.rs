@@ -680,4 +680,57 @@ mod tests {
         );
         assert!(check_base_url("ftp://x/").is_err());
     }
+
+    /// A writer whose bytes the test reads afterwards.
+    #[derive(Clone, Default)]
+    struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A dry run writes one checked `ClipInfo` line per file and records nothing; a path
+    /// that cannot be read is reported alone.
+    #[tokio::test]
+    async fn a_dry_run_writes_lines_and_records_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("clips")).unwrap();
+        std::fs::write(dir.path().join("clips/Intro.wav"), b"RIFF").unwrap();
+        std::fs::write(dir.path().join("clips/notes.txt"), b"x").unwrap();
+        let state = dir.path().join("clips.json");
+        let settings = ClipSettings::new(
+            vec![dir.path().join("clips"), dir.path().join("missing")],
+            &state,
+        );
+        let mut curator = ClipCurator::new(settings).unwrap();
+        let out = Shared::default();
+        let sink = Sink::dry_run(out.clone());
+        let mut seen = Vec::new();
+        let pass = curator
+            .pass(&sink, &CancellationToken::new(), |r| {
+                seen.push(r.path.clone())
+            })
+            .await
+            .unwrap();
+        assert_eq!(seen.len(), 2);
+        assert!(pass.dry_run);
+        assert_eq!((pass.sent, pass.failed), (1, 1));
+        assert!(
+            pass.failures()[0].contains("missing"),
+            "{:?}",
+            pass.failures()
+        );
+        let lines = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let clip: ClipInfo = messages::decode(lines.trim_end().as_bytes()).unwrap();
+        assert_eq!(clip.title, "Intro");
+        assert!(clip.media_uri.starts_with("file:///"), "{}", clip.media_uri);
+        assert!(!state.exists());
+        assert!(curator.state().clips.is_empty());
+    }
 }
