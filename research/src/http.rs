@@ -1,7 +1,7 @@
-//! [`HttpAnalyser`] (`archivist research --http URL`): the analyser as an HTTP service. Each work item is POSTed to the URL
-//! (the same JSON object `--exec` writes on standard input, `Content-Type:
-//! application/json`); the response body streams the protocol's lines. 2xx and the whole
-//! body: done; 429 or 503: try later; any other status or a body cut short: the item fails.
+//! [`HttpAnalyser`] (`archivist research --http URL`): the analyser as an HTTP service. Each
+//! work item is POSTed to the URL (the same JSON object `--exec` writes on standard input,
+//! `Content-Type: application/json`); the response body streams the protocol's lines. 2xx
+//! and the whole body: done; 429 or 503: try later; any other status or a body cut short: the item fails.
 //! The media paths are local to the researcher: the service must see the same files (run it
 //! on the same host, or share the cache directory).
 //!

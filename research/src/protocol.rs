@@ -1,6 +1,7 @@
 //! The analyser protocol's lines (the book's chapter docs/src/researchers.md, the contract's
-//! *analyser protocol*): parsing one line of an analyser's output and checking it against the work item,
-//! and the work item as the analyser reads it (with `media_path` beside each `media_uri`).
+//! *analyser protocol*): parsing one line of an analyser's output and checking it against the
+//! work item, and the work item as the analyser reads it (with `media_path` beside each
+//! `media_uri`).
 //!
 //! A line is one JSON object, one of:
 //!

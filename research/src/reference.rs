@@ -1,8 +1,9 @@
 //! [`ReferenceAnalyser`]: the reference analyser (crate `analysis`) behind the [`Analyser`]
-//! trait; `archivist research` runs it when neither `--exec` nor `--http` is given. It runs in this process, on a blocking thread per
-//! work item, and speaks the same protocol as any other analyser (progress lines while the
-//! episode decodes, then one line per clip), so the runtime validates and sends its answers
-//! exactly as it does an external program's.
+//! trait; `archivist research` runs it when neither `--exec` nor `--http` is given. It runs
+//! in the researcher's process, on a blocking thread per work item, and speaks the same
+//! protocol as any other analyser (progress lines while the episode decodes, then one line
+//! per clip), so the runtime validates and sends its answers exactly as it does an external
+//! program's.
 
 use std::path::PathBuf;
 use std::sync::Arc;
