@@ -327,9 +327,9 @@ between can leave that batch in both: delivered twice, never lost).")]
     RetryFailed(crate::commands::retry_failed::RetryFailedArgs),
     /// A researcher: take work items off pending_research, fetch their media, run an analyser
     /// on each and send one result per clip to completed_research (long-running)
-    #[command(long_about = crate::research::ABOUT)]
-    #[command(after_help = crate::research::EXAMPLES)]
-    Research(crate::research::ResearchArgs),
+    #[command(long_about = crate::commands::research::ABOUT)]
+    #[command(after_help = crate::commands::research::EXAMPLES)]
+    Research(crate::commands::research::ResearchArgs),
 }
 
 const DEMO_ABOUT: &str = "The whole pipeline in one process: built-in curators send a month \

@@ -18,7 +18,8 @@
 //! - `commands/curate.rs`: `curate feed`, `curate clips`: the options, output and exit codes
 //!   of the `curate` crate's curators (feeds and clip folders onto the bus).
 //! - `demo/`: the built-in curators and researchers, progress and summary of `demo`.
-//! - `research/`: `archivist research`, the researcher runtime (work items, media, analysers).
+//! - `commands/research.rs`: `archivist research`, the researcher runtime (crate `research`)
+//!   wired to its options.
 
 mod cli;
 mod commands;
@@ -28,7 +29,6 @@ mod demo;
 mod foreign;
 mod logging;
 mod panic_hook;
-mod research;
 mod signals;
 mod tasks;
 mod values;

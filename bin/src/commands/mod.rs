@@ -8,6 +8,7 @@ mod migrate;
 mod queues;
 mod receive;
 mod redrive;
+pub(crate) mod research;
 pub(crate) mod retry_failed;
 mod send;
 mod serve;
@@ -46,7 +47,7 @@ pub(crate) async fn dispatch(
         Command::Curate(args) => curate::run(&config, token, args).await,
         Command::Analyse(args) => analyse::run(&args, &token).await,
         Command::RetryFailed(args) => retry_failed::run(&config, &token, &args).await,
-        Command::Research(args) => crate::research::run(&config, token, args).await,
+        Command::Research(args) => research::run(&config, token, args).await,
         // Answered in main, before the configuration is read.
         Command::Completions(_) => Ok(()),
     }

@@ -35,6 +35,8 @@ use archivist::pending_research::PendingResearchConfig;
 use archivist::RetryPolicy;
 use datastore::{redact_url, DataStore, Status};
 use messagebus::{Bus, MemoryBusConfig, Sender};
+use research::reference::ReferenceAnalyser;
+use research::{Later, Media, MediaConfig};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -43,7 +45,6 @@ use crate::cli::DemoArgs;
 use crate::commands::archivists::{spawn_all, AllTotals, Pipeline};
 use crate::config::{to_chrono, BusKind, Config};
 use crate::connect;
-use crate::research::{self, media::Media, media::MediaConfig, reference::ReferenceAnalyser};
 use crate::tasks::{self, Totals};
 use crate::values::usage;
 
@@ -285,21 +286,21 @@ fn spawn_researchers(
         ledger.clone(),
         STALL_ON_ITEM,
     );
-    let setup = research::Setup {
+    let setup = crate::commands::research::Setup {
         analyser: Arc::new(analyser),
         media,
         concurrency: args.researcher_tasks as usize,
         once: false,
         stall_timeout: lease + STALL_MARGIN,
         drain_timeout: DEMO_DRAIN,
-        later: research::Later::default(),
+        later: Later::default(),
     };
     // The demo serves nothing: the researchers' own server stays off.
     let mut config = config.clone();
     config.metrics_addr = None;
     let (bus, token) = (bus.clone(), token.clone());
     set.spawn(async move {
-        let ran = research::run_on(&config, bus.as_ref(), setup, &token).await;
+        let ran = crate::commands::research::run_on(&config, bus.as_ref(), setup, &token).await;
         drop(cache);
         ran
     });

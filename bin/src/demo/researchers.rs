@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::research::analyser::{Analyser, Ending, Run};
+use research::{Analyser, BoxError, Ending, Run};
 
 /// A research pair: episode title, episode air date, clip title.
 pub(crate) type Pair = (String, DateTime<Utc>, String);
@@ -105,7 +105,7 @@ struct Answer {
 
 #[async_trait]
 impl Analyser for StagedAnalyser {
-    async fn start(&self, input: Vec<u8>, lease: &str) -> anyhow::Result<Box<dyn Run>> {
+    async fn start(&self, input: Vec<u8>, lease: &str) -> Result<Box<dyn Run>, BoxError> {
         let item: Input = serde_json::from_slice(&input)?;
         self.ledger.items.fetch_add(1, Ordering::Relaxed);
         let stall_after = if item.clips.len() >= 2 {
@@ -147,7 +147,7 @@ struct StagedRun {
 
 #[async_trait]
 impl Run for StagedRun {
-    async fn next_line(&mut self) -> anyhow::Result<Option<String>> {
+    async fn next_line(&mut self) -> Result<Option<String>, BoxError> {
         if self.stalled {
             return std::future::pending().await;
         }

@@ -1,50 +1,33 @@
-//! `archivist research`: a researcher. It takes work items off `pending_research`, fetches
-//! their media, runs an analyser on each and sends one `CompletedResearchItem` per clip to
-//! `completed_research` as each is found, the last one revoking the lease; the item is
-//! acknowledged once all its results are sent, or released for another try when it failed.
-//!
-//! # Layout
-//!
-//! - `mod.rs`: options, the slots (`--concurrency`: one receiver each, so one consumer each on
-//!   the buses that count them; a slot receives only when it is free), shutdown (stop taking
-//!   items, `--drain-timeout` for those in hand, then stop the analysers and release at once).
-//! - `work.rs`: one work item from delivery to acknowledgement.
-//! - `media.rs`: fetching, caching and hashing media.
-//! - `analyser.rs`: the [`analyser::Analyser`] trait every analyser implements;
-//!   `exec.rs` (`--exec`, a child process per item), `http.rs` (`--http`, a POST per item) and
-//!   `reference.rs` (the reference analyser, in this process: the default).
-//! - `protocol.rs`: the analyser protocol's lines, and the item as the analyser reads it.
-//! - `serve.rs`: `--metrics-addr`: `/metrics`, `/healthz` and `/api/researcher` (each slot's
-//!   work and since when).
+//! `archivist research`: its options, and the wiring of the researcher runtime (crate
+//! `research`) to them: the analyser from `--exec`/`--http`, the media cache, the bus, the
+//! `--metrics-addr` server, and the run's end as an exit code. The demo's researchers run
+//! through [`run_on`] too.
 
-pub(crate) mod analyser;
-mod exec;
-mod http;
-pub(crate) mod media;
-mod protocol;
-pub(crate) mod reference;
-mod serve;
-mod work;
-
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use archivist::messages::PendingResearchItem;
-use chrono::{DateTime, Utc};
+use anyhow::{anyhow, Context as _};
+use axum::http::header;
+use axum::routing::get;
+use axum::Router;
 use clap::Args;
-use messagebus::{Bus, Receiver, Sender};
-use serde::Serialize;
-use tokio::task::JoinSet;
+use messagebus::{Bus, Receiver};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use research::exec::ExecAnalyser;
+use research::http::HttpAnalyser;
+use research::reference::ReferenceAnalyser;
+use research::{
+    Analyser, Ended, Later, Media, MediaConfig, ResearchError, ResearcherHandle,
+    ResearcherSettings, Status,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::connect;
 use crate::values::usage;
 use crate::values::{parse_duration, parse_size};
-
-use analyser::Analyser;
-use media::{Media, MediaConfig};
 
 /// `research --help`'s long description.
 pub(crate) const ABOUT: &str = "A researcher: takes work items off the pending-research queue, \
@@ -178,119 +161,7 @@ pub(crate) struct ResearchArgs {
     pub(crate) later_max_backoff: Duration,
 }
 
-/// How long an item whose analyser asked for a later try is held before it is released.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Later {
-    /// The hold at the item's first receive; doubled at each receive after.
-    pub(crate) first: Duration,
-    /// The longest hold.
-    pub(crate) max: Duration,
-}
-
-impl Default for Later {
-    fn default() -> Self {
-        Later {
-            first: Duration::from_secs(60),
-            max: Duration::from_secs(15 * 60),
-        }
-    }
-}
-
-impl Later {
-    /// The hold at the item's `receive`th receive (1 on the first).
-    pub(crate) fn wait(&self, receive: u32) -> Duration {
-        let doublings = receive.saturating_sub(1).min(30);
-        self.first
-            .saturating_mul(1 << doublings)
-            .min(self.max.max(self.first))
-    }
-}
-
-/// What one slot is doing, as `/api/researcher` shows it.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub(crate) enum SlotState {
-    Idle,
-    Working {
-        lease_id: uuid::Uuid,
-        episode_title: String,
-        episode_date_aired: DateTime<Utc>,
-        clips: usize,
-        since: DateTime<Utc>,
-        /// The analyser's latest progress line.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        progress: Option<String>,
-    },
-}
-
-impl SlotState {
-    fn working(item: &PendingResearchItem) -> Self {
-        SlotState::Working {
-            lease_id: item.lease_id,
-            episode_title: item.episode.title.clone(),
-            episode_date_aired: item.episode.date_aired,
-            clips: item.clips.len(),
-            since: Utc::now(),
-            progress: None,
-        }
-    }
-}
-
-/// What every slot shares.
-pub(crate) struct Context {
-    analyser: Arc<dyn Analyser>,
-    media: Media,
-    results: Arc<dyn Sender>,
-    /// Cancelled at the drain timeout after the shutdown signal (or at once when the
-    /// researcher stops for another reason): analysers are stopped, items released.
-    hard_stop: CancellationToken,
-    stall_timeout: Duration,
-    drain_timeout: Duration,
-    slots: Mutex<Vec<SlotState>>,
-    /// The queue's receive limit (ARCHIVIST_MAX_RECEIVES): an item received this many times
-    /// is on its last allowed try.
-    max_receives: u32,
-    /// Holds of items whose analyser asked for a later try.
-    later: Later,
-    /// Cancelled at the shutdown signal: an item held for a later try is released at once.
-    stopping: CancellationToken,
-}
-
-impl Context {
-    fn set_slot(&self, slot: usize, state: SlotState) {
-        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(s) = slots.get_mut(slot) {
-            *s = state;
-        }
-    }
-
-    fn set_progress(&self, slot: usize, text: String) {
-        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(SlotState::Working { progress, .. }) = slots.get_mut(slot) {
-            *progress = Some(text);
-        }
-    }
-
-    pub(crate) fn slots(&self) -> Vec<SlotState> {
-        self.slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    pub(crate) fn analyser_shown(&self) -> String {
-        self.analyser.describe()
-    }
-}
-
-/// How long a long-running slot waits in one receive (SQS's longest poll).
-const RECEIVE_WAIT: Duration = Duration::from_secs(20);
-/// How long a `--once` slot waits for an item before it decides the queue is drained.
-const ONCE_WAIT: Duration = Duration::from_secs(2);
-/// A slot's pause after an item went back to the queue; doubled for each such item in a row.
-const FIRST_PAUSE: Duration = Duration::from_millis(500);
-const MAX_PAUSE: Duration = Duration::from_secs(30);
-/// After the slots stop, how long the bus may take to release what they held.
+/// After the researcher stops, how long the bus may take to release what it held.
 const RELEASE_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs the researcher until SIGINT/SIGTERM (or, with `--once`, until the queue is drained).
@@ -299,17 +170,27 @@ pub(crate) async fn run(
     token: CancellationToken,
     args: ResearchArgs,
 ) -> anyhow::Result<()> {
-    let analyser: Arc<dyn Analyser> = match (&args.exec, &args.http) {
-        (Some(command), None) => Arc::new(exec::ExecAnalyser::new(command, args.kill_grace)?),
-        (None, Some(url)) => Arc::new(http::HttpAnalyser::new(url, args.fetch_connect_timeout)?),
-        (Some(_), Some(_)) => {
-            return Err(usage(
+    let analyser: Arc<dyn Analyser> =
+        match (&args.exec, &args.http) {
+            (Some(command), None) => {
+                let (program, rest) = command
+                    .split_first()
+                    .ok_or_else(|| usage("--exec needs a command"))?;
+                Arc::new(ExecAnalyser::new(
+                    program.clone(),
+                    rest.to_vec(),
+                    args.kill_grace,
+                ))
+            }
+            (None, Some(url)) => {
+                Arc::new(HttpAnalyser::new(url, args.fetch_connect_timeout).map_err(from_library)?)
+            }
+            (Some(_), Some(_)) => return Err(usage(
                 "give one analyser: --exec CMD or --http URL (ARCHIVIST_ANALYSER_URL), not both",
-            ))
-        }
-        // The reference analyser (crate `analysis`), in this process.
-        (None, None) => Arc::new(reference::ReferenceAnalyser::new()),
-    };
+            )),
+            // The reference analyser (crate `analysis`), in this process.
+            (None, None) => Arc::new(ReferenceAnalyser::new()),
+        };
     let concurrency = args.concurrency.map(|n| n as usize).unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -317,19 +198,20 @@ pub(crate) async fn run(
     });
     let cache_dir = match args.cache_dir.clone() {
         Some(dir) => dir,
-        None => media::default_cache_dir()?,
+        None => default_cache_dir()?,
     };
     let media = Media::new(MediaConfig {
         cache_dir,
         cache_size: args.cache_size,
         max_size: args.max_media_size,
-        media_roots: media::media_roots(&args.media_root)?,
+        media_roots: args.media_root.clone(),
         connect_timeout: args.fetch_connect_timeout,
         read_timeout: args.fetch_read_timeout,
         attempts: args.fetch_attempts,
         addresses: args.addresses.policy(),
         min_rate: args.fetch_min_rate,
-    })?;
+    })
+    .map_err(from_library)?;
 
     let bus = if config.bus == crate::config::BusKind::Rabbitmq {
         // RabbitMQ cannot extend a delivery's visibility: it must outlast the analysis.
@@ -359,6 +241,34 @@ pub(crate) async fn run(
     outcome
 }
 
+/// The cache directory when `--cache-dir` is not given: `archivist/media` under
+/// `$XDG_CACHE_HOME` (when absolute, as the XDG spec asks), else under `~/.cache`.
+fn default_cache_dir() -> anyhow::Result<PathBuf> {
+    let var = |name| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let base = var("XDG_CACHE_HOME")
+        .or_else(|| var("HOME").map(|home| home.join(".cache")))
+        .ok_or_else(|| {
+            usage(
+                "no cache directory: neither XDG_CACHE_HOME nor HOME is set; give --cache-dir \
+                 (ARCHIVIST_CACHE_DIR)",
+            )
+        })?;
+    Ok(base.join("archivist").join("media"))
+}
+
+/// The library's error as the command's: a setting that cannot be used is a usage error
+/// (exit 2), anything else fatal (exit 1).
+fn from_library(e: ResearchError) -> anyhow::Error {
+    match e {
+        ResearchError::Config(message) => usage(message),
+        e => anyhow::Error::new(e),
+    }
+}
+
 /// What a researcher runs with, besides the bus: from `research`'s options, or the demo's.
 pub(crate) struct Setup {
     pub(crate) analyser: Arc<dyn Analyser>,
@@ -373,156 +283,134 @@ pub(crate) struct Setup {
     pub(crate) later: Later,
 }
 
-/// Runs the researcher's slots on `bus` until `token` is cancelled (then the drain) or, with
-/// `once`, until the queue is drained. The caller owns the bus and closes it.
+/// Runs a researcher on `bus` until `token` is cancelled (then the drain) or, with `once`,
+/// until the queue is drained; with `--metrics-addr`, its server meanwhile. The caller owns
+/// the bus and closes it.
 pub(crate) async fn run_on(
     config: &Config,
     bus: &dyn Bus,
     setup: Setup,
     token: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let concurrency = setup.concurrency;
     let results = connect::sender(bus, &config.queues.completed_research).await?;
     // One receiver per slot, made before any receives: each counts as a researcher from the
     // start, so work assignment sees the whole capacity at once.
-    let mut receivers: Vec<Arc<dyn Receiver>> = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
+    let mut receivers: Vec<Arc<dyn Receiver>> = Vec::with_capacity(setup.concurrency);
+    for _ in 0..setup.concurrency {
         receivers.push(connect::receiver(bus, &config.queues.pending_research).await?);
     }
-    let ctx = Arc::new(Context {
-        analyser: setup.analyser,
-        media: setup.media,
-        results,
-        hard_stop: CancellationToken::new(),
+    // The recorder before the start, so that the researcher's first metrics are recorded.
+    let server = match config.metrics_addr {
+        Some(addr) => Some(MetricsServer::bind(addr).await?),
+        None => None,
+    };
+    let settings = ResearcherSettings {
+        once: setup.once,
         stall_timeout: setup.stall_timeout,
         drain_timeout: setup.drain_timeout,
-        slots: Mutex::new(vec![SlotState::Idle; concurrency]),
-        max_receives: config.max_receives,
         later: setup.later,
-        stopping: token.clone(),
-    });
-    if let Some(addr) = config.metrics_addr {
-        serve::spawn(addr, ctx.clone(), concurrency, token).await?;
-    }
-    metrics::gauge!("archivist_researcher_slots").set(concurrency as f64);
-    tracing::info!(
-        analyser = %ctx.analyser.describe(),
-        concurrency,
-        once = setup.once,
-        "researcher started"
-    );
-
-    // The drain: once the token is cancelled, items in hand get the drain timeout.
-    let drain = {
-        let (token, hard_stop, timeout) =
-            (token.clone(), ctx.hard_stop.clone(), setup.drain_timeout);
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = token.cancelled() => {}
-                // The slots ended by themselves (`--once`, a fatal error).
-                _ = hard_stop.cancelled() => return,
-            }
-            tokio::select! {
-                _ = hard_stop.cancelled() => {}
-                _ = tokio::time::sleep(timeout) => {
-                    tracing::info!("drain timeout: stopping the analysers and releasing their items");
-                    hard_stop.cancel();
-                }
-            }
-        })
+        max_receives: config.max_receives,
+        retry_budget: config.retry_budget,
     };
-
-    let mut set = JoinSet::new();
-    for (slot, receiver) in receivers.into_iter().enumerate() {
-        let (ctx, token) = (ctx.clone(), token.clone());
-        let budget = config.retry_budget;
-        let once = setup.once;
-        set.spawn(async move { run_slot(&ctx, slot, receiver, &token, once, budget).await });
-    }
-    let mut outcome = Ok(());
-    while let Some(joined) = set.join_next().await {
-        let result = joined.unwrap_or_else(|e| Err(anyhow::anyhow!("a slot stopped: {e}")));
-        if let Err(e) = result {
-            if outcome.is_ok() {
-                // One slot cannot reach the bus: the others cannot either. Stop them all.
-                token.cancel();
-                ctx.hard_stop.cancel();
-                outcome = Err(e);
-            }
+    let handle = research::start(
+        token.clone(),
+        receivers,
+        results,
+        setup.analyser,
+        setup.media,
+        settings,
+    );
+    if let Some(server) = server {
+        if let Err(e) = server.spawn(handle.status.clone(), token) {
+            // The slots stop; what they hold goes back.
+            token.cancel();
+            let _ = wait(handle).await;
+            return Err(e);
         }
     }
-    ctx.hard_stop.cancel();
-    let _ = drain.await;
-    outcome
+    match wait(handle).await? {
+        Ended::Failed(e) => Err(from_library(e)),
+        _ => Ok(()),
+    }
 }
 
-/// One slot: receives one item when free, handles it, and again, until the token is
-/// cancelled (or with `once`, until a receive finds nothing).
-async fn run_slot(
-    ctx: &Context,
-    slot: usize,
-    receiver: Arc<dyn Receiver>,
-    token: &CancellationToken,
-    once: bool,
-    retry_budget: Duration,
-) -> anyhow::Result<()> {
-    let wait = if once { ONCE_WAIT } else { RECEIVE_WAIT };
-    let mut backoff = Duration::from_millis(200);
-    let mut failing_since: Option<tokio::time::Instant> = None;
-    let mut pause = Duration::ZERO;
-    loop {
-        if token.is_cancelled() {
-            return Ok(());
+/// Waits for the researcher's report, its non-fatal errors logged for debugging as they come
+/// (the library logs them already); how it ended.
+async fn wait(handle: ResearcherHandle) -> anyhow::Result<Ended> {
+    let ResearcherHandle {
+        mut errors, done, ..
+    } = handle;
+    tokio::pin!(done);
+    let mut errors_open = true;
+    let report = loop {
+        tokio::select! {
+            biased;
+            e = errors.recv(), if errors_open => match e {
+                Some(e) => tracing::debug!("researcher: {e}"),
+                None => errors_open = false,
+            },
+            r = &mut done => break r,
         }
-        let received = tokio::select! {
-            _ = token.cancelled() => return Ok(()),
-            r = receiver.receive(1, wait) => r,
-        };
-        let deliveries = match received {
-            Ok(d) => {
-                failing_since = None;
-                backoff = Duration::from_millis(200);
-                d
-            }
-            Err(e) if e.is_retryable() => {
-                let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
-                if once && since.elapsed() >= retry_budget {
-                    return Err(anyhow::Error::new(e).context(format!(
-                        "the bus is unreachable (queue {:?}) for longer than \
-                         ARCHIVIST_RETRY_BUDGET",
-                        receiver.queue()
-                    )));
-                }
-                tracing::warn!(slot, error = %e, retry_in = ?backoff, "cannot receive work items; trying again");
-                tokio::select! {
-                    _ = token.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(10));
-                continue;
-            }
-            Err(e) => {
-                return Err(anyhow::Error::new(e)
-                    .context(format!("cannot receive from {:?}", receiver.queue())))
-            }
-        };
-        let Some(delivery) = deliveries.into_iter().next() else {
-            if once {
-                return Ok(());
-            }
-            continue;
-        };
-        if work::handle(ctx, slot, delivery).await {
-            pause = Duration::ZERO;
-        } else {
-            // What went back would come straight back to this free slot: give it (and a
-            // busy analyser asking for later) a moment, longer after each failure in a row.
-            pause = (pause * 2).clamp(FIRST_PAUSE, MAX_PAUSE);
-            tokio::select! {
-                _ = token.cancelled() => return Ok(()),
-                _ = tokio::time::sleep(pause) => {}
-            }
-        }
+    };
+    let report = report.map_err(|_| anyhow!("the researcher stopped without a report"))?;
+    tracing::debug!(
+        received = report.received,
+        finished = report.finished,
+        released = report.released,
+        dead_lettered = report.dead_lettered,
+        results_sent = report.results_sent,
+        "researcher report"
+    );
+    Ok(report.ended)
+}
+
+/// Buckets of the researcher's `_seconds` histograms: from a cached clip to an hour of audio.
+const BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// `--metrics-addr`: the researcher's own small server, since it has no datastore to show:
+/// `/metrics` (Prometheus), `/healthz`, and the library's `/api/researcher` (the analyser,
+/// and what each slot is working on since when). Served as the status page is
+/// (`net::server`): on a loopback address only to loopback host names (the slots show
+/// episode titles and leases), with bounded connections and deadlines.
+struct MetricsServer {
+    listener: tokio::net::TcpListener,
+    prometheus: PrometheusHandle,
+}
+
+impl MetricsServer {
+    /// Installs the metrics recorder and binds `addr`.
+    async fn bind(addr: SocketAddr) -> anyhow::Result<Self> {
+        let prometheus = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".to_string()), BUCKETS)
+            .context("metric buckets")?
+            .install_recorder()
+            .context("cannot install the metrics recorder")?;
+        metrics::gauge!("archivist_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        let listener = crate::web::listen(addr, "ARCHIVIST_METRICS_ADDR (--metrics-addr)").await?;
+        Ok(MetricsServer {
+            listener,
+            prometheus,
+        })
+    }
+
+    /// Serves until `token` is cancelled.
+    fn spawn(self, status: Status, token: &CancellationToken) -> anyhow::Result<SocketAddr> {
+        let prometheus = self.prometheus;
+        let router = Router::new()
+            .route(
+                "/metrics",
+                get(move || {
+                    let text = prometheus.render();
+                    async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
+                }),
+            )
+            .route("/healthz", get(|| async { "ok\n" }))
+            .merge(research::status::router(status));
+        let bound = net::server::spawn(self.listener, router, token)?;
+        tracing::info!("serving /metrics, /healthz and /api/researcher on http://{bound}");
+        Ok(bound)
     }
 }
 
@@ -540,22 +428,5 @@ mod tests {
         assert!(parse_size("ten").is_err());
         assert!(parse_size("5 parsecs").is_err());
         assert!(parse_size("0").is_err());
-    }
-
-    #[test]
-    fn later_holds_double_at_each_receive_up_to_the_max() {
-        let later = Later::default();
-        let minutes: Vec<u64> = (1..=6).map(|r| later.wait(r).as_secs() / 60).collect();
-        assert_eq!(minutes, [1, 2, 4, 8, 15, 15]);
-        assert_eq!(later.wait(u32::MAX), Duration::from_secs(15 * 60));
-        let odd = Later {
-            first: Duration::from_secs(10),
-            max: Duration::from_secs(1),
-        };
-        assert_eq!(
-            odd.wait(3),
-            Duration::from_secs(10),
-            "never below the first"
-        );
     }
 }

@@ -1,4 +1,5 @@
-//! `research --exec CMD [ARGS…]`: the analyser as a child process per work item.
+//! [`ExecAnalyser`] (`archivist research --exec CMD [ARGS…]`): the analyser as a child process
+//! per work item.
 //!
 //! The child gets the item on standard input (then end of file), writes the protocol's lines
 //! on standard output, and anything on standard error goes to the log: read as bytes, a line
@@ -17,25 +18,25 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use anyhow::Context;
 use async_trait::async_trait;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
-use super::analyser::{Analyser, Ending, Run};
-use super::protocol::MAX_LINE_BYTES;
+use crate::analyser::{Analyser, BoxError, Ending, Run};
+use crate::protocol::MAX_LINE_BYTES;
 
 /// The exit code that asks for the item to be tried again later (sysexits' EX_TEMPFAIL).
-pub(crate) const EXIT_TRY_LATER: i32 = 75;
+pub const EXIT_TRY_LATER: i32 = 75;
 /// The longest line of standard error logged; the rest of a longer one is read and dropped.
-pub(crate) const STDERR_LINE_BYTES: usize = 4096;
+pub const STDERR_LINE_BYTES: usize = 4096;
 /// After the child exited, how long its standard error may take to reach its end (a child
 /// of its own may hold it open): its last line goes into the reason of a failure.
 const STDERR_TAIL_WAIT: Duration = Duration::from_millis(500);
 
 /// Runs `program` with `args` per work item.
-pub(crate) struct ExecAnalyser {
+#[derive(Debug, Clone)]
+pub struct ExecAnalyser {
     program: String,
     args: Vec<String>,
     /// Between SIGTERM and SIGKILL.
@@ -43,21 +44,20 @@ pub(crate) struct ExecAnalyser {
 }
 
 impl ExecAnalyser {
-    pub(crate) fn new(command: &[String], grace: Duration) -> anyhow::Result<Self> {
-        let (program, args) = command
-            .split_first()
-            .ok_or_else(|| crate::values::usage("--exec needs a command"))?;
-        Ok(ExecAnalyser {
-            program: program.clone(),
-            args: args.to_vec(),
+    /// Runs `program` (looked up in `PATH` unless it is a path) with `args`; a run that is
+    /// stopped gets SIGTERM, then SIGKILL after `grace` (`--kill-grace`).
+    pub fn new(program: impl Into<String>, args: Vec<String>, grace: Duration) -> Self {
+        ExecAnalyser {
+            program: program.into(),
+            args,
             grace,
-        })
+        }
     }
 }
 
 #[async_trait]
 impl Analyser for ExecAnalyser {
-    async fn start(&self, input: Vec<u8>, lease: &str) -> anyhow::Result<Box<dyn Run>> {
+    async fn start(&self, input: Vec<u8>, lease: &str) -> Result<Box<dyn Run>, BoxError> {
         let child = Command::new(&self.program)
             .args(&self.args)
             .stdin(Stdio::piped())
@@ -66,7 +66,7 @@ impl Analyser for ExecAnalyser {
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("cannot start the analyser {:?}", self.program))?;
+            .map_err(|e| format!("cannot start the analyser {:?}: {e}", self.program))?;
         // From here on, dropping the run (an error below included) stops the whole group.
         let mut group = GroupGuard::new(child);
         let child = &mut group.child;
@@ -74,7 +74,7 @@ impl Analyser for ExecAnalyser {
         let stdout = child
             .stdout
             .take()
-            .context("the analyser's standard output")?;
+            .ok_or("the analyser's standard output")?;
         if let Some(mut stdin) = stdin {
             // A child that exits without reading all of it is its own business: its exit
             // code says how it went.
@@ -251,13 +251,13 @@ impl ExecRun {
 
 #[async_trait]
 impl Run for ExecRun {
-    async fn next_line(&mut self) -> anyhow::Result<Option<String>> {
+    async fn next_line(&mut self) -> Result<Option<String>, BoxError> {
         loop {
             let available = self
                 .stdout
                 .fill_buf()
                 .await
-                .context("reading the analyser's output")?;
+                .map_err(|e| format!("reading the analyser's output: {e}"))?;
             if available.is_empty() {
                 if self.buffer.is_empty() {
                     return Ok(None);
@@ -309,7 +309,7 @@ impl Run for ExecRun {
         match self.last_words().await {
             Some(words) => Ending::Failed(format!(
                 "{why}; its last line on standard error: {}",
-                super::protocol::truncate(&words, 500)
+                crate::protocol::truncate(&words, 500)
             )),
             None => Ending::Failed(why),
         }
@@ -337,17 +337,17 @@ impl Run for ExecRun {
     }
 }
 
-fn check_length(len: usize) -> anyhow::Result<()> {
+fn check_length(len: usize) -> Result<(), BoxError> {
     if len > MAX_LINE_BYTES {
-        anyhow::bail!("the analyser wrote a line longer than {MAX_LINE_BYTES} bytes");
+        return Err(format!("the analyser wrote a line longer than {MAX_LINE_BYTES} bytes").into());
     }
     Ok(())
 }
 
-fn take_line(buffer: &mut Vec<u8>) -> anyhow::Result<String> {
+fn take_line(buffer: &mut Vec<u8>) -> Result<String, BoxError> {
     let bytes = std::mem::take(buffer);
-    let mut line = String::from_utf8(bytes)
-        .map_err(|_| anyhow::anyhow!("the analyser wrote a line that is not UTF-8"))?;
+    let mut line =
+        String::from_utf8(bytes).map_err(|_| "the analyser wrote a line that is not UTF-8")?;
     if line.ends_with('\r') {
         line.pop();
     }

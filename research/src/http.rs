@@ -1,7 +1,7 @@
-//! `research --http URL`: the analyser as an HTTP service. Each work item is POSTed to the URL
-//! (the same JSON object `--exec` writes on standard input, `Content-Type:
-//! application/json`); the response body streams the protocol's lines. 2xx and the whole
-//! body: done; 429 or 503: try later; any other status or a body cut short: the item fails.
+//! [`HttpAnalyser`] (`archivist research --http URL`): the analyser as an HTTP service. Each
+//! work item is POSTed to the URL (the same JSON object `--exec` writes on standard input,
+//! `Content-Type: application/json`); the response body streams the protocol's lines. 2xx
+//! and the whole body: done; 429 or 503: try later; any other status or a body cut short: the item fails.
 //! The media paths are local to the researcher: the service must see the same files (run it
 //! on the same host, or share the cache directory).
 //!
@@ -11,15 +11,16 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use async_trait::async_trait;
 use reqwest::StatusCode;
 
-use super::analyser::{Analyser, Ending, Run};
-use super::protocol::MAX_LINE_BYTES;
+use crate::analyser::{Analyser, BoxError, Ending, Run};
+use crate::protocol::MAX_LINE_BYTES;
+use crate::ResearchError;
 
 /// POSTs each work item to one URL.
-pub(crate) struct HttpAnalyser {
+#[derive(Debug, Clone)]
+pub struct HttpAnalyser {
     client: reqwest::Client,
     url: reqwest::Url,
     /// The URL as logs show it: credentials masked.
@@ -27,13 +28,15 @@ pub(crate) struct HttpAnalyser {
 }
 
 impl HttpAnalyser {
-    /// An analyser at `url` (http or https), connecting within `connect_timeout`.
-    pub(crate) fn new(url: &str, connect_timeout: Duration) -> anyhow::Result<Self> {
+    /// An analyser at `url` (http or https), connecting within `connect_timeout`. A `url`
+    /// that is not an http(s) URL is [`ResearchError::Config`], named as `--http` (with its
+    /// credentials masked).
+    pub fn new(url: &str, connect_timeout: Duration) -> Result<Self, ResearchError> {
         let shown = messagebus::redact_url(url);
         let parsed = reqwest::Url::parse(url)
-            .map_err(|e| crate::values::usage(format!("--http {shown}: not a URL ({e})")))?;
+            .map_err(|e| ResearchError::Config(format!("--http {shown}: not a URL ({e})")))?;
         if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(crate::values::usage(format!(
+            return Err(ResearchError::Config(format!(
                 "--http {shown}: expected an http:// or https:// URL"
             )));
         }
@@ -41,7 +44,7 @@ impl HttpAnalyser {
         let client = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .build()
-            .context("cannot build the HTTP client")?;
+            .map_err(ResearchError::HttpClient)?;
         Ok(HttpAnalyser {
             client,
             url: parsed,
@@ -52,7 +55,7 @@ impl HttpAnalyser {
 
 #[async_trait]
 impl Analyser for HttpAnalyser {
-    async fn start(&self, input: Vec<u8>, _lease: &str) -> anyhow::Result<Box<dyn Run>> {
+    async fn start(&self, input: Vec<u8>, _lease: &str) -> Result<Box<dyn Run>, BoxError> {
         let response = self
             .client
             .post(self.url.clone())
@@ -62,7 +65,7 @@ impl Analyser for HttpAnalyser {
             .await
             // reqwest's error names the URL: say it once, masked.
             .map_err(|e| {
-                anyhow::anyhow!(
+                format!(
                     "the analyser at {} did not answer: {}",
                     self.shown,
                     e.without_url()
@@ -78,7 +81,7 @@ impl Analyser for HttpAnalyser {
             let text = response.text().await.unwrap_or_default();
             return Ok(Box::new(HttpRun::Ended(Ending::Failed(format!(
                 "the analyser answered HTTP {status}: {}",
-                super::protocol::truncate(text.trim(), 300)
+                crate::protocol::truncate(text.trim(), 300)
             )))));
         }
         Ok(Box::new(HttpRun::Streaming {
@@ -110,7 +113,7 @@ enum HttpRun {
 
 #[async_trait]
 impl Run for HttpRun {
-    async fn next_line(&mut self) -> anyhow::Result<Option<String>> {
+    async fn next_line(&mut self) -> Result<Option<String>, BoxError> {
         let HttpRun::Streaming {
             response,
             pending,
@@ -128,7 +131,9 @@ impl Run for HttpRun {
                 return Ok(Some(utf8_line(line)?));
             }
             if pending.len() > MAX_LINE_BYTES {
-                anyhow::bail!("the analyser sent a line longer than {MAX_LINE_BYTES} bytes");
+                return Err(
+                    format!("the analyser sent a line longer than {MAX_LINE_BYTES} bytes").into(),
+                );
             }
             if *done || broken.is_some() {
                 if pending.is_empty() {
@@ -159,10 +164,9 @@ impl Run for HttpRun {
     }
 }
 
-fn utf8_line(mut bytes: Vec<u8>) -> anyhow::Result<String> {
+fn utf8_line(mut bytes: Vec<u8>) -> Result<String, BoxError> {
     if bytes.last() == Some(&b'\r') {
         bytes.pop();
     }
-    String::from_utf8(bytes)
-        .map_err(|_| anyhow::anyhow!("the analyser sent a line that is not UTF-8"))
+    String::from_utf8(bytes).map_err(|_| "the analyser sent a line that is not UTF-8".into())
 }

@@ -1,6 +1,7 @@
-//! The analyser protocol's lines (the book's chapter docs/src/researchers.md, the contract's *analyser
-//! protocol*): parsing one line of an analyser's output and checking it against the work item,
-//! and the work item as the analyser reads it (with `media_path` beside each `media_uri`).
+//! The analyser protocol's lines (the book's chapter docs/src/researchers.md, the contract's
+//! *analyser protocol*): parsing one line of an analyser's output and checking it against the
+//! work item, and the work item as the analyser reads it (with `media_path` beside each
+//! `media_uri`).
 //!
 //! A line is one JSON object, one of:
 //!
@@ -17,27 +18,38 @@ use archivist::messages::{PendingResearchItem, MAX_DURATION_NS, MAX_OFFSETS, MAX
 use serde::Deserialize;
 
 /// The longest line an analyser may write, in bytes: a result as large as a bus message.
-pub(crate) const MAX_LINE_BYTES: usize = messagebus::MAX_BODY_BYTES;
+pub const MAX_LINE_BYTES: usize = messagebus::MAX_BODY_BYTES;
 
 /// One valid line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Line {
+#[non_exhaustive]
+pub enum Line {
     /// The clip was looked for.
     Answer {
+        /// The clip, as the work item names it.
         clip_title: String,
+        /// Where the clip starts in the episode, in nanoseconds: sorted, without duplicates,
+        /// each within the episode. Empty: not found.
         clip_offsets_ns: Vec<i64>,
+        /// The clip's length, in nanoseconds.
         clip_duration_ns: i64,
+        /// The episode's length, in nanoseconds.
         episode_duration_ns: i64,
     },
     /// The pair cannot be researched, for a reason that will not pass.
-    Failure { clip_title: String, reason: String },
+    Failure {
+        /// The clip, as the work item names it.
+        clip_title: String,
+        /// Why, cut to the messages' short-text limit.
+        reason: String,
+    },
     /// The analyser is alive; the text is for the log and the status.
     Progress(String),
 }
 
 impl Line {
     /// The clip the line answers, if it answers one.
-    pub(crate) fn clip_title(&self) -> Option<&str> {
+    pub fn clip_title(&self) -> Option<&str> {
         match self {
             Line::Answer { clip_title, .. } | Line::Failure { clip_title, .. } => Some(clip_title),
             Line::Progress(_) => None,
@@ -59,7 +71,7 @@ struct RawLine {
 /// Parses one line of analyser output and checks it against `clips` (the titles the analyser
 /// was given, each answered at most once: `answered` holds those answered so far in this run).
 /// The error says what is wrong, for the item's failure reason.
-pub(crate) fn parse_line(
+pub fn parse_line(
     line: &str,
     clips: &HashMap<String, usize>,
     answered: &std::collections::HashSet<String>,
@@ -155,7 +167,7 @@ pub(crate) fn shown(line: &str) -> String {
 /// The work item as the analyser reads it: `item` with `media_path` beside the episode's and
 /// each given clip's `media_uri`. `clip_paths` holds the clips to analyse, in the item's
 /// order; clips left out (their media is gone) are not given.
-pub(crate) fn analyser_input(
+pub fn analyser_input(
     item: &PendingResearchItem,
     episode_path: &str,
     clip_paths: &[(usize, String)],

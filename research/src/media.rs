@@ -1,5 +1,5 @@
-//! Media for the analyser: `http(s)://` URLs downloaded into the cache directory, `file://`
-//! URLs and plain paths read where they are; each with the SHA-256 of its bytes (the
+//! [`Media`], media for the analyser: `http(s)://` URLs downloaded into the cache directory,
+//! `file://` URLs and plain paths read where they are; each with the SHA-256 of its bytes (the
 //! results' `episode_hash` / `clip_hash`).
 //!
 //! Local media: regular files only (a device such as `/dev/zero`, a FIFO, a socket or a
@@ -7,9 +7,9 @@
 //! the file grows meanwhile, and with `--media-root` only inside those folders (checked on the
 //! file opened, symlinks and `..` resolved).
 //!
-//! The cache directory (by default `$XDG_CACHE_HOME/archivist/media`, else
-//! `~/.cache/archivist/media`) outlives the process and is shared by every researcher pointed
-//! at it. Its files:
+//! The cache directory (`archivist research`'s default: `$XDG_CACHE_HOME/archivist/media`,
+//! else `~/.cache/archivist/media`) outlives the process and is shared by every researcher
+//! pointed at it. Its files:
 //!
 //! - `<sha256 of the bytes>.media`: a finished download, named by its content (so a name is
 //!   written once, and what a name holds never changes);
@@ -52,56 +52,46 @@ use tokio_util::sync::CancellationToken;
 
 use net::address_policy::{self, AddressPolicy, Redirects};
 
-/// Settings of the media fetcher.
+use crate::ResearchError;
+
+/// Settings of the media fetcher. Each names the `archivist research` option that sets it.
 #[derive(Debug, Clone)]
-pub(crate) struct MediaConfig {
-    pub(crate) cache_dir: PathBuf,
-    /// The most bytes of finished downloads kept.
-    pub(crate) cache_size: u64,
-    /// The largest media file fetched or read.
-    pub(crate) max_size: u64,
-    /// The folders local media must be in, canonical (see [`media_roots`]); empty: anywhere.
-    pub(crate) media_roots: Vec<PathBuf>,
-    pub(crate) connect_timeout: Duration,
-    /// The longest wait for the next bytes of a response.
-    pub(crate) read_timeout: Duration,
-    /// Tries of one download before the item fails.
-    pub(crate) attempts: u32,
-    /// Which addresses downloads may connect to.
-    pub(crate) addresses: AddressPolicy,
-    /// The lowest average rate of a download after [`RATE_GRACE`], in bytes a second (0: none).
-    pub(crate) min_rate: u64,
+pub struct MediaConfig {
+    /// Where downloads are kept, across restarts; researchers on one machine may share it
+    /// (`--cache-dir`). Created if missing; made absolute.
+    pub cache_dir: PathBuf,
+    /// The most bytes of finished downloads kept, the least recently used evicted
+    /// (`--cache-size`).
+    pub cache_size: u64,
+    /// The largest media file fetched or read; a larger one is failed research
+    /// (`--max-media-size`).
+    pub max_size: u64,
+    /// The folders local media must be in (`--media-root`); each must be an existing folder.
+    /// Empty: anywhere.
+    pub media_roots: Vec<PathBuf>,
+    /// The longest wait to connect to a media server (`--fetch-connect-timeout`).
+    pub connect_timeout: Duration,
+    /// The longest wait for the next bytes of a response (`--fetch-read-timeout`).
+    pub read_timeout: Duration,
+    /// Tries of one download before the item fails (`--fetch-attempts`).
+    pub attempts: u32,
+    /// Which addresses downloads may connect to (`--allow-private-addresses`).
+    pub addresses: AddressPolicy,
+    /// The lowest average rate of a download after [`RATE_GRACE`], in bytes a second; 0:
+    /// none (`--fetch-min-rate`).
+    pub min_rate: u64,
 }
 
-/// The cache directory when `--cache-dir` is not given: `archivist/media` under
-/// `$XDG_CACHE_HOME` (when absolute, as the XDG spec asks), else under `~/.cache`.
-pub(crate) fn default_cache_dir() -> anyhow::Result<PathBuf> {
-    let var = |name| {
-        std::env::var_os(name)
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-    };
-    let base = var("XDG_CACHE_HOME")
-        .or_else(|| var("HOME").map(|home| home.join(".cache")))
-        .ok_or_else(|| {
-            crate::values::usage(
-                "no cache directory: neither XDG_CACHE_HOME nor HOME is set; give --cache-dir \
-                 (ARCHIVIST_CACHE_DIR)",
-            )
-        })?;
-    Ok(base.join("archivist").join("media"))
-}
-
-/// `--media-root`s, canonical: each must be an existing folder (else a usage error).
-pub(crate) fn media_roots(given: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+/// `--media-root`s, canonical: each must be an existing folder.
+fn media_roots(given: &[PathBuf]) -> Result<Vec<PathBuf>, ResearchError> {
     given
         .iter()
         .map(|root| {
             let canonical = std::fs::canonicalize(root).map_err(|e| {
-                crate::values::usage(format!("--media-root {}: {e}", root.display()))
+                ResearchError::Config(format!("--media-root {}: {e}", root.display()))
             })?;
             if !canonical.is_dir() {
-                return Err(crate::values::usage(format!(
+                return Err(ResearchError::Config(format!(
                     "--media-root {}: not a folder",
                     root.display()
                 )));
@@ -193,8 +183,8 @@ pub(crate) struct Fetched {
     pub(crate) cache_hit: bool,
 }
 
-/// The media fetcher and its cache. One per researcher process, shared by its slots.
-pub(crate) struct Media {
+/// The media fetcher and its cache. One per researcher, shared by its slots.
+pub struct Media {
     config: MediaConfig,
     client: address_policy::Client,
     state: Mutex<CacheState>,
@@ -227,30 +217,33 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How long a download may take before `--fetch-min-rate` applies (connecting, a slow start).
-pub(crate) const RATE_GRACE: Duration = Duration::from_secs(30);
+pub const RATE_GRACE: Duration = Duration::from_secs(30);
 /// Redirects followed for one download, at most (reqwest's default).
 const MAX_REDIRECTS: usize = 10;
 
 impl Media {
-    /// Creates the cache directory if missing, removes what crashed researchers left in it
-    /// and evicts down to the cache size. Other researchers may use the directory meanwhile.
-    pub(crate) fn new(mut config: MediaConfig) -> anyhow::Result<Self> {
+    /// Checks the media roots (each made canonical), creates the cache directory if missing,
+    /// removes what crashed researchers left in it and evicts down to the cache size. Other
+    /// researchers may use the directory meanwhile. A root or cache directory that cannot be
+    /// used is [`ResearchError::Config`].
+    pub fn new(mut config: MediaConfig) -> Result<Self, ResearchError> {
+        config.media_roots = media_roots(&config.media_roots)?;
         // Downloads are given to analysers as `media_path`, which the protocol promises is
         // absolute: a relative --cache-dir would make them relative.
         config.cache_dir = std::path::absolute(&config.cache_dir).map_err(|e| {
-            crate::values::usage(format!(
+            ResearchError::Config(format!(
                 "--cache-dir {}: cannot resolve it: {e}",
                 config.cache_dir.display()
             ))
         })?;
         std::fs::create_dir_all(&config.cache_dir).map_err(|e| {
-            crate::values::usage(format!(
+            ResearchError::Config(format!(
                 "--cache-dir {}: cannot create it: {e}",
                 config.cache_dir.display()
             ))
         })?;
         std::fs::read_dir(&config.cache_dir).map_err(|e| {
-            crate::values::usage(format!(
+            ResearchError::Config(format!(
                 "--cache-dir {}: cannot use it: {e}",
                 config.cache_dir.display()
             ))
@@ -267,7 +260,7 @@ impl Media {
             builder,
             Redirects::Follow(MAX_REDIRECTS),
         )
-        .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
+        .map_err(ResearchError::HttpClient)?;
         Ok(Media {
             config,
             client,

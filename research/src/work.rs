@@ -17,10 +17,12 @@ use archivist::messages::{decode, encode, CompletedResearchItem, Message, Pendin
 use chrono::Utc;
 use messagebus::{Delivery, Sender};
 
-use super::analyser::Ending;
-use super::media::{self, Fetched, MediaError};
-use super::protocol::{self, Line};
-use super::{Context, SlotState};
+use crate::analyser::{self, BoxError, Ending, Run};
+use crate::media::{self, Fetched, MediaError};
+use crate::protocol::{self, Line};
+use crate::runtime::{Context, Counts};
+use crate::status::SlotState;
+use crate::ResearchError;
 
 /// How an item ended, for the log, the metrics and what happens to its delivery.
 #[derive(Debug)]
@@ -53,7 +55,8 @@ const MAX_BATCH: usize = 500;
 /// Handles one delivery of `pending_research` on slot `slot`. Returns `false` when the item
 /// went back to the queue (failed or released), so that the slot pauses before it takes
 /// another: the item would otherwise come straight back to it.
-pub(super) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bool {
+pub(crate) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bool {
+    Counts::add(&ctx.counts.received, 1);
     let item: PendingResearchItem = match decode(delivery.body()) {
         Ok(item) => item,
         Err(e) => {
@@ -61,8 +64,16 @@ pub(super) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
             tracing::warn!(slot, reason = %reason, "poison work item: setting it aside");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "poison")
                 .increment(1);
-            if let Err(e) = delivery.dead_letter(&reason).await {
-                tracing::warn!(error = %e, "could not dead-letter the work item");
+            let message_id = delivery.message_id().to_string();
+            match delivery.dead_letter(&reason).await {
+                Ok(()) => {
+                    Counts::add(&ctx.counts.dead_lettered, 1);
+                    ctx.report(ResearchError::DeadLettered { message_id, reason });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not dead-letter the work item");
+                    ctx.report(ResearchError::Bus(e));
+                }
             }
             return true;
         }
@@ -74,7 +85,8 @@ pub(super) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
         tracing::info!(lease = %lease, episode = %item.episode.title, expired_at = %item.lease_expires_at, "skipping a work item whose lease has expired");
         metrics::counter!("archivist_researcher_items_total", "outcome" => "skipped_expired")
             .increment(1);
-        settle_ack(delivery, &lease).await;
+        Counts::add(&ctx.counts.skipped, 1);
+        settle_ack(ctx, delivery, &lease).await;
         return true;
     }
     let receive = delivery.receive_count();
@@ -93,14 +105,15 @@ pub(super) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
             tracing::info!(slot, lease = %lease, took = %took, "work item finished");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "finished")
                 .increment(1);
-            settle_ack(delivery, &lease).await;
+            Counts::add(&ctx.counts.finished, 1);
+            settle_ack(ctx, delivery, &lease).await;
             true
         }
         Outcome::Released(why) => {
             tracing::info!(slot, lease = %lease, reason = %why, "work item released for later");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "released")
                 .increment(1);
-            settle_release(delivery, &lease).await;
+            settle_release(ctx, delivery, &lease).await;
             false
         }
         Outcome::Later(why) => {
@@ -116,7 +129,7 @@ pub(super) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
                 _ = tokio::time::sleep(wait) => {}
             }
             tracing::info!(slot, lease = %lease, "work item released for later");
-            settle_release(delivery, &lease).await;
+            settle_release(ctx, delivery, &lease).await;
             // The wait was the pause.
             true
         }
@@ -124,42 +137,62 @@ pub(super) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
             tracing::warn!(slot, lease = %lease, receive, reason = %why, "work item failed on its last allowed try (ARCHIVIST_MAX_RECEIVES): dead-lettered");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "gave_up")
                 .increment(1);
-            settle_dead_letter(delivery, &lease, &why).await;
+            settle_dead_letter(ctx, delivery, &lease, why).await;
             false
         }
         Outcome::Failed(why) => {
             tracing::warn!(slot, lease = %lease, receive, reason = %why, "work item failed; released for another try");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "failed")
                 .increment(1);
-            settle_release(delivery, &lease).await;
+            ctx.report(ResearchError::ItemFailed {
+                lease_id: item.lease_id,
+                reason: why,
+            });
+            settle_release(ctx, delivery, &lease).await;
             false
         }
         Outcome::GaveUp(why) => {
             tracing::warn!(slot, lease = %lease, receive, reason = %why, "the analyser failed on the work item's last allowed try (ARCHIVIST_MAX_RECEIVES): its unanswered pairs are failed research, the item dead-lettered");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "gave_up")
                 .increment(1);
-            settle_dead_letter(delivery, &lease, &why).await;
+            settle_dead_letter(ctx, delivery, &lease, why).await;
             false
         }
     }
 }
 
-async fn settle_dead_letter(delivery: Delivery, lease: &str, why: &str) {
-    if let Err(e) = delivery.dead_letter(why).await {
-        tracing::warn!(lease = %lease, error = %e, "could not dead-letter the work item; it comes back, and the bus sets it aside at its next receive");
+async fn settle_dead_letter(ctx: &Context, delivery: Delivery, lease: &str, why: String) {
+    let message_id = delivery.message_id().to_string();
+    match delivery.dead_letter(&why).await {
+        Ok(()) => {
+            Counts::add(&ctx.counts.dead_lettered, 1);
+            ctx.report(ResearchError::DeadLettered {
+                message_id,
+                reason: why,
+            });
+        }
+        Err(e) => {
+            tracing::warn!(lease = %lease, error = %e, "could not dead-letter the work item; it comes back, and the bus sets it aside at its next receive");
+            ctx.report(ResearchError::Bus(e));
+        }
     }
 }
 
-async fn settle_ack(delivery: Delivery, lease: &str) {
+async fn settle_ack(ctx: &Context, delivery: Delivery, lease: &str) {
     if let Err(e) = delivery.ack().await {
         // It comes back after its visibility timeout; its results are recorded once anyway.
         tracing::warn!(lease = %lease, error = %e, "could not acknowledge the work item");
+        ctx.report(ResearchError::Bus(e));
     }
 }
 
-async fn settle_release(delivery: Delivery, lease: &str) {
-    if let Err(e) = delivery.release().await {
-        tracing::warn!(lease = %lease, error = %e, "could not release the work item; it comes back after its visibility timeout");
+async fn settle_release(ctx: &Context, delivery: Delivery, lease: &str) {
+    match delivery.release().await {
+        Ok(()) => Counts::add(&ctx.counts.released, 1),
+        Err(e) => {
+            tracing::warn!(lease = %lease, error = %e, "could not release the work item; it comes back after its visibility timeout");
+            ctx.report(ResearchError::Bus(e));
+        }
     }
 }
 
@@ -259,7 +292,7 @@ async fn research(
         Ok(Ok(run)) => run,
         Ok(Err(e)) => {
             return results
-                .analyser_failed(format!("{e:#}"), &titles, &HashSet::new())
+                .analyser_failed(analyser::reason(&*e), &titles, &HashSet::new())
                 .await
         }
         Err(_) => {
@@ -327,7 +360,7 @@ async fn research(
             Ok(Err(e)) => {
                 run.stop().await;
                 return results
-                    .analyser_failed(format!("{e:#}"), &titles, &answered)
+                    .analyser_failed(analyser::reason(&*e), &titles, &answered)
                     .await;
             }
             Ok(Ok(None)) => break,
@@ -430,10 +463,8 @@ async fn research(
 }
 
 /// The analyser's next line if it is there to be read now (`None` if reading it would wait).
-/// Dropping `next_line` unfinished loses nothing (see [`super::analyser::Run`]).
-async fn line_written(
-    run: &mut Box<dyn super::analyser::Run>,
-) -> Option<anyhow::Result<Option<String>>> {
+/// Dropping `next_line` unfinished loses nothing (see [`Run`]).
+async fn line_written(run: &mut Box<dyn Run>) -> Option<Result<Option<String>, BoxError>> {
     tokio::select! {
         biased;
         next = run.next_line() => Some(next),
@@ -593,6 +624,7 @@ impl<'a> Results<'a> {
             return Ok(());
         }
         send_patiently(&*self.ctx.results, batch.iter().map(encode).collect()).await?;
+        Counts::add(&self.ctx.counts.results_sent, batch.len() as u64);
         self.last_sent = batch.pop();
         Ok(())
     }
@@ -746,8 +778,11 @@ mod tests {
     use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
     use tokio_util::sync::CancellationToken;
 
-    use super::super::analyser::{Analyser, Run};
-    use super::super::media::{Media, MediaConfig};
+    use crate::analyser::Analyser;
+    use crate::media::{Media, MediaConfig};
+    use crate::status::Status;
+    use crate::Later;
+
     use super::*;
 
     /// An analyser whose lines are written by the test, so that the test decides which lines
@@ -756,7 +791,7 @@ mod tests {
 
     #[async_trait]
     impl Analyser for Scripted {
-        async fn start(&self, _input: Vec<u8>, _lease: &str) -> anyhow::Result<Box<dyn Run>> {
+        async fn start(&self, _input: Vec<u8>, _lease: &str) -> Result<Box<dyn Run>, BoxError> {
             let lines = self.0.lock().unwrap().take().unwrap();
             Ok(Box::new(ScriptedRun(lines, self.1.clone())))
         }
@@ -770,7 +805,7 @@ mod tests {
 
     #[async_trait]
     impl Run for ScriptedRun {
-        async fn next_line(&mut self) -> anyhow::Result<Option<String>> {
+        async fn next_line(&mut self) -> Result<Option<String>, BoxError> {
             Ok(self.0.recv().await)
         }
 
@@ -866,10 +901,12 @@ mod tests {
             hard_stop: CancellationToken::new(),
             stall_timeout: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(1),
-            slots: std::sync::Mutex::new(vec![super::super::SlotState::Idle]),
+            status: Status::new("scripted".into(), 1),
             max_receives: 5,
-            later: super::super::Later::default(),
+            later: Later::default(),
             stopping: CancellationToken::new(),
+            counts: Default::default(),
+            errors: tokio::sync::mpsc::channel(16).0,
         };
         Harness {
             _dir: dir,

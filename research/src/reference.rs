@@ -1,8 +1,9 @@
-//! The reference analyser (crate `analysis`) behind the [`Analyser`] trait: the default when
-//! neither `--exec` nor `--http` is given. It runs in this process, on a blocking thread per
-//! work item, and speaks the same protocol as any other analyser (progress lines while the
-//! episode decodes, then one line per clip), so the runtime validates and sends its answers
-//! exactly as it does an external program's.
+//! [`ReferenceAnalyser`]: the reference analyser (crate `analysis`) behind the [`Analyser`]
+//! trait; `archivist research` runs it when neither `--exec` nor `--http` is given. It runs
+//! in the researcher's process, on a blocking thread per work item, and speaks the same
+//! protocol as any other analyser (progress lines while the episode decodes, then one line
+//! per clip), so the runtime validates and sends its answers exactly as it does an external
+//! program's.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,18 +12,25 @@ use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::analyser::{Analyser, Ending, Run};
+use crate::analyser::{Analyser, BoxError, Ending, Run};
 
 /// The reference analyser, shared by every slot (its clip fingerprint cache with it).
-pub(crate) struct ReferenceAnalyser {
+pub struct ReferenceAnalyser {
     analyser: Arc<analysis::Analyser>,
 }
 
 impl ReferenceAnalyser {
-    pub(crate) fn new() -> Self {
+    /// The reference analyser with its default parameters.
+    pub fn new() -> Self {
         ReferenceAnalyser {
             analyser: Arc::new(analysis::Analyser::new(analysis::Params::default())),
         }
+    }
+}
+
+impl Default for ReferenceAnalyser {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -46,7 +54,7 @@ struct ClipWithPath {
 
 #[async_trait]
 impl Analyser for ReferenceAnalyser {
-    async fn start(&self, input: Vec<u8>, _lease: &str) -> anyhow::Result<Box<dyn Run>> {
+    async fn start(&self, input: Vec<u8>, _lease: &str) -> Result<Box<dyn Run>, BoxError> {
         let input: Input = serde_json::from_slice(&input)?;
         let (lines, rx) = mpsc::unbounded_channel();
         let analyser = Arc::clone(&self.analyser);
@@ -128,7 +136,7 @@ struct ReferenceRun {
 
 #[async_trait]
 impl Run for ReferenceRun {
-    async fn next_line(&mut self) -> anyhow::Result<Option<String>> {
+    async fn next_line(&mut self) -> Result<Option<String>, BoxError> {
         Ok(self.lines.recv().await)
     }
 

@@ -1,0 +1,397 @@
+//! The researcher's run: its settings, the slots (one receiver each, so one consumer each on
+//! the buses that count them; a slot receives only when it is free), and shutdown (stop
+//! taking items, the drain timeout for those in hand, then stop the analysers and release at
+//! once).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use messagebus::{Receiver, Sender};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::analyser::Analyser;
+use crate::handle::{Ended, Report, ResearcherHandle, ERROR_CHANNEL_CAPACITY};
+use crate::media::Media;
+use crate::status::{SlotState, Status};
+use crate::work;
+use crate::ResearchError;
+
+/// How long an item whose analyser asked for a later try is held before it is released.
+#[derive(Debug, Clone, Copy)]
+pub struct Later {
+    /// The hold at the item's first receive; doubled at each receive after
+    /// (`--later-backoff`).
+    pub first: Duration,
+    /// The longest hold (`--later-max-backoff`).
+    pub max: Duration,
+}
+
+impl Default for Later {
+    fn default() -> Self {
+        Later {
+            first: Duration::from_secs(60),
+            max: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+impl Later {
+    /// The hold at the item's `receive`th receive (1 on the first).
+    pub fn wait(&self, receive: u32) -> Duration {
+        let doublings = receive.saturating_sub(1).min(30);
+        self.first
+            .saturating_mul(1 << doublings)
+            .min(self.max.max(self.first))
+    }
+}
+
+/// Settings of a researcher's run. Each names the `archivist research` option or variable
+/// that sets it; the defaults are that command's.
+#[derive(Debug, Clone)]
+pub struct ResearcherSettings {
+    /// Take the items waiting now, finish them, and end (`--once`): a slot ends when a
+    /// receive finds nothing.
+    pub once: bool,
+    /// Stop an analyser that writes no line (progress lines count) for this long; the item
+    /// fails (`--stall-timeout`).
+    pub stall_timeout: Duration,
+    /// After the token is cancelled, how long items in hand may take to finish before their
+    /// analysers are stopped and the items released (`--drain-timeout`).
+    pub drain_timeout: Duration,
+    /// Holds of items whose analyser asked for a later try.
+    pub later: Later,
+    /// The queue's receive limit (`ARCHIVIST_MAX_RECEIVES`): an item received this many
+    /// times is on its last allowed try, and one that fails then is given up (its
+    /// unanswered pairs sent as failed research, the item dead-lettered). 0: no limit known.
+    pub max_receives: u32,
+    /// With `once`: how long the bus may stay unreachable before the run ends with
+    /// [`ResearchError::Unreachable`] (`ARCHIVIST_RETRY_BUDGET`). A long-running researcher
+    /// keeps trying.
+    pub retry_budget: Duration,
+}
+
+impl Default for ResearcherSettings {
+    fn default() -> Self {
+        ResearcherSettings {
+            once: false,
+            stall_timeout: Duration::from_secs(10 * 60),
+            drain_timeout: Duration::from_secs(30),
+            later: Later::default(),
+            max_receives: 5,
+            retry_budget: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What the run counts, for its [`Report`].
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub(crate) received: AtomicU64,
+    pub(crate) finished: AtomicU64,
+    pub(crate) skipped: AtomicU64,
+    pub(crate) released: AtomicU64,
+    pub(crate) dead_lettered: AtomicU64,
+    pub(crate) results_sent: AtomicU64,
+    errors_dropped: AtomicU64,
+}
+
+impl Counts {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn report(&self, ended: Ended) -> Report {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut report = Report::new(ended);
+        report.received = get(&self.received);
+        report.finished = get(&self.finished);
+        report.skipped = get(&self.skipped);
+        report.released = get(&self.released);
+        report.dead_lettered = get(&self.dead_lettered);
+        report.results_sent = get(&self.results_sent);
+        report.errors_dropped = get(&self.errors_dropped);
+        report
+    }
+}
+
+/// What every slot shares.
+pub(crate) struct Context {
+    pub(crate) analyser: Arc<dyn Analyser>,
+    pub(crate) media: Media,
+    pub(crate) results: Arc<dyn Sender>,
+    /// Cancelled at the drain timeout after the token (or at once when the researcher stops
+    /// for another reason): analysers are stopped, items released.
+    pub(crate) hard_stop: CancellationToken,
+    pub(crate) stall_timeout: Duration,
+    pub(crate) drain_timeout: Duration,
+    pub(crate) status: Status,
+    /// The queue's receive limit: an item received this many times is on its last allowed
+    /// try.
+    pub(crate) max_receives: u32,
+    /// Holds of items whose analyser asked for a later try.
+    pub(crate) later: Later,
+    /// The token: once cancelled, an item held for a later try is released at once.
+    pub(crate) stopping: CancellationToken,
+    pub(crate) counts: Counts,
+    /// The errors channel's sending side (see [`Context::report`]).
+    pub(crate) errors: mpsc::Sender<ResearchError>,
+}
+
+impl Context {
+    pub(crate) fn set_slot(&self, slot: usize, state: SlotState) {
+        self.status.set(slot, state);
+    }
+
+    pub(crate) fn set_progress(&self, slot: usize, text: String) {
+        self.status.set_progress(slot, text);
+    }
+
+    /// Hands `error` to the host if it has room for it; never blocks.
+    pub(crate) fn report(&self, error: ResearchError) {
+        if self.errors.try_send(error).is_err() {
+            Counts::add(&self.counts.errors_dropped, 1);
+        }
+    }
+}
+
+/// How long a long-running slot waits in one receive (SQS's longest poll).
+const RECEIVE_WAIT: Duration = Duration::from_secs(20);
+/// How long a `once` slot waits for an item before it decides the queue is drained.
+const ONCE_WAIT: Duration = Duration::from_secs(2);
+/// A slot's pause after an item went back to the queue; doubled for each such item in a row.
+const FIRST_PAUSE: Duration = Duration::from_millis(500);
+const MAX_PAUSE: Duration = Duration::from_secs(30);
+
+/// Starts a researcher: one slot per receiver in `receivers` (each on the pending-research
+/// queue; made before the start, so that each counts as a researcher from the start and work
+/// assignment sees the whole capacity at once), its results sent with `results` (the
+/// completed-research queue), `analyser` run on each item, its media fetched by `media`.
+///
+/// It runs until `token` is cancelled (then the drain: [`ResearcherSettings::drain_timeout`]
+/// for the items in hand, after which their analysers are stopped and the items released) or,
+/// with [`ResearcherSettings::once`], until the queue is drained. The caller owns the bus and
+/// closes it after [`ResearcherHandle::done`] resolved. Must be called inside a Tokio runtime.
+pub fn start(
+    token: CancellationToken,
+    receivers: Vec<Arc<dyn Receiver>>,
+    results: Arc<dyn Sender>,
+    analyser: Arc<dyn Analyser>,
+    media: Media,
+    settings: ResearcherSettings,
+) -> ResearcherHandle {
+    let (errors_tx, errors) = mpsc::channel(ERROR_CHANNEL_CAPACITY);
+    let (done_tx, done) = oneshot::channel();
+    let concurrency = receivers.len();
+    let status = Status::new(analyser.describe(), concurrency);
+    let ctx = Arc::new(Context {
+        analyser,
+        media,
+        results,
+        hard_stop: CancellationToken::new(),
+        stall_timeout: settings.stall_timeout,
+        drain_timeout: settings.drain_timeout,
+        status: status.clone(),
+        max_receives: settings.max_receives,
+        later: settings.later,
+        stopping: token.clone(),
+        counts: Counts::default(),
+        errors: errors_tx,
+    });
+    tokio::spawn(async move {
+        let mut done_tx = done_tx;
+        // A host that dropped the done channel has given up on the run: it stops where it
+        // is (its slots aborted with their items, which asks the bus to release them).
+        let ran = {
+            let ctx = ctx.clone();
+            tokio::select! {
+                ended = run(ctx, receivers, &settings, token) => Some(ended),
+                _ = done_tx.closed() => None,
+            }
+        };
+        if let Some(ended) = ran {
+            let _ = done_tx.send(ctx.counts.report(ended));
+        }
+    });
+    ResearcherHandle {
+        errors,
+        done,
+        status,
+    }
+}
+
+/// The slots until they end; how the run ended.
+async fn run(
+    ctx: Arc<Context>,
+    receivers: Vec<Arc<dyn Receiver>>,
+    settings: &ResearcherSettings,
+    token: CancellationToken,
+) -> Ended {
+    let concurrency = receivers.len();
+    if concurrency == 0 {
+        return Ended::Failed(ResearchError::Config(
+            "a researcher needs at least one slot (one receiver)".into(),
+        ));
+    }
+    metrics::gauge!("archivist_researcher_slots").set(concurrency as f64);
+    tracing::info!(
+        analyser = %ctx.analyser.describe(),
+        concurrency,
+        once = settings.once,
+        "researcher started"
+    );
+
+    // The drain: once the token is cancelled, items in hand get the drain timeout.
+    let drain = {
+        let (token, hard_stop, timeout) =
+            (token.clone(), ctx.hard_stop.clone(), settings.drain_timeout);
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = token.cancelled() => {}
+                // The slots ended by themselves (`once`, a fatal error).
+                _ = hard_stop.cancelled() => return,
+            }
+            tokio::select! {
+                _ = hard_stop.cancelled() => {}
+                _ = tokio::time::sleep(timeout) => {
+                    tracing::info!("drain timeout: stopping the analysers and releasing their items");
+                    hard_stop.cancel();
+                }
+            }
+        })
+    };
+    // The slots stop with the run when its task is dropped (the host gave up on it).
+    let _stop_drain = DropGuard(ctx.hard_stop.clone());
+
+    let mut set = JoinSet::new();
+    for (slot, receiver) in receivers.into_iter().enumerate() {
+        let (ctx, token) = (ctx.clone(), token.clone());
+        let (budget, once) = (settings.retry_budget, settings.once);
+        set.spawn(async move { run_slot(&ctx, slot, receiver, &token, once, budget).await });
+    }
+    let mut failed = None;
+    while let Some(joined) = set.join_next().await {
+        let result = joined.unwrap_or_else(|e| Err(ResearchError::SlotStopped(e.to_string())));
+        if let Err(e) = result {
+            if failed.is_none() {
+                // One slot cannot reach the bus: the others cannot either. Stop them all.
+                token.cancel();
+                ctx.hard_stop.cancel();
+                failed = Some(e);
+            }
+        }
+    }
+    ctx.hard_stop.cancel();
+    let _ = drain.await;
+    match failed {
+        Some(e) => Ended::Failed(e),
+        None if token.is_cancelled() => Ended::Cancelled,
+        None => Ended::Finished,
+    }
+}
+
+/// Cancels its token when dropped.
+struct DropGuard(CancellationToken);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// One slot: receives one item when free, handles it, and again, until the token is
+/// cancelled (or with `once`, until a receive finds nothing).
+async fn run_slot(
+    ctx: &Context,
+    slot: usize,
+    receiver: Arc<dyn Receiver>,
+    token: &CancellationToken,
+    once: bool,
+    retry_budget: Duration,
+) -> Result<(), ResearchError> {
+    let wait = if once { ONCE_WAIT } else { RECEIVE_WAIT };
+    let mut backoff = Duration::from_millis(200);
+    let mut failing_since: Option<tokio::time::Instant> = None;
+    let mut pause = Duration::ZERO;
+    loop {
+        if token.is_cancelled() {
+            return Ok(());
+        }
+        let received = tokio::select! {
+            _ = token.cancelled() => return Ok(()),
+            r = receiver.receive(1, wait) => r,
+        };
+        let deliveries = match received {
+            Ok(d) => {
+                failing_since = None;
+                backoff = Duration::from_millis(200);
+                d
+            }
+            Err(e) if e.is_retryable() => {
+                let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+                if once && since.elapsed() >= retry_budget {
+                    return Err(ResearchError::Unreachable {
+                        queue: receiver.queue().to_string(),
+                        source: e,
+                    });
+                }
+                tracing::warn!(slot, error = %e, retry_in = ?backoff, "cannot receive work items; trying again");
+                ctx.report(ResearchError::Bus(e));
+                tokio::select! {
+                    _ = token.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+            Err(e) => {
+                return Err(ResearchError::Receive {
+                    queue: receiver.queue().to_string(),
+                    source: e,
+                })
+            }
+        };
+        let Some(delivery) = deliveries.into_iter().next() else {
+            if once {
+                return Ok(());
+            }
+            continue;
+        };
+        if work::handle(ctx, slot, delivery).await {
+            pause = Duration::ZERO;
+        } else {
+            // What went back would come straight back to this free slot: give it (and a
+            // busy analyser asking for later) a moment, longer after each failure in a row.
+            pause = (pause * 2).clamp(FIRST_PAUSE, MAX_PAUSE);
+            tokio::select! {
+                _ = token.cancelled() => return Ok(()),
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn later_holds_double_at_each_receive_up_to_the_max() {
+        let later = Later::default();
+        let minutes: Vec<u64> = (1..=6).map(|r| later.wait(r).as_secs() / 60).collect();
+        assert_eq!(minutes, [1, 2, 4, 8, 15, 15]);
+        assert_eq!(later.wait(u32::MAX), Duration::from_secs(15 * 60));
+        let odd = Later {
+            first: Duration::from_secs(10),
+            max: Duration::from_secs(1),
+        };
+        assert_eq!(
+            odd.wait(3),
+            Duration::from_secs(10),
+            "never below the first"
+        );
+    }
+}
