@@ -1660,48 +1660,32 @@ impl DataStore for PgDataStore {
     }
 
     async fn failure_reasons(&self, limit: u32) -> Result<Vec<FailureReason>> {
-        retrying("failure_reasons", Replay::Harmless, || async {
-            let rows = sqlx::query(FAILURE_REASONS)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?;
-            Ok(rows
-                .iter()
-                .map(sql::failure_reason_from_row)
-                .collect::<Result<_>>()?)
-        })
+        self.read_rows(
+            "failure_reasons",
+            || sqlx::query(FAILURE_REASONS).bind(i64::from(limit)),
+            sql::failure_reason_from_row,
+        )
         .await
     }
 
     async fn matches(&self, filter: &MatchFilter) -> Result<Vec<Match>> {
         let limit: Option<i64> = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
-        retrying("matches", Replay::Harmless, || async {
-            let rows = sqlx::query(MATCHES)
+        let query = || {
+            sqlx::query(MATCHES)
                 .bind(filter.clip_title.as_deref())
                 .bind(filter.episode_title.as_deref())
                 .bind(limit)
                 .bind(filter.since)
-                .fetch_all(&self.pool)
-                .await?;
-            Ok(rows
-                .iter()
-                .map(sql::match_from_row)
-                .collect::<Result<_>>()?)
-        })
-        .await
+        };
+        self.read_rows("matches", query, sql::match_from_row).await
     }
 
     async fn recent_matches(&self, limit: u32) -> Result<Vec<Match>> {
-        retrying("recent_matches", Replay::Harmless, || async {
-            let rows = sqlx::query(RECENT_MATCHES)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?;
-            Ok(rows
-                .iter()
-                .map(sql::match_from_row)
-                .collect::<Result<_>>()?)
-        })
+        self.read_rows(
+            "recent_matches",
+            || sqlx::query(RECENT_MATCHES).bind(i64::from(limit)),
+            sql::match_from_row,
+        )
         .await
     }
 
@@ -1772,17 +1756,11 @@ impl DataStore for PgDataStore {
     }
 
     async fn leases(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<LeaseSummary>> {
-        retrying("leases", Replay::Harmless, || async {
-            let rows = sqlx::query(LEASES)
-                .bind(now)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?;
-            Ok(rows
-                .iter()
-                .map(|row| sql::lease_summary_from_row(row, now))
-                .collect::<Result<_>>()?)
-        })
+        self.read_rows(
+            "leases",
+            || sqlx::query(LEASES).bind(now).bind(i64::from(limit)),
+            |row| sql::lease_summary_from_row(row, now),
+        )
         .await
     }
 }
@@ -1966,6 +1944,21 @@ impl Dialect for PgDataStore {
 }
 
 impl PgDataStore {
+    /// The rows of one statement on the pool (`query` makes it anew for each try), each as
+    /// `map` reads it, retried as [`retrying`] allows (reading twice is harmless).
+    async fn read_rows<'q, T>(
+        &self,
+        op: &'static str,
+        query: impl Fn() -> PgQuery<'q>,
+        map: impl Fn(&PgRow) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        retrying(op, Replay::Harmless, || async {
+            let rows = query().fetch_all(&self.pool).await?;
+            Ok(rows.iter().map(&map).collect::<Result<Vec<T>>>()?)
+        })
+        .await
+    }
+
     /// [`DataStore::lease_next`], publishing the work item in the same transaction if asked.
     async fn lease(
         &self,

@@ -599,33 +599,26 @@ pub(crate) trait Curated: Sync {
     }
 }
 
-impl Curated for EpisodeInfo {
-    const KIND: &'static str = "episode";
-    const TABLE: &'static str = "episodes";
-    fn media_uri(&self) -> &str {
-        &self.media_uri
-    }
-    fn initial_date_curated(&self) -> DateTime<Utc> {
-        self.initial_date_curated
-    }
-    fn last_date_curated(&self) -> DateTime<Utc> {
-        self.last_date_curated
-    }
+/// [`Curated`] for a domain type with the fields of a curation.
+macro_rules! curated {
+    ($item:ty, $kind:literal, $table:literal) => {
+        impl Curated for $item {
+            const KIND: &'static str = $kind;
+            const TABLE: &'static str = $table;
+            fn media_uri(&self) -> &str {
+                &self.media_uri
+            }
+            fn initial_date_curated(&self) -> DateTime<Utc> {
+                self.initial_date_curated
+            }
+            fn last_date_curated(&self) -> DateTime<Utc> {
+                self.last_date_curated
+            }
+        }
+    };
 }
-
-impl Curated for ClipInfo {
-    const KIND: &'static str = "clip";
-    const TABLE: &'static str = "clips";
-    fn media_uri(&self) -> &str {
-        &self.media_uri
-    }
-    fn initial_date_curated(&self) -> DateTime<Utc> {
-        self.initial_date_curated
-    }
-    fn last_date_curated(&self) -> DateTime<Utc> {
-        self.last_date_curated
-    }
-}
+curated!(EpisodeInfo, "episode", "episodes");
+curated!(ClipInfo, "clip", "clips");
 
 /// Per identity (`key`) in `items`, the position of its newest curation (`curated`), and of
 /// equally new ones the later.
