@@ -1843,32 +1843,7 @@ impl Dialect for PgDataStore {
     type Row = PgRow;
 
     const MATCHED: &'static str = "r.matched";
-    /// Occurrences and failures are counted from the partial indexes on matched and failed
-    /// results (0001, 0007).
-    const CLIPS_LISTED: &'static str = "SELECT * FROM (SELECT \
-         c.id, c.title, c.initial_date_curated, c.last_date_curated, \
-         c.curator_information, c.description, c.media_uri, c.media_type, c.priority, \
-         COALESCE(o.n, 0) AS occurrences, COALESCE(o.e, 0) AS episodes, \
-         COALESCE(f.n, 0) AS failed_pairs, \
-         (SELECT count(*) FROM episodes) AS total_pairs \
-         FROM clips c \
-         LEFT JOIN (SELECT clip_id, sum(cardinality(clip_offsets_ns))::int8 AS n, \
-                           count(*) AS e \
-                    FROM research_results \
-                    WHERE matched GROUP BY clip_id) o ON o.clip_id = c.id \
-         LEFT JOIN (SELECT clip_id, count(*) AS n FROM research_results \
-                    WHERE failure IS NOT NULL GROUP BY clip_id) f ON f.clip_id = c.id";
-    const CLIP_SUMMARY: &'static str = "SELECT \
-         c.id, c.title, c.initial_date_curated, c.last_date_curated, \
-         c.curator_information, c.description, c.media_uri, c.media_type, c.priority, \
-         (SELECT COALESCE(sum(cardinality(clip_offsets_ns)), 0)::int8 \
-            FROM research_results WHERE clip_id = c.id AND matched) AS occurrences, \
-         (SELECT count(*) FROM research_results \
-            WHERE clip_id = c.id AND matched) AS episodes, \
-         (SELECT count(*) FROM research_results \
-            WHERE clip_id = c.id AND failure IS NOT NULL) AS failed_pairs, \
-         (SELECT count(*) FROM episodes) AS total_pairs \
-         FROM clips c WHERE c.id = ";
+    const OCCURRENCES: &'static str = "sum(cardinality(r.clip_offsets_ns))::int8";
     /// The words of a clip's title, exactly as the index clips_title_words (0009) has them
     /// (else the planner cannot use it): punctuation made space, then the 'simple' parser.
     const CLIP_SEARCH: &'static str = " WHERE \

@@ -75,13 +75,11 @@ pub(crate) trait Dialect: Send + Sync {
     /// Its row.
     type Row: StoreRow;
 
-    /// A result's `matched` as the dialect's partial indexes of matches spell it.
+    /// A result `r`'s `matched` as the dialect's partial indexes of matches spell it.
     const MATCHED: &'static str;
-    /// The clips listing: `SELECT * FROM (SELECT` the summary columns of every clip, as
-    /// [`clip_summary_from_row`] reads them, up to where its title search goes.
-    const CLIPS_LISTED: &'static str;
-    /// One clip's summary columns, up to its bound id (`… WHERE c.id = `).
-    const CLIP_SUMMARY: &'static str;
+    /// The occurrences among matched results `r`: the sum of their offsets' counts, as an
+    /// INT8.
+    const OCCURRENCES: &'static str;
     /// Narrows the clips listing to titles matching the bound search, up to the search (the
     /// statement closes the parenthesis).
     const CLIP_SEARCH: &'static str;
@@ -228,6 +226,10 @@ where
     })
 }
 
+/// The columns of a clip row, for [`clip_from_row`] (and its id).
+const CLIP_COLUMNS: &str = "c.id, c.title, c.initial_date_curated, c.last_date_curated, \
+     c.curator_information, c.description, c.media_uri, c.media_type, c.priority";
+
 /// The columns of an episode row, for [`episode_from_row`] (and its id).
 pub(crate) const EPISODE_COLUMNS: &str = "e.id, e.title, e.date_aired, e.initial_date_curated, \
      e.last_date_curated, e.curator_information, e.description, e.media_uri, e.media_type, \
@@ -286,7 +288,23 @@ where
     let words = browse::search_words(query.search.as_deref());
     // Occurrences and failures are counted from the partial indexes on matched and failed
     // results: a few rows per clip, never the results at large.
-    let mut q = QueryBuilder::<D::DB>::new(D::CLIPS_LISTED);
+    let mut q = QueryBuilder::<D::DB>::new("SELECT * FROM (SELECT ");
+    q.push(CLIP_COLUMNS)
+        .push(
+            ", COALESCE(o.n, 0) AS occurrences, COALESCE(o.e, 0) AS episodes, \
+             COALESCE(f.n, 0) AS failed_pairs, \
+             (SELECT count(*) FROM episodes) AS total_pairs \
+             FROM clips c \
+             LEFT JOIN (SELECT r.clip_id, ",
+        )
+        .push(D::OCCURRENCES)
+        .push(" AS n, count(*) AS e FROM research_results r WHERE ")
+        .push(D::MATCHED)
+        .push(
+            " GROUP BY r.clip_id) o ON o.clip_id = c.id \
+             LEFT JOIN (SELECT clip_id, count(*) AS n FROM research_results \
+                        WHERE failure IS NOT NULL GROUP BY clip_id) f ON f.clip_id = c.id",
+        );
     if !words.is_empty() {
         q.push(D::CLIP_SEARCH);
         D::push_text(&mut q, D::search_query(&words));
@@ -373,7 +391,24 @@ where
 {
     let limit = browse::page_limit(page)?;
     let after = browse::decode_cursor("occurrences", page.cursor.as_deref())?;
-    let mut q = QueryBuilder::<D::DB>::new(D::CLIP_SUMMARY);
+    let mut q = QueryBuilder::<D::DB>::new("SELECT ");
+    q.push(CLIP_COLUMNS)
+        .push(", (SELECT COALESCE(")
+        .push(D::OCCURRENCES)
+        .push(", 0) FROM research_results r WHERE r.clip_id = c.id AND ")
+        .push(D::MATCHED)
+        .push(
+            ") AS occurrences, \
+             (SELECT count(*) FROM research_results r WHERE r.clip_id = c.id AND ",
+        )
+        .push(D::MATCHED)
+        .push(
+            ") AS episodes, \
+             (SELECT count(*) FROM research_results \
+              WHERE clip_id = c.id AND failure IS NOT NULL) AS failed_pairs, \
+             (SELECT count(*) FROM episodes) AS total_pairs \
+             FROM clips c WHERE c.id = ",
+        );
     D::push_int(&mut q, id);
     let Some(row) = D::fetch_optional(conn, &mut q).await? else {
         return Ok(None);

@@ -1403,32 +1403,7 @@ impl Dialect for SqliteDataStore {
     type Row = SqliteRow;
 
     const MATCHED: &'static str = "r.matched = 1";
-    /// Occurrences and failures are counted from the partial indexes on matched and failed
-    /// results (0001, 0004).
-    const CLIPS_LISTED: &'static str = "SELECT * FROM (SELECT \
-         c.id, c.title, c.initial_date_curated, c.last_date_curated, \
-         c.curator_information, c.description, c.media_uri, c.media_type, c.priority, \
-         COALESCE(o.n, 0) AS occurrences, COALESCE(o.e, 0) AS episodes, \
-         COALESCE(f.n, 0) AS failed_pairs, \
-         (SELECT COUNT(*) FROM episodes) AS total_pairs \
-         FROM clips c \
-         LEFT JOIN (SELECT clip_id, SUM(json_array_length(clip_offsets_ns)) AS n, \
-                           COUNT(*) AS e \
-                    FROM research_results \
-                    WHERE matched = 1 GROUP BY clip_id) o ON o.clip_id = c.id \
-         LEFT JOIN (SELECT clip_id, COUNT(*) AS n FROM research_results \
-                    WHERE failure IS NOT NULL GROUP BY clip_id) f ON f.clip_id = c.id";
-    const CLIP_SUMMARY: &'static str = "SELECT \
-         c.id, c.title, c.initial_date_curated, c.last_date_curated, \
-         c.curator_information, c.description, c.media_uri, c.media_type, c.priority, \
-         (SELECT COALESCE(SUM(json_array_length(clip_offsets_ns)), 0) \
-            FROM research_results WHERE clip_id = c.id AND matched = 1) AS occurrences, \
-         (SELECT COUNT(*) FROM research_results \
-            WHERE clip_id = c.id AND matched = 1) AS episodes, \
-         (SELECT COUNT(*) FROM research_results \
-            WHERE clip_id = c.id AND failure IS NOT NULL) AS failed_pairs, \
-         (SELECT COUNT(*) FROM episodes) AS total_pairs \
-         FROM clips c WHERE c.id = ";
+    const OCCURRENCES: &'static str = "SUM(json_array_length(r.clip_offsets_ns))";
     /// Through the FTS5 index of clip titles (0007).
     const CLIP_SEARCH: &'static str = " WHERE c.id IN (SELECT rowid FROM clips_title_words \
          WHERE clips_title_words MATCH ";
