@@ -4,6 +4,10 @@
 //! Schema: `migrations/postgres/`. No row per research pair: pairs are implied by
 //! `episodes × clips`; only leased and researched pairs are stored.
 //!
+//! What both SQL adapters do alike (row mapping, the browse pages, completions read and
+//! announced, an upsert's batch checks) is `sql.rs`, over this adapter's [`Dialect`]
+//! (its SQL fragments); this file holds its statements, transactions, locking and retries.
+//!
 //! Concurrency, in short (each statement says why its own locking is enough):
 //! - Every transaction is READ COMMITTED, so each statement sees what committed before it began.
 //! - `lease_next` runs under `pg_advisory_xact_lock(LEASE_LOCK_KEY)`: lease selections are

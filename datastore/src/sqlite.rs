@@ -4,6 +4,10 @@
 //! pairs are implied by `episodes × clips`, only leased and researched pairs have rows). Times
 //! are stored as INTEGER unix microseconds.
 //!
+//! What both SQL adapters do alike (row mapping, the browse pages, completions read and
+//! announced, an upsert's batch checks) is `sql.rs`, over this adapter's [`Dialect`]
+//! (its SQL fragments); this file holds its statements, transactions and write turns.
+//!
 //! Every write that reads before it writes runs in a `BEGIN IMMEDIATE` transaction: it takes
 //! the file's write lock up front, so concurrent writers wait for it (in this process on a
 //! mutex, across processes on the busy timeout) instead of failing to upgrade a read snapshot,
