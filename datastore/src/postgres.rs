@@ -46,7 +46,7 @@ use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{ColumnIndex, FromRow, Postgres, QueryBuilder, Row, Transaction};
 use uuid::Uuid;
 
-use crate::browse::Browse;
+use crate::browse::{count, Browse};
 use crate::sql::{self, Curated, Dialect, StoreRow, Which};
 use crate::store::{EncodeCompletion, EncodeWorkItem};
 use crate::{
@@ -331,24 +331,10 @@ where
 // ------------------------------------------------------------------------------------ rows
 
 impl StoreRow for PgRow {
-    fn text<I: ColumnIndex<Self>>(&self, at: I) -> Result<String> {
-        Ok(self.try_get(at)?)
-    }
-    fn int<I: ColumnIndex<Self>>(&self, at: I) -> Result<i64> {
-        Ok(self.try_get(at)?)
-    }
-    fn priority<I: ColumnIndex<Self>>(&self, at: I) -> Result<i32> {
-        Ok(self.try_get(at)?)
-    }
+    sql::decoded_columns!();
     /// The counters are INT4.
     fn counter<I: ColumnIndex<Self>>(&self, at: I) -> Result<i64> {
         Ok(i64::from(self.try_get::<i32, _>(at)?))
-    }
-    fn flag<I: ColumnIndex<Self>>(&self, at: I) -> Result<bool> {
-        Ok(self.try_get(at)?)
-    }
-    fn uuid<I: ColumnIndex<Self>>(&self, at: I) -> Result<Uuid> {
-        Ok(self.try_get(at)?)
     }
     fn time<I: ColumnIndex<Self>>(&self, at: I) -> Result<DateTime<Utc>> {
         Ok(self.try_get(at)?)
@@ -362,10 +348,6 @@ impl StoreRow for PgRow {
 fn trunc_micros(t: DateTime<Utc>) -> DateTime<Utc> {
     let extra = t.timestamp_subsec_nanos() % 1_000;
     t - chrono::Duration::nanoseconds(i64::from(extra))
-}
-
-fn count(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or(0)
 }
 
 /// The `media_uri` named in a unique violation's detail, `Key (media_uri)=(…) already exists.`
@@ -2058,7 +2040,7 @@ impl TransactionalBus for PgDataStore {
 
 // ------------------------------------------------------------------------------------ browsing
 
-/// The tsquery for `words` (see [`browse::search_words`]): each word a prefix, all of them
+/// The tsquery for `words` (see [`crate::browse::search_words`]): each word a prefix, all of them
 /// required. The words are letters and digits only, quoted, so no input is tsquery syntax.
 fn tsquery(words: &[String]) -> String {
     words

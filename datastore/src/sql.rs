@@ -49,6 +49,29 @@ pub(crate) trait StoreRow: sqlx::Row {
     fn offsets<I: ColumnIndex<Self>>(&self, at: I) -> Result<Vec<i64>>;
 }
 
+/// The [`StoreRow`] methods whose values every dialect stores as sqlx decodes them, for a
+/// dialect's `impl StoreRow`.
+macro_rules! decoded_columns {
+    () => {
+        fn text<I: sqlx::ColumnIndex<Self>>(&self, at: I) -> Result<String> {
+            Ok(self.try_get(at)?)
+        }
+        fn int<I: sqlx::ColumnIndex<Self>>(&self, at: I) -> Result<i64> {
+            Ok(self.try_get(at)?)
+        }
+        fn priority<I: sqlx::ColumnIndex<Self>>(&self, at: I) -> Result<i32> {
+            Ok(self.try_get(at)?)
+        }
+        fn flag<I: sqlx::ColumnIndex<Self>>(&self, at: I) -> Result<bool> {
+            Ok(self.try_get(at)?)
+        }
+        fn uuid<I: sqlx::ColumnIndex<Self>>(&self, at: I) -> Result<Uuid> {
+            Ok(self.try_get(at)?)
+        }
+    };
+}
+pub(crate) use decoded_columns;
+
 /// The connection of dialect `D`'s database.
 pub(crate) type Conn<D> = <<D as Dialect>::DB as Database>::Connection;
 
@@ -110,7 +133,7 @@ pub(crate) trait Dialect: Send + Sync {
     ) -> Result<Option<Self::Row>>;
 
     /// The completions `which` names, oldest first, with the columns
-    /// [`completions_from_rows`] reads.
+    /// [`read_completions`] reads.
     async fn completion_rows(conn: &mut Conn<Self>, which: Which<'_>) -> Result<Vec<Self::Row>>;
     /// The matched results of the episodes `ids` (`episode_id`, `clip_offsets_ns` and the
     /// clip's columns), through the partial index of matches.

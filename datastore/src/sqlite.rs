@@ -1272,22 +1272,8 @@ async fn uri_conflict<T: SqliteCurated>(
 }
 
 impl StoreRow for SqliteRow {
-    fn text<I: ColumnIndex<Self>>(&self, at: I) -> Result<String> {
-        Ok(self.try_get(at)?)
-    }
-    fn int<I: ColumnIndex<Self>>(&self, at: I) -> Result<i64> {
-        Ok(self.try_get(at)?)
-    }
-    fn priority<I: ColumnIndex<Self>>(&self, at: I) -> Result<i32> {
-        Ok(self.try_get(at)?)
-    }
+    sql::decoded_columns!();
     fn counter<I: ColumnIndex<Self>>(&self, at: I) -> Result<i64> {
-        Ok(self.try_get(at)?)
-    }
-    fn flag<I: ColumnIndex<Self>>(&self, at: I) -> Result<bool> {
-        Ok(self.try_get(at)?)
-    }
-    fn uuid<I: ColumnIndex<Self>>(&self, at: I) -> Result<Uuid> {
         Ok(self.try_get(at)?)
     }
     /// Times are INTEGER unix microseconds.
@@ -1391,7 +1377,7 @@ impl TransactionalBus for SqliteDataStore {
 
 // ------------------------------------------------------------------------------------ browsing
 
-/// The FTS5 query for `words` (see [`browse::search_words`]): each word a prefix, all of them
+/// The FTS5 query for `words` (see [`crate::browse::search_words`]): each word a prefix, all of them
 /// required. The words are letters and digits only, quoted, so no input is FTS5 syntax.
 fn fts_query(words: &[String]) -> String {
     words
