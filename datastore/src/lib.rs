@@ -27,6 +27,8 @@
 //! - `error.rs`: [`DataStoreError`] and its [`DataStoreError::is_retryable`] classification.
 //! - `sqlite.rs` and `migrations/sqlite/`: the SQLite adapter and its schema.
 //! - `postgres.rs` and `migrations/postgres/`: the Postgres adapter and its schema.
+//! - `sql.rs`: what the two adapters share (row mapping, the browse pages, completions, the
+//!   upsert's batch checks), written once over a dialect each adapter implements.
 //! - `connect.rs`: [`connect`], which picks the adapter from a `DATABASE_URL`.
 //! - `testing.rs` (feature `test-utils`): the conformance suite every adapter runs.
 //! - `testing_pg.rs` (features `test-utils` and `postgres`): a fresh Postgres database per test.
@@ -52,6 +54,8 @@ mod error;
 mod model;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod store;

@@ -4,6 +4,10 @@
 //! Schema: `migrations/postgres/`. No row per research pair: pairs are implied by
 //! `episodes × clips`; only leased and researched pairs are stored.
 //!
+//! What both SQL adapters do alike (row mapping, the browse pages, completions read and
+//! announced, an upsert's batch checks) is `sql.rs`, over this adapter's [`Dialect`]
+//! (its SQL fragments); this file holds its statements, transactions, locking and retries.
+//!
 //! Concurrency, in short (each statement says why its own locking is enough):
 //! - Every transaction is READ COMMITTED, so each statement sees what committed before it began.
 //! - `lease_next` runs under `pg_advisory_xact_lock(LEASE_LOCK_KEY)`: lease selections are
@@ -37,23 +41,20 @@ use chrono::{DateTime, Utc};
 use messagebus::sql::postgres as bus;
 use messagebus::SqlReceipt;
 use sqlx::migrate::{MigrateError, Migrator};
-use sqlx::postgres::PgRow;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgDatabaseError, PgPool, PgPoolOptions};
-use sqlx::{Postgres, QueryBuilder, Row, Transaction};
+use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::{ColumnIndex, FromRow, Postgres, QueryBuilder, Row, Transaction};
 use uuid::Uuid;
 
-use crate::browse::{self, Browse};
+use crate::browse::{count, Browse};
+use crate::sql::{self, Curated, Dialect, StoreRow, Which};
 use crate::store::{EncodeCompletion, EncodeWorkItem};
 use crate::{
-    redact_url, ClipInfo, ClipMatch, CompletionId, DataStore, DataStoreError, EpisodeCompletion,
-    EpisodeInfo, EpisodeKey, FailureReason, Lease, LeaseRequest, LeaseState, LeaseSummary,
-    LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Result, Status,
-    TransactionalBus,
+    redact_url, ClipInfo, CompletionId, DataStore, DataStoreError, EpisodeCompletion, EpisodeInfo,
+    EpisodeKey, FailureReason, Lease, LeaseRequest, LeaseSummary, LeaseUpdate, Match, MatchFilter,
+    RecordOutcome, ResearchResult, Result, Status, TransactionalBus,
 };
-use crate::{
-    ClipPage, ClipSummary, EpisodePage, EpisodeSummary, FailedPair, ListQuery, Occurrence, Page,
-    TimelineEntry, FAILED_SHOWN,
-};
+use crate::{ClipPage, ClipSummary, EpisodePage, EpisodeSummary, ListQuery, Page};
 
 /// The schema's migrations. The database bus keeps its own (versions from 1000001) in the same
 /// `_sqlx_migrations` table; each migrator ignores the other's.
@@ -329,67 +330,17 @@ where
 
 // ------------------------------------------------------------------------------------ rows
 
-#[derive(sqlx::FromRow)]
-struct EpisodeRow {
-    title: String,
-    date_aired: DateTime<Utc>,
-    initial_date_curated: DateTime<Utc>,
-    last_date_curated: DateTime<Utc>,
-    curator_information: String,
-    description: String,
-    media_uri: String,
-    media_type: String,
-    priority: i32,
-}
-
-impl From<EpisodeRow> for EpisodeInfo {
-    fn from(r: EpisodeRow) -> Self {
-        EpisodeInfo {
-            initial_date_curated: r.initial_date_curated,
-            last_date_curated: r.last_date_curated,
-            curator_information: r.curator_information,
-            date_aired: r.date_aired,
-            title: r.title,
-            description: r.description,
-            media_uri: r.media_uri,
-            media_type: r.media_type,
-            priority: r.priority,
-        }
+impl StoreRow for PgRow {
+    sql::decoded_columns!();
+    /// The counters are INT4.
+    fn counter<I: ColumnIndex<Self>>(&self, at: I) -> Result<i64> {
+        Ok(i64::from(self.try_get::<i32, _>(at)?))
     }
-}
-
-#[derive(sqlx::FromRow)]
-struct ClipRow {
-    id: i64,
-    title: String,
-    initial_date_curated: DateTime<Utc>,
-    last_date_curated: DateTime<Utc>,
-    curator_information: String,
-    description: String,
-    media_uri: String,
-    media_type: String,
-    priority: i32,
-}
-
-#[derive(sqlx::FromRow)]
-struct LeasedClipRow {
-    lease_expires_at: DateTime<Utc>,
-    #[sqlx(flatten)]
-    clip: ClipRow,
-}
-
-impl From<ClipRow> for ClipInfo {
-    fn from(r: ClipRow) -> Self {
-        ClipInfo {
-            initial_date_curated: r.initial_date_curated,
-            last_date_curated: r.last_date_curated,
-            curator_information: r.curator_information,
-            title: r.title,
-            description: r.description,
-            media_uri: r.media_uri,
-            media_type: r.media_type,
-            priority: r.priority,
-        }
+    fn time<I: ColumnIndex<Self>>(&self, at: I) -> Result<DateTime<Utc>> {
+        Ok(self.try_get(at)?)
+    }
+    fn offsets<I: ColumnIndex<Self>>(&self, at: I) -> Result<Vec<i64>> {
+        Ok(self.try_get(at)?)
     }
 }
 
@@ -397,10 +348,6 @@ impl From<ClipRow> for ClipInfo {
 fn trunc_micros(t: DateTime<Utc>) -> DateTime<Utc> {
     let extra = t.timestamp_subsec_nanos() % 1_000;
     t - chrono::Duration::nanoseconds(i64::from(extra))
-}
-
-fn count(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or(0)
 }
 
 /// The `media_uri` named in a unique violation's detail, `Key (media_uri)=(…) already exists.`
@@ -433,45 +380,14 @@ fn dedupe_newest<T: Clone, K: Ord + Clone + std::hash::Hash, C: Ord>(
     key: impl Fn(&T) -> K,
     curated: impl Fn(&T) -> C,
 ) -> Vec<T> {
-    let mut newest: HashMap<K, usize> = HashMap::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let slot = newest.entry(key(item)).or_insert(i);
-        if curated(&items[*slot]) <= curated(item) {
-            *slot = i;
-        }
-    }
-    let mut keyed: Vec<(K, usize)> = newest.into_iter().collect();
+    let mut keyed: Vec<(K, usize)> = sql::newest(items, key, curated).into_iter().collect();
     keyed.sort();
     keyed.into_iter().map(|(_, i)| items[i].clone()).collect()
 }
 
-/// Two different identities of one batch claiming the same `media_uri`.
-fn batch_uri_conflict<'a, T, K: Eq + std::hash::Hash>(
-    items: &'a [T],
-    key: impl Fn(&'a T) -> K,
-    uri: impl Fn(&'a T) -> &'a str,
-) -> Option<&'a str> {
-    let mut seen: HashMap<&str, K> = HashMap::new();
-    for item in items {
-        let k = key(item);
-        if let Some(other) = seen.get(uri(item)) {
-            if *other != k {
-                return Some(uri(item));
-            }
-        } else {
-            seen.insert(uri(item), k);
-        }
-    }
-    None
-}
-
-/// What upserting episodes and clips differ in: their statements and columns. Every statement
-/// is a constant; every value is bound.
-trait Curated: Clone + Sync {
-    /// The item's kind in messages, as `episode`.
-    const KIND: &'static str;
-    /// The table, also the kind in the plural.
-    const TABLE: &'static str;
+/// What upserting episodes and clips differ in here: their statements and columns. Every
+/// statement is a constant; every value is bound.
+trait PgCurated: Curated + Clone {
     /// The operation's name in logs.
     const OP: &'static str;
     /// Inserts or updates the batch, bound as one array per column by
@@ -485,10 +401,6 @@ trait Curated: Clone + Sync {
     /// The identity, ordered: batches lock rows in this order.
     type Key: Ord + Clone + std::hash::Hash;
     fn key(&self) -> Self::Key;
-    fn media_uri(&self) -> &str;
-    fn last_date_curated(&self) -> DateTime<Utc>;
-    /// Last curated before first curated: only an item already stored may be so.
-    fn is_suspect(&self) -> bool;
     fn bind_identities<'q>(items: &[&'q Self], query: NewAmong<'q>) -> NewAmong<'q>;
     fn bind_columns<'q>(items: &'q [Self], query: PgQuery<'q>) -> PgQuery<'q>;
 }
@@ -496,9 +408,7 @@ trait Curated: Clone + Sync {
 type PgQuery<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
 type NewAmong<'q> = sqlx::query::QueryScalar<'q, Postgres, String, PgArguments>;
 
-impl Curated for EpisodeInfo {
-    const KIND: &'static str = "episode";
-    const TABLE: &'static str = "episodes";
+impl PgCurated for EpisodeInfo {
     const OP: &'static str = "upsert_episodes";
     /// Also keeps the lease frontier (migration 0003) true: an upserted episode with work
     /// left changes its generation, and voids it if the episode is now before it.
@@ -547,15 +457,6 @@ LIMIT 1";
     fn key(&self) -> Self::Key {
         (self.title.clone(), self.date_aired)
     }
-    fn media_uri(&self) -> &str {
-        &self.media_uri
-    }
-    fn last_date_curated(&self) -> DateTime<Utc> {
-        self.last_date_curated
-    }
-    fn is_suspect(&self) -> bool {
-        self.last_date_curated < self.initial_date_curated
-    }
     fn bind_identities<'q>(items: &[&'q Self], query: NewAmong<'q>) -> NewAmong<'q> {
         let titles: Vec<&str> = items.iter().map(|e| e.title.as_str()).collect();
         let dates: Vec<DateTime<Utc>> = items.iter().map(|e| e.date_aired).collect();
@@ -577,9 +478,7 @@ LIMIT 1";
     }
 }
 
-impl Curated for ClipInfo {
-    const KIND: &'static str = "clip";
-    const TABLE: &'static str = "clips";
+impl PgCurated for ClipInfo {
     const OP: &'static str = "upsert_clips";
     const UPSERT: &'static str = "
 INSERT INTO clips (title, initial_date_curated, last_date_curated, curator_information,
@@ -603,15 +502,6 @@ LIMIT 1";
     fn key(&self) -> Self::Key {
         self.title.clone()
     }
-    fn media_uri(&self) -> &str {
-        &self.media_uri
-    }
-    fn last_date_curated(&self) -> DateTime<Utc> {
-        self.last_date_curated
-    }
-    fn is_suspect(&self) -> bool {
-        self.last_date_curated < self.initial_date_curated
-    }
     fn bind_identities<'q>(items: &[&'q Self], query: NewAmong<'q>) -> NewAmong<'q> {
         query.bind(items.iter().map(|c| c.title.as_str()).collect::<Vec<_>>())
     }
@@ -631,12 +521,12 @@ LIMIT 1";
 }
 
 /// Inserts or updates `items` as [`DataStore::upsert_episodes`] describes, all or nothing.
-async fn upsert<T: Curated>(pool: &PgPool, items: &[T], acks: &[SqlReceipt]) -> Result<()> {
+async fn upsert<T: PgCurated>(pool: &PgPool, items: &[T], acks: &[SqlReceipt]) -> Result<()> {
     if items.is_empty() {
         return Ok(());
     }
     let batch = dedupe_newest(items, T::key, T::last_date_curated);
-    if let Some(uri) = batch_uri_conflict(&batch, T::key, T::media_uri) {
+    if let Some(uri) = sql::batch_uri_conflict(&batch, T::key, T::media_uri) {
         return Err(DataStoreError::Conflict(format!(
             "media_uri {uri} is given to two {} in one batch",
             T::TABLE
@@ -645,7 +535,7 @@ async fn upsert<T: Curated>(pool: &PgPool, items: &[T], acks: &[SqlReceipt]) -> 
     retrying(T::OP, Replay::Harmless, || upsert_once(pool, &batch, acks)).await
 }
 
-async fn upsert_once<T: Curated>(
+async fn upsert_once<T: PgCurated>(
     pool: &PgPool,
     batch: &[T],
     acks: &[SqlReceipt],
@@ -889,11 +779,10 @@ SELECT l.expires_at AS lease_expires_at, c.id, c.title, c.initial_date_curated,
 FROM clips c JOIN p ON p.clip_id = c.id CROSS JOIN l
 WHERE c.id = ANY($5)";
 
+/// What CHOOSE_EPISODE says besides the episode's columns.
 #[derive(sqlx::FromRow)]
 struct ChosenRow {
     id: i64,
-    #[sqlx(flatten)]
-    episode: EpisodeRow,
     frontier_priority: Option<i32>,
     frontier_date_aired: Option<DateTime<Utc>>,
     frontier_initial_date_curated: Option<DateTime<Utc>>,
@@ -968,7 +857,7 @@ async fn lease_next_once(
         (Some(clips), Some(p), Some(d), Some(i), Some(id)) if clips == clip_count => (p, d, i, id),
         _ => top_of_urgency(),
     };
-    let chosen: Option<ChosenRow> = sqlx::query_as(CHOOSE_EPISODE)
+    let chosen: Option<PgRow> = sqlx::query(CHOOSE_EPISODE)
         .bind(now)
         .bind(clip_count)
         .bind(start.0)
@@ -981,6 +870,8 @@ async fn lease_next_once(
         commit(tx).await?;
         return Ok(Selection::NoWork);
     };
+    let episode = sql::episode_from_row(&chosen)?;
+    let chosen = ChosenRow::from_row(&chosen)?;
     if let Some(moved) = chosen.frontier().filter(|&f| f != start) {
         sqlx::query(MOVE_FRONTIER)
             .bind(generation)
@@ -994,7 +885,6 @@ async fn lease_next_once(
     }
     let ChosenRow {
         id: episode_id,
-        episode,
         free_pairs,
         ..
     } = chosen;
@@ -1047,7 +937,7 @@ async fn lease_next_once(
     }
 
     let lease_id = request.lease_id;
-    let rows: Vec<LeasedClipRow> = sqlx::query_as(INSERT_LEASE)
+    let rows: Vec<PgRow> = sqlx::query(INSERT_LEASE)
         .bind(lease_id)
         .bind(episode_id)
         .bind(now)
@@ -1056,20 +946,27 @@ async fn lease_next_once(
         .fetch_all(&mut *tx)
         .await?;
     // The stored value: truncated to the microsecond, as every later read sees it.
-    let Some(expires_at) = rows.first().map(|r| r.lease_expires_at) else {
+    let Some(expires_at) = rows
+        .first()
+        .map(|r| r.time("lease_expires_at"))
+        .transpose()?
+    else {
         tx.rollback().await?;
         return Ok(Selection::Again);
     };
-    let mut by_id: HashMap<i64, ClipRow> = rows.into_iter().map(|r| (r.clip.id, r.clip)).collect();
-    let clips: Vec<ClipInfo> = clip_ids
+    let mut by_id = rows
+        .iter()
+        .map(|r| Ok((r.int("id")?, r)))
+        .collect::<Result<HashMap<i64, &PgRow>>>()?;
+    let clips = clip_ids
         .iter()
         .filter_map(|id| by_id.remove(id))
-        .map(ClipInfo::from)
-        .collect();
+        .map(sql::clip_from_row)
+        .collect::<Result<Vec<ClipInfo>>>()?;
     let lease = Lease {
         id: lease_id,
         expires_at,
-        episode: episode.into(),
+        episode,
         clips,
         reclaimed_pairs: reclaimed,
     };
@@ -1088,25 +985,32 @@ async fn existing_lease(
     tx: &mut Transaction<'_, Postgres>,
     id: Uuid,
 ) -> Result<Option<Lease>, Failure> {
-    let Some(episode) = sqlx::query_as::<_, EpisodeRow>(EXISTING_LEASE_EPISODE)
+    let Some(episode) = sqlx::query(EXISTING_LEASE_EPISODE)
         .bind(id)
         .fetch_optional(&mut **tx)
         .await?
     else {
         return Ok(None);
     };
-    let rows: Vec<LeasedClipRow> = sqlx::query_as(EXISTING_LEASE)
+    let rows: Vec<PgRow> = sqlx::query(EXISTING_LEASE)
         .bind(id)
         .fetch_all(&mut **tx)
         .await?;
-    let Some(expires_at) = rows.first().map(|r| r.lease_expires_at) else {
+    let Some(expires_at) = rows
+        .first()
+        .map(|r| r.time("lease_expires_at"))
+        .transpose()?
+    else {
         return Ok(None);
     };
     Ok(Some(Lease {
         id,
         expires_at,
-        episode: episode.into(),
-        clips: rows.into_iter().map(|r| ClipInfo::from(r.clip)).collect(),
+        episode: sql::episode_from_row(&episode)?,
+        clips: rows
+            .iter()
+            .map(sql::clip_from_row)
+            .collect::<Result<Vec<_>>>()?,
         reclaimed_pairs: 0,
     }))
 }
@@ -1619,30 +1523,6 @@ GROUP BY failure
 ORDER BY n DESC, failure
 LIMIT $1";
 
-type StatusRow = (i64, i64, i64, i64, i64, i64, i64, i64, i64);
-type LeaseRow = (
-    Uuid,
-    String,
-    DateTime<Utc>,
-    DateTime<Utc>,
-    DateTime<Utc>,
-    i64,
-    bool,
-);
-type MatchRow = (String, DateTime<Utc>, String, Vec<i64>, DateTime<Utc>);
-
-fn match_from_row(
-    (episode_title, episode_date_aired, clip_title, clip_offsets_ns, research_date): MatchRow,
-) -> Match {
-    Match {
-        episode_title,
-        episode_date_aired,
-        clip_title,
-        clip_offsets_ns,
-        research_date,
-    }
-}
-
 #[async_trait]
 impl DataStore for PgDataStore {
     async fn migrate(&self) -> Result<()> {
@@ -1729,23 +1609,8 @@ impl DataStore for PgDataStore {
     async fn status(&self, now: DateTime<Utc>) -> Result<Status> {
         retrying("status", Replay::Harmless, || async {
             // One statement: one snapshot, so the counts agree with each other.
-            let (episodes, clips, researched, matched, active, expired, held, late, failed): StatusRow =
-                sqlx::query_as(STATUS)
-                    .bind(now)
-                    .fetch_one(&self.pool)
-                    .await?;
-            Ok(Status {
-                episodes: count(episodes),
-                clips: count(clips),
-                research_pairs: count(episodes).saturating_mul(count(clips)),
-                researched_pairs: count(researched),
-                matched_pairs: count(matched),
-                active_leases: count(active),
-                expired_leases: count(expired),
-                leased_pairs: count(held),
-                awaiting_late_results: count(late),
-                failed_pairs: count(failed),
-            })
+            let row = sqlx::query(STATUS).bind(now).fetch_one(&self.pool).await?;
+            Ok(sql::status_from_row(&row)?)
         })
         .await
     }
@@ -1781,52 +1646,39 @@ impl DataStore for PgDataStore {
     }
 
     async fn failure_reasons(&self, limit: u32) -> Result<Vec<FailureReason>> {
-        retrying("failure_reasons", Replay::Harmless, || async {
-            let rows: Vec<(String, i64)> = sqlx::query_as(FAILURE_REASONS)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?;
-            Ok(rows
-                .into_iter()
-                .map(|(reason, n)| FailureReason {
-                    reason,
-                    pairs: count(n),
-                })
-                .collect())
-        })
+        self.read_rows(
+            "failure_reasons",
+            || sqlx::query(FAILURE_REASONS).bind(i64::from(limit)),
+            sql::failure_reason_from_row,
+        )
         .await
     }
 
     async fn matches(&self, filter: &MatchFilter) -> Result<Vec<Match>> {
         let limit: Option<i64> = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
-        retrying("matches", Replay::Harmless, || async {
-            let rows: Vec<MatchRow> = sqlx::query_as(MATCHES)
+        let query = || {
+            sqlx::query(MATCHES)
                 .bind(filter.clip_title.as_deref())
                 .bind(filter.episode_title.as_deref())
                 .bind(limit)
                 .bind(filter.since)
-                .fetch_all(&self.pool)
-                .await?;
-            Ok(rows.into_iter().map(match_from_row).collect())
-        })
-        .await
+        };
+        self.read_rows("matches", query, sql::match_from_row).await
     }
 
     async fn recent_matches(&self, limit: u32) -> Result<Vec<Match>> {
-        retrying("recent_matches", Replay::Harmless, || async {
-            let rows: Vec<MatchRow> = sqlx::query_as(RECENT_MATCHES)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?;
-            Ok(rows.into_iter().map(match_from_row).collect())
-        })
+        self.read_rows(
+            "recent_matches",
+            || sqlx::query(RECENT_MATCHES).bind(i64::from(limit)),
+            sql::match_from_row,
+        )
         .await
     }
 
     async fn completions(&self, limit: u32) -> Result<Vec<EpisodeCompletion>> {
         retrying("completions", Replay::Harmless, || async {
             let mut conn = self.pool.acquire().await?;
-            read_completions(&mut conn, Which::All(limit)).await
+            Ok(sql::read_completions::<Self>(&mut conn, Which::All(limit)).await?)
         })
         .await
     }
@@ -1837,7 +1689,7 @@ impl DataStore for PgDataStore {
         }
         retrying("completions_announced", Replay::Harmless, || async {
             let mut conn = self.pool.acquire().await?;
-            completions_announced_in(&mut conn, ids).await
+            Ok(Self::completions_announced_in(&mut conn, ids).await?)
         })
         .await
     }
@@ -1864,7 +1716,7 @@ impl DataStore for PgDataStore {
             let found = if claimed.is_empty() {
                 Vec::new()
             } else {
-                read_completions(&mut tx, Which::Claimed(&claimed)).await?
+                sql::read_completions::<Self>(&mut tx, Which::Claimed(&claimed)).await?
             };
             commit(tx).await?;
             Ok(found)
@@ -1890,37 +1742,11 @@ impl DataStore for PgDataStore {
     }
 
     async fn leases(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<LeaseSummary>> {
-        retrying("leases", Replay::Harmless, || async {
-            let rows: Vec<LeaseRow> = sqlx::query_as(LEASES)
-                .bind(now)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?;
-            Ok(rows
-                .into_iter()
-                .map(
-                    |(
-                        id,
-                        episode_title,
-                        episode_date_aired,
-                        created_at,
-                        expires_at,
-                        held,
-                        revoked,
-                    )| {
-                        LeaseSummary {
-                            id,
-                            episode_title,
-                            episode_date_aired,
-                            created_at,
-                            expires_at,
-                            held_pairs: count(held),
-                            state: LeaseState::at(expires_at, revoked, now),
-                        }
-                    },
-                )
-                .collect())
-        })
+        self.read_rows(
+            "leases",
+            || sqlx::query(LEASES).bind(now).bind(i64::from(limit)),
+            |row| sql::lease_summary_from_row(row, now),
+        )
         .await
     }
 }
@@ -1997,101 +1823,103 @@ const COMPLETIONS_ANNOUNCED: &str = "
 DELETE FROM episode_completions u USING unnest($1::int8[], $2::int8[]) AS a (id, n)
 WHERE u.episode_id = a.id AND u.completions = a.n";
 
-#[derive(sqlx::FromRow)]
-struct CompletionRow {
-    episode_id: i64,
-    completions: i64,
-    completed_at: DateTime<Utc>,
-    #[sqlx(flatten)]
-    episode: EpisodeRow,
-    researched: i64,
-    matched: i64,
-    failed: i64,
-}
+#[async_trait]
+impl Dialect for PgDataStore {
+    type DB = Postgres;
+    type Row = PgRow;
 
-#[derive(sqlx::FromRow)]
-struct CompletionMatchRow {
-    episode_id: i64,
-    #[sqlx(flatten)]
-    clip: ClipRow,
-    clip_offsets_ns: Vec<i64>,
-}
+    const MATCHED: &'static str = "r.matched";
+    const OCCURRENCES: &'static str = "sum(cardinality(r.clip_offsets_ns))::int8";
+    /// The words of a clip's title, exactly as the index clips_title_words (0009) has them
+    /// (else the planner cannot use it): punctuation made space, then the 'simple' parser.
+    const CLIP_SEARCH: &'static str = " WHERE \
+         to_tsvector('simple', regexp_replace(c.title, '[[:punct:]]+', ' ', 'g')) \
+         @@ to_tsquery('simple', ";
+    /// As [`CLIP_SEARCH`](Self::CLIP_SEARCH), by episodes_title_words (0009).
+    const EPISODE_SEARCH: &'static str = " AND \
+         to_tsvector('simple', regexp_replace(e.title, '[[:punct:]]+', ' ', 'g')) \
+         @@ to_tsquery('simple', ";
 
-/// Which unannounced completions [`read_completions`] reads.
-enum Which<'a> {
-    /// The oldest, at most this many.
-    All(u32),
-    /// The oldest nobody holds, at most this many, locked for announcing, as of this time.
-    ToAnnounce(u32, DateTime<Utc>),
-    /// Those of these episodes.
-    Claimed(&'a [i64]),
-}
-
-/// Reads unannounced completions with their matches on `conn` (in the caller's transaction
-/// when announcing or claiming).
-async fn read_completions(
-    conn: &mut sqlx::PgConnection,
-    which: Which<'_>,
-) -> Result<Vec<EpisodeCompletion>, Failure> {
-    let query = match which {
-        Which::All(limit) => sqlx::query_as(COMPLETIONS).bind(i64::from(limit)),
-        Which::ToAnnounce(limit, now) => sqlx::query_as(COMPLETIONS_TO_ANNOUNCE)
-            .bind(i64::from(limit))
-            .bind(now),
-        Which::Claimed(ids) => sqlx::query_as(COMPLETIONS_OF).bind(ids),
-    };
-    let rows: Vec<CompletionRow> = query.fetch_all(&mut *conn).await?;
-    if rows.is_empty() {
-        return Ok(Vec::new());
+    fn search_query(words: &[String]) -> String {
+        tsquery(words)
     }
-    let ids: Vec<i64> = rows.iter().map(|r| r.episode_id).collect();
-    let found: Vec<CompletionMatchRow> = sqlx::query_as(COMPLETION_MATCHES)
-        .bind(&ids)
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut matches: HashMap<i64, Vec<ClipMatch>> = HashMap::new();
-    for m in found {
-        matches.entry(m.episode_id).or_default().push(ClipMatch {
-            clip: m.clip.into(),
-            clip_offsets_ns: m.clip_offsets_ns,
-        });
+    fn push_int(q: &mut QueryBuilder<'_, Postgres>, value: i64) {
+        q.push_bind(value);
     }
-    Ok(rows
-        .into_iter()
-        .map(|r| {
-            let mut found = matches.remove(&r.episode_id).unwrap_or_default();
-            crate::model::sort_matches(&mut found);
-            EpisodeCompletion {
-                id: CompletionId {
-                    episode_id: r.episode_id,
-                    completions: r.completions,
-                },
-                episode: r.episode.into(),
-                completed_at: r.completed_at,
-                clips_researched: count(r.researched),
-                clips_matched: count(r.matched),
-                clips_failed: count(r.failed),
-                matches: found,
-            }
-        })
-        .collect())
-}
+    fn push_text(q: &mut QueryBuilder<'_, Postgres>, value: String) {
+        q.push_bind(value);
+    }
+    fn push_time(q: &mut QueryBuilder<'_, Postgres>, value: DateTime<Utc>) {
+        q.push_bind(value);
+    }
+    fn push_cursor_time(q: &mut QueryBuilder<'_, Postgres>, micros: i64) -> Result<()> {
+        q.push_bind(cursor_time(micros)?);
+        Ok(())
+    }
 
-async fn completions_announced_in(
-    conn: &mut sqlx::PgConnection,
-    ids: &[CompletionId],
-) -> Result<u64, Failure> {
-    let episodes: Vec<i64> = ids.iter().map(|c| c.episode_id).collect();
-    let completions: Vec<i64> = ids.iter().map(|c| c.completions).collect();
-    let done = sqlx::query(COMPLETIONS_ANNOUNCED)
-        .bind(&episodes)
-        .bind(&completions)
-        .execute(&mut *conn)
-        .await?;
-    Ok(done.rows_affected())
+    async fn fetch_all(
+        conn: &mut PgConnection,
+        q: &mut QueryBuilder<'_, Postgres>,
+    ) -> Result<Vec<PgRow>> {
+        Ok(q.build().fetch_all(conn).await?)
+    }
+    async fn fetch_optional(
+        conn: &mut PgConnection,
+        q: &mut QueryBuilder<'_, Postgres>,
+    ) -> Result<Option<PgRow>> {
+        Ok(q.build().fetch_optional(conn).await?)
+    }
+
+    async fn completion_rows(conn: &mut PgConnection, which: Which<'_>) -> Result<Vec<PgRow>> {
+        let query = match which {
+            Which::All(limit) => sqlx::query(COMPLETIONS).bind(i64::from(limit)),
+            Which::ToAnnounce(limit, now) => sqlx::query(COMPLETIONS_TO_ANNOUNCE)
+                .bind(i64::from(limit))
+                .bind(now),
+            Which::Claimed(ids) => sqlx::query(COMPLETIONS_OF).bind(ids),
+        };
+        Ok(query.fetch_all(conn).await?)
+    }
+    async fn completion_matches(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<PgRow>> {
+        Ok(sqlx::query(COMPLETION_MATCHES)
+            .bind(ids)
+            .fetch_all(conn)
+            .await?)
+    }
+    async fn completions_announced_in(
+        conn: &mut PgConnection,
+        ids: &[CompletionId],
+    ) -> Result<u64> {
+        let episodes: Vec<i64> = ids.iter().map(|c| c.episode_id).collect();
+        let completions: Vec<i64> = ids.iter().map(|c| c.completions).collect();
+        let done = sqlx::query(COMPLETIONS_ANNOUNCED)
+            .bind(&episodes)
+            .bind(&completions)
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected())
+    }
+    async fn send_in(conn: &mut PgConnection, queue: &str, bodies: Vec<Vec<u8>>) -> Result<()> {
+        Ok(bus::send_in(conn, queue, bodies).await?)
+    }
 }
 
 impl PgDataStore {
+    /// The rows of one statement on the pool (`query` makes it anew for each try), each as
+    /// `map` reads it, retried as [`retrying`] allows (reading twice is harmless).
+    async fn read_rows<'q, T>(
+        &self,
+        op: &'static str,
+        query: impl Fn() -> PgQuery<'q>,
+        map: impl Fn(&PgRow) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        retrying(op, Replay::Harmless, || async {
+            let rows = query().fetch_all(&self.pool).await?;
+            Ok(rows.iter().map(&map).collect::<Result<Vec<T>>>()?)
+        })
+        .await
+    }
+
     /// [`DataStore::lease_next`], publishing the work item in the same transaction if asked.
     async fn lease(
         &self,
@@ -2200,18 +2028,11 @@ impl TransactionalBus for PgDataStore {
         // try published are gone, so the next one publishes only the rest.
         retrying("announce_completions", Replay::Harmless, || async {
             let mut tx = self.pool.begin_with(BEGIN).await?;
-            let found = read_completions(&mut tx, Which::ToAnnounce(limit, Utc::now())).await?;
-            if found.is_empty() {
-                return Ok(0);
+            let announced = sql::announce_in::<Self>(&mut tx, limit, queue, encode).await?;
+            if announced > 0 {
+                commit(tx).await?;
             }
-            let bodies: Vec<Vec<u8>> = found.iter().map(encode).collect();
-            bus::send_in(&mut tx, queue, bodies)
-                .await
-                .map_err(DataStoreError::from)?;
-            let ids: Vec<CompletionId> = found.iter().map(|c| c.id).collect();
-            completions_announced_in(&mut tx, &ids).await?;
-            commit(tx).await?;
-            Ok(found.len() as u64)
+            Ok(announced)
         })
         .await
     }
@@ -2219,7 +2040,7 @@ impl TransactionalBus for PgDataStore {
 
 // ------------------------------------------------------------------------------------ browsing
 
-/// The tsquery for `words` (see [`browse::search_words`]): each word a prefix, all of them
+/// The tsquery for `words` (see [`crate::browse::search_words`]): each word a prefix, all of them
 /// required. The words are letters and digits only, quoted, so no input is tsquery syntax.
 fn tsquery(words: &[String]) -> String {
     words
@@ -2227,70 +2048,6 @@ fn tsquery(words: &[String]) -> String {
         .map(|w| format!("'{w}':*"))
         .collect::<Vec<_>>()
         .join(" & ")
-}
-
-/// The words of a clip's and an episode's title, exactly as the indexes of 0009 have them
-/// (else the planner cannot use them): punctuation made space, then the 'simple' parser.
-const TITLE_WORDS_C: &str =
-    "to_tsvector('simple', regexp_replace(c.title, '[[:punct:]]+', ' ', 'g'))";
-const TITLE_WORDS_E: &str =
-    "to_tsvector('simple', regexp_replace(e.title, '[[:punct:]]+', ' ', 'g'))";
-
-/// The columns of an episode row, for [`episode_from_pg_row`].
-const EPISODE_COLUMNS: &str = "e.id, e.title, e.date_aired, e.initial_date_curated, \
-     e.last_date_curated, e.curator_information, e.description, e.media_uri, e.media_type, \
-     e.priority";
-
-/// The columns of a clip row with its counts, for [`clip_summary_from_row`].
-const CLIP_SUMMARY_COLUMNS: &str = "c.id, c.title, c.initial_date_curated, c.last_date_curated, \
-     c.curator_information, c.description, c.media_uri, c.media_type, c.priority";
-
-fn episode_from_pg_row(row: &PgRow) -> Result<EpisodeInfo> {
-    Ok(EpisodeInfo {
-        initial_date_curated: row.try_get("initial_date_curated")?,
-        last_date_curated: row.try_get("last_date_curated")?,
-        curator_information: row.try_get("curator_information")?,
-        date_aired: row.try_get("date_aired")?,
-        title: row.try_get("title")?,
-        description: row.try_get("description")?,
-        media_uri: row.try_get("media_uri")?,
-        media_type: row.try_get("media_type")?,
-        priority: row.try_get("priority")?,
-    })
-}
-
-fn episode_summary_from_row(row: &PgRow) -> Result<EpisodeSummary> {
-    let researched: i32 = row.try_get("researched_count")?;
-    let failed: i32 = row.try_get("failed_count")?;
-    let matched: i32 = row.try_get("matched_count")?;
-    Ok(EpisodeSummary {
-        id: row.try_get("id")?,
-        episode: episode_from_pg_row(row)?,
-        researched_pairs: browse::count(i64::from(researched) - i64::from(failed)),
-        failed_pairs: browse::count(i64::from(failed)),
-        matched_pairs: browse::count(i64::from(matched)),
-        total_pairs: browse::count(row.try_get("total_pairs")?),
-    })
-}
-
-fn clip_summary_from_row(row: &PgRow) -> Result<ClipSummary> {
-    Ok(ClipSummary {
-        id: row.try_get("id")?,
-        clip: ClipInfo {
-            initial_date_curated: row.try_get("initial_date_curated")?,
-            last_date_curated: row.try_get("last_date_curated")?,
-            curator_information: row.try_get("curator_information")?,
-            title: row.try_get("title")?,
-            description: row.try_get("description")?,
-            media_uri: row.try_get("media_uri")?,
-            media_type: row.try_get("media_type")?,
-            priority: row.try_get("priority")?,
-        },
-        occurrences: browse::count(row.try_get("occurrences")?),
-        episodes: browse::count(row.try_get("episodes")?),
-        failed_pairs: browse::count(row.try_get("failed_pairs")?),
-        total_pairs: browse::count(row.try_get("total_pairs")?),
-    })
 }
 
 /// A cursor's time: stored as unix microseconds.
@@ -2302,267 +2059,44 @@ fn cursor_time(us: i64) -> Result<DateTime<Utc>> {
 /// A read-only snapshot: a page's counts and rows agree.
 const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
-impl PgDataStore {
-    async fn list_clips_once(&self, query: &ListQuery) -> Result<Page<ClipSummary>, Failure> {
-        let limit = browse::page_limit(query)?;
-        let after = browse::decode_cursor("clips", query.cursor.as_deref())?;
-        let words = browse::search_words(query.search.as_deref());
-        // Occurrences and failures are counted from the partial indexes on matched and failed
-        // results (0001, 0007): a few rows per clip, never the results at large.
-        let mut q = QueryBuilder::<Postgres>::new("SELECT * FROM (SELECT ");
-        q.push(CLIP_SUMMARY_COLUMNS).push(
-            ", COALESCE(o.n, 0) AS occurrences, COALESCE(o.e, 0) AS episodes, \
-             COALESCE(f.n, 0) AS failed_pairs, \
-             (SELECT count(*) FROM episodes) AS total_pairs \
-             FROM clips c \
-             LEFT JOIN (SELECT clip_id, sum(cardinality(clip_offsets_ns))::int8 AS n, \
-                               count(*) AS e \
-                        FROM research_results \
-                        WHERE matched GROUP BY clip_id) o ON o.clip_id = c.id \
-             LEFT JOIN (SELECT clip_id, count(*) AS n FROM research_results \
-                        WHERE failure IS NOT NULL GROUP BY clip_id) f ON f.clip_id = c.id",
-        );
-        if !words.is_empty() {
-            // clips_title_words (0009).
-            q.push(" WHERE ")
-                .push(TITLE_WORDS_C)
-                .push(" @@ to_tsquery('simple', ")
-                .push_bind(tsquery(&words))
-                .push(")");
-        }
-        q.push(") AS listed WHERE true");
-        if let Some((occurrences, _, title)) = after {
-            q.push(" AND (occurrences < ")
-                .push_bind(occurrences)
-                .push(" OR (occurrences = ")
-                .push_bind(occurrences)
-                .push(" AND title > ")
-                .push_bind(title)
-                .push("))");
-        }
-        q.push(" ORDER BY occurrences DESC, title LIMIT ")
-            .push_bind(limit + 1);
-        let rows = q.build().fetch_all(&self.pool).await?;
-        let items = rows
-            .iter()
-            .map(clip_summary_from_row)
-            .collect::<Result<Vec<_>>>()?;
-        Ok(browse::paged(items, limit, "clips", |c| {
-            (
-                i64::try_from(c.occurrences).unwrap_or(i64::MAX),
-                0,
-                c.clip.title.clone(),
-            )
-        }))
-    }
-
-    async fn list_episodes_once(&self, query: &ListQuery) -> Result<Page<EpisodeSummary>, Failure> {
-        let limit = browse::page_limit(query)?;
-        let after = browse::decode_cursor("episodes", query.cursor.as_deref())?;
-        let words = browse::search_words(query.search.as_deref());
-        let mut q = QueryBuilder::<Postgres>::new("SELECT ");
-        q.push(EPISODE_COLUMNS).push(
-            ", e.researched_count, e.failed_count, e.matched_count, \
-             (SELECT count(*) FROM clips) AS total_pairs \
-             FROM episodes e WHERE true",
-        );
-        if !words.is_empty() {
-            // episodes_title_words (0009).
-            q.push(" AND ")
-                .push(TITLE_WORDS_E)
-                .push(" @@ to_tsquery('simple', ")
-                .push_bind(tsquery(&words))
-                .push(")");
-        }
-        if let Some((aired, id, _)) = after {
-            // Walks episodes_aired (0009) from the cursor on.
-            q.push(" AND (e.date_aired, e.id) < (")
-                .push_bind(cursor_time(aired)?)
-                .push(", ")
-                .push_bind(id)
-                .push(")");
-        }
-        q.push(" ORDER BY e.date_aired DESC, e.id DESC LIMIT ")
-            .push_bind(limit + 1);
-        let rows = q.build().fetch_all(&self.pool).await?;
-        let items = rows
-            .iter()
-            .map(episode_summary_from_row)
-            .collect::<Result<Vec<_>>>()?;
-        Ok(browse::paged(items, limit, "episodes", |e| {
-            (e.episode.date_aired.timestamp_micros(), e.id, String::new())
-        }))
-    }
-
-    async fn clip_page_once(&self, id: i64, page: &ListQuery) -> Result<Option<ClipPage>, Failure> {
-        let limit = browse::page_limit(page)?;
-        let after = browse::decode_cursor("occurrences", page.cursor.as_deref())?;
-        let mut tx = self.pool.begin_with(BEGIN_READ).await?;
-        let mut q = QueryBuilder::<Postgres>::new("SELECT ");
-        q.push(CLIP_SUMMARY_COLUMNS).push(
-            ", (SELECT COALESCE(sum(cardinality(clip_offsets_ns)), 0)::int8 \
-                FROM research_results WHERE clip_id = c.id AND matched) AS occurrences, \
-              (SELECT count(*) FROM research_results \
-                WHERE clip_id = c.id AND matched) AS episodes, \
-              (SELECT count(*) FROM research_results \
-                WHERE clip_id = c.id AND failure IS NOT NULL) AS failed_pairs, \
-              (SELECT count(*) FROM episodes) AS total_pairs \
-             FROM clips c WHERE c.id = ",
-        );
-        q.push_bind(id);
-        let Some(row) = q.build().fetch_optional(&mut *tx).await? else {
-            return Ok(None);
-        };
-        let summary = clip_summary_from_row(&row)?;
-        // research_results_matched_clip (0001): the clip's matches only.
-        let mut q = QueryBuilder::<Postgres>::new("SELECT ");
-        q.push(EPISODE_COLUMNS).push(
-            ", r.clip_offsets_ns, r.research_date \
-             FROM research_results r JOIN episodes e ON e.id = r.episode_id \
-             WHERE r.matched AND r.clip_id = ",
-        );
-        q.push_bind(id);
-        if let Some((aired, episode_id, _)) = after {
-            q.push(" AND (e.date_aired, e.id) < (")
-                .push_bind(cursor_time(aired)?)
-                .push(", ")
-                .push_bind(episode_id)
-                .push(")");
-        }
-        q.push(" ORDER BY e.date_aired DESC, e.id DESC LIMIT ")
-            .push_bind(limit + 1);
-        let rows = q.build().fetch_all(&mut *tx).await?;
-        commit(tx).await?;
-        let items = rows
-            .iter()
-            .map(|row| {
-                let mut clip_offsets_ns: Vec<i64> = row.try_get("clip_offsets_ns")?;
-                clip_offsets_ns.sort_unstable();
-                Ok(Occurrence {
-                    episode_id: row.try_get("id")?,
-                    episode: episode_from_pg_row(row)?,
-                    clip_offsets_ns,
-                    research_date: row.try_get("research_date")?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Some(ClipPage {
-            summary,
-            occurrences: browse::paged(items, limit, "occurrences", |o| {
-                (
-                    o.episode.date_aired.timestamp_micros(),
-                    o.episode_id,
-                    String::new(),
-                )
-            }),
-        }))
-    }
-
-    async fn episode_page_once(
-        &self,
-        id: i64,
-        now: DateTime<Utc>,
-    ) -> Result<Option<EpisodePage>, Failure> {
-        let mut tx = self.pool.begin_with(BEGIN_READ).await?;
-        let mut q = QueryBuilder::<Postgres>::new("SELECT ");
-        q.push(EPISODE_COLUMNS).push(
-            ", e.researched_count, e.failed_count, e.matched_count, \
-             (SELECT count(*) FROM clips) AS total_pairs \
-             FROM episodes e WHERE e.id = ",
-        );
-        q.push_bind(id);
-        let Some(row) = q.build().fetch_optional(&mut *tx).await? else {
-            return Ok(None);
-        };
-        let summary = episode_summary_from_row(&row)?;
-        // The episode's matches (research_results_matched_episode, 0001).
-        let found: Vec<(i64, String, Vec<i64>, i64, i64)> = sqlx::query_as(
-            "SELECT r.clip_id, c.title, r.clip_offsets_ns, r.clip_duration_ns, \
-             r.episode_duration_ns \
-             FROM research_results r JOIN clips c ON c.id = r.clip_id \
-             WHERE r.episode_id = $1 AND r.matched",
-        )
-        .bind(id)
-        .fetch_all(&mut *tx)
-        .await?;
-        let duration_ns = found.iter().map(|f| f.4).max();
-        let mut timeline: Vec<TimelineEntry> = found
-            .into_iter()
-            .flat_map(|(clip_id, clip_title, offsets, clip_duration_ns, _)| {
-                offsets.into_iter().map(move |offset_ns| TimelineEntry {
-                    offset_ns,
-                    clip_id,
-                    clip_title: clip_title.clone(),
-                    clip_duration_ns,
-                })
-            })
-            .collect();
-        browse::sort_timeline(&mut timeline);
-        // Its leased pairs: the primary key of leased_pairs starts with the episode.
-        let leased: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM leased_pairs p JOIN leases l ON l.id = p.lease_id \
-             WHERE p.episode_id = $1 AND l.expires_at > $2",
-        )
-        .bind(id)
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await?;
-        // Its failures (research_results_failed_episode, 0007).
-        let failed: Vec<(i64, String, String)> = sqlx::query_as(
-            "SELECT r.clip_id, c.title, r.failure \
-             FROM research_results r JOIN clips c ON c.id = r.clip_id \
-             WHERE r.episode_id = $1 AND r.failure IS NOT NULL \
-             ORDER BY c.title LIMIT $2",
-        )
-        .bind(id)
-        .bind(i64::from(FAILED_SHOWN))
-        .fetch_all(&mut *tx)
-        .await?;
-        commit(tx).await?;
-        let failed = failed
-            .into_iter()
-            .map(|(clip_id, clip_title, reason)| FailedPair {
-                clip_id,
-                clip_title,
-                reason,
-            })
-            .collect();
-        Ok(Some(browse::episode_page(
-            summary,
-            timeline,
-            leased,
-            duration_ns,
-            failed,
-        )))
-    }
-}
-
 #[async_trait]
 impl Browse for PgDataStore {
     async fn list_clips(&self, query: &ListQuery) -> Result<Page<ClipSummary>> {
-        retrying("list_clips", Replay::Harmless, || {
-            self.list_clips_once(query)
+        retrying("list_clips", Replay::Harmless, || async {
+            let mut conn = self.pool.acquire().await?;
+            Ok(sql::list_clips::<Self>(&mut conn, query).await?)
         })
         .await
     }
 
     async fn list_episodes(&self, query: &ListQuery) -> Result<Page<EpisodeSummary>> {
-        retrying("list_episodes", Replay::Harmless, || {
-            self.list_episodes_once(query)
+        retrying("list_episodes", Replay::Harmless, || async {
+            let mut conn = self.pool.acquire().await?;
+            Ok(sql::list_episodes::<Self>(&mut conn, query).await?)
         })
         .await
     }
 
     async fn clip_page(&self, id: i64, page: &ListQuery) -> Result<Option<ClipPage>> {
-        retrying("clip_page", Replay::Harmless, || {
-            self.clip_page_once(id, page)
+        retrying("clip_page", Replay::Harmless, || async {
+            let mut tx = self.pool.begin_with(BEGIN_READ).await?;
+            let found = sql::clip_page::<Self>(&mut tx, id, page).await?;
+            if found.is_some() {
+                commit(tx).await?;
+            }
+            Ok(found)
         })
         .await
     }
 
     async fn episode_page(&self, id: i64, now: DateTime<Utc>) -> Result<Option<EpisodePage>> {
-        retrying("episode_page", Replay::Harmless, || {
-            self.episode_page_once(id, now)
+        retrying("episode_page", Replay::Harmless, || async {
+            let mut tx = self.pool.begin_with(BEGIN_READ).await?;
+            let found = sql::episode_page::<Self>(&mut tx, id, now).await?;
+            if found.is_some() {
+                commit(tx).await?;
+            }
+            Ok(found)
         })
         .await
     }
@@ -2750,12 +2284,5 @@ mod tests {
         ];
         let out = dedupe_newest(&items, |i| i.0, |i| i.1);
         assert_eq!(out, vec![("a", 2, 1), ("b", 3, 2), ("c", 5, 5)]);
-    }
-
-    #[test]
-    fn uri_claimed_twice_in_a_batch_is_found() {
-        let items = [("a", "u1"), ("b", "u2"), ("a", "u1"), ("c", "u2")];
-        assert_eq!(batch_uri_conflict(&items, |i| i.0, |i| i.1), Some("u2"));
-        assert_eq!(batch_uri_conflict(&items[..3], |i| i.0, |i| i.1), None);
     }
 }

@@ -4,6 +4,10 @@
 //! pairs are implied by `episodes × clips`, only leased and researched pairs have rows). Times
 //! are stored as INTEGER unix microseconds.
 //!
+//! What both SQL adapters do alike (row mapping, the browse pages, completions read and
+//! announced, an upsert's batch checks) is `sql.rs`, over this adapter's [`Dialect`]
+//! (its SQL fragments); this file holds its statements, transactions and write turns.
+//!
 //! Every write that reads before it writes runs in a `BEGIN IMMEDIATE` transaction: it takes
 //! the file's write lock up front, so concurrent writers wait for it (in this process on a
 //! mutex, across processes on the busy timeout) instead of failing to upgrade a read snapshot,
@@ -31,21 +35,19 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
+use sqlx::{ColumnIndex, QueryBuilder, Row, Sqlite, Transaction};
 use tokio::sync::OwnedMutexGuard;
 use uuid::Uuid;
 
-use crate::browse::{self, Browse};
+use crate::browse::Browse;
+use crate::sql::{self, Curated, Dialect, StoreRow, Which};
 use crate::store::{EncodeCompletion, EncodeWorkItem};
 use crate::{
-    redact_url, ClipInfo, ClipMatch, CompletionId, DataStore, DataStoreError, EpisodeCompletion,
-    EpisodeInfo, FailureReason, Lease, LeaseRequest, LeaseState, LeaseSummary, LeaseUpdate, Match,
-    MatchFilter, RecordOutcome, ResearchResult, Result, Status, TransactionalBus,
+    redact_url, ClipInfo, CompletionId, DataStore, DataStoreError, EpisodeCompletion, EpisodeInfo,
+    FailureReason, Lease, LeaseRequest, LeaseSummary, LeaseUpdate, Match, MatchFilter,
+    RecordOutcome, ResearchResult, Result, Status, TransactionalBus,
 };
-use crate::{
-    ClipPage, ClipSummary, EpisodePage, EpisodeSummary, FailedPair, ListQuery, Occurrence, Page,
-    TimelineEntry, FAILED_SHOWN,
-};
+use crate::{ClipPage, ClipSummary, EpisodePage, EpisodeSummary, ListQuery, Page};
 
 /// The schema's migrations. The database bus keeps its own (versions from 1000001) in the same
 /// `_sqlx_migrations` table; each migrator ignores the other's.
@@ -285,23 +287,7 @@ impl DataStore for SqliteDataStore {
         .bind(micros(now))
         .fetch_one(&self.pool)
         .await?;
-        let count = |i: usize| -> Result<u64> {
-            let n: i64 = row.try_get(i)?;
-            Ok(u64::try_from(n).unwrap_or(0))
-        };
-        let (episodes, clips) = (count(0)?, count(1)?);
-        Ok(Status {
-            episodes,
-            clips,
-            research_pairs: episodes.saturating_mul(clips),
-            researched_pairs: count(2)?,
-            matched_pairs: count(3)?,
-            active_leases: count(4)?,
-            expired_leases: count(5)?,
-            leased_pairs: count(6)?,
-            awaiting_late_results: count(7)?,
-            failed_pairs: count(8)?,
-        })
+        sql::status_from_row(&row)
     }
 
     async fn retry_failed(
@@ -344,7 +330,7 @@ impl DataStore for SqliteDataStore {
 
     async fn failure_reasons(&self, limit: u32) -> Result<Vec<FailureReason>> {
         // Walks research_results_failed_reason (0004): failed pairs only.
-        let rows: Vec<(String, i64)> = sqlx::query_as(
+        let rows = sqlx::query(
             "SELECT failure, COUNT(*) AS n FROM research_results \
              WHERE failure IS NOT NULL \
              GROUP BY failure ORDER BY n DESC, failure LIMIT ?1",
@@ -352,13 +338,7 @@ impl DataStore for SqliteDataStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(reason, n)| FailureReason {
-                reason,
-                pairs: u64::try_from(n).unwrap_or(0),
-            })
-            .collect())
+        rows.iter().map(sql::failure_reason_from_row).collect()
     }
 
     async fn matches(&self, filter: &MatchFilter) -> Result<Vec<Match>> {
@@ -387,7 +367,7 @@ impl DataStore for SqliteDataStore {
                 .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
         }
         let rows = query.build().fetch_all(&self.pool).await?;
-        rows.iter().map(match_from_row).collect()
+        rows.iter().map(sql::match_from_row).collect()
     }
 
     async fn recent_matches(&self, limit: u32) -> Result<Vec<Match>> {
@@ -404,12 +384,12 @@ impl DataStore for SqliteDataStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(match_from_row).collect()
+        rows.iter().map(sql::match_from_row).collect()
     }
 
     async fn completions(&self, limit: u32) -> Result<Vec<EpisodeCompletion>> {
         let mut conn = self.pool.acquire().await?;
-        read_completions(&mut conn, Which::All(limit)).await
+        sql::read_completions::<Self>(&mut conn, Which::All(limit)).await
     }
 
     async fn completions_announced(&self, ids: &[CompletionId]) -> Result<u64> {
@@ -417,7 +397,7 @@ impl DataStore for SqliteDataStore {
             return Ok(0);
         }
         let (mut tx, _turn) = self.begin_immediate(false).await?;
-        let done = completions_announced_in(&mut tx, ids).await?;
+        let done = Self::completions_announced_in(&mut tx, ids).await?;
         tx.commit().await?;
         Ok(done)
     }
@@ -450,7 +430,7 @@ impl DataStore for SqliteDataStore {
         let found = if claimed.is_empty() {
             Vec::new()
         } else {
-            read_completions(&mut tx, Which::Claimed(&claimed)).await?
+            sql::read_completions::<Self>(&mut tx, Which::Claimed(&claimed)).await?
         };
         tx.commit().await?;
         Ok(found)
@@ -488,20 +468,7 @@ impl DataStore for SqliteDataStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|row| {
-                let expires_at = time(row.try_get(4)?)?;
-                let revoked: bool = row.try_get(6)?;
-                let held: i64 = row.try_get(5)?;
-                Ok(LeaseSummary {
-                    id: row.try_get(0)?,
-                    episode_title: row.try_get(1)?,
-                    episode_date_aired: time(row.try_get(2)?)?,
-                    created_at: time(row.try_get(3)?)?,
-                    expires_at,
-                    held_pairs: u64::try_from(held).unwrap_or(0),
-                    state: LeaseState::at(expires_at, revoked, now),
-                })
-            })
+            .map(|row| sql::lease_summary_from_row(row, now))
             .collect()
     }
 }
@@ -617,12 +584,12 @@ async fn existing_lease(tx: &mut Transaction<'static, Sqlite>, id: Uuid) -> Resu
     .fetch_all(&mut **tx)
     .await?
     .iter()
-    .map(clip_from_row)
+    .map(sql::clip_from_row)
     .collect::<Result<Vec<_>>>()?;
     Ok(Some(Lease {
         id,
-        expires_at: time(row.try_get("expires_at")?)?,
-        episode: episode_from_row(&row)?,
+        expires_at: row.time("expires_at")?,
+        episode: sql::episode_from_row(&row)?,
         clips,
         reclaimed_pairs: 0,
     }))
@@ -648,13 +615,9 @@ async fn resolve(
     Ok(ids)
 }
 
-/// What upserting episodes and clips differ in: their table, identity and columns. Every
-/// statement is a constant; every value is bound.
-trait Curated: Sync {
-    /// The item's kind in messages, as `episode`.
-    const KIND: &'static str;
-    /// The table, also the kind in the plural.
-    const TABLE: &'static str;
+/// What upserting episodes and clips differ in here: their table, identity and columns.
+/// Every statement is a constant; every value is bound.
+trait SqliteCurated: Curated {
     /// `INSERT INTO table (columns) `, before one `VALUES` row per item.
     const INSERT: &'static str;
     /// The values [`push_row`](Self::push_row) binds per item.
@@ -670,9 +633,6 @@ trait Curated: Sync {
     fn identity(&self) -> Identity<'_>;
     /// The item in messages, as `episode "Title" aired 2026-01-01 00:00:00 UTC`.
     fn describe(&self) -> String;
-    fn media_uri(&self) -> &str;
-    fn initial_date_curated(&self) -> DateTime<Utc>;
-    fn last_date_curated(&self) -> DateTime<Utc>;
     /// Binds the item's [`COLUMNS`](Self::COLUMNS) values, in [`INSERT`](Self::INSERT)'s order.
     fn push_row<'args>(&'args self, row: Separated<'_, 'args, Sqlite, &'static str>);
 }
@@ -692,9 +652,7 @@ const UPDATE_ON_CONFLICT: &str = " DO UPDATE SET \
      priority = excluded.priority \
      WHERE excluded.last_date_curated >= last_date_curated";
 
-impl Curated for EpisodeInfo {
-    const KIND: &'static str = "episode";
-    const TABLE: &'static str = "episodes";
+impl SqliteCurated for EpisodeInfo {
     const INSERT: &'static str = "INSERT INTO episodes (title, date_aired, initial_date_curated, \
          last_date_curated, curator_information, description, media_uri, media_type, priority) ";
     const COLUMNS: usize = 9;
@@ -709,15 +667,6 @@ impl Curated for EpisodeInfo {
     fn describe(&self) -> String {
         format!("episode {:?} aired {}", self.title, self.date_aired)
     }
-    fn media_uri(&self) -> &str {
-        &self.media_uri
-    }
-    fn initial_date_curated(&self) -> DateTime<Utc> {
-        self.initial_date_curated
-    }
-    fn last_date_curated(&self) -> DateTime<Utc> {
-        self.last_date_curated
-    }
     fn push_row<'args>(&'args self, mut row: Separated<'_, 'args, Sqlite, &'static str>) {
         row.push_bind(&self.title)
             .push_bind(micros(self.date_aired))
@@ -731,9 +680,7 @@ impl Curated for EpisodeInfo {
     }
 }
 
-impl Curated for ClipInfo {
-    const KIND: &'static str = "clip";
-    const TABLE: &'static str = "clips";
+impl SqliteCurated for ClipInfo {
     const INSERT: &'static str = "INSERT INTO clips (title, initial_date_curated, \
          last_date_curated, curator_information, description, media_uri, media_type, priority) ";
     const COLUMNS: usize = 8;
@@ -746,15 +693,6 @@ impl Curated for ClipInfo {
     }
     fn describe(&self) -> String {
         format!("clip {:?}", self.title)
-    }
-    fn media_uri(&self) -> &str {
-        &self.media_uri
-    }
-    fn initial_date_curated(&self) -> DateTime<Utc> {
-        self.initial_date_curated
-    }
-    fn last_date_curated(&self) -> DateTime<Utc> {
-        self.last_date_curated
     }
     fn push_row<'args>(&'args self, mut row: Separated<'_, 'args, Sqlite, &'static str>) {
         row.push_bind(&self.title)
@@ -783,7 +721,7 @@ fn bind_identity<'q>(
 impl SqliteDataStore {
     /// Inserts or updates `items` as [`DataStore::upsert_episodes`] describes, all or
     /// nothing, acknowledging the deliveries `acks` in the same transaction.
-    async fn upsert<T: Curated>(&self, items: &[T], acks: &[SqlReceipt]) -> Result<()> {
+    async fn upsert<T: SqliteCurated>(&self, items: &[T], acks: &[SqlReceipt]) -> Result<()> {
         if let Some(first) = acks.first() {
             crate::store::check_bus(self, &first.bus_id).await?;
         }
@@ -795,10 +733,7 @@ impl SqliteDataStore {
         let (mut tx, _turn) = self.begin_immediate(!acks.is_empty()).await?;
         // Only a new item must not be last curated before it was first curated, and such
         // items are rare: look up just those.
-        for item in batch
-            .iter()
-            .filter(|i| i.last_date_curated() < i.initial_date_curated())
-        {
+        for item in batch.iter().filter(|i| i.is_suspect()) {
             let known = bind_identity(sqlx::query(T::FIND), item.identity())
                 .fetch_optional(&mut *tx)
                 .await?;
@@ -886,7 +821,7 @@ impl SqliteDataStore {
             return Ok(None);
         };
         let episode_id: i64 = episode_row.try_get("id")?;
-        let episode = episode_from_row(&episode_row)?;
+        let episode = sql::episode_from_row(&episode_row)?;
 
         // Walks clips_urgency; `held` marks pairs still held by an expired lease.
         let clip_rows = sqlx::query(
@@ -928,7 +863,7 @@ impl SqliteDataStore {
             if row.try_get::<bool, _>("held")? {
                 held_ids.push(id);
             }
-            clips.push(clip_from_row(row)?);
+            clips.push(sql::clip_from_row(row)?);
         }
 
         // Take over the pairs of expired leases.
@@ -1286,33 +1221,23 @@ async fn ack_recorded(
 
 /// The items of `batch` with distinct identities, in batch order; of several with one identity
 /// the newest curation (`last_date_curated`) wins, and of equally new ones the later.
-fn dedupe_newest<T: Curated>(batch: &[T]) -> Vec<&T> {
-    // Per identity, the position of the newest curation (ties: the later one).
-    let mut newest: HashMap<Identity<'_>, usize> = HashMap::with_capacity(batch.len());
-    for (i, item) in batch.iter().enumerate() {
-        let slot = newest.entry(item.identity()).or_insert(i);
-        if batch[*slot].last_date_curated() <= item.last_date_curated() {
-            *slot = i;
-        }
-    }
-    let mut kept: Vec<usize> = newest.into_values().collect();
+fn dedupe_newest<T: SqliteCurated>(batch: &[T]) -> Vec<&T> {
+    let mut kept: Vec<usize> = sql::newest(batch, |i| i.identity(), |i| i.last_date_curated())
+        .into_values()
+        .collect();
     kept.sort_unstable();
     kept.into_iter().map(|i| &batch[i]).collect()
 }
 
 /// Two distinct items of one batch with the same `media_uri` are a conflict.
-fn check_unique_media_uris<T: Curated>(batch: &[&T]) -> Result<()> {
-    let mut seen = HashSet::new();
-    for item in batch {
-        let uri = item.media_uri();
-        if !seen.insert(uri) {
-            return Err(DataStoreError::Conflict(format!(
-                "media_uri {uri:?} is given to two {} in one batch",
-                T::TABLE
-            )));
-        }
+fn check_unique_media_uris<T: SqliteCurated>(batch: &[&T]) -> Result<()> {
+    match sql::batch_uri_conflict(batch, |i| i.identity(), |i| i.media_uri()) {
+        Some(uri) => Err(DataStoreError::Conflict(format!(
+            "media_uri {uri:?} is given to two {} in one batch",
+            T::TABLE
+        ))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {
@@ -1320,7 +1245,7 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
 }
 
 /// Names the item of `chunk` whose `media_uri` belongs to another stored item.
-async fn uri_conflict<T: Curated>(
+async fn uri_conflict<T: SqliteCurated>(
     tx: &mut Transaction<'static, Sqlite>,
     chunk: &[&T],
     cause: &sqlx::Error,
@@ -1346,31 +1271,20 @@ async fn uri_conflict<T: Curated>(
     DataStoreError::Conflict(format!("{}: {cause}", T::TABLE))
 }
 
-fn episode_from_row(row: &SqliteRow) -> Result<EpisodeInfo> {
-    Ok(EpisodeInfo {
-        initial_date_curated: time(row.try_get("initial_date_curated")?)?,
-        last_date_curated: time(row.try_get("last_date_curated")?)?,
-        curator_information: row.try_get("curator_information")?,
-        date_aired: time(row.try_get("date_aired")?)?,
-        title: row.try_get("title")?,
-        description: row.try_get("description")?,
-        media_uri: row.try_get("media_uri")?,
-        media_type: row.try_get("media_type")?,
-        priority: row.try_get("priority")?,
-    })
-}
-
-fn clip_from_row(row: &SqliteRow) -> Result<ClipInfo> {
-    Ok(ClipInfo {
-        initial_date_curated: time(row.try_get("initial_date_curated")?)?,
-        last_date_curated: time(row.try_get("last_date_curated")?)?,
-        curator_information: row.try_get("curator_information")?,
-        title: row.try_get("title")?,
-        description: row.try_get("description")?,
-        media_uri: row.try_get("media_uri")?,
-        media_type: row.try_get("media_type")?,
-        priority: row.try_get("priority")?,
-    })
+impl StoreRow for SqliteRow {
+    sql::decoded_columns!();
+    fn counter<I: ColumnIndex<Self>>(&self, at: I) -> Result<i64> {
+        Ok(self.try_get(at)?)
+    }
+    /// Times are INTEGER unix microseconds.
+    fn time<I: ColumnIndex<Self>>(&self, at: I) -> Result<DateTime<Utc>> {
+        time(self.try_get(at)?)
+    }
+    /// Offsets are a JSON array.
+    fn offsets<I: ColumnIndex<Self>>(&self, at: I) -> Result<Vec<i64>> {
+        let text: String = self.try_get(at)?;
+        serde_json::from_str(&text).map_err(|e| corrupt(format!("clip_offsets_ns {text:?}: {e}")))
+    }
 }
 
 /// A time as stored: unix microseconds (finer precision is dropped).
@@ -1395,145 +1309,6 @@ fn json_ids(ids: &[i64]) -> String {
 
 fn json_string<T: serde::Serialize + ?Sized>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(|e| DataStoreError::Invalid(e.to_string()))
-}
-
-/// A match from a row of (episode title, aired, clip title, offsets as JSON, research date).
-fn match_from_row(row: &SqliteRow) -> Result<Match> {
-    let offsets: String = row.try_get(3)?;
-    Ok(Match {
-        episode_title: row.try_get(0)?,
-        episode_date_aired: time(row.try_get(1)?)?,
-        clip_title: row.try_get(2)?,
-        clip_offsets_ns: serde_json::from_str(&offsets)
-            .map_err(|e| corrupt(format!("clip_offsets_ns {offsets:?}: {e}")))?,
-        research_date: time(row.try_get(4)?)?,
-    })
-}
-
-/// Which unannounced completions [`read_completions`] reads.
-enum Which<'a> {
-    /// The oldest, at most this many.
-    All(u32),
-    /// The oldest nobody has claimed (or whose claim ran out by this time), at most this many.
-    Unclaimed(u32, DateTime<Utc>),
-    /// Those of these episodes.
-    Claimed(&'a [i64]),
-}
-
-/// Unannounced completions, oldest first, with their episodes, counts and matches, read on
-/// `conn` (in the announcing or claiming transaction when announcing).
-async fn read_completions(
-    conn: &mut SqliteConnection,
-    which: Which<'_>,
-) -> Result<Vec<EpisodeCompletion>> {
-    macro_rules! completions {
-        ($rest:literal) => {
-            concat!(
-                "SELECT u.episode_id, u.completions, u.completed_at, \
-                        e.title, e.date_aired, e.initial_date_curated, e.last_date_curated, \
-                        e.curator_information, e.description, e.media_uri, e.media_type, \
-                        e.priority, e.researched_count - e.failed_count AS researched, \
-                        e.matched_count AS matched, e.failed_count AS failed \
-                 FROM episode_completions u JOIN episodes e ON e.id = u.episode_id ",
-                $rest
-            )
-        };
-    }
-    let rows = match which {
-        Which::All(limit) => {
-            sqlx::query(completions!(
-                "ORDER BY u.completed_at, u.episode_id LIMIT ?1"
-            ))
-            .bind(i64::from(limit))
-            .fetch_all(&mut *conn)
-            .await?
-        }
-        Which::Unclaimed(limit, now) => {
-            sqlx::query(completions!(
-                "WHERE u.claimed_until IS NULL OR u.claimed_until <= ?2 \
-                 ORDER BY u.completed_at, u.episode_id LIMIT ?1"
-            ))
-            .bind(i64::from(limit))
-            .bind(micros(now))
-            .fetch_all(&mut *conn)
-            .await?
-        }
-        Which::Claimed(ids) => {
-            sqlx::query(completions!(
-                "WHERE u.episode_id IN (SELECT value FROM json_each(?1)) \
-                 ORDER BY u.completed_at, u.episode_id"
-            ))
-            .bind(json_ids(ids))
-            .fetch_all(&mut *conn)
-            .await?
-        }
-    };
-    if rows.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut ids = Vec::with_capacity(rows.len());
-    for row in &rows {
-        ids.push(row.try_get::<i64, _>("episode_id")?);
-    }
-    // Through the partial index of matches by episode.
-    let found = sqlx::query(
-        "SELECT r.episode_id, r.clip_offsets_ns, c.title, c.initial_date_curated, \
-                c.last_date_curated, c.curator_information, c.description, c.media_uri, \
-                c.media_type, c.priority \
-         FROM research_results r JOIN clips c ON c.id = r.clip_id \
-         WHERE r.episode_id IN (SELECT value FROM json_each(?1)) AND r.matched = 1",
-    )
-    .bind(json_ids(&ids))
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut matches: HashMap<i64, Vec<ClipMatch>> = HashMap::new();
-    for row in &found {
-        let offsets: String = row.try_get("clip_offsets_ns")?;
-        matches
-            .entry(row.try_get("episode_id")?)
-            .or_default()
-            .push(ClipMatch {
-                clip: clip_from_row(row)?,
-                clip_offsets_ns: serde_json::from_str(&offsets)
-                    .map_err(|e| corrupt(format!("clip_offsets_ns {offsets:?}: {e}")))?,
-            });
-    }
-    let mut out = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let episode_id: i64 = row.try_get("episode_id")?;
-        let mut found = matches.remove(&episode_id).unwrap_or_default();
-        crate::model::sort_matches(&mut found);
-        out.push(EpisodeCompletion {
-            id: CompletionId {
-                episode_id,
-                completions: row.try_get("completions")?,
-            },
-            episode: episode_from_row(row)?,
-            completed_at: time(row.try_get("completed_at")?)?,
-            clips_researched: u64::try_from(row.try_get::<i64, _>("researched")?).unwrap_or(0),
-            clips_matched: u64::try_from(row.try_get::<i64, _>("matched")?).unwrap_or(0),
-            clips_failed: u64::try_from(row.try_get::<i64, _>("failed")?).unwrap_or(0),
-            matches: found,
-        });
-    }
-    Ok(out)
-}
-
-/// Lets go of announced completions, unless their episode completed again since.
-async fn completions_announced_in(
-    conn: &mut SqliteConnection,
-    ids: &[CompletionId],
-) -> Result<u64> {
-    let pairs: Vec<[i64; 2]> = ids.iter().map(|c| [c.episode_id, c.completions]).collect();
-    let done = sqlx::query(
-        "DELETE FROM episode_completions \
-         WHERE (episode_id, completions) IN \
-               (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
-    )
-    .bind(json_string(&pairs)?)
-    .execute(&mut *conn)
-    .await?;
-    Ok(done.rows_affected())
 }
 
 fn len_i64(n: usize) -> i64 {
@@ -1592,22 +1367,17 @@ impl TransactionalBus for SqliteDataStore {
         crate::store::check_bus(self, bus_id).await?;
         // The write lock first: no other announcer reads the same completions meanwhile.
         let (mut tx, _turn) = self.begin_immediate(true).await?;
-        let found = read_completions(&mut tx, Which::Unclaimed(limit, Utc::now())).await?;
-        if found.is_empty() {
-            return Ok(0);
+        let announced = sql::announce_in::<Self>(&mut tx, limit, queue, encode).await?;
+        if announced > 0 {
+            tx.commit().await?;
         }
-        let bodies: Vec<Vec<u8>> = found.iter().map(encode).collect();
-        messagebus::sql::sqlite::send_in(&mut tx, queue, bodies).await?;
-        let ids: Vec<CompletionId> = found.iter().map(|c| c.id).collect();
-        completions_announced_in(&mut tx, &ids).await?;
-        tx.commit().await?;
-        Ok(found.len() as u64)
+        Ok(announced)
     }
 }
 
 // ------------------------------------------------------------------------------------ browsing
 
-/// The FTS5 query for `words` (see [`browse::search_words`]): each word a prefix, all of them
+/// The FTS5 query for `words` (see [`crate::browse::search_words`]): each word a prefix, all of them
 /// required. The words are letters and digits only, quoted, so no input is FTS5 syntax.
 fn fts_query(words: &[String]) -> String {
     words
@@ -1617,281 +1387,151 @@ fn fts_query(words: &[String]) -> String {
         .join(" ")
 }
 
-/// The columns of an episode row, for [`episode_from_row`].
-const EPISODE_COLUMNS: &str = "e.id, e.title, e.date_aired, e.initial_date_curated, \
-     e.last_date_curated, e.curator_information, e.description, e.media_uri, e.media_type, \
-     e.priority";
+#[async_trait]
+impl Dialect for SqliteDataStore {
+    type DB = Sqlite;
+    type Row = SqliteRow;
 
-fn episode_summary_from_row(row: &SqliteRow) -> Result<EpisodeSummary> {
-    let researched: i64 = row.try_get("researched_count")?;
-    let failed: i64 = row.try_get("failed_count")?;
-    Ok(EpisodeSummary {
-        id: row.try_get("id")?,
-        episode: episode_from_row(row)?,
-        researched_pairs: browse::count(researched - failed),
-        failed_pairs: browse::count(failed),
-        matched_pairs: browse::count(row.try_get("matched_count")?),
-        total_pairs: browse::count(row.try_get("total_pairs")?),
-    })
-}
+    const MATCHED: &'static str = "r.matched = 1";
+    const OCCURRENCES: &'static str = "SUM(json_array_length(r.clip_offsets_ns))";
+    /// Through the FTS5 index of clip titles (0007).
+    const CLIP_SEARCH: &'static str = " WHERE c.id IN (SELECT rowid FROM clips_title_words \
+         WHERE clips_title_words MATCH ";
+    /// Through the FTS5 index of episode titles (0007).
+    const EPISODE_SEARCH: &'static str = " AND e.id IN (SELECT rowid FROM episodes_title_words \
+         WHERE episodes_title_words MATCH ";
 
-fn clip_summary_from_row(row: &SqliteRow) -> Result<ClipSummary> {
-    Ok(ClipSummary {
-        id: row.try_get("id")?,
-        clip: clip_from_row(row)?,
-        occurrences: browse::count(row.try_get("occurrences")?),
-        episodes: browse::count(row.try_get("episodes")?),
-        failed_pairs: browse::count(row.try_get("failed_pairs")?),
-        total_pairs: browse::count(row.try_get("total_pairs")?),
-    })
-}
+    fn search_query(words: &[String]) -> String {
+        fts_query(words)
+    }
+    fn push_int(q: &mut QueryBuilder<'_, Sqlite>, value: i64) {
+        q.push_bind(value);
+    }
+    fn push_text(q: &mut QueryBuilder<'_, Sqlite>, value: String) {
+        q.push_bind(value);
+    }
+    fn push_time(q: &mut QueryBuilder<'_, Sqlite>, value: DateTime<Utc>) {
+        q.push_bind(micros(value));
+    }
+    fn push_cursor_time(q: &mut QueryBuilder<'_, Sqlite>, micros: i64) -> Result<()> {
+        q.push_bind(micros);
+        Ok(())
+    }
 
-fn offsets_from(text: &str) -> Result<Vec<i64>> {
-    let mut offsets: Vec<i64> = serde_json::from_str(text)
-        .map_err(|e| corrupt(format!("clip_offsets_ns {text:?}: {e}")))?;
-    offsets.sort_unstable();
-    Ok(offsets)
+    async fn fetch_all(
+        conn: &mut SqliteConnection,
+        q: &mut QueryBuilder<'_, Sqlite>,
+    ) -> Result<Vec<SqliteRow>> {
+        Ok(q.build().fetch_all(conn).await?)
+    }
+    async fn fetch_optional(
+        conn: &mut SqliteConnection,
+        q: &mut QueryBuilder<'_, Sqlite>,
+    ) -> Result<Option<SqliteRow>> {
+        Ok(q.build().fetch_optional(conn).await?)
+    }
+
+    async fn completion_rows(
+        conn: &mut SqliteConnection,
+        which: Which<'_>,
+    ) -> Result<Vec<SqliteRow>> {
+        macro_rules! completions {
+            ($rest:literal) => {
+                concat!(
+                    "SELECT u.episode_id, u.completions, u.completed_at, \
+                            e.title, e.date_aired, e.initial_date_curated, e.last_date_curated, \
+                            e.curator_information, e.description, e.media_uri, e.media_type, \
+                            e.priority, e.researched_count - e.failed_count AS researched, \
+                            e.matched_count AS matched, e.failed_count AS failed \
+                     FROM episode_completions u JOIN episodes e ON e.id = u.episode_id ",
+                    $rest
+                )
+            };
+        }
+        let query = match which {
+            Which::All(limit) => sqlx::query(completions!(
+                "ORDER BY u.completed_at, u.episode_id LIMIT ?1"
+            ))
+            .bind(i64::from(limit)),
+            // The caller holds the write lock: no other announcer reads them meanwhile.
+            Which::ToAnnounce(limit, now) => sqlx::query(completions!(
+                "WHERE u.claimed_until IS NULL OR u.claimed_until <= ?2 \
+                 ORDER BY u.completed_at, u.episode_id LIMIT ?1"
+            ))
+            .bind(i64::from(limit))
+            .bind(micros(now)),
+            Which::Claimed(ids) => sqlx::query(completions!(
+                "WHERE u.episode_id IN (SELECT value FROM json_each(?1)) \
+                 ORDER BY u.completed_at, u.episode_id"
+            ))
+            .bind(json_ids(ids)),
+        };
+        Ok(query.fetch_all(conn).await?)
+    }
+    async fn completion_matches(
+        conn: &mut SqliteConnection,
+        ids: &[i64],
+    ) -> Result<Vec<SqliteRow>> {
+        Ok(sqlx::query(
+            "SELECT r.episode_id, r.clip_offsets_ns, c.title, c.initial_date_curated, \
+                    c.last_date_curated, c.curator_information, c.description, c.media_uri, \
+                    c.media_type, c.priority \
+             FROM research_results r JOIN clips c ON c.id = r.clip_id \
+             WHERE r.episode_id IN (SELECT value FROM json_each(?1)) AND r.matched = 1",
+        )
+        .bind(json_ids(ids))
+        .fetch_all(conn)
+        .await?)
+    }
+    async fn completions_announced_in(
+        conn: &mut SqliteConnection,
+        ids: &[CompletionId],
+    ) -> Result<u64> {
+        let pairs: Vec<[i64; 2]> = ids.iter().map(|c| [c.episode_id, c.completions]).collect();
+        let done = sqlx::query(
+            "DELETE FROM episode_completions \
+             WHERE (episode_id, completions) IN \
+                   (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
+        )
+        .bind(json_string(&pairs)?)
+        .execute(conn)
+        .await?;
+        Ok(done.rows_affected())
+    }
+    async fn send_in(conn: &mut SqliteConnection, queue: &str, bodies: Vec<Vec<u8>>) -> Result<()> {
+        Ok(messagebus::sql::sqlite::send_in(conn, queue, bodies).await?)
+    }
 }
 
 #[async_trait]
 impl Browse for SqliteDataStore {
     async fn list_clips(&self, query: &ListQuery) -> Result<Page<ClipSummary>> {
-        let limit = browse::page_limit(query)?;
-        let after = browse::decode_cursor("clips", query.cursor.as_deref())?;
-        let words = browse::search_words(query.search.as_deref());
-        // Occurrences and failures are counted from the partial indexes on matched and failed
-        // results (0001, 0004): a few rows per clip, never the results at large.
-        let mut q = QueryBuilder::<Sqlite>::new(
-            "SELECT * FROM (\
-             SELECT c.id, c.title, c.initial_date_curated, c.last_date_curated, \
-                    c.curator_information, c.description, c.media_uri, c.media_type, c.priority, \
-                    COALESCE(o.n, 0) AS occurrences, COALESCE(o.e, 0) AS episodes, \
-                    COALESCE(f.n, 0) AS failed_pairs, \
-                    (SELECT COUNT(*) FROM episodes) AS total_pairs \
-             FROM clips c \
-             LEFT JOIN (SELECT clip_id, SUM(json_array_length(clip_offsets_ns)) AS n, \
-                               COUNT(*) AS e \
-                        FROM research_results \
-                        WHERE matched = 1 GROUP BY clip_id) o ON o.clip_id = c.id \
-             LEFT JOIN (SELECT clip_id, COUNT(*) AS n FROM research_results \
-                        WHERE failure IS NOT NULL GROUP BY clip_id) f ON f.clip_id = c.id",
-        );
-        if !words.is_empty() {
-            q.push(
-                " WHERE c.id IN (SELECT rowid FROM clips_title_words \
-                 WHERE clips_title_words MATCH ",
-            )
-            .push_bind(fts_query(&words))
-            .push(")");
-        }
-        q.push(") WHERE 1 = 1");
-        if let Some((occurrences, _, title)) = after {
-            q.push(" AND (occurrences < ")
-                .push_bind(occurrences)
-                .push(" OR (occurrences = ")
-                .push_bind(occurrences)
-                .push(" AND title > ")
-                .push_bind(title)
-                .push("))");
-        }
-        q.push(" ORDER BY occurrences DESC, title LIMIT ")
-            .push_bind(limit + 1);
-        let rows = q.build().fetch_all(&self.pool).await?;
-        let items = rows
-            .iter()
-            .map(clip_summary_from_row)
-            .collect::<Result<Vec<_>>>()?;
-        Ok(browse::paged(items, limit, "clips", |c| {
-            (
-                i64::try_from(c.occurrences).unwrap_or(i64::MAX),
-                0,
-                c.clip.title.clone(),
-            )
-        }))
+        let mut conn = self.pool.acquire().await?;
+        sql::list_clips::<Self>(&mut conn, query).await
     }
 
     async fn list_episodes(&self, query: &ListQuery) -> Result<Page<EpisodeSummary>> {
-        let limit = browse::page_limit(query)?;
-        let after = browse::decode_cursor("episodes", query.cursor.as_deref())?;
-        let words = browse::search_words(query.search.as_deref());
-        let mut q = QueryBuilder::<Sqlite>::new("SELECT ");
-        q.push(EPISODE_COLUMNS).push(
-            ", e.researched_count, e.failed_count, e.matched_count, \
-             (SELECT COUNT(*) FROM clips) AS total_pairs \
-             FROM episodes e WHERE 1 = 1",
-        );
-        if !words.is_empty() {
-            q.push(
-                " AND e.id IN (SELECT rowid FROM episodes_title_words \
-                 WHERE episodes_title_words MATCH ",
-            )
-            .push_bind(fts_query(&words))
-            .push(")");
-        }
-        if let Some((aired, id, _)) = after {
-            // Walks episodes_aired (0006) from the cursor on.
-            q.push(" AND (e.date_aired, e.id) < (")
-                .push_bind(aired)
-                .push(", ")
-                .push_bind(id)
-                .push(")");
-        }
-        q.push(" ORDER BY e.date_aired DESC, e.id DESC LIMIT ")
-            .push_bind(limit + 1);
-        let rows = q.build().fetch_all(&self.pool).await?;
-        let items = rows
-            .iter()
-            .map(episode_summary_from_row)
-            .collect::<Result<Vec<_>>>()?;
-        Ok(browse::paged(items, limit, "episodes", |e| {
-            (micros(e.episode.date_aired), e.id, String::new())
-        }))
+        let mut conn = self.pool.acquire().await?;
+        sql::list_episodes::<Self>(&mut conn, query).await
     }
 
     async fn clip_page(&self, id: i64, page: &ListQuery) -> Result<Option<ClipPage>> {
-        let limit = browse::page_limit(page)?;
-        let after = browse::decode_cursor("occurrences", page.cursor.as_deref())?;
         // One read transaction: the counts and the page agree.
         let mut tx = self.pool.begin().await?;
-        let Some(row) = sqlx::query(
-            "SELECT c.id, c.title, c.initial_date_curated, c.last_date_curated, \
-                    c.curator_information, c.description, c.media_uri, c.media_type, c.priority, \
-                    (SELECT COALESCE(SUM(json_array_length(clip_offsets_ns)), 0) \
-                     FROM research_results \
-                     WHERE clip_id = c.id AND matched = 1) AS occurrences, \
-                    (SELECT COUNT(*) FROM research_results \
-                     WHERE clip_id = c.id AND matched = 1) AS episodes, \
-                    (SELECT COUNT(*) FROM research_results \
-                     WHERE clip_id = c.id AND failure IS NOT NULL) AS failed_pairs, \
-                    (SELECT COUNT(*) FROM episodes) AS total_pairs \
-             FROM clips c WHERE c.id = ?1",
-        )
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
-            return Ok(None);
-        };
-        let summary = clip_summary_from_row(&row)?;
-        let mut q = QueryBuilder::<Sqlite>::new("SELECT ");
-        q.push(EPISODE_COLUMNS).push(
-            ", r.clip_offsets_ns, r.research_date \
-             FROM research_results r JOIN episodes e ON e.id = r.episode_id \
-             WHERE r.matched = 1 AND r.clip_id = ",
-        );
-        q.push_bind(id);
-        if let Some((aired, episode_id, _)) = after {
-            q.push(" AND (e.date_aired, e.id) < (")
-                .push_bind(aired)
-                .push(", ")
-                .push_bind(episode_id)
-                .push(")");
+        let found = sql::clip_page::<Self>(&mut tx, id, page).await?;
+        if found.is_some() {
+            tx.commit().await?;
         }
-        q.push(" ORDER BY e.date_aired DESC, e.id DESC LIMIT ")
-            .push_bind(limit + 1);
-        let rows = q.build().fetch_all(&mut *tx).await?;
-        tx.commit().await?;
-        let items = rows
-            .iter()
-            .map(|row| {
-                let offsets: String = row.try_get("clip_offsets_ns")?;
-                Ok(Occurrence {
-                    episode_id: row.try_get("id")?,
-                    episode: episode_from_row(row)?,
-                    clip_offsets_ns: offsets_from(&offsets)?,
-                    research_date: time(row.try_get("research_date")?)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Some(ClipPage {
-            summary,
-            occurrences: browse::paged(items, limit, "occurrences", |o| {
-                (micros(o.episode.date_aired), o.episode_id, String::new())
-            }),
-        }))
+        Ok(found)
     }
 
     async fn episode_page(&self, id: i64, now: DateTime<Utc>) -> Result<Option<EpisodePage>> {
         let mut tx = self.pool.begin().await?;
-        let mut q = QueryBuilder::<Sqlite>::new("SELECT ");
-        q.push(EPISODE_COLUMNS).push(
-            ", e.researched_count, e.failed_count, e.matched_count, \
-             (SELECT COUNT(*) FROM clips) AS total_pairs \
-             FROM episodes e WHERE e.id = ",
-        );
-        q.push_bind(id);
-        let Some(row) = q.build().fetch_optional(&mut *tx).await? else {
-            return Ok(None);
-        };
-        let summary = episode_summary_from_row(&row)?;
-        // The episode's matches (research_results_matched_episode, 0001).
-        let found = sqlx::query(
-            "SELECT r.clip_id, c.title, r.clip_offsets_ns, r.clip_duration_ns, \
-             r.episode_duration_ns \
-             FROM research_results r JOIN clips c ON c.id = r.clip_id \
-             WHERE r.episode_id = ?1 AND r.matched = 1",
-        )
-        .bind(id)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut timeline = Vec::new();
-        let mut duration_ns = None;
-        for row in &found {
-            let clip_id: i64 = row.try_get(0)?;
-            let clip_title: String = row.try_get(1)?;
-            let offsets: String = row.try_get(2)?;
-            let clip_duration_ns: i64 = row.try_get(3)?;
-            let episode_duration_ns: i64 = row.try_get(4)?;
-            duration_ns = duration_ns.max(Some(episode_duration_ns));
-            timeline.extend(
-                offsets_from(&offsets)?
-                    .into_iter()
-                    .map(|offset_ns| TimelineEntry {
-                        offset_ns,
-                        clip_id,
-                        clip_title: clip_title.clone(),
-                        clip_duration_ns,
-                    }),
-            );
+        let found = sql::episode_page::<Self>(&mut tx, id, now).await?;
+        if found.is_some() {
+            tx.commit().await?;
         }
-        browse::sort_timeline(&mut timeline);
-        // Its leased pairs: the primary key of leased_pairs starts with the episode.
-        let leased: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM leased_pairs p JOIN leases l ON l.id = p.lease_id \
-             WHERE p.episode_id = ?1 AND l.expires_at > ?2",
-        )
-        .bind(id)
-        .bind(micros(now))
-        .fetch_one(&mut *tx)
-        .await?;
-        // Its failures (research_results_failed_episode, 0004).
-        let failed = sqlx::query(
-            "SELECT r.clip_id, c.title, r.failure \
-             FROM research_results r JOIN clips c ON c.id = r.clip_id \
-             WHERE r.episode_id = ?1 AND r.failure IS NOT NULL \
-             ORDER BY c.title LIMIT ?2",
-        )
-        .bind(id)
-        .bind(i64::from(FAILED_SHOWN))
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(|row| {
-            Ok(FailedPair {
-                clip_id: row.try_get(0)?,
-                clip_title: row.try_get(1)?,
-                reason: row.try_get(2)?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-        tx.commit().await?;
-        Ok(Some(browse::episode_page(
-            summary,
-            timeline,
-            leased,
-            duration_ns,
-            failed,
-        )))
+        Ok(found)
     }
 }
 

@@ -237,6 +237,15 @@ pub mod cases {
         store.lease_next(request(max_clips, now)).await.unwrap()
     }
 
+    /// A result (no offsets) for every pair `lease` holds.
+    fn results_of(lease: &Lease) -> Vec<crate::ResearchResult> {
+        lease
+            .clips
+            .iter()
+            .map(|c| result(lease.id, &lease.episode, c, &[]))
+            .collect()
+    }
+
     fn titles(lease: &Lease) -> Vec<String> {
         lease.clips.iter().map(|c| c.title.clone()).collect()
     }
@@ -954,13 +963,9 @@ pub mod cases {
 
     /// Revoking a lease whose results are all recorded deletes it at once.
     pub async fn revoke_with_every_result_in_ends_the_lease_at_once(store: Arc<dyn DataStore>) {
-        let (es, _) = seed(&*store, 1, 3).await;
+        seed(&*store, 1, 3).await;
         let l = lease(&*store, 5, t0()).await.unwrap();
-        let results: Vec<_> = l
-            .clips
-            .iter()
-            .map(|c| result(l.id, &es[0], c, &[]))
-            .collect();
+        let results = results_of(&l);
         let outcomes = store.record_results(&results).await.unwrap();
         assert_eq!(outcomes, vec![RecordOutcome::Recorded; 3]);
         assert!(store.update_lease(l.id, LeaseUpdate::Revoke).await.unwrap());
@@ -989,11 +994,7 @@ pub mod cases {
         let (es, _) = seed(&*store, 1, 4).await;
         let a = lease(&*store, 2, t0()).await.unwrap();
         let b = lease(&*store, 2, t0()).await.unwrap();
-        let mut results: Vec<_> = a
-            .clips
-            .iter()
-            .map(|c| result(a.id, &es[0], c, &[]))
-            .collect();
+        let mut results = results_of(&a);
         results.push(result(b.id, &es[0], &b.clips[0], &[7]));
         let renewed_at = t0() + Duration::minutes(30);
         let (outcomes, updated) = store
@@ -1063,13 +1064,9 @@ pub mod cases {
     /// holds nothing: once past its expiry it is not counted as expired, as it was not as
     /// active; a late revoke still ends it.
     pub async fn emptied_lease_is_not_counted_once_expired(store: Arc<dyn DataStore>) {
-        let (es, _) = seed(&*store, 1, 2).await;
+        seed(&*store, 1, 2).await;
         let l = lease(&*store, 5, t0()).await.unwrap();
-        let results: Vec<_> = l
-            .clips
-            .iter()
-            .map(|c| result(l.id, &es[0], c, &[]))
-            .collect();
+        let results = results_of(&l);
         let outcomes = store.record_results(&results).await.unwrap();
         assert_eq!(outcomes, vec![RecordOutcome::Recorded; 2]);
         for now in [t0(), l.expires_at, t0() + Duration::days(1)] {
@@ -1361,11 +1358,7 @@ pub mod cases {
     pub async fn researched_prefix_does_not_hide_new_or_raised_episodes(store: Arc<dyn DataStore>) {
         async fn research_next(store: &dyn DataStore) -> String {
             let l = lease(store, 5, t0()).await.unwrap();
-            let results: Vec<_> = l
-                .clips
-                .iter()
-                .map(|c| result(l.id, &l.episode, c, &[]))
-                .collect();
+            let results = results_of(&l);
             store.record_results(&results).await.unwrap();
             l.episode.title
         }
@@ -1531,52 +1524,37 @@ pub mod cases {
         assert_eq!(all[1].clip_offsets_ns, vec![2, 3]);
         assert!(all.iter().all(|m| !m.clip_offsets_ns.is_empty()));
 
-        let by_clip = store
-            .matches(&MatchFilter {
-                clip_title: Some("Clip 1".into()),
-                ..MatchFilter::default()
-            })
-            .await
-            .unwrap();
-        assert_eq!(by_clip, all[..1].to_vec());
-
-        let by_episode = store
-            .matches(&MatchFilter {
-                episode_title: Some("Episode 0".into()),
-                ..MatchFilter::default()
-            })
-            .await
-            .unwrap();
-        assert_eq!(by_episode, all[1..].to_vec());
-
-        let both = store
-            .matches(&MatchFilter {
-                episode_title: Some("Episode 0".into()),
-                clip_title: Some("Clip 2".into()),
-                limit: None,
-                since: None,
-            })
-            .await
-            .unwrap();
-        assert_eq!(both, all[2..].to_vec());
-
-        let limited = store
-            .matches(&MatchFilter {
-                limit: Some(2),
-                ..MatchFilter::default()
-            })
-            .await
-            .unwrap();
-        assert_eq!(limited, all[..2].to_vec());
-
-        let none = store
-            .matches(&MatchFilter {
-                clip_title: Some("No such clip".into()),
-                ..MatchFilter::default()
-            })
-            .await
-            .unwrap();
-        assert!(none.is_empty());
+        let matching = |filter: MatchFilter| {
+            let store = Arc::clone(&store);
+            async move { store.matches(&filter).await.unwrap() }
+        };
+        let by_clip = matching(MatchFilter {
+            clip_title: Some("Clip 1".into()),
+            ..MatchFilter::default()
+        });
+        assert_eq!(by_clip.await, all[..1].to_vec());
+        let by_episode = matching(MatchFilter {
+            episode_title: Some("Episode 0".into()),
+            ..MatchFilter::default()
+        });
+        assert_eq!(by_episode.await, all[1..].to_vec());
+        let both = matching(MatchFilter {
+            episode_title: Some("Episode 0".into()),
+            clip_title: Some("Clip 2".into()),
+            limit: None,
+            since: None,
+        });
+        assert_eq!(both.await, all[2..].to_vec());
+        let limited = matching(MatchFilter {
+            limit: Some(2),
+            ..MatchFilter::default()
+        });
+        assert_eq!(limited.await, all[..2].to_vec());
+        let none = matching(MatchFilter {
+            clip_title: Some("No such clip".into()),
+            ..MatchFilter::default()
+        });
+        assert!(none.await.is_empty());
     }
 
     /// Recent matches: results with offsets only, latest research date first, at most the

@@ -1033,6 +1033,60 @@ impl<D: Dialect> BatchSettler for Shared<D> {
     }
 }
 
+/// A queue's row from its columns as stored (the dialects store the numbers in integer
+/// columns of their own widths).
+pub(crate) fn queue_row(
+    name: &str,
+    dead_letter_queue: Option<String>,
+    visibility_timeout_ms: i64,
+    max_receives: i64,
+) -> QueueRow {
+    QueueRow {
+        name: name.to_owned(),
+        dead_letter_queue,
+        visibility_timeout: Duration::from_millis(count(visibility_timeout_ms)),
+        max_receives: u32::try_from(max_receives).unwrap_or(0),
+    }
+}
+
+/// The statistics of `inspect` from a row of (waiting, in flight, dead letters, consumers).
+pub(crate) fn queue_stats<R: sqlx::Row>(row: &R) -> Result<QueueStats, BusError>
+where
+    usize: sqlx::ColumnIndex<R>,
+    i64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+{
+    let count = |i: usize| -> Result<u64, BusError> {
+        row.try_get::<i64, _>(i)
+            .map(count)
+            .map_err(|e| db_error("inspecting a queue", e))
+    };
+    Ok(QueueStats {
+        waiting: count(0)?,
+        in_flight: count(1)?,
+        dead_letters: count(2)?,
+        consumers: Some(count(3)?),
+    })
+}
+
+/// Dead letters from rows of (id, body as cut, the body's whole length, reason).
+pub(crate) fn dead_letters(
+    rows: impl IntoIterator<Item = (i64, Vec<u8>, i64, Option<String>)>,
+) -> Vec<DeadLetter> {
+    rows.into_iter()
+        .map(|(id, body, bytes, reason)| DeadLetter {
+            message_id: id.to_string(),
+            body,
+            body_bytes: usize::try_from(bytes).unwrap_or(0),
+            reason,
+        })
+        .collect()
+}
+
+/// `n` from the database as a count.
+pub(crate) fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
 /// Which of `keys` (id, receipt) are among `done`, in order.
 pub(crate) fn which_done(keys: &[(i64, i64)], done: &[(i64, i64)]) -> Vec<bool> {
     let done: std::collections::HashSet<(i64, i64)> = done.iter().copied().collect();

@@ -20,8 +20,9 @@ use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{
-    check_bodies, db_error, fail_point, migrate_error, millis, over_limit_reason, Claimed,
-    ClaimedRow, Dialect, QueueRow, Shared, SqlBus, SqlBusConfig,
+    check_bodies, count, db_error, dead_letters, fail_point, migrate_error, millis,
+    over_limit_reason, queue_row, queue_stats, Claimed, ClaimedRow, Dialect, QueueRow, Shared,
+    SqlBus, SqlBusConfig,
 };
 use crate::{BusError, DeadLetter, QueueStats, SqlReceipt};
 
@@ -203,14 +204,12 @@ impl Dialect for Pg {
         .await
         .map_err(|e| db_error("reading a queue", e))?;
         row.map(|r| {
-            Ok(QueueRow {
-                name: name.to_owned(),
-                dead_letter_queue: r.try_get(0)?,
-                visibility_timeout: Duration::from_millis(
-                    u64::try_from(r.try_get::<i64, _>(1)?).unwrap_or(0),
-                ),
-                max_receives: u32::try_from(r.try_get::<i32, _>(2)?).unwrap_or(0),
-            })
+            Ok(queue_row(
+                name,
+                r.try_get(0)?,
+                r.try_get(1)?,
+                r.try_get::<i32, _>(2)?.into(),
+            ))
         })
         .transpose()
         .map_err(|e| db_error("reading a queue", e))
@@ -391,7 +390,7 @@ impl Dialect for Pg {
         .fetch_one(&self.pool)
         .await
         .map_err(|e| db_error("counting dead letters", e))?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        Ok(count(n))
     }
 
     async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError> {
@@ -423,7 +422,7 @@ impl Dialect for Pg {
         .fetch_one(&self.pool)
         .await
         .map_err(|e| db_error("counting waiting messages", e))?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        Ok(count(n))
     }
 
     async fn inspect(
@@ -445,17 +444,7 @@ impl Dialect for Pg {
         .fetch_one(&self.pool)
         .await
         .map_err(|e| db_error("inspecting a queue", e))?;
-        let count = |i: usize| -> Result<u64, BusError> {
-            row.try_get::<i64, _>(i)
-                .map(|n| u64::try_from(n).unwrap_or(0))
-                .map_err(|e| db_error("inspecting a queue", e))
-        };
-        Ok(QueueStats {
-            waiting: count(0)?,
-            in_flight: count(1)?,
-            dead_letters: count(2)?,
-            consumers: Some(count(3)?),
-        })
+        queue_stats(&row)
     }
 
     async fn peek(
@@ -475,15 +464,9 @@ impl Dialect for Pg {
         .fetch_all(&self.pool)
         .await
         .map_err(|e| db_error("reading dead letters", e))?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, body, bytes, reason)| DeadLetter {
-                message_id: id.to_string(),
-                body,
-                body_bytes: usize::try_from(bytes).unwrap_or(0),
-                reason,
-            })
-            .collect())
+        Ok(dead_letters(rows.into_iter().map(
+            |(id, body, bytes, reason)| (id, body, i64::from(bytes), reason),
+        )))
     }
 
     async fn consumers(&self, alive: &[(Uuid, String)], gone: &[Uuid]) -> Result<(), BusError> {

@@ -24,8 +24,9 @@ use tokio::sync::OwnedMutexGuard;
 use uuid::Uuid;
 
 use super::{
-    check_bodies, db_error, fail_point, migrate_error, millis, over_limit_reason, Claimed,
-    ClaimedRow, Dialect, QueueRow, SqlBus, SqlBusConfig,
+    check_bodies, count, db_error, dead_letters, fail_point, migrate_error, millis,
+    over_limit_reason, queue_row, queue_stats, Claimed, ClaimedRow, Dialect, QueueRow, SqlBus,
+    SqlBusConfig,
 };
 use crate::{BusError, DeadLetter, QueueStats, SqlReceipt};
 
@@ -175,6 +176,12 @@ fn json_ids(ids: impl IntoIterator<Item = i64>) -> String {
     format!("[{}]", list.join(","))
 }
 
+/// Deliveries (id, receipt) as a JSON array of pairs, for `json_each` (`value ->> 0`, `->> 1`).
+fn json_pairs(deliveries: impl IntoIterator<Item = (i64, i64)>) -> Result<String, BusError> {
+    let pairs: Vec<[i64; 2]> = deliveries.into_iter().map(|(i, r)| [i, r]).collect();
+    serde_json::to_string(&pairs).map_err(|e| BusError::unavailable(e.to_string()))
+}
+
 #[async_trait]
 impl Dialect for Lite {
     const NOTIFIES: bool = false;
@@ -236,18 +243,9 @@ impl Dialect for Lite {
         .fetch_optional(&self.pool)
         .await
         .map_err(|e| db_error("reading a queue", e))?;
-        row.map(|r| {
-            Ok(QueueRow {
-                name: name.to_owned(),
-                dead_letter_queue: r.try_get(0)?,
-                visibility_timeout: Duration::from_millis(
-                    u64::try_from(r.try_get::<i64, _>(1)?).unwrap_or(0),
-                ),
-                max_receives: u32::try_from(r.try_get::<i64, _>(2)?).unwrap_or(0),
-            })
-        })
-        .transpose()
-        .map_err(|e| db_error("reading a queue", e))
+        row.map(|r| Ok(queue_row(name, r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+            .transpose()
+            .map_err(|e| db_error("reading a queue", e))
     }
 
     async fn send(&self, queue: &str, bodies: &[String]) -> Result<(), BusError> {
@@ -340,9 +338,7 @@ impl Dialect for Lite {
     }
 
     async fn ack(&self, deliveries: &[(i64, i64)]) -> Result<Vec<bool>, BusError> {
-        let pairs: Vec<[i64; 2]> = deliveries.iter().map(|&(i, r)| [i, r]).collect();
-        let json =
-            serde_json::to_string(&pairs).map_err(|e| BusError::unavailable(e.to_string()))?;
+        let json = json_pairs(deliveries.iter().copied())?;
         // In a transaction only to set its durability: a connection last used for a send
         // would sync at every acknowledgement.
         let (mut tx, _turn) = self.begin(BEGIN_SETTLING, "acknowledging").await?;
@@ -362,9 +358,7 @@ impl Dialect for Lite {
     }
 
     async fn release_batch(&self, deliveries: &[(i64, i64)]) -> Result<Vec<bool>, BusError> {
-        let pairs: Vec<[i64; 2]> = deliveries.iter().map(|&(i, r)| [i, r]).collect();
-        let json =
-            serde_json::to_string(&pairs).map_err(|e| BusError::unavailable(e.to_string()))?;
+        let json = json_pairs(deliveries.iter().copied())?;
         let (mut tx, _turn) = self.begin(BEGIN_SETTLING, "releasing").await?;
         // The receipts that match, read first: the update clears them (a new, empty receipt,
         // so a heartbeat already under way for the old one extends nothing), and RETURNING
@@ -469,7 +463,7 @@ impl Dialect for Lite {
         .fetch_one(&self.pool)
         .await
         .map_err(|e| db_error("counting dead letters", e))?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        Ok(count(n))
     }
 
     async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError> {
@@ -501,7 +495,7 @@ impl Dialect for Lite {
         .fetch_one(&self.pool)
         .await
         .map_err(|e| db_error("counting waiting messages", e))?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        Ok(count(n))
     }
 
     async fn inspect(
@@ -524,17 +518,7 @@ impl Dialect for Lite {
         .fetch_one(&self.pool)
         .await
         .map_err(|e| db_error("inspecting a queue", e))?;
-        let count = |i: usize| -> Result<u64, BusError> {
-            row.try_get::<i64, _>(i)
-                .map(|n| u64::try_from(n).unwrap_or(0))
-                .map_err(|e| db_error("inspecting a queue", e))
-        };
-        Ok(QueueStats {
-            waiting: count(0)?,
-            in_flight: count(1)?,
-            dead_letters: count(2)?,
-            consumers: Some(count(3)?),
-        })
+        queue_stats(&row)
     }
 
     async fn peek(
@@ -552,15 +536,7 @@ impl Dialect for Lite {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error("reading dead letters", e))?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, body, bytes, reason)| DeadLetter {
-                message_id: id.to_string(),
-                body,
-                body_bytes: usize::try_from(bytes).unwrap_or(0),
-                reason,
-            })
-            .collect())
+        Ok(dead_letters(rows))
     }
 
     async fn consumers(&self, alive: &[(Uuid, String)], gone: &[Uuid]) -> Result<(), BusError> {
@@ -659,8 +635,7 @@ pub async fn ack_in(conn: &mut SqliteConnection, receipts: &[SqlReceipt]) -> Res
     if receipts.is_empty() {
         return Ok(0);
     }
-    let pairs: Vec<[i64; 2]> = receipts.iter().map(|r| [r.message_id, r.receipt]).collect();
-    let json = serde_json::to_string(&pairs).map_err(|e| BusError::unavailable(e.to_string()))?;
+    let json = json_pairs(receipts.iter().map(|r| (r.message_id, r.receipt)))?;
     let deleted = sqlx::query(
         "DELETE FROM bus_messages
          WHERE (id, receipt) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
