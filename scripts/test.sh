@@ -11,7 +11,8 @@
 #   - ffmpeg for the analyser's tests (MP3, AAC, Ogg and FLAC made from generated WAVs):
 #     Debian's ffmpeg, installed if missing.
 #   - mdBook, to build the book in docs/ (cargo install, when missing).
-# Then: formatting, clippy with warnings as errors, and every test of the workspace.
+# Then: formatting, clippy with warnings as errors, the crates' documentation (rustdoc) with
+# warnings as errors, and every test of the workspace, doc tests included.
 # Backend tests never skip: without these variables they fail and say to run this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -160,6 +161,11 @@ log "cargo fmt --check"
 cargo fmt --all -- --check
 log "cargo clippy"
 cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings
+# Broken and private intra-doc links fail here. Its dependencies' metadata is built with the
+# libraries' features, apart from clippy's (which has the tests'): minutes the first time on a
+# fresh target directory, under a minute afterwards.
+log "cargo doc"
+RUSTDOCFLAGS='-D warnings' cargo doc --no-deps --workspace --all-features --quiet
 log "tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --all-features --no-fail-fast "$@"

@@ -55,9 +55,9 @@ pub(crate) const ARCHIVISTS: [&str; 4] = [
 ];
 
 /// Describes every metric the archivists record (the exporter's `# HELP` lines), and
-/// registers at 0 every counter series that `archivists` (names of [`ARCHIVISTS`]; unknown
-/// names are ignored) can increment, so that a series exists, and an alert on its rate has
-/// data, before the first event. Call it once the host has installed its recorder.
+/// registers at 0 every counter series that `archivists` (of `episodes`, `clips`,
+/// `pending-research`, `completed-research`; other names are ignored) can increment, so that
+/// a series exists, and an alert on its rate has data, before the first event. Call it once the host has installed its recorder.
 pub fn describe(archivists: &[&str]) {
     for (name, help) in [
         (RECEIVED, "Messages taken off the archivist's queue."),

@@ -18,6 +18,46 @@
 //! cancelled; a revoked lease (its researcher sent its last result) keeps the pairs whose
 //! results are still on their way.
 //!
+//! An episode and a clip stored (from their bus messages) in an SQLite datastore in memory,
+//! and the one research pair they make leased, the episode and clip read back with it:
+//!
+//! ```
+//! use datastore::{ClipInfo, EpisodeInfo, LeaseRequest};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = datastore::connect("sqlite::memory:").await?; // or sqlite://file, postgres://…
+//! store.migrate().await?;
+//!
+//! let episode: EpisodeInfo = serde_json::from_str(
+//!     r#"{"initial_date_curated": "2026-01-02T03:04:05Z", "last_date_curated": "2026-01-02T03:04:05Z",
+//!         "curator_information": "tbtl.net", "date_aired": "2025-12-31T00:00:00Z",
+//!         "title": "Episode 4012: The Archive", "description": "",
+//!         "media_uri": "https://media.example.com/4012.mp3", "media_type": "mp3", "priority": 0}"#,
+//! )?;
+//! let clip: ClipInfo = serde_json::from_str(
+//!     r#"{"initial_date_curated": "2026-01-02T03:04:05Z", "last_date_curated": "2026-01-02T03:04:05Z",
+//!         "curator_information": "tbtl.net", "title": "Theme song", "description": "",
+//!         "media_uri": "https://media.example.com/theme.mp3", "media_type": "mp3", "priority": 5}"#,
+//! )?;
+//! store.upsert_episode(&episode).await?;
+//! store.upsert_clip(&clip).await?;
+//!
+//! let now = chrono::Utc::now();
+//! let request = LeaseRequest {
+//!     max_clips: 50,
+//!     duration: chrono::Duration::hours(2),
+//!     now,
+//!     lease_id: uuid::Uuid::new_v4(),
+//! };
+//! let lease = store.lease_next(request).await?.expect("one pair to research");
+//! assert_eq!((&lease.episode, &lease.clips[..]), (&episode, &[clip][..]));
+//! let status = store.status(now).await?;
+//! assert_eq!((status.research_pairs, status.leased_pairs), (1, 1));
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Layout
 //!
 //! - `model.rs`: the domain types the trait speaks ([`EpisodeInfo`], [`ClipInfo`], [`Lease`], …).

@@ -402,8 +402,9 @@ pub struct MatchFilter {
 ///
 /// Completions are kept by the transaction that records an episode's last pair, one per
 /// episode: an episode reopened by a new clip and completed again before its announcement
-/// went out is announced once, as it stands. [`DataStore::completions_announced`]
-/// (crate::DataStore::completions_announced) lets go of them.
+/// went out is announced once, as it stands.
+/// [`DataStore::completions_announced`](crate::DataStore::completions_announced) lets go of
+/// them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EpisodeCompletion {
     /// Which completion this is, to hand back once it is announced.

@@ -5,6 +5,34 @@
 //! [`Delivery`] values, each of which carries its own acknowledgement: [`Delivery::ack`],
 //! [`Delivery::release`] (retry later) or [`Delivery::dead_letter`] (set aside with a reason).
 //!
+//! A message sent, received and acknowledged on the in-process [`MemoryBus`]; every adapter
+//! behaves the same (the conformance suite holds them to it):
+//!
+//! ```
+//! use std::time::Duration;
+//! use messagebus::{Bus, MemoryBus, MemoryBusConfig};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), messagebus::BusError> {
+//! let bus = MemoryBus::new(MemoryBusConfig::default());
+//! bus.create_queue("greetings").await?;
+//! let sender = bus.sender("greetings").await?;
+//! sender.send(b"hello".to_vec()).await?;
+//!
+//! let receiver = bus.receiver("greetings").await?;
+//! let mut deliveries = receiver.receive(10, Duration::from_secs(1)).await?;
+//! assert_eq!(deliveries.len(), 1);
+//! let delivery = deliveries.remove(0);
+//! assert_eq!(delivery.body(), b"hello");
+//! assert_eq!(delivery.receive_count(), 1);
+//! delivery.ack().await?; // gone for good; `release` would put it back
+//!
+//! let stats = sender.inspect().await?;
+//! assert_eq!((stats.waiting, stats.in_flight, stats.dead_letters), (0, 0, 0));
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Layout
 //!
 //! - `bus.rs`: the [`Bus`], [`Sender`] and [`Receiver`] traits, [`QueueStats`] and
