@@ -8,7 +8,7 @@
 //! broadcast, documentation and reserved ranges, and IPv6 forms that embed one of them).
 //!
 //! The check is made on the address actually connected to, with no gap between check and
-//! connect: a [`Client`] resolves host names itself ([`PublicResolver`]) and hands the
+//! connect: a [`Client`] resolves host names itself (`PublicResolver`) and hands the
 //! connector only the public addresses among the answers; a literal IP address (which
 //! needs no resolving) is checked on the request's URL and at every redirect hop. A
 //! refusal is a [`Refused`] error, naming the host, the address and the flag that allows it;
