@@ -134,7 +134,7 @@ impl Sandbox {
     /// kills whatever it leaves running. Returns (exit code, stdout, stderr).
     fn run(&self, name: &str, script: &str, cwd: &Path) -> (Option<i32>, String, String) {
         let file = self.path(&format!("{name}.sh"));
-        std::fs::write(&file, script).unwrap();
+        std::fs::write(&file, on_free_ports(script)).unwrap();
         let out = self.path(&format!("{name}.stdout"));
         let err = self.path(&format!("{name}.stderr"));
         let home = self.path("home");
@@ -213,6 +213,23 @@ impl Sandbox {
         }
         stdout
     }
+}
+
+/// The docs' fixed ports (8000 for the served show, 9898 for the status page and metrics), as
+/// a newcomer types them, moved to free ones: another test, or another program of the
+/// machine's, may hold those ports while this one runs.
+fn on_free_ports(script: &str) -> String {
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap()
+    };
+    let (show, page) = (free(), free());
+    script
+        .replace(":8000", &format!(":{show}"))
+        .replace(" 8000 ", &format!(" {show} "))
+        .replace(":9898", &format!(":{page}"))
 }
 
 /// The `*.log` files a block wrote (in `dir` and one level down), for a failure's message.
