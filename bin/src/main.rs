@@ -19,12 +19,14 @@
 //! - `demo/`: the built-in curators and researchers, progress and summary of `demo`.
 //! - `research/`: `archivist research`, the researcher runtime (work items, media, analysers).
 
+mod archivists;
 mod cli;
 mod commands;
 mod config;
 mod connect;
 mod curate;
 mod demo;
+mod depths;
 mod foreign;
 mod logging;
 mod panic_hook;
@@ -42,7 +44,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::Cli;
 use crate::config::Config;
-use crate::values::UsageError;
+// `crate::describe` for the curators' module until it leaves bin/ (issue 31); below main,
+// use `crate::values::describe`.
+use crate::values::{describe, UsageError};
 
 /// Bad usage or configuration.
 const EXIT_USAGE: u8 = 2;
@@ -58,11 +62,7 @@ fn main() -> ExitCode {
     };
     // Completions need no configuration: print them before anything is read or checked.
     if let cli::Command::Completions(args) = &cli.command {
-        // Into memory first: clap_complete panics on a failed write (`… | head`).
-        let mut script = Vec::new();
-        clap_complete::generate(args.shell, &mut cli::command(), "archivist", &mut script);
-        let mut out = std::io::stdout().lock();
-        return match out.write_all(&script).and_then(|()| out.flush()) {
+        return match commands::completions::print(args, cli::command()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&anyhow::Error::new(e)),
         };
@@ -108,7 +108,7 @@ fn main() -> ExitCode {
         signals::spawn(token.clone())?;
         // Test builds only (feature `fail-points`): a paused process goes on once signalled.
         messagebus::fail_point::resume_pauses_on(&token);
-        commands::dispatch(cli.command, config, token).await
+        cli.command.run(config, token).await
     });
     // Tasks still blocked on the bus after the shutdown timeout must not hold up the exit.
     runtime.shutdown_background();
@@ -136,21 +136,4 @@ fn fail(error: &anyhow::Error) -> ExitCode {
     } else {
         ExitCode::from(EXIT_FATAL)
     }
-}
-
-/// The error and its causes in words, each said once: a cause whose text its parent already
-/// repeats (sqlx and the SDKs often include their source in their message) is left out.
-pub(crate) fn describe(error: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in error.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || out.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out
 }

@@ -24,7 +24,7 @@ use serde_json::json;
 use super::history::{rate_per_minute, Sample};
 use super::snapshot::{self, Section, ShownLetter};
 use super::App;
-use crate::commands::status::QueueDepth;
+use crate::depths::QueueDepth;
 
 fn answer<T: Serialize>(section: Section<T>) -> Response {
     match section {

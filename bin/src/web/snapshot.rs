@@ -10,7 +10,7 @@ use messagebus::DeadLetter;
 use serde::Serialize;
 
 use super::{App, CHECK_TIMEOUT};
-use crate::commands::status::QueueDepth;
+use crate::depths::QueueDepth;
 
 /// Leases listed (expired first, then the oldest).
 pub(crate) const LEASES_SHOWN: u32 = 50;

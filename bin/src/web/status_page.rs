@@ -257,7 +257,7 @@ fn queues_section(queues: &Section<Option<Queues>>, pending: &str) -> Markup {
         Ok(Some(Queues { views, .. })) => views
             .iter()
             .find(|v| v.depth.queue == pending)
-            .and_then(|v| crate::commands::status::no_researcher_note(&v.depth)),
+            .and_then(|v| crate::depths::no_researcher_note(&v.depth)),
         _ => None,
     };
     html! {
