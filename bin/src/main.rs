@@ -3,21 +3,34 @@
 //!
 //! # Layout
 //!
-//! - `cli.rs`: the clap definitions (every subcommand, every option with its variable).
-//! - `values.rs`: option values (durations, sizes, addresses) and [`values::UsageError`]
-//!   (exit code 2): the lowest module, importing nothing of the binary.
-//! - `config.rs`: checked configuration.
-//! - `connect.rs`: opening the datastore (with retries) and the bus.
-//! - `tasks.rs`: waiting for archivists, repeating runs, supervising tasks until shutdown.
-//! - `logging.rs`: logs on standard error (RUST_LOG, NO_COLOR, a closed pipe, the demo's bar).
-//! - `web/`: the HTTP server: the status page and its JSON API (`serve`, `run`), Prometheus
-//!   `/metrics`, `/healthz`, `/readyz` (`--metrics-addr`).
-//! - `signals.rs`: SIGINT/SIGTERM cancel the token.
-//! - `panic_hook.rs`: a panic printed as an error, credentials masked.
-//! - `commands/`: one file per subcommand or group.
-//! - `curate/`: the curators (`curate feed`, `curate clips`): feeds and clip folders onto the bus.
-//! - `demo/`: the built-in curators and researchers, progress and summary of `demo`.
-//! - `research/`: `archivist research`, the researcher runtime (work items, media, analysers).
+//! The files stand on floors, top first; each imports only from the floors below it (or,
+//! inside `web/` and `demo/`, from its own folder, never in a circle). `tests/layering.rs`
+//! holds the list and checks it.
+//!
+//! 1. `main.rs`: parses the command line, builds the configuration, starts the runtime and
+//!    the chosen subcommand, and turns its outcome into the exit code of the contract.
+//! 2. `cli.rs`: the top-level command line: the `Command` enum (one variant per subcommand)
+//!    and its dispatch, and which global options each subcommand's `--help` lists.
+//! 3. `commands/`: one file per subcommand: its options, help texts and wiring (connect the
+//!    adapters, start the libraries, print). No file there imports another.
+//! 4. `demo/`: the built-in curators (`curators.rs`, `clips.rs`, `audio.rs`) and researchers
+//!    of `demo`, progress and summary.
+//! 5. `archivists.rs`: the archivists' wiring, one copy for their five subcommands and the
+//!    demo: shared options, the bus and datastore they open, spawning, the wait.
+//! 6. `web/`: the HTTP server: the status page and its JSON API (`serve`, `run`), Prometheus
+//!    `/metrics`, `/healthz`, `/readyz` (`--metrics-addr`).
+//! 7. `connect.rs`: opening the datastore (with retries) and the bus; `tasks.rs`: waiting for
+//!    archivists, repeating runs, supervising tasks until shutdown; `logging.rs`: logs on
+//!    standard error; `signals.rs`: SIGINT/SIGTERM cancel the token; `depths.rs`: queue
+//!    depths as `status`, `queues` and the status page show them.
+//! 8. `config.rs`: the global options (each with its variable) and their checked
+//!    configuration; `foreign.rs`: another program's migrations; `panic_hook.rs`: a panic
+//!    printed as an error, credentials masked.
+//! 9. `values.rs`: option values (durations, sizes, addresses), [`values::UsageError`] (exit
+//!    code 2) and error words: imports nothing of the binary.
+//!
+//! Leaving for crates of their own (issue 31): `curate/`, the curators (`curate feed`,
+//! `curate clips`); `research/`, `archivist research`, the researcher runtime.
 
 mod archivists;
 mod cli;

@@ -21,9 +21,9 @@ use axum::Json;
 use serde::Serialize;
 use serde_json::json;
 
+use super::app::App;
 use super::history::{rate_per_minute, Sample};
 use super::snapshot::{self, Section, ShownLetter};
-use super::App;
 use crate::depths::QueueDepth;
 
 fn answer<T: Serialize>(section: Section<T>) -> Response {

@@ -9,7 +9,7 @@ use datastore::{FailureReason, LeaseSummary, Match, Status};
 use messagebus::DeadLetter;
 use serde::Serialize;
 
-use super::{App, CHECK_TIMEOUT};
+use super::app::{App, CHECK_TIMEOUT};
 use crate::depths::QueueDepth;
 
 /// Leases listed (expired first, then the oldest).

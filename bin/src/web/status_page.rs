@@ -11,10 +11,10 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use datastore::{LeaseState, Match};
 use maud::{html, Markup};
 
+use super::app::App;
 use super::history::{rate_per_minute, Sample};
 use super::layout::{self, Nav};
 use super::snapshot::{self, Counts, LeaseRow, QueueView, Queues, Section};
-use super::App;
 
 /// How often the page reloads itself.
 const REFRESH_SECONDS: u32 = 5;
