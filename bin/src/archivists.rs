@@ -6,12 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Args;
-
 use archivist::completed_research::CompletedResearchConfig;
 use archivist::ingest::IngestConfig;
 use archivist::pending_research::{HoldBack, PendingResearchConfig};
 use archivist::RetryPolicy;
+use clap::Args;
 use datastore::DataStore;
 use messagebus::Bus;
 use tokio::task::JoinSet;

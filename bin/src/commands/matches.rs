@@ -1,10 +1,10 @@
 //! `archivist matches`: recorded matches as JSON lines (for scripts), a table (for people) or
 //! CSV (for spreadsheets).
 
-use clap::Args;
 use std::io::{IsTerminal, Write};
 
 use anyhow::Context;
+use clap::Args;
 use comfy_table::{presets, ContentArrangement, Table};
 use datastore::{Match, MatchFilter};
 use tokio_util::sync::CancellationToken;

@@ -2,9 +2,9 @@
 //! which it created), say where an existing queue's settings differ from what it would create
 //! (or change them, with `--update`), and show each one's depth and dead letters.
 
-use clap::Args;
 use std::io::Write;
 
+use clap::Args;
 use messagebus::{dead_letter_queue_name, BusError};
 use tokio_util::sync::CancellationToken;
 

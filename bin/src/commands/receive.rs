@@ -2,11 +2,11 @@
 //! body as one line, and acknowledge them; `--dead-letters --peek` prints dead letters and
 //! leaves them in place.
 
-use clap::Args;
 use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::Args;
 use messagebus::{dead_letter_queue_name, Delivery};
 use serde::Serialize;
 use tokio::time::Instant;

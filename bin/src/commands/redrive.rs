@@ -7,10 +7,10 @@
 //! RabbitMQ: a batch, sent before it is deleted); a signal stops between steps, never inside
 //! one.
 
-use clap::Args;
 use std::io::Write;
 
 use anyhow::anyhow;
+use clap::Args;
 use messagebus::{dead_letter_queue_name, BusError};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;

@@ -2,10 +2,10 @@
 //! until SIGINT/SIGTERM. It only reads, as `status` does: it never creates or migrates the
 //! datastore, and creates no queue.
 
-use clap::Args;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{BusKind, Config};

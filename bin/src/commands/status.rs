@@ -1,11 +1,11 @@
 //! `archivist status`: the datastore's counts and, when the bus is shared (the database bus, SQS), the queues'
 //! depths; a table, or one JSON object with `--json`.
 
-use clap::Args;
 use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::Context;
+use clap::Args;
 use datastore::{FailureReason, Status};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
