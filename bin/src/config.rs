@@ -1,10 +1,218 @@
-//! Configuration: the global options checked and turned into typed values, and the error
-//! that means "bad usage or configuration" (exit code 2).
+//! Configuration: the global options (every subcommand takes them, each with its environment
+//! variable), checked and turned into typed values; a bad value is a [`UsageError`] (exit
+//! code 2) that names the variable and the flag.
+//!
+//! The options are read as plain strings, so that a bad value is reported with the variable's
+//! name (clap's own messages name only the flag).
 
 use std::time::Duration;
 
-use crate::cli::{self, GlobalArgs};
+use clap::Args;
+
 use crate::values::{parse_duration, resolve_addr, UsageError};
+
+// Defaults of the options with a default, also used for a variable that is set but empty
+// (`ARCHIVIST_MAX_CLIPS=` in a compose file means "the default", as for the others).
+const DEFAULT_MAX_CLIPS: &str = "50";
+const DEFAULT_MAX_RECEIVES: &str = "5";
+const DEFAULT_MAX_RESULTS_WAITING: &str = "10000";
+const DEFAULT_EPISODES_QUEUE: &str = "curated_episodes";
+const DEFAULT_CLIPS_QUEUE: &str = "curated_clips";
+const DEFAULT_PENDING_RESEARCH_QUEUE: &str = "pending_research";
+const DEFAULT_COMPLETED_RESEARCH_QUEUE: &str = "completed_research";
+const DEFAULT_CONNECT_TIMEOUT: &str = "30s";
+const DEFAULT_SHUTDOWN_TIMEOUT: &str = "30s";
+const DEFAULT_RETRY_BUDGET: &str = "30s";
+const DEFAULT_START_JITTER: &str = "5s";
+
+/// Options every subcommand takes, each with its environment variable.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Configuration (every option also from its environment variable)")]
+pub(crate) struct GlobalArgs {
+    /// The datastore: sqlite://PATH (created if missing) or postgres://USER@HOST/DB
+    /// [default: sqlite://archivist.sqlite, in the working directory]
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub(crate) database_url: Option<String>,
+
+    /// The message bus: sqlite or postgres (queues in that database), sqs, rabbitmq (at
+    /// ARCHIVIST_BUS_URL), or memory (one process: `demo` and tests) [default: the kind of
+    /// ARCHIVIST_BUS_URL, by default the database bus in DATABASE_URL]
+    #[arg(long, env = "ARCHIVIST_BUS", global = true, hide_env_values = true)]
+    pub(crate) bus: Option<String>,
+
+    /// The database bus's database, sqlite://PATH or postgres://…, or RabbitMQ's
+    /// amqp://USER:PASSWORD@HOST:PORT/VHOST [default: DATABASE_URL]
+    #[arg(long, env = "ARCHIVIST_BUS_URL", global = true, hide_env_values = true)]
+    pub(crate) bus_url: Option<String>,
+
+    /// Researchers listening on pending_research, for a bus that cannot count its consumers
+    /// (SQS) [default: the bus's own count]
+    #[arg(
+        long,
+        env = "ARCHIVIST_RESEARCHERS",
+        global = true,
+        hide_env_values = true
+    )]
+    pub(crate) researchers: Option<String>,
+
+    /// How long a lease lasts without renewal, as 90s, 15m, 2h [default: 2h; for `demo`, 5s]
+    #[arg(
+        long,
+        env = "ARCHIVIST_LEASE_DURATION",
+        global = true,
+        hide_env_values = true
+    )]
+    pub(crate) lease_duration: Option<String>,
+
+    /// The most clips in one work item
+    #[arg(
+        long,
+        env = "ARCHIVIST_MAX_CLIPS",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_MAX_CLIPS
+    )]
+    pub(crate) max_clips: String,
+
+    /// Results waiting on completed_research at which work assignment leases nothing until
+    /// they are recorded (0: no limit)
+    #[arg(
+        long,
+        env = "ARCHIVIST_MAX_RESULTS_WAITING",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_MAX_RESULTS_WAITING
+    )]
+    pub(crate) max_results_waiting: String,
+
+    /// Receives before a message that keeps failing goes to the dead-letter queue
+    #[arg(
+        long,
+        env = "ARCHIVIST_MAX_RECEIVES",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_MAX_RECEIVES
+    )]
+    pub(crate) max_receives: String,
+
+    /// The queue curators send episodes to
+    #[arg(
+        long,
+        env = "ARCHIVIST_EPISODES_QUEUE",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_EPISODES_QUEUE
+    )]
+    pub(crate) episodes_queue: String,
+
+    /// The queue curators send clips to
+    #[arg(
+        long,
+        env = "ARCHIVIST_CLIPS_QUEUE",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_CLIPS_QUEUE
+    )]
+    pub(crate) clips_queue: String,
+
+    /// The queue work items are published to
+    #[arg(
+        long,
+        env = "ARCHIVIST_PENDING_RESEARCH_QUEUE",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_PENDING_RESEARCH_QUEUE
+    )]
+    pub(crate) pending_research_queue: String,
+
+    /// The queue researchers send results to
+    #[arg(
+        long,
+        env = "ARCHIVIST_COMPLETED_RESEARCH_QUEUE",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_COMPLETED_RESEARCH_QUEUE
+    )]
+    pub(crate) completed_research_queue: String,
+
+    /// Where the completed-research archivist announces each episode fully researched
+    /// (EpisodeResearched, once each time an episode's last pair is recorded); the queue must
+    /// exist (`archivist queues` creates it). Unset: not announced
+    #[arg(
+        long = "announce",
+        value_name = "QUEUE",
+        env = "ARCHIVIST_ANNOUNCE_QUEUE",
+        global = true,
+        hide_env_values = true
+    )]
+    pub(crate) announce_queue: Option<String>,
+
+    /// How long to keep trying to reach the datastore and the bus at start before giving up
+    /// (exit 1)
+    #[arg(
+        long,
+        env = "ARCHIVIST_CONNECT_TIMEOUT",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_CONNECT_TIMEOUT
+    )]
+    pub(crate) connect_timeout: String,
+
+    /// How long to wait for archivists to finish the message in hand after SIGINT/SIGTERM
+    #[arg(
+        long,
+        env = "ARCHIVIST_SHUTDOWN_TIMEOUT",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_SHUTDOWN_TIMEOUT
+    )]
+    pub(crate) shutdown_timeout: String,
+
+    /// How long a one-shot run (`--once`, or without `--every`) keeps retrying an operation
+    /// while the datastore or the bus is unreachable before it gives up (exit 1, nothing lost);
+    /// long-running archivists retry for as long as an outage lasts
+    #[arg(
+        long,
+        env = "ARCHIVIST_RETRY_BUDGET",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_RETRY_BUDGET
+    )]
+    pub(crate) retry_budget: String,
+
+    /// The longest random wait before a work-assignment run starts, so that cron runs on
+    /// several hosts do not hit the datastore at the same second (`0s`: none)
+    #[arg(
+        long,
+        env = "ARCHIVIST_START_JITTER",
+        global = true,
+        hide_env_values = true,
+        default_value = DEFAULT_START_JITTER
+    )]
+    pub(crate) start_jitter: String,
+
+    /// Serve Prometheus metrics (/metrics) and health checks (/healthz, /readyz) on this
+    /// address, as 127.0.0.1:9898, while the process runs; `run` serves the status page and
+    /// its JSON (/api/…) there too [default: none]
+    #[arg(
+        long,
+        env = "ARCHIVIST_METRICS_ADDR",
+        global = true,
+        hide_env_values = true
+    )]
+    pub(crate) metrics_addr: Option<String>,
+
+    /// Log lines as `text` (for people; coloured on a terminal) or `json` (one object a line,
+    /// for a log system: the archivist's name, message and lease ids as fields)
+    #[arg(
+        long,
+        env = "ARCHIVIST_LOG_FORMAT",
+        global = true,
+        hide_env_values = true,
+        default_value = "text"
+    )]
+    pub(crate) log_format: String,
+}
 
 /// The default datastore, relative to the working directory.
 pub(crate) const DEFAULT_DATABASE_URL: &str = "sqlite://archivist.sqlite";
@@ -208,43 +416,40 @@ impl Config {
         };
         let max_clips = number(
             "ARCHIVIST_MAX_CLIPS (--max-clips)",
-            or_default(&args.max_clips, cli::DEFAULT_MAX_CLIPS),
+            or_default(&args.max_clips, DEFAULT_MAX_CLIPS),
             1,
             archivist::messages::MAX_CLIPS_PER_ITEM as u32,
         )?;
         let max_results_waiting = number(
             "ARCHIVIST_MAX_RESULTS_WAITING (--max-results-waiting)",
-            or_default(&args.max_results_waiting, cli::DEFAULT_MAX_RESULTS_WAITING),
+            or_default(&args.max_results_waiting, DEFAULT_MAX_RESULTS_WAITING),
             0,
             u32::MAX,
         )?;
         let max_receives = number(
             "ARCHIVIST_MAX_RECEIVES (--max-receives)",
-            or_default(&args.max_receives, cli::DEFAULT_MAX_RECEIVES),
+            or_default(&args.max_receives, DEFAULT_MAX_RECEIVES),
             1,
             MAX_MAX_RECEIVES,
         )?;
         let queues = Queues {
             episodes: queue_name(
                 "ARCHIVIST_EPISODES_QUEUE (--episodes-queue)",
-                or_default(&args.episodes_queue, cli::DEFAULT_EPISODES_QUEUE),
+                or_default(&args.episodes_queue, DEFAULT_EPISODES_QUEUE),
             )?,
             clips: queue_name(
                 "ARCHIVIST_CLIPS_QUEUE (--clips-queue)",
-                or_default(&args.clips_queue, cli::DEFAULT_CLIPS_QUEUE),
+                or_default(&args.clips_queue, DEFAULT_CLIPS_QUEUE),
             )?,
             pending_research: queue_name(
                 "ARCHIVIST_PENDING_RESEARCH_QUEUE (--pending-research-queue)",
-                or_default(
-                    &args.pending_research_queue,
-                    cli::DEFAULT_PENDING_RESEARCH_QUEUE,
-                ),
+                or_default(&args.pending_research_queue, DEFAULT_PENDING_RESEARCH_QUEUE),
             )?,
             completed_research: queue_name(
                 "ARCHIVIST_COMPLETED_RESEARCH_QUEUE (--completed-research-queue)",
                 or_default(
                     &args.completed_research_queue,
-                    cli::DEFAULT_COMPLETED_RESEARCH_QUEUE,
+                    DEFAULT_COMPLETED_RESEARCH_QUEUE,
                 ),
             )?,
             announce: match args.announce_queue.as_deref().map(str::trim) {
@@ -265,21 +470,21 @@ impl Config {
         }
         let connect_timeout = duration(
             "ARCHIVIST_CONNECT_TIMEOUT (--connect-timeout)",
-            or_default(&args.connect_timeout, cli::DEFAULT_CONNECT_TIMEOUT),
+            or_default(&args.connect_timeout, DEFAULT_CONNECT_TIMEOUT),
             MAX_LEASE,
         )?;
         let shutdown_timeout = duration(
             "ARCHIVIST_SHUTDOWN_TIMEOUT (--shutdown-timeout)",
-            or_default(&args.shutdown_timeout, cli::DEFAULT_SHUTDOWN_TIMEOUT),
+            or_default(&args.shutdown_timeout, DEFAULT_SHUTDOWN_TIMEOUT),
             MAX_LEASE,
         )?;
         let retry_budget = duration(
             "ARCHIVIST_RETRY_BUDGET (--retry-budget)",
-            or_default(&args.retry_budget, cli::DEFAULT_RETRY_BUDGET),
+            or_default(&args.retry_budget, DEFAULT_RETRY_BUDGET),
             MAX_LEASE,
         )?;
         // Zero is allowed here: no jitter.
-        let jitter = or_default(&args.start_jitter, cli::DEFAULT_START_JITTER);
+        let jitter = or_default(&args.start_jitter, DEFAULT_START_JITTER);
         let start_jitter = parse_duration(jitter).map_err(|e| {
             UsageError(format!(
                 "invalid ARCHIVIST_START_JITTER (--start-jitter) {:?}: {e}",
@@ -434,15 +639,20 @@ fn check_database_url(url: &str) -> Result<(), UsageError> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-    use crate::cli::Cli;
     use clap::Parser;
+
+    /// The global options alone, as the command line flattens them.
+    #[derive(Debug, Parser)]
+    struct Globals {
+        #[command(flatten)]
+        global: GlobalArgs,
+    }
 
     fn config(args: &[&str]) -> Result<Config, UsageError> {
         let mut argv = vec!["archivist"];
         argv.extend_from_slice(args);
-        argv.push("migrate");
-        let cli = Cli::try_parse_from(argv).unwrap();
-        Config::from_args(&cli.global)
+        let parsed = Globals::try_parse_from(argv).unwrap();
+        Config::from_args(&parsed.global)
     }
 
     #[test]

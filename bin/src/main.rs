@@ -3,29 +3,41 @@
 //!
 //! # Layout
 //!
-//! - `cli.rs`: the clap definitions (every subcommand, every option with its variable).
-//! - `values.rs`: option values (durations, sizes, addresses) and [`values::UsageError`]
-//!   (exit code 2): the lowest module, importing nothing of the binary.
-//! - `config.rs`: checked configuration.
-//! - `connect.rs`: opening the datastore (with retries) and the bus.
-//! - `tasks.rs`: waiting for archivists, repeating runs, supervising tasks until shutdown.
-//! - `logging.rs`: logs on standard error (RUST_LOG, NO_COLOR, a closed pipe, the demo's bar).
-//! - `web/`: the HTTP server: the status page and its JSON API (`serve`, `run`), Prometheus
-//!   `/metrics`, `/healthz`, `/readyz` (`--metrics-addr`).
-//! - `signals.rs`: SIGINT/SIGTERM cancel the token.
-//! - `panic_hook.rs`: a panic printed as an error, credentials masked.
-//! - `commands/`: one file per subcommand or group.
-//! - `commands/curate.rs`: `curate feed`, `curate clips`: the options, output and exit codes
-//!   of the `curate` crate's curators (feeds and clip folders onto the bus).
-//! - `demo/`: the built-in curators and researchers, progress and summary of `demo`.
-//! - `commands/research.rs`: `archivist research`, the researcher runtime (crate `research`)
-//!   wired to its options.
+//! The files stand on floors, top first; each imports only from the floors below it (or,
+//! inside `web/` and `demo/`, from its own folder, never in a circle). `tests/layering.rs`
+//! holds the list and checks it.
+//!
+//! 1. `main.rs`: parses the command line, builds the configuration, starts the runtime and
+//!    the chosen subcommand, and turns its outcome into the exit code of the contract.
+//! 2. `cli.rs`: the top-level command line: the `Command` enum (one variant per subcommand)
+//!    and its dispatch, and which global options each subcommand's `--help` lists.
+//! 3. `commands/`: one file per subcommand: its options, help texts and wiring (connect the
+//!    adapters, start the libraries, print). No file there imports another. `research.rs`
+//!    wires the researcher runtime (crate `research`), `curate.rs` the curators (crate
+//!    `curate`).
+//! 4. `demo/`: the built-in curators (`curators.rs`, `clips.rs`, `audio.rs`) and researchers
+//!    of `demo`, progress and summary.
+//! 5. `archivists.rs`: the archivists' wiring, one copy for their five subcommands and the
+//!    demo: shared options, the bus and datastore they open, spawning, the wait.
+//! 6. `web/`: the HTTP server: the status page and its JSON API (`serve`, `run`), Prometheus
+//!    `/metrics`, `/healthz`, `/readyz` (`--metrics-addr`).
+//! 7. `connect.rs`: opening the datastore (with retries) and the bus; `tasks.rs`: waiting for
+//!    archivists, repeating runs, supervising tasks until shutdown; `logging.rs`: logs on
+//!    standard error; `signals.rs`: SIGINT/SIGTERM cancel the token; `depths.rs`: queue
+//!    depths as `status`, `queues` and the status page show them.
+//! 8. `config.rs`: the global options (each with its variable) and their checked
+//!    configuration; `foreign.rs`: another program's migrations; `panic_hook.rs`: a panic
+//!    printed as an error, credentials masked.
+//! 9. `values.rs`: option values (durations, sizes, addresses), [`values::UsageError`] (exit
+//!    code 2) and error words: imports nothing of the binary.
 
+mod archivists;
 mod cli;
 mod commands;
 mod config;
 mod connect;
 mod demo;
+mod depths;
 mod foreign;
 mod logging;
 mod panic_hook;
@@ -42,7 +54,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::Cli;
 use crate::config::Config;
-use crate::values::UsageError;
+use crate::values::{describe, UsageError};
 
 /// Bad usage or configuration.
 const EXIT_USAGE: u8 = 2;
@@ -58,11 +70,7 @@ fn main() -> ExitCode {
     };
     // Completions need no configuration: print them before anything is read or checked.
     if let cli::Command::Completions(args) = &cli.command {
-        // Into memory first: clap_complete panics on a failed write (`… | head`).
-        let mut script = Vec::new();
-        clap_complete::generate(args.shell, &mut cli::command(), "archivist", &mut script);
-        let mut out = std::io::stdout().lock();
-        return match out.write_all(&script).and_then(|()| out.flush()) {
+        return match commands::completions::print(args, cli::command()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&anyhow::Error::new(e)),
         };
@@ -108,7 +116,7 @@ fn main() -> ExitCode {
         signals::spawn(token.clone())?;
         // Test builds only (feature `fail-points`): a paused process goes on once signalled.
         messagebus::fail_point::resume_pauses_on(&token);
-        commands::dispatch(cli.command, config, token).await
+        cli.command.run(config, token).await
     });
     // Tasks still blocked on the bus after the shutdown timeout must not hold up the exit.
     runtime.shutdown_background();
@@ -136,21 +144,4 @@ fn fail(error: &anyhow::Error) -> ExitCode {
     } else {
         ExitCode::from(EXIT_FATAL)
     }
-}
-
-/// The error and its causes in words, each said once: a cause whose text its parent already
-/// repeats (sqlx and the SDKs often include their source in their message) is left out.
-pub(crate) fn describe(error: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in error.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || out.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out
 }

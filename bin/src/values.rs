@@ -1,4 +1,5 @@
-//! Option values and usage errors: what every command and the configuration share.
+//! Option values, usage errors and error words: what every command and the configuration
+//! share.
 //!
 //! The lowest module of the binary: it imports nothing of `bin/`, and every other module may
 //! import it. Parsers return `String` errors, as clap's `value_parser` wants them.
@@ -21,6 +22,58 @@ impl std::error::Error for UsageError {}
 /// A [`UsageError`] as an `anyhow::Error`, for `?` in commands.
 pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(message.into()))
+}
+
+/// The error and its causes in words, each said once: a cause whose text its parent already
+/// repeats (sqlx and the SDKs often include their source in their message) is left out.
+pub(crate) fn describe(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+/// Which addresses media and feed fetches may connect to (`research`, `curate feed`,
+/// `analyse`): see `net::address_policy`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct AddressArgs {
+    /// Let fetches connect to loopback, private, link-local, unique-local and other
+    /// non-public addresses (a show served from a NAS or this machine). Without it, media
+    /// addresses and redirects are refused when they resolve to such an address, since they
+    /// come from feeds written by others; a feed or file address typed on the command line
+    /// is fetched as given
+    #[arg(
+        long,
+        env = "ARCHIVIST_ALLOW_PRIVATE_ADDRESSES",
+        hide_env_values = true
+    )]
+    pub(crate) allow_private_addresses: bool,
+    /// For tests only: addresses taken for public ones (a test has no public address)
+    #[arg(
+        long,
+        hide = true,
+        env = "ARCHIVIST_TEST_PUBLIC_ADDRESSES",
+        value_delimiter = ','
+    )]
+    pub(crate) test_public_addresses: Vec<std::net::IpAddr>,
+}
+
+impl AddressArgs {
+    /// The fetch policy these options ask for.
+    pub(crate) fn policy(&self) -> net::address_policy::AddressPolicy {
+        net::address_policy::AddressPolicy::new(
+            self.allow_private_addresses,
+            self.test_public_addresses.clone(),
+        )
+    }
 }
 
 /// Parses `90s`, `15m`, `2h`, `1h 30m` (humantime).

@@ -59,7 +59,7 @@ pub(crate) struct AnalyseArgs {
     #[arg(long, default_value = "2GiB", value_parser = parse_size)]
     pub(crate) max_media_size: u64,
     #[command(flatten)]
-    pub(crate) addresses: crate::cli::AddressArgs,
+    pub(crate) addresses: crate::values::AddressArgs,
 }
 
 /// A local file for an input, downloaded if it was a URL (the temporary file lives as long).
@@ -91,7 +91,12 @@ pub(crate) async fn run(args: &AnalyseArgs, token: &CancellationToken) -> anyhow
     let mut clips = Vec::new();
     for c in &args.clips {
         // A clip that cannot be fetched fails alone, as one that cannot be decoded does.
-        clips.push(fetcher.fetch(c).await.map_err(|e| crate::describe(&e)));
+        clips.push(
+            fetcher
+                .fetch(c)
+                .await
+                .map_err(|e| crate::values::describe(&e)),
+        );
     }
     let inputs: Vec<ClipInput> = clips
         .iter()

@@ -118,7 +118,7 @@ pub(crate) struct FeedArgs {
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     pub(crate) max_retry_wait: Duration,
     #[command(flatten)]
-    pub(crate) addresses: crate::cli::AddressArgs,
+    pub(crate) addresses: crate::values::AddressArgs,
 }
 
 /// Options of `curate clips`.
@@ -224,7 +224,7 @@ async fn feed(config: &Config, token: CancellationToken, args: FeedArgs) -> anyh
             (Some(_), Ok(_)) => {}
             // A long-running curator outlives a bad pass; the next one tries again.
             (Some(_), Err(e)) => {
-                tracing::error!(error = %crate::describe(&e), "the pass failed; trying again at the next");
+                tracing::error!(error = %crate::values::describe(&e), "the pass failed; trying again at the next");
             }
         }
         let Some(every) = args.every else {

@@ -4,13 +4,67 @@
 use std::io::{IsTerminal, Write};
 
 use anyhow::Context;
+use clap::Args;
 use comfy_table::{presets, ContentArrangement, Table};
 use datastore::{Match, MatchFilter};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{MatchesArgs, MatchesFormat};
 use crate::config::Config;
 use crate::connect;
+
+/// `matches --help`'s examples.
+pub(crate) const EXAMPLES: &str = "Examples:\n  \
+        archivist matches --clip 'Intro Jingle'\n  \
+        archivist matches --episode 'Episode 4012: The Archive' --limit 10\n  \
+        archivist matches --format table --limit 20             # for reading\n  \
+        archivist matches | jq -r '.clip_title' | sort | uniq -c";
+
+/// Options of `matches`.
+#[derive(Debug, Args)]
+pub(crate) struct MatchesArgs {
+    /// Only matches of the clip with this title
+    #[arg(long)]
+    pub(crate) clip: Option<String>,
+    /// Only matches in episodes with this title
+    #[arg(long)]
+    pub(crate) episode: Option<String>,
+    /// At most this many (latest aired episodes first)
+    #[arg(long)]
+    pub(crate) limit: Option<u64>,
+    /// Only matches researched at or after DATE: RFC 3339 (`2026-01-02T03:04:05Z`) or a day
+    /// (`2026-01-02`, from its midnight UTC), for incremental exports
+    #[arg(long, value_name = "DATE", value_parser = parse_since)]
+    pub(crate) since: Option<chrono::DateTime<chrono::Utc>>,
+    /// `json`: one JSON object a line, for scripts; `table`: aligned columns, for people;
+    /// `csv`: RFC 4180 with a header row, for spreadsheets
+    #[arg(long, value_enum, default_value_t = MatchesFormat::Json)]
+    pub(crate) format: MatchesFormat,
+}
+
+/// `--since`: an RFC 3339 time, or a day (its midnight UTC).
+fn parse_since(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(t.with_timezone(&chrono::Utc));
+    }
+    chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|t| t.and_utc())
+        .ok_or_else(|| {
+            format!(
+                "{text:?} is neither an RFC 3339 time (2026-01-02T03:04:05Z) nor a day \
+                 (2026-01-02)"
+            )
+        })
+}
+
+/// How `matches` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum MatchesFormat {
+    Json,
+    Table,
+    Csv,
+}
 
 /// Prints the matches: one JSON object a line (`episode_title`, `episode_date_aired`,
 /// `clip_title`, `clip_offsets_ns`, `research_date`), a table with `--format table`, or CSV with

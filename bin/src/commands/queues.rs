@@ -4,20 +4,33 @@
 
 use std::io::Write;
 
+use clap::Args;
 use messagebus::{dead_letter_queue_name, BusError};
 use tokio_util::sync::CancellationToken;
 
-use crate::commands::status::{write_queue_table, QueueDepth};
 use crate::config::Config;
 use crate::connect;
+use crate::depths::{write_queue_table, QueueDepth};
+
+/// Options of `queues`.
+#[derive(Debug, Args)]
+pub(crate) struct QueuesArgs {
+    /// Print one JSON object a queue instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Give existing queues the settings new ones get (ARCHIVIST_MAX_RECEIVES as their
+    /// receive limit; on SQS also the retention), instead of only saying how they differ
+    #[arg(long)]
+    pub(crate) update: bool,
+}
 
 /// Creates and shows the queues.
 pub(crate) async fn run(
     config: &Config,
     token: &CancellationToken,
-    json: bool,
-    update: bool,
+    args: &QueuesArgs,
 ) -> anyhow::Result<()> {
+    let QueuesArgs { json, update } = *args;
     let bus = connect::shared_bus(config, "queues", token).await?;
     let mut depths = Vec::new();
     for q in config.queues.all() {

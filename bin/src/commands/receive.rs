@@ -6,14 +6,43 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::Args;
 use messagebus::{dead_letter_queue_name, Delivery};
 use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::ReceiveArgs;
 use crate::config::{check_queue_arg, Config};
 use crate::connect;
+use crate::values::parse_duration;
+
+/// `receive --help`'s examples.
+pub(crate) const EXAMPLES: &str = "Examples:\n  \
+        archivist receive pending_research --max 1 --wait 1m   # a researcher takes one work item\n  \
+        archivist receive curated_clips --dead-letters --peek   # what was set aside, and why; left in place\n  \
+        archivist receive curated_clips --dead-letters          # the same, taken off for good";
+
+/// Options of `receive`.
+#[derive(Debug, Args)]
+pub(crate) struct ReceiveArgs {
+    /// The queue's name (on SQS, resolved to its URL)
+    pub(crate) queue: String,
+    /// The most messages to take
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max: u32,
+    /// How long to wait for messages, as 0s, 5s, 1m
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub(crate) wait: Duration,
+    /// Read the queue's dead-letter queue instead; each line is then {"body": …, "reason": …}.
+    /// This takes them: `redrive` and `retry-failed` no longer find them (see --peek)
+    #[arg(long)]
+    pub(crate) dead_letters: bool,
+    /// With --dead-letters: print them and leave them where they are, for `redrive`
+    /// (the database buses: the oldest first; SQS: a sample of up to ten; RabbitMQ cannot look
+    /// without taking, and says so)
+    #[arg(long, requires = "dead_letters")]
+    pub(crate) peek: bool,
+}
 
 /// The most messages one receive asks for: SQS's limit.
 const RECEIVE_BATCH: u32 = 10;

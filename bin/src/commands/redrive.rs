@@ -10,14 +10,42 @@
 use std::io::Write;
 
 use anyhow::anyhow;
+use clap::Args;
 use messagebus::{dead_letter_queue_name, BusError};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::RedriveArgs;
 use crate::config::{check_queue_arg, Config};
 use crate::connect;
 use crate::values::usage;
+
+/// `redrive --help`'s examples.
+pub(crate) const EXAMPLES: &str = "Examples:\n  \
+        archivist redrive curated_clips --dry-run   # how many would move; nothing moves\n  \
+        archivist redrive curated_clips --max 2     # try two first\n  \
+        archivist redrive curated_clips             # then the rest\n\n\
+Each message goes back as new: its receive count starts again, its reason is dropped. Dead \
+letters taken off with `archivist receive QUEUE --dead-letters` are gone: there is nothing left \
+to redrive of them. On the database bus the move is one transaction (interrupted: all moved or none); on SQS and RabbitMQ \
+it goes a batch at a time, each message sent before it leaves the dead-letter queue (a crash in \
+between can leave that batch in both: delivered twice, never lost).";
+
+/// Options of `redrive`.
+#[derive(Debug, Args)]
+pub(crate) struct RedriveArgs {
+    /// The queue whose dead letters go back onto it (its name, not its dead-letter queue's)
+    pub(crate) queue: String,
+    /// The most dead letters to move [default: every one waiting when it starts]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max: Option<u64>,
+    /// Count the dead letters that would move, and move none
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Print one JSON object (queue, dead_letter_queue, dead_letters, would_move, moved,
+    /// dry_run, interrupted) instead of a sentence
+    #[arg(long)]
+    pub(crate) json: bool,
+}
 
 /// What `--json` prints.
 #[derive(Serialize)]

@@ -147,7 +147,7 @@ pub(crate) struct ResearchArgs {
           value_parser = parse_size)]
     pub(crate) fetch_min_rate: u64,
     #[command(flatten)]
-    pub(crate) addresses: crate::cli::AddressArgs,
+    pub(crate) addresses: crate::values::AddressArgs,
     /// When the analyser asks to try an item later (exit 75, HTTP 429 or 503), how long the
     /// item is held before it is released, at its first receive; doubled at each receive
     /// after, up to --later-max-backoff. Each try counts toward ARCHIVIST_MAX_RECEIVES: the

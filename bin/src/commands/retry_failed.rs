@@ -11,6 +11,12 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::connect;
 
+/// `retry-failed --help`'s examples.
+pub(crate) const EXAMPLES: &str = "Examples:\n  \
+        archivist status                            # failed pairs and their common reasons\n  \
+        archivist retry-failed --episode 'Episode 4012: The Archive'\n  \
+        archivist retry-failed --json               # every failed pair";
+
 /// Options of `retry-failed`.
 #[derive(Debug, Args)]
 pub(crate) struct RetryFailedArgs {

@@ -1,14 +1,48 @@
 //! `archivist send QUEUE`: each line of standard input (JSON) as one message.
 
 use anyhow::Context;
+use clap::Args;
 use messagebus::{BusError, MAX_BODY_BYTES};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::SendArgs;
 use crate::config::{check_queue_arg, Config};
 use crate::connect;
 use crate::values::usage;
+
+/// `send --help`'s examples: the commands, then one complete message of each type a curator
+/// or researcher sends (the book's *Messages*, docs/src/messages.md, shows the same lines; a test checks both).
+pub(crate) const EXAMPLES: &str = concat!(
+    "Examples:\n  \
+     archivist send curated_episodes < episodes.jsonl\n  \
+     jq -c '.[]' clips.json | archivist send curated_clips   # one JSON message per line\n  \
+     archivist send --check curated_clips < clips.jsonl      # validate only: nothing is sent\n  \
+     echo 'not json' | archivist send --raw curated_clips    # try out poison handling\n\n\
+     One message per line. An EpisodeInfo (curated_episodes):\n  ",
+    include_str!("../examples/episode.json"),
+    "A ClipInfo (curated_clips):\n  ",
+    include_str!("../examples/clip.json"),
+    "A PendingResearchItem (pending_research: what work assignment publishes and a researcher \
+     takes; sent by hand only to try out a researcher):\n  ",
+    include_str!("../examples/pending.json"),
+    "A CompletedResearchItem (completed_research; revoke_lease: true on a lease's last result; \
+     \"failure\": \"reason\" in place of clip_offsets_ns for a pair that cannot be researched):\n  ",
+    include_str!("../examples/completed.json"),
+);
+
+/// Options of `send`.
+#[derive(Debug, Args)]
+pub(crate) struct SendArgs {
+    /// The queue's name (on SQS, resolved to its URL)
+    pub(crate) queue: String,
+    /// Send lines as they are, without checking that each is JSON (to try out poison handling)
+    #[arg(long, conflicts_with = "check")]
+    pub(crate) raw: bool,
+    /// Send nothing: check each line against QUEUE's message type with the archivists' own
+    /// rules, and print each one they would set aside, with their reason
+    #[arg(long)]
+    pub(crate) check: bool,
+}
 
 /// Lines sent in one call (the SQS adapter packs them ten to a request).
 const BATCH: usize = 500;

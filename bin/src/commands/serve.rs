@@ -5,11 +5,47 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{BusKind, Config};
 use crate::connect;
+use crate::values::resolve_addr;
 use crate::web;
+
+/// Where `serve` serves by default.
+const DEFAULT_SERVE_ADDR: &str = "127.0.0.1:9898";
+
+/// `serve --help`'s examples.
+pub(crate) const EXAMPLES: &str = "Examples:\n  \
+        archivist serve                             # http://127.0.0.1:9898/ on ./archivist.sqlite\n  \
+        archivist serve --addr 0.0.0.0:9898         # reachable from other hosts\n  \
+        curl -s 127.0.0.1:9898/api/status";
+
+/// Options of `serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Where to serve, HOST:PORT: an IP address or a host name of this machine, as
+    /// localhost:9898 (port 0 picks a free one, named in the log)
+    #[arg(
+        long,
+        env = "ARCHIVIST_SERVE_ADDR",
+        hide_env_values = true,
+        default_value = DEFAULT_SERVE_ADDR,
+        value_parser = parse_addr
+    )]
+    pub(crate) addr: std::net::SocketAddr,
+}
+
+/// Parses HOST:PORT, resolving a host name.
+fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    let s = if s.trim().is_empty() {
+        DEFAULT_SERVE_ADDR
+    } else {
+        s.trim()
+    };
+    resolve_addr(s)
+}
 
 /// How long `serve` waits for the bus before it serves without it.
 const BUS_PATIENCE: Duration = Duration::from_secs(5);
@@ -33,7 +69,7 @@ async fn connect_later(config: Config, token: CancellationToken, slot: web::BusS
                 return;
             }
             Err(e) => {
-                let why = crate::describe(&e);
+                let why = crate::values::describe(&e);
                 tracing::debug!("the bus still cannot be read: {why}");
                 slot.still_not(&why);
             }
@@ -45,8 +81,9 @@ async fn connect_later(config: Config, token: CancellationToken, slot: web::BusS
 pub(crate) async fn run(
     config: &Config,
     token: &CancellationToken,
-    addr: SocketAddr,
+    args: &ServeArgs,
 ) -> anyhow::Result<()> {
+    let addr: SocketAddr = args.addr;
     let store = connect::datastore(
         config,
         &config.database_url(),
@@ -66,7 +103,7 @@ pub(crate) async fn run(
                 Ok(bus) => (web::Sources::new(config, store, Some(bus)), None),
                 Err(_) if token.is_cancelled() => return Ok(()),
                 Err(e) => {
-                    let why = crate::describe(&e);
+                    let why = crate::values::describe(&e);
                     tracing::warn!(
                         "serving without the bus for now (the queues, dead letters and queue \
                          gauges cannot be read; trying again every {}): {why}",

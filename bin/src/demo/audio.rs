@@ -9,7 +9,7 @@ use std::sync::Arc;
 use analysis::synth::{self, EpisodeSynth, Insertion, Rng, Speech, Voice};
 use anyhow::Context;
 
-use crate::demo::curators::{ClipKind, CLIPS};
+use crate::demo::clips::{ClipKind, CLIPS};
 
 /// The sample rate of every file: the rate the reference analyser works at, so nothing is
 /// lost, and the files stay small (16 kB a second).

@@ -4,6 +4,7 @@
 //! exactly-once check.
 //!
 //! - `curators.rs`: the data set (a month of a daily show, a dozen clips, poison).
+//! - `clips.rs`: the data set's clips (their kinds, lengths, how often they occur).
 //! - `audio.rs`: the data set's audio, synthesised, with the truth of where each clip is.
 //! - `researchers.rs`: `research`'s runtime with the reference analyser, wrapped to keep the
 //!   [`Ledger`] of answers per pair and to stage one analyser that stops answering mid-item.
@@ -19,6 +20,7 @@
 //! the matches point into it.
 
 mod audio;
+mod clips;
 mod curators;
 mod progress;
 mod researchers;
@@ -41,8 +43,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::cli::DemoArgs;
-use crate::commands::archivists::{spawn_all, AllTotals, Pipeline};
+use crate::archivists::{spawn_all, AllTotals, Pipeline};
 use crate::config::{to_chrono, BusKind, Config};
 use crate::connect;
 use crate::tasks::{self, Totals};
@@ -70,6 +71,17 @@ const STALL_MARGIN: Duration = Duration::from_secs(6);
 /// How long the researchers' items in hand may take to finish once the demo is done.
 const DEMO_DRAIN: Duration = Duration::from_secs(2);
 
+/// What `archivist demo` asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// The summary as one JSON object instead of text.
+    pub(crate) json: bool,
+    /// Research slots of the built-in researcher.
+    pub(crate) researcher_tasks: u32,
+    /// How long the pipeline may take before the demo gives up.
+    pub(crate) timeout: Duration,
+}
+
 /// How the monitor saw the run end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
@@ -81,7 +93,7 @@ enum Outcome {
 pub(crate) async fn run(
     config: &Config,
     token: CancellationToken,
-    args: &DemoArgs,
+    args: &Settings,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let url = config.database_url();
@@ -259,7 +271,7 @@ fn spawn_researchers(
     token: &CancellationToken,
     bus: &Arc<dyn Bus>,
     config: &Config,
-    args: &DemoArgs,
+    args: &Settings,
     lease: Duration,
     ledger: &Arc<Ledger>,
 ) -> anyhow::Result<()> {
@@ -417,7 +429,7 @@ struct SummaryInput<'a> {
     audio_seconds: f64,
     media_dir: &'a Path,
     config: &'a Config,
-    args: &'a DemoArgs,
+    args: &'a Settings,
     bus: &'a dyn Bus,
     data: &'a DataSet,
     ledger: &'a Ledger,

@@ -21,10 +21,10 @@ use axum::Json;
 use serde::Serialize;
 use serde_json::json;
 
+use super::app::App;
 use super::history::{rate_per_minute, Sample};
 use super::snapshot::{self, Section, ShownLetter};
-use super::App;
-use crate::commands::status::QueueDepth;
+use crate::depths::QueueDepth;
 
 fn answer<T: Serialize>(section: Section<T>) -> Response {
     match section {

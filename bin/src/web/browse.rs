@@ -20,8 +20,8 @@ use datastore::{
 };
 use maud::{html, Markup};
 
+use super::app::{App, CHECK_TIMEOUT};
 use super::layout::{self, Nav};
-use super::{App, CHECK_TIMEOUT};
 
 /// Rows on a page of the HTML listings (and the JSON's default).
 pub(super) const PAGE_ROWS: u32 = 50;

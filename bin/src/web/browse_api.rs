@@ -13,8 +13,8 @@ use chrono::Utc;
 use serde::Serialize;
 use serde_json::json;
 
+use super::app::App;
 use super::browse::{browser, id, within, Params, Refusal, PAGE_ROWS};
-use super::App;
 
 fn answer<T: Serialize>(result: Result<T, Refusal>) -> Response {
     match result {

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 
-use super::{App, CHECK_TIMEOUT};
+use super::app::{App, CHECK_TIMEOUT};
 
 /// `/readyz`: 200 when the datastore and every queue answer within the check timeout, else
 /// 503 naming which did not (without its URL).

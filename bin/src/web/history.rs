@@ -1,20 +1,14 @@
 //! The research progress over time: samples of (time, researched pairs, pairs, matches)
-//! kept in this process, from a sampler every [`SAMPLE_EVERY`] and from each read of the
-//! counts. Nothing is stored: a restarted server starts a new history.
+//! kept in this process, from a sampler (`app.rs`) and from each read of the counts. Nothing
+//! is stored: a restarted server starts a new history.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 use datastore::Status;
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 
-use super::{App, CHECK_TIMEOUT};
-
-/// How often the sampler reads the counts.
-const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 /// Samples kept: two hours at the sampler's pace (more when pages are loaded often).
 const CAPACITY: usize = 720;
 /// A read closer than this to the last sample adds none but brings that sample's counts up to
@@ -81,24 +75,6 @@ pub(crate) fn rate_per_minute(samples: &[Sample]) -> Option<f64> {
     }
     let done = last.researched_pairs.saturating_sub(first.researched_pairs) as f64;
     Some(done * 60.0 / seconds)
-}
-
-/// Reads the counts every [`SAMPLE_EVERY`] into the history until `token` is cancelled.
-pub(super) async fn sample(app: Arc<App>, token: CancellationToken) {
-    let mut tick = tokio::time::interval(SAMPLE_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = token.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let now = Utc::now();
-        match tokio::time::timeout(CHECK_TIMEOUT, app.sources.store.status(now)).await {
-            Ok(Ok(status)) => app.history.record(now, &status),
-            Ok(Err(e)) => tracing::debug!(error = %e, "progress not sampled"),
-            Err(_) => tracing::debug!("progress not sampled: the datastore did not answer in time"),
-        }
-    }
 }
 
 #[cfg(test)]

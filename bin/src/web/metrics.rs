@@ -13,7 +13,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use super::{App, CHECK_TIMEOUT};
+use super::app::{App, CHECK_TIMEOUT};
 
 /// Histogram buckets of the `_seconds` metrics: from a local SQLite call to a slow SQS one.
 const LATENCY_BUCKETS: &[f64] = &[

@@ -9,8 +9,8 @@ use datastore::{FailureReason, LeaseSummary, Match, Status};
 use messagebus::DeadLetter;
 use serde::Serialize;
 
-use super::{App, CHECK_TIMEOUT};
-use crate::commands::status::QueueDepth;
+use super::app::{App, CHECK_TIMEOUT};
+use crate::depths::QueueDepth;
 
 /// Leases listed (expired first, then the oldest).
 pub(crate) const LEASES_SHOWN: u32 = 50;

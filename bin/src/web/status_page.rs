@@ -11,10 +11,10 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use datastore::{LeaseState, Match};
 use maud::{html, Markup};
 
+use super::app::App;
 use super::history::{rate_per_minute, Sample};
 use super::layout::{self, Nav};
 use super::snapshot::{self, Counts, LeaseRow, QueueView, Queues, Section};
-use super::App;
 
 /// How often the page reloads itself.
 const REFRESH_SECONDS: u32 = 5;
@@ -257,7 +257,7 @@ fn queues_section(queues: &Section<Option<Queues>>, pending: &str) -> Markup {
         Ok(Some(Queues { views, .. })) => views
             .iter()
             .find(|v| v.depth.queue == pending)
-            .and_then(|v| crate::commands::status::no_researcher_note(&v.depth)),
+            .and_then(|v| crate::depths::no_researcher_note(&v.depth)),
         _ => None,
     };
     html! {

@@ -1,5 +1,7 @@
-//! The archivist subcommands: `episodes`, `clips`, `pending-research`, `completed-research`
-//! (each in its own process) and `run` (all four in one process), all on a shared bus.
+//! The archivists' wiring, one copy for their five subcommands (`episodes`, `clips`,
+//! `pending-research`, `completed-research`, each in its own process, and `run`, all four in
+//! one) and for the demo: the options they share, the bus and datastore they open, each
+//! archivist spawned on them with its settings, and the wait until they end.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +10,7 @@ use archivist::completed_research::CompletedResearchConfig;
 use archivist::ingest::IngestConfig;
 use archivist::pending_research::{HoldBack, PendingResearchConfig};
 use archivist::RetryPolicy;
+use clap::Args;
 use datastore::DataStore;
 use messagebus::Bus;
 use tokio::task::JoinSet;
@@ -16,21 +19,60 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{BusKind, Config};
 use crate::connect;
 use crate::tasks::{self, SharedTotals};
-use crate::values::usage;
+use crate::values::{parse_interval, usage};
 use crate::web;
 
 /// How long a long-running ingestion archivist waits in one receive (SQS's longest poll).
-const INGEST_WAIT: Duration = Duration::from_secs(20);
+pub(crate) const INGEST_WAIT: Duration = Duration::from_secs(20);
 /// How long a draining run (`--once`, completed research) waits for more before it ends.
-const DRAIN_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const DRAIN_WAIT: Duration = Duration::from_secs(1);
 /// After the archivists stop (or are given up on at the shutdown timeout), how long the bus
 /// may take to release the messages they still held.
 const RELEASE_GRACE: Duration = Duration::from_secs(5);
 
+/// Options of the ingestion archivists.
+#[derive(Debug, Args)]
+pub(crate) struct IngestArgs {
+    /// Drain the queue and exit instead of waiting for more
+    #[arg(long)]
+    pub(crate) once: bool,
+}
+
+/// Options of the short-run archivists.
+#[derive(Debug, Args)]
+pub(crate) struct RepeatArgs {
+    /// Repeat the run at this interval (as 30s, 5m) until SIGINT/SIGTERM, instead of running
+    /// once. A flag only: an ARCHIVIST_EVERY meant for `run` must not turn cron runs into loops
+    #[arg(long, value_parser = parse_interval)]
+    pub(crate) every: Option<Duration>,
+}
+
+/// The shared bus and the datastore (created or migrated) of one archivist subcommand, named
+/// `subcommand`, with metrics and health checks served (and with `routes` everything) when
+/// `--metrics-addr` is given, the counters of `archivists` there from the start.
+pub(crate) async fn open(
+    config: &Config,
+    token: &CancellationToken,
+    subcommand: &str,
+    routes: web::Routes,
+    archivists: &[&str],
+) -> anyhow::Result<(Arc<dyn Bus>, Arc<dyn DataStore>)> {
+    let bus = connect::shared_bus(config, subcommand, token).await?;
+    let store = connect::datastore(
+        config,
+        &config.database_url(),
+        token,
+        connect::Open::Migrate,
+    )
+    .await?;
+    serve_metrics(config, &store, &bus, token, routes, archivists).await?;
+    Ok((bus, store))
+}
+
 /// Waits for the archivists in `set` (under the shutdown timeout once the token is
 /// cancelled), then closes the bus: it releases what archivists given up on still held, so
 /// that those messages are visible again at once rather than after their visibility timeout.
-async fn supervise_then_close(
+pub(crate) async fn supervise_then_close(
     token: &CancellationToken,
     set: JoinSet<anyhow::Result<()>>,
     config: &Config,
@@ -76,57 +118,34 @@ async fn serve_metrics(
     Ok(())
 }
 
-/// `archivist episodes`.
-pub(crate) async fn episodes(
-    config: &Config,
-    token: CancellationToken,
-    once: bool,
-) -> anyhow::Result<()> {
-    ingest(config, token, once, Kind::Episodes).await
-}
-
-/// `archivist clips`.
-pub(crate) async fn clips(
-    config: &Config,
-    token: CancellationToken,
-    once: bool,
-) -> anyhow::Result<()> {
-    ingest(config, token, once, Kind::Clips).await
-}
-
+/// Which ingestion archivist.
 #[derive(Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     Episodes,
     Clips,
 }
 
-async fn ingest(
+impl Kind {
+    /// Its name, as its subcommand's.
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Episodes => "episodes",
+            Kind::Clips => "clips",
+        }
+    }
+}
+
+/// `archivist episodes` and `archivist clips`: one ingestion archivist until SIGINT/SIGTERM,
+/// or with `--once` until its queue is drained.
+pub(crate) async fn ingest(
     config: &Config,
     token: CancellationToken,
-    once: bool,
+    args: &IngestArgs,
     kind: Kind,
 ) -> anyhow::Result<()> {
-    let name = match kind {
-        Kind::Episodes => "episodes",
-        Kind::Clips => "clips",
-    };
-    let bus = connect::shared_bus(config, name, &token).await?;
-    let store = connect::datastore(
-        config,
-        &config.database_url(),
-        &token,
-        connect::Open::Migrate,
-    )
-    .await?;
-    serve_metrics(
-        config,
-        &store,
-        &bus,
-        &token,
-        web::Routes::MetricsAndHealth,
-        &[name],
-    )
-    .await?;
+    let once = args.once;
+    let name = kind.name();
+    let (bus, store) = open(config, &token, name, web::Routes::MetricsAndHealth, &[name]).await?;
     let mut set = JoinSet::new();
     let ingest = IngestConfig {
         once,
@@ -159,9 +178,10 @@ async fn spawn_ingest(
     kind: Kind,
     totals: SharedTotals,
 ) -> anyhow::Result<()> {
-    let (name, queue) = match kind {
-        Kind::Episodes => ("episodes", &config.queues.episodes),
-        Kind::Clips => ("clips", &config.queues.clips),
+    let name = kind.name();
+    let queue = match kind {
+        Kind::Episodes => &config.queues.episodes,
+        Kind::Clips => &config.queues.clips,
     };
     let receiver = connect::receiver(bus, queue).await?;
     let token = token.clone();
@@ -179,55 +199,29 @@ async fn spawn_ingest(
     Ok(())
 }
 
-/// `archivist pending-research [--every D]`.
-pub(crate) async fn pending_research(
-    config: &Config,
-    token: CancellationToken,
-    every: Option<Duration>,
-) -> anyhow::Result<()> {
-    require_researcher_count(config)?;
-    let bus = connect::shared_bus(config, "pending-research", &token).await?;
-    let store = connect::datastore(
-        config,
-        &config.database_url(),
-        &token,
-        connect::Open::Migrate,
-    )
-    .await?;
-    serve_metrics(
-        config,
-        &store,
-        &bus,
-        &token,
-        web::Routes::MetricsAndHealth,
-        &["pending-research"],
-    )
-    .await?;
-    let mut set = JoinSet::new();
-    let pending = PendingResearchConfig {
+/// Work assignment's settings from the configuration, retrying as `retry` says.
+pub(crate) fn pending_config(config: &Config, retry: RetryPolicy) -> PendingResearchConfig {
+    PendingResearchConfig {
         lease_duration: config.lease(),
         max_clips: config.max_clips,
         researchers: config.researchers,
         start_jitter: config.start_jitter,
-        retry: config.retry(every.is_some()),
+        retry,
         hold_back: None,
-    };
-    spawn_pending(
-        &mut set,
-        &token,
-        &*bus,
-        store,
-        config,
-        pending,
-        every,
-        Default::default(),
-    )
-    .await?;
-    supervise_then_close(&token, set, config, &*bus).await
+    }
+}
+
+/// The recorder's settings: it drains its queue, retrying as `retry` says.
+pub(crate) fn completed_config(retry: RetryPolicy) -> CompletedResearchConfig {
+    CompletedResearchConfig {
+        receive_wait: DRAIN_WAIT,
+        retry,
+        ..CompletedResearchConfig::default()
+    }
 }
 
 /// SQS cannot count the researchers listening on a queue: the operator must say how many.
-fn require_researcher_count(config: &Config) -> anyhow::Result<()> {
+pub(crate) fn require_researcher_count(config: &Config) -> anyhow::Result<()> {
     if config.bus == BusKind::Sqs && config.researchers.is_none() {
         return Err(usage(format!(
             "ARCHIVIST_RESEARCHERS (--researchers) is required with ARCHIVIST_BUS=sqs: SQS \
@@ -282,49 +276,6 @@ pub(crate) async fn spawn_pending(
         .await
     });
     Ok(())
-}
-
-/// `archivist completed-research [--every D]`.
-pub(crate) async fn completed_research(
-    config: &Config,
-    token: CancellationToken,
-    every: Option<Duration>,
-) -> anyhow::Result<()> {
-    let bus = connect::shared_bus(config, "completed-research", &token).await?;
-    let store = connect::datastore(
-        config,
-        &config.database_url(),
-        &token,
-        connect::Open::Migrate,
-    )
-    .await?;
-    serve_metrics(
-        config,
-        &store,
-        &bus,
-        &token,
-        web::Routes::MetricsAndHealth,
-        &["completed-research"],
-    )
-    .await?;
-    let mut set = JoinSet::new();
-    let completed = CompletedResearchConfig {
-        receive_wait: DRAIN_WAIT,
-        retry: config.retry(every.is_some()),
-        ..CompletedResearchConfig::default()
-    };
-    spawn_completed(
-        &mut set,
-        &token,
-        &*bus,
-        store,
-        config,
-        completed,
-        every,
-        Default::default(),
-    )
-    .await?;
-    supervise_then_close(&token, set, config, &*bus).await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -440,67 +391,4 @@ pub(crate) async fn spawn_all(
         .await?;
     }
     Ok(())
-}
-
-/// `archivist run`: the four archivists in one process until SIGINT/SIGTERM.
-pub(crate) async fn run(
-    config: &Config,
-    token: CancellationToken,
-    every: Duration,
-) -> anyhow::Result<()> {
-    require_researcher_count(config)?;
-    let bus = connect::shared_bus(config, "run", &token).await?;
-    let store = connect::datastore(
-        config,
-        &config.database_url(),
-        &token,
-        connect::Open::Migrate,
-    )
-    .await?;
-    serve_metrics(
-        config,
-        &store,
-        &bus,
-        &token,
-        web::Routes::Everything,
-        &[
-            "episodes",
-            "clips",
-            "pending-research",
-            "completed-research",
-        ],
-    )
-    .await?;
-    let mut set = JoinSet::new();
-    let pipeline = Pipeline {
-        every,
-        pending: PendingResearchConfig {
-            lease_duration: config.lease(),
-            max_clips: config.max_clips,
-            researchers: config.researchers,
-            start_jitter: config.start_jitter,
-            retry: RetryPolicy::forever(),
-            hold_back: None,
-        },
-        completed: CompletedResearchConfig {
-            receive_wait: DRAIN_WAIT,
-            retry: RetryPolicy::forever(),
-            ..CompletedResearchConfig::default()
-        },
-        // More recorders are more processes (`completed-research`), each its own pool.
-        recorders: 1,
-        ingest_wait: INGEST_WAIT,
-    };
-    spawn_all(
-        &mut set,
-        &token,
-        &*bus,
-        store,
-        config,
-        pipeline,
-        &AllTotals::default(),
-    )
-    .await?;
-    tracing::info!(every = %humantime::format_duration(every), "archivists running; SIGINT or SIGTERM stops them");
-    supervise_then_close(&token, set, config, &*bus).await
 }
