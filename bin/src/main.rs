@@ -18,7 +18,8 @@
 //! 4. `demo/`: the built-in curators (`curators.rs`, `clips.rs`, `audio.rs`) and researchers
 //!    of `demo`, progress and summary.
 //! 5. `archivists.rs`: the archivists' wiring, one copy for their five subcommands and the
-//!    demo: shared options, the bus and datastore they open, spawning, the wait.
+//!    demo: shared options, the bus and datastore they open, spawning, the wait;
+//!    `researcher.rs`: the researcher's, for `research` and the demo.
 //! 6. `web/`: the HTTP server: the status page and its JSON API (`serve`, `run`), Prometheus
 //!    `/metrics`, `/healthz`, `/readyz` (`--metrics-addr`).
 //! 7. `connect.rs`: opening the datastore (with retries) and the bus; `tasks.rs`: waiting for
@@ -41,6 +42,7 @@ mod depths;
 mod foreign;
 mod logging;
 mod panic_hook;
+mod researcher;
 mod signals;
 mod tasks;
 mod values;

@@ -33,8 +33,8 @@ const FLOORS: &[&[&str]] = &[
     &["commands/"],
     // The demo's curators, researchers, progress and summary.
     &["demo/"],
-    // The archivists' wiring, shared by their five subcommands and the demo.
-    &["archivists.rs"],
+    // The archivists' and the researcher's wiring, shared by their subcommands and the demo.
+    &["archivists.rs", "researcher.rs"],
     // The HTTP server: status page, its API, metrics, health.
     &["web/"],
     // Adapters and running: the datastore and bus, tasks, logs, signals, queue depths.
@@ -441,11 +441,7 @@ fn circles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
     ) {
         state.insert(file.to_string(), 1);
         way.push(file.to_string());
-        for next in edges
-            .get(file)
-            .into_iter()
-            .flatten()
-        {
+        for next in edges.get(file).into_iter().flatten() {
             match state.get(next).copied().unwrap_or(0) {
                 0 => visit(next, edges, state, way, out),
                 1 => {

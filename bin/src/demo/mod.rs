@@ -298,7 +298,7 @@ fn spawn_researchers(
         ledger.clone(),
         STALL_ON_ITEM,
     );
-    let setup = crate::commands::research::Setup {
+    let setup = crate::researcher::Setup {
         analyser: Arc::new(analyser),
         media,
         concurrency: args.researcher_tasks as usize,
@@ -312,7 +312,7 @@ fn spawn_researchers(
     config.metrics_addr = None;
     let (bus, token) = (bus.clone(), token.clone());
     set.spawn(async move {
-        let ran = crate::commands::research::run_on(&config, bus.as_ref(), setup, &token).await;
+        let ran = crate::researcher::run_on(&config, bus.as_ref(), setup, &token).await;
         drop(cache);
         ran
     });
