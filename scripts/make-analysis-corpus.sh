@@ -30,10 +30,12 @@ for a in "$@"; do
 done
 
 need=()
-for tool in espeak-ng sox ffmpeg; do command -v "$tool" >/dev/null || need+=("$tool"); done
+for tool in espeak-ng sox ffmpeg timidity; do command -v "$tool" >/dev/null || need+=("$tool"); done
+[ -f /usr/share/sounds/freedesktop/stereo/bell.oga ] || need+=(sound-theme-freedesktop)
+[ -f /etc/timidity/freepats.cfg ] || need+=(freepats)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]} (apt)" >&2
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng sox ffmpeg >/dev/null
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends espeak-ng sox ffmpeg timidity freepats sound-theme-freedesktop >/dev/null
 fi
 
 mkdir -p "$OUT"
@@ -301,6 +303,258 @@ for b, minutes in enumerate(bases):
         comp = f"{work}/comp{b}.wav"
         sox(base, comp, "compand", "0.3,1", "6:-70,-60,-20", "-5", "-90", "0.2", "gain", "-n", "-1")
         emit("compressed_mp3_64k", "mp3", *mp3, src=comp)
+
+# ------------------------------------------------------------------ clips under speech and music
+# Short clips (1-8 s) placed under a voice or a music bed at a set clip-to-background ratio
+# (the clip's RMS against the background's RMS over the clip's span): tonal jingles and
+# stings (MIDI rendered by timidity with the freepats samples), sound effects (`sox synth`
+# and the recorded ones of sound-theme-freedesktop), voice tags (espeak-ng, and the recorded
+# voice of sound-theme-freedesktop's channel names). Backgrounds: espeak-ng speech of several
+# voices, and a music bed (chords, bass, piano, drums) rendered from MIDI. Near misses in the
+# same backgrounds: a jingle or sting transposed, a voice tag's words in another voice (the
+# clip itself absent from that episode).
+import array, math, struct
+orng = random.Random(3232)
+SOUNDS = "/usr/share/sounds/freedesktop/stereo"
+PATCHES = "/etc/timidity/freepats.cfg"
+
+def vlq(n):
+    b = [n & 0x7F]
+    n >>= 7
+    while n:
+        b.append(0x80 | (n & 0x7F)); n >>= 7
+    return bytes(reversed(b))
+
+def midi(path, notes, programs, tempo_us=500000):
+    """notes: (start_s, dur_s, channel, pitch, velocity); at 120 bpm and 480 ticks a beat."""
+    tick = lambda s: int(round(s * 960))
+    ev = [(0, 0, bytes([0xC0 | ch, prog])) for ch, prog in programs.items()]
+    for s, d, ch, p, v in notes:
+        ev.append((tick(s), 2, bytes([0x90 | ch, p, v])))
+        ev.append((tick(s + d), 1, bytes([0x80 | ch, p, 0])))
+    ev.sort(key=lambda e: (e[0], e[1], e[2]))
+    data = b"\x00\xff\x51\x03" + tempo_us.to_bytes(3, "big")
+    last = 0
+    for t, _, e in ev:
+        data += vlq(t - last) + e; last = t
+    data += vlq(0) + b"\xff\x2f\x00"
+    with open(path, "wb") as f:
+        f.write(b"MThd" + struct.pack(">IHHH", 6, 0, 1, 480) + b"MTrk" + struct.pack(">I", len(data)) + data)
+
+def render_midi(notes, programs, dst, seconds):
+    mid = f"{work}/{os.path.basename(dst)}.mid"
+    raw = f"{work}/{os.path.basename(dst)}.raw.wav"
+    midi(mid, notes, programs)
+    subprocess.run(["timidity", "-c", PATCHES, "-Ow", "-s", str(RATE), "--output-mono", "-o", raw, mid],
+                   check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sox(raw, dst, "trim", "0", f"{seconds}", "gain", "-n", "-3")
+    os.remove(mid); os.remove(raw)
+
+def samples(path):
+    return array.array("h", read(path))
+
+def rms_of(a, lo=0, hi=None):
+    hi = len(a) if hi is None else hi
+    n = max(1, hi - lo)
+    return math.sqrt(sum(x * x for x in a[lo:hi]) / n) / 32768
+
+SCALE = [0, 2, 4, 7, 9, 12, 14, 16, 19]
+INSTRUMENTS = [0, 9, 13, 24, 56, 73, 27, 46, 114, 8, 61, 65, 16, 4, 6, 40]
+ov = {"jingle": [], "sting": [], "sfx": [], "voice_tag": []}
+melodies = {}
+
+def add_ov(kind, dst, source, **extra):
+    add_clip(kind, dst, extra.get("text"), extra.get("voice"))
+    clips[-1]["source"] = source
+    ov[kind].append(len(clips) - 1)
+
+def jingle_notes(d, transpose=0, seed=None):
+    r = random.Random(seed)
+    root = 55 + r.randrange(12)
+    beat = r.uniform(0.12, 0.25)
+    notes, t = [], 0.0
+    while t < d:
+        step = beat * r.choice([1, 1, 2, 1.5])
+        p = root + r.choice(SCALE) + transpose
+        notes.append((t, step * 1.1, 0, p, 100))
+        if r.random() < 0.3:
+            notes.append((t, step * 1.1, 0, p - 12, 80))
+        t += step
+    return notes
+
+def sting_notes(d, transpose=0, seed=None):
+    r = random.Random(seed)
+    root = 50 + r.randrange(14) + transpose
+    chord = [0, 4, 7, 12] if r.random() < 0.5 else [0, 3, 7, 12]
+    step = r.uniform(0.06, 0.12)
+    notes = [(k * step, d, 0, root + c, 110) for k, c in enumerate(chord)]
+    notes.append((len(chord) * step, d, 1, root - 12, 110))
+    return notes
+
+jd = [1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 2.5, 1.2]
+for i, d in enumerate(jd):
+    prog = INSTRUMENTS[i % len(INSTRUMENTS)]
+    seed = 5000 + i
+    dst = f"{out}/clips/short_jingle{i:02}.wav"
+    render_midi(jingle_notes(d, 0, seed), {0: prog}, dst, d)
+    add_ov("jingle", dst, "timidity")
+    melodies[len(clips) - 1] = ("jingle", d, seed, {0: prog})
+sd = [1.0, 1.5, 2.0, 2.5, 3.0, 1.2, 1.8, 2.2]
+for i, d in enumerate(sd):
+    progs = {0: INSTRUMENTS[(i * 5 + 3) % len(INSTRUMENTS)], 1: [32, 33, 58, 42][i % 4]}
+    seed = 6000 + i
+    dst = f"{out}/clips/sting{i:02}.wav"
+    render_midi(sting_notes(d, 0, seed), progs, dst, d)
+    add_ov("sting", dst, "timidity")
+    melodies[len(clips) - 1] = ("sting", d, seed, progs)
+SYNTH_SFX = [
+    ("riser", 2.5, ["synth", "2.5", "sine", "300-3000", "synth", "2.5", "pinknoise", "mix", "fade", "0.2", "2.5", "0.1"]),
+    ("zap", 1.2, ["synth", "1.2", "square", "2000-200", "fade", "0", "1.2", "0.4"]),
+    ("whoosh", 2.0, ["synth", "2.0", "pinknoise", "fade", "h", "1.0", "2.0", "1.0", "highpass", "500"]),
+    ("ping", 3.0, ["synth", "3.0", "sine", "880", "tremolo", "8", "80", "fade", "0", "3.0", "2.5"]),
+    ("boing", 1.5, ["synth", "1.5", "sine", "1500:150", "fade", "0", "1.5", "0.5"]),
+    ("buzz", 4.0, ["synth", "4.0", "sawtooth", "110", "tremolo", "20", "60"]),
+]
+for name, d, args in SYNTH_SFX:
+    dst = f"{out}/clips/sfx_{name}.wav"
+    sox("-n", "-r", str(RATE), "-c", "1", "-b", "16", dst, *args, "gain", "-n", "-3")
+    add_ov("sfx", dst, "sox")
+REAL_SFX = ["alarm-clock-elapsed", "complete", "message-new-instant", "phone-incoming-call",
+            "phone-outgoing-busy", "phone-outgoing-calling", "service-login", "service-logout",
+            "suspend-error", "trash-empty"]
+for name in REAL_SFX:
+    dst = f"{out}/clips/sfx_{name}.wav"
+    norm(f"{SOUNDS}/{name}.oga", dst, ("gain", "-n", "-3"))
+    add_ov("sfx", dst, "sound-theme-freedesktop")
+TAGS = ["you are listening to the morning show", "stay with us", "this episode is brought to you by our listeners",
+        "and now the news", "back after this", "subscribe wherever you get your podcasts"]
+for i, text in enumerate(TAGS):
+    voice = VOICES[(i * 3) % len(VOICES)]
+    dst = f"{out}/clips/tag{i:02}.wav"
+    speak(text, voice, 170, dst)
+    add_ov("voice_tag", dst, "espeak-ng", text=text, voice=voice)
+for name in ["front-left", "front-right", "rear-left", "rear-right"]:
+    dst = f"{out}/clips/tag_{name}.wav"
+    norm(f"{SOUNDS}/audio-channel-{name}.oga", dst, ("gain", "-n", "-3"))
+    add_ov("voice_tag", dst, "sound-theme-freedesktop")
+
+def music_bed(seconds, dst, seed):
+    r = random.Random(seed)
+    bar = r.uniform(1.8, 2.4)
+    pad, keys = r.choice([48, 16, 94, 19]), r.choice([0, 4, 24, 46])
+    root = 45 + r.randrange(7)
+    notes, t = [], 0.0
+    while t < seconds:
+        c = root + r.choice([0, 5, 7, 9, 3])
+        triad = [c, c + r.choice([3, 4]), c + 7]
+        for p in triad:
+            notes.append((t, bar, 0, p + 12, 60))
+        for k in range(4):
+            notes.append((t + k * bar / 4, bar / 4 * 0.9, 1, c - 12, 90))
+        for k in range(8):
+            notes.append((t + k * bar / 8, bar / 8, 2, triad[r.randrange(3)] + 24, 70))
+            notes.append((t + k * bar / 8, 0.05, 9, 42, 60))
+        notes.append((t, 0.1, 9, 36, 100)); notes.append((t + bar / 2, 0.1, 9, 36, 100))
+        notes.append((t + bar / 4, 0.1, 9, 38, 90)); notes.append((t + 3 * bar / 4, 0.1, 9, 38, 90))
+        t += bar
+    render_midi(notes, {0: pad, 1: 33, 2: keys}, dst, seconds)
+
+CELL = 10
+RATIOS = [6, 0, -6, -12]
+SCENES = 6
+BG_RMS = 10 ** (-30 / 20)
+groups = {k: ([c for j, c in enumerate(v) if j % 2 == 0], [c for j, c in enumerate(v) if j % 2 == 1]) for k, v in ov.items()}
+for bi, bgkind in enumerate(["speech", "music"]):
+    scenes = [[] for _ in range(SCENES)]
+    turn = {}
+    for r in RATIOS:
+        for kind in ov:
+            for i in range(CELL):
+                s = i % SCENES
+                g = groups[kind][s % 2]
+                k = turn.get((kind, s % 2), 0)
+                turn[(kind, s % 2)] = k + 1
+                scenes[s].append((g[k % len(g)], r))
+    for s, plan in enumerate(scenes):
+        orng.shuffle(plan)
+        base_id = 100 + bi * SCENES + s
+        other = 1 - s % 2
+        near = [("near_miss_transposed", groups["jingle"][other][s // 2 % len(groups["jingle"][other])]),
+                ("near_miss_transposed", groups["sting"][other][s // 2 % len(groups["sting"][other])]),
+                ("near_miss_other_voice", [c for c in groups["voice_tag"][other] if clips[c]["text"]][s // 2 % 2]),
+                ("near_miss_other_voice", [c for c in groups["voice_tag"][other] if clips[c]["text"]][(s // 2 + 1) % 2])]
+        slots = [("clip", p) for p in plan] + [("near", n) for n in near]
+        orng.shuffle(slots)
+        # Near-miss audio: the melody transposed, the words in another voice.
+        audio = {}
+        for k, (_, (kind, cid)) in enumerate([x for x in slots if x[0] == "near"]):
+            p = f"{work}/near{base_id}_{k}.wav"
+            c = clips[cid]
+            if kind == "near_miss_transposed":
+                mk, d, seed, progs = melodies[cid]
+                shift = [2, 3, 5, -2, -3][(s + k) % 5]
+                notes = (jingle_notes if mk == "jingle" else sting_notes)(d, shift, seed)
+                render_midi(notes, progs, p, d)
+            else:
+                v = next(v for v in VOICES[::-1] if v != tuple(c["voice"]) and abs(v[1] - c["voice"][1]) >= 10)
+                speak(c["text"], v, 170, p)
+            audio[(kind, cid)] = samples(p)
+        t = orng.uniform(3, 6)
+        layout = []
+        for what, x in slots:
+            a = samples(f"{out}/{clips[x[0] if what == 'clip' else x[1]]['file']}") if what == "clip" else audio[x]
+            layout.append((t, what, x, a))
+            t += len(a) / RATE + orng.uniform(3, 7)
+        seconds = t + 3
+        bgf = f"{work}/scene{base_id}.wav"
+        if bgkind == "speech":
+            write(bgf, speech_piece(seconds, base_id, f"sc{base_id}"))
+        else:
+            music_bed(seconds, bgf, 7000 + base_id)
+        bg = samples(bgf)
+        n = int(seconds * RATE)
+        if len(bg) < n:
+            bg.extend([0] * (n - len(bg)))
+        del bg[n:]
+        level = BG_RMS / max(rms_of(bg), 1e-9)
+        mix = array.array("h", (int(x * level) for x in bg))
+        overall = rms_of(mix)
+        items, present, negs = [], {}, []
+        for at, what, x, a in layout:
+            o = int(at * RATE)
+            # A span where the background is sounding (not a pause between turns).
+            for _ in range(10):
+                if rms_of(mix, o, o + len(a)) >= 0.5 * overall:
+                    break
+                o += RATE // 10
+            span = rms_of(mix, o, o + len(a))
+            ratio = x[1] if what == "clip" else 0
+            g = span * 10 ** (ratio / 20) / max(rms_of(a), 1e-9)
+            for k, v in enumerate(a):
+                if o + k < n:
+                    mix[o + k] = max(-32768, min(32767, mix[o + k] + int(round(v * g))))
+            if what == "clip":
+                f = clips[x[0]]["file"]
+                items.append({"clip": f, "kind": f"under_{bgkind}", "offset_s": round(o / RATE, 9), "speed": 1.0,
+                              "ratio_db": ratio})
+                present.setdefault(f, []).append(round(o / RATE, 9))
+            else:
+                f = clips[x[1]]["file"]
+                items.append({"clip": f, "kind": x[0], "offset_s": None, "at_s": round(o / RATE, 9), "speed": 1.0,
+                              "ratio_db": ratio})
+                negs.append(f)
+        scene = f"{work}/mix{base_id}.wav"
+        with wave.open(scene, "wb") as w:
+            w.setnchannels(1); w.setsampwidth(2); w.setframerate(RATE); w.writeframes(mix.tobytes())
+        for cls, ext, args in (("mp3_64k", "mp3", ("-c:a", "libmp3lame", "-b:a", "64k")),
+                               ("aac_96k", "m4a", ("-c:a", "aac", "-b:a", "96k"))):
+            name = f"episodes/under_{bgkind}{s}-{cls}.{ext}"
+            ffmpeg(scene, f"{out}/{name}", "-ar", "44100", *args)
+            truth["episodes"].append({"file": name, "class": f"under_{bgkind}_{cls}", "base": base_id,
+                                      "duration_s": n / RATE, "present": present, "items": items,
+                                      "negatives": negs, "background": bgkind})
+            print(f"  {name}", file=sys.stderr)
+        os.remove(bgf)
 
 # Two hours: the last episode's MP3 looped (memory and speed only; no truth).
 last = f"{out}/episodes/ep{len(bases) - 1}-mp3_64k.mp3"

@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! cargo bench -p analysis --bench accuracy -- [--corpus DIR] [--no-baseline] [--no-peers]
-//!     [--peers-venv DIR]
+//!     [--peers-venv DIR] [--overlay-only]
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -43,11 +43,29 @@ struct Episode {
     present: BTreeMap<String, Vec<f64>>,
     /// (clip, offset) → kind of insertion.
     kinds: Vec<(String, f64, String)>,
+    /// The corpus's clips placed under a background ("speech", "music"), if this is one of
+    /// those episodes.
+    background: Option<String>,
+    /// Every placement under the background, near misses included.
+    items: Vec<Item>,
+}
+
+/// A clip placed under speech or music, or a near miss of one (the clip itself absent).
+struct Item {
+    clip: String,
+    /// Where the clip starts (s); `None` for a near miss.
+    offset_s: Option<f64>,
+    /// Where a near miss starts (s).
+    at_s: Option<f64>,
+    /// The clip's RMS against the background's over its span (dB).
+    ratio_db: i64,
 }
 
 struct Corpus {
     dir: PathBuf,
     clips: Vec<(String, f64)>,
+    /// Clip file → its kind (phrase, jingle, voicemail, sting, sfx, voice_tag).
+    clip_kinds: BTreeMap<String, String>,
     episodes: Vec<Episode>,
     long: String,
 }
@@ -107,11 +125,36 @@ fn load(dir: &Path) -> Corpus {
                     ))
                 })
                 .collect(),
+            background: e["background"].as_str().map(str::to_owned),
+            items: e["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|i| !i["ratio_db"].is_null())
+                .map(|i| Item {
+                    clip: i["clip"].as_str().unwrap().to_owned(),
+                    offset_s: i["offset_s"].as_f64(),
+                    at_s: i["at_s"].as_f64(),
+                    ratio_db: i["ratio_db"].as_i64().unwrap(),
+                })
+                .collect(),
+        })
+        .collect();
+    let clip_kinds = t["clips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["file"].as_str().unwrap().to_owned(),
+                c["kind"].as_str().unwrap().to_owned(),
+            )
         })
         .collect();
     Corpus {
         dir: dir.to_owned(),
         clips,
+        clip_kinds,
         episodes,
         long: t["long"].as_str().unwrap_or("long-2h.mp3").to_owned(),
     }
@@ -523,8 +566,424 @@ fn peers(corpus: &Corpus, venv: &Path, tool: &str, episodes: &[usize]) -> Vec<An
         .collect()
 }
 
+/// One system's answer for one (episode, clip) pair: the offsets it reported (s). A system
+/// given only a stretch of the episode (the baseline and the peers, which are too slow for
+/// whole episodes) answers for `window` (s), around the placement `target`.
+struct PairAnswer {
+    episode: usize,
+    clip: String,
+    window: Option<(f64, f64)>,
+    target: Option<f64>,
+    offsets: Vec<f64>,
+}
+
+#[derive(Default, Clone)]
+struct OTally {
+    /// Placements of clips of 2 s or more, and those found.
+    pos_long: usize,
+    hits_long: usize,
+    /// Placements of clips of 1–2 s, and those found.
+    pos_short: usize,
+    hits_short: usize,
+    errors_ms: Vec<f64>,
+    false_matches: usize,
+    near_pairs: usize,
+    near_matched: usize,
+    absent_pairs: usize,
+    absent_matched: usize,
+    seconds: f64,
+    audio_s: f64,
+}
+
+impl OTally {
+    fn add(&mut self, o: &OTally) {
+        self.pos_long += o.pos_long;
+        self.hits_long += o.hits_long;
+        self.pos_short += o.pos_short;
+        self.hits_short += o.hits_short;
+        self.errors_ms.extend(&o.errors_ms);
+        self.false_matches += o.false_matches;
+        self.near_pairs += o.near_pairs;
+        self.near_matched += o.near_matched;
+        self.absent_pairs += o.absent_pairs;
+        self.absent_matched += o.absent_matched;
+        self.seconds += o.seconds;
+        self.audio_s += o.audio_s;
+    }
+}
+
+fn frac(hits: usize, pos: usize) -> String {
+    if pos == 0 {
+        "–".into()
+    } else {
+        format!("{hits}/{pos} = {:.3}", hits as f64 / pos as f64)
+    }
+}
+
+/// Scores answers on the episodes with clips under speech or music: per `key(episode, item)`
+/// the placements found; false matches, near-miss and absent pairs in the total.
+fn overlay_score(
+    corpus: &Corpus,
+    answers: &[PairAnswer],
+    key: &dyn Fn(&Episode, &Item) -> String,
+) -> (BTreeMap<String, OTally>, OTally) {
+    let duration: BTreeMap<&str, f64> =
+        corpus.clips.iter().map(|(f, d)| (f.as_str(), *d)).collect();
+    let mut rows: BTreeMap<String, OTally> = BTreeMap::new();
+    let mut total = OTally::default();
+    for a in answers {
+        let ep = &corpus.episodes[a.episode];
+        if ep.background.is_none() {
+            continue;
+        }
+        let d = duration[a.clip.as_str()];
+        let inside = |o: f64| a.window.is_none_or(|(lo, hi)| o >= lo - 1e-6 && o + d <= hi + 1e-6);
+        let truths: Vec<&Item> = ep
+            .items
+            .iter()
+            .filter(|i| i.clip == a.clip && i.offset_s.is_some_and(inside))
+            .collect();
+        let mut used = vec![false; a.offsets.len()];
+        for t in &truths {
+            let o = t.offset_s.unwrap_or_default();
+            let counted = a.target.is_none_or(|x| (x - o).abs() < 1e-6);
+            let best = a
+                .offsets
+                .iter()
+                .enumerate()
+                .filter(|(i, r)| !used[*i] && (*r - o).abs() <= HIT_S)
+                .min_by(|x, y| (x.1 - o).abs().total_cmp(&(y.1 - o).abs()));
+            if let Some((i, _)) = best {
+                used[i] = true;
+            }
+            if !counted {
+                continue;
+            }
+            let row = rows.entry(key(ep, t)).or_default();
+            let long = d >= 2.0;
+            if long {
+                row.pos_long += 1;
+            } else {
+                row.pos_short += 1;
+            }
+            if let Some((_, r)) = best {
+                if long {
+                    row.hits_long += 1;
+                } else {
+                    row.hits_short += 1;
+                }
+                row.errors_ms.push((r - o).abs() * 1e3);
+            }
+        }
+        total.false_matches += used.iter().filter(|u| !**u).count();
+        if !ep.present.contains_key(&a.clip) {
+            let matched = usize::from(!a.offsets.is_empty());
+            total.absent_pairs += 1;
+            total.absent_matched += matched;
+            if ep
+                .items
+                .iter()
+                .any(|i| i.clip == a.clip && i.at_s.is_some_and(inside))
+            {
+                total.near_pairs += 1;
+                total.near_matched += matched;
+            }
+        }
+    }
+    for r in rows.values() {
+        let mut r = r.clone();
+        r.false_matches = 0;
+        total.add(&r);
+    }
+    (rows, total)
+}
+
+fn errors(e: &[f64]) -> String {
+    let mut e = e.to_vec();
+    format!(
+        "{:.2} / {:.2} / {:.2} | {}",
+        pct(&mut e, 0.5),
+        pct(&mut e, 0.95),
+        pct(&mut e, 1.0),
+        e.iter().filter(|&&x| x > 10.0).count()
+    )
+}
+
+/// The placements of the episodes under speech or music that `answers` covers, in order.
+fn by_ratio(e: &Episode, i: &Item) -> String {
+    format!(
+        "{} {:+} dB",
+        e.background.as_deref().unwrap_or("?"),
+        i.ratio_db
+    )
+}
+
+fn overlay_tables(corpus: &Corpus, systems: &[(String, Vec<PairAnswer>)]) {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for bg in ["speech", "music"] {
+        for r in [6, 0, -6, -12] {
+            keys.push((bg.to_owned(), format!("{bg} {r:+} dB")));
+        }
+    }
+    let scored: Vec<(String, BTreeMap<String, OTally>, OTally)> = systems
+        .iter()
+        .map(|(name, a)| {
+            let (rows, total) = overlay_score(corpus, a, &by_ratio);
+            (name.clone(), rows, total)
+        })
+        .collect();
+    println!("\n### Clips under speech and music: recall by clip-to-background ratio (clips ≥ 2 s; 1–2 s)\n");
+    print!("| background, ratio |");
+    for (name, _, _) in &scored {
+        print!(" {name}: ≥ 2 s | 1–2 s |");
+    }
+    println!();
+    print!("|---|");
+    for _ in &scored {
+        print!("---|---|");
+    }
+    println!();
+    for (_, k) in &keys {
+        print!("| {k} |");
+        for (_, rows, _) in &scored {
+            let t = rows.get(k).cloned().unwrap_or_default();
+            print!(
+                " {} | {} |",
+                frac(t.hits_long, t.pos_long),
+                frac(t.hits_short, t.pos_short)
+            );
+        }
+        println!();
+    }
+    println!("\n### Clips under speech and music: false matches and offset errors\n");
+    println!("| system | placements found | false matches | near-miss pairs matched | absent pairs matched | offset error median / p95 / max (ms) | matches > 10 ms off | × real time |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, _, t) in &scored {
+        println!(
+            "| {name} | {} | {} | {}/{} | {}/{} | {} | {} |",
+            frac(t.hits_long + t.hits_short, t.pos_long + t.pos_short),
+            t.false_matches,
+            t.near_matched,
+            t.near_pairs,
+            t.absent_matched,
+            t.absent_pairs,
+            errors(&t.errors_ms),
+            if t.seconds > 0.0 {
+                format!("{:.0}", t.audio_s / t.seconds)
+            } else {
+                "–".into()
+            }
+        );
+    }
+}
+
+fn overlay_detail(corpus: &Corpus, name: &str, answers: &[PairAnswer]) {
+    let (rows, _) = overlay_score(corpus, answers, &|e, i| {
+        format!(
+            "{} {:+} dB {}",
+            e.background.as_deref().unwrap_or("?"),
+            i.ratio_db,
+            corpus.clip_kinds[&i.clip]
+        )
+    });
+    println!("\n### {name}: clips under speech and music by ratio and clip kind\n");
+    println!("| background, ratio, clip kind | recall, clips ≥ 2 s | recall, 1–2 s | offset error median / p95 / max (ms) | matches > 10 ms off |");
+    println!("|---|---|---|---|---|");
+    let order = |k: &String| {
+        let bg = usize::from(!k.starts_with("speech"));
+        let r = [" +6 dB", " +0 dB", " -6 dB", " -12 dB"]
+            .iter()
+            .position(|r| k.contains(r))
+            .unwrap_or(9);
+        (bg, r, k.clone())
+    };
+    let mut keys: Vec<&String> = rows.keys().collect();
+    keys.sort_by_key(|k| order(k));
+    for k in keys {
+        let t = &rows[k];
+        println!(
+            "| {k} | {} | {} | {} |",
+            frac(t.hits_long, t.pos_long),
+            frac(t.hits_short, t.pos_short),
+            errors(&t.errors_ms)
+        );
+    }
+}
+
+/// Every placement (and near miss) of the MP3 episodes under speech or music, as
+/// (episode, clip, window, target) with a window of 5 s either side.
+fn overlay_windows(corpus: &Corpus) -> Vec<(usize, String, (f64, f64), Option<f64>)> {
+    let duration: BTreeMap<&str, f64> =
+        corpus.clips.iter().map(|(f, d)| (f.as_str(), *d)).collect();
+    let mut out = Vec::new();
+    for (e, ep) in corpus.episodes.iter().enumerate() {
+        if ep.background.is_none() || !ep.class.ends_with("mp3_64k") {
+            continue;
+        }
+        for i in &ep.items {
+            let start = i.offset_s.or(i.at_s).unwrap_or_default();
+            let d = duration[i.clip.as_str()];
+            let w = ((start - 5.0).max(0.0), (start + d + 5.0).min(ep.duration_s));
+            out.push((e, i.clip.clone(), w, i.offset_s));
+        }
+    }
+    out
+}
+
+fn overlay_baseline(corpus: &Corpus) -> Vec<PairAnswer> {
+    const RATE: u32 = 22_050;
+    let windows = overlay_windows(corpus);
+    let mut clips: BTreeMap<String, Vec<f32>> = BTreeMap::new();
+    let mut decoded: Option<(usize, Vec<f32>)> = None;
+    let mut out = Vec::new();
+    for (e, clip, (lo, hi), target) in windows {
+        if decoded.as_ref().is_none_or(|d| d.0 != e) {
+            decoded = Some((e, decode(&corpus.dir.join(&corpus.episodes[e].file), RATE, 1e9)));
+        }
+        let samples = &decoded.as_ref().unwrap().1;
+        let c = clips
+            .entry(clip.clone())
+            .or_insert_with(|| decode(&corpus.dir.join(&clip), RATE, 600.0));
+        let a = ((lo * f64::from(RATE)) as usize).min(samples.len());
+        let b = ((hi * f64::from(RATE)) as usize).min(samples.len());
+        let offsets = brute_force(&samples[a..b], c, RATE)
+            .into_iter()
+            .map(|o| o + a as f64 / f64::from(RATE))
+            .collect();
+        out.push(PairAnswer {
+            episode: e,
+            clip,
+            window: Some((a as f64 / f64::from(RATE), hi)),
+            target,
+            offsets,
+        });
+    }
+    eprintln!("baseline: {} windows under speech and music", out.len());
+    out
+}
+
+fn overlay_peers(corpus: &Corpus, venv: &Path, tool: &str) -> Vec<PairAnswer> {
+    const RATE: u32 = 22_050;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks/analysis/peers.py");
+    let windows = overlay_windows(corpus);
+    let dir = tempfile::tempdir().unwrap();
+    let mut decoded: Option<(usize, Vec<f32>)> = None;
+    let mut jobs = String::new();
+    let mut keys = Vec::new();
+    for (k, (e, clip, (lo, hi), _)) in windows.iter().enumerate() {
+        if decoded.as_ref().is_none_or(|d| d.0 != *e) {
+            decoded = Some((*e, decode(&corpus.dir.join(&corpus.episodes[*e].file), RATE, 1e9)));
+        }
+        let samples = &decoded.as_ref().unwrap().1;
+        let a = ((lo * f64::from(RATE)) as usize).min(samples.len());
+        let b = ((hi * f64::from(RATE)) as usize).min(samples.len());
+        let path = dir.path().join(format!("w{k}.wav"));
+        let mut w = hound::WavWriter::create(
+            &path,
+            hound::WavSpec {
+                channels: 1,
+                sample_rate: RATE,
+                bits_per_sample: 16,
+                sample_format: hound::SampleFormat::Int,
+            },
+        )
+        .unwrap();
+        for &x in &samples[a..b] {
+            w.write_sample((x * 32767.0).clamp(-32768.0, 32767.0) as i16)
+                .unwrap();
+        }
+        w.finalize().unwrap();
+        let p = path.display().to_string();
+        jobs.push_str(
+            &serde_json::json!({"episode": p, "clips": [corpus.dir.join(clip).display().to_string()]})
+                .to_string(),
+        );
+        jobs.push('\n');
+        keys.push((p, a as f64 / f64::from(RATE)));
+    }
+    let list = dir.path().join("pairs.jsonl");
+    std::fs::write(&list, jobs).unwrap();
+    let out = Command::new(venv.join("bin/python"))
+        .arg(&script)
+        .arg(tool)
+        .arg("--pairs")
+        .arg(&list)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        eprintln!(
+            "{tool}: windows under speech and music failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return Vec::new();
+    }
+    let mut answers = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let Some(ep) = v["episode"].as_str() else {
+            continue;
+        };
+        let Some(k) = keys.iter().position(|x| x.0 == ep) else {
+            continue;
+        };
+        let (e, clip, window, target) = &windows[k];
+        let lo = keys[k].1;
+        let offsets = v["offsets_s"].as_array().cloned().unwrap_or_default();
+        let scores = v["scores"].as_array().cloned().unwrap_or_default();
+        let offsets = offsets
+            .iter()
+            .zip(&scores)
+            .filter(|(_, s)| tool != "audalign" || s.as_f64().unwrap_or(0.0) >= 20.0)
+            .filter_map(|(o, _)| o.as_f64())
+            .map(|o| o + lo)
+            .collect();
+        answers.push(PairAnswer {
+            episode: *e,
+            clip: clip.clone(),
+            window: Some((lo, window.1)),
+            target: *target,
+            offsets,
+        });
+    }
+    eprintln!("{tool}: {} windows under speech and music", answers.len());
+    answers
+}
+
+/// The analyser's parameters: the defaults, with any of `ACCURACY_PARAMS` (`name=value,…`,
+/// for trying a value without a rebuild) applied.
+fn tuned() -> Params {
+    let mut p = Params::default();
+    let Ok(spec) = std::env::var("ACCURACY_PARAMS") else {
+        return p;
+    };
+    for kv in spec.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv.split_once('=').expect("name=value");
+        let f = || v.parse::<f64>().expect("a number");
+        match k {
+            "peaks_per_window" => p.peaks_per_window = f() as usize,
+            "fanout" => p.fanout = f() as usize,
+            "peak_bands" => p.peak_bands = f() as usize,
+            "band_peaks" => p.band_peaks = f() as usize,
+            "min_votes" => p.min_votes = f() as u32,
+            "min_correlation" => p.min_correlation = f() as f32,
+            "pre_emphasis" => p.pre_emphasis = f() as f32,
+            "min_prominence" => p.min_prominence = f() as f32,
+            "contrast_frames" => p.contrast_frames = f() as usize,
+            "peak_freq_radius" => p.peak_freq_radius = f() as usize,
+            "peak_time_radius" => p.peak_time_radius = f() as usize,
+            "refine_windows" => p.refine_windows = f() as usize,
+            "refine_window" => p.refine_window = f() as usize,
+            _ => panic!("ACCURACY_PARAMS: no parameter {k} here"),
+        }
+    }
+    eprintln!("parameters: {p:?}");
+    p
+}
+
 fn child(args: &[String]) {
-    let analyser = Analyser::new(Params::default());
+    let analyser = Analyser::new(tuned());
     let clips: Vec<ClipInput> = args[1..].iter().map(ClipInput::new).collect();
     let start = Instant::now();
     let report = analyser.analyse(Path::new(&args[0]), &clips).unwrap();
@@ -568,14 +1027,69 @@ fn main() {
 
     // Ours, on everything: one analyser (the clip cache warm after the first episode, as in a
     // researcher), one thread.
-    let analyser = Analyser::new(Params::default());
+    let analyser = Analyser::new(tuned());
     let every: Vec<usize> = (0..corpus.episodes.len()).collect();
+    // --overlay-only: ours on the episodes under speech and music alone, their tables only.
+    if flag("--overlay-only") {
+        let some: Vec<usize> = every
+            .iter()
+            .copied()
+            .filter(|&e| corpus.episodes[e].background.is_some())
+            .collect();
+        let answers = ours(&corpus, &analyser, &some, &all_clips);
+        let pairs: Vec<PairAnswer> = answers
+            .iter()
+            .flat_map(|a| {
+                a.found.iter().map(move |(c, o)| PairAnswer {
+                    episode: a.episode,
+                    clip: c.clone(),
+                    window: None,
+                    target: None,
+                    offsets: o.clone(),
+                })
+            })
+            .collect();
+        overlay_detail(&corpus, "Ours (MP3 64k and AAC 96k)", &pairs);
+        overlay_tables(&corpus, &[("ours".to_owned(), pairs)]);
+        return;
+    }
     let answers = ours(&corpus, &analyser, &every, &all_clips);
     table(
         "### Ours, by distortion class (every episode × every clip)",
         &score(&corpus, &answers, &|e, _, _| e.class.clone()),
         true,
     );
+    let ours_pairs: Vec<PairAnswer> = answers
+        .iter()
+        .filter(|a| corpus.episodes[a.episode].background.is_some())
+        .flat_map(|a| {
+            a.found.iter().map(move |(c, o)| PairAnswer {
+                episode: a.episode,
+                clip: c.clone(),
+                window: None,
+                target: None,
+                offsets: o.clone(),
+            })
+        })
+        .collect();
+    let mut overlay: Vec<(String, Vec<PairAnswer>)> = Vec::new();
+    for (name, codec) in [("ours, MP3 64k", "mp3_64k"), ("ours, AAC 96k", "aac_96k")] {
+        overlay.push((
+            name.to_owned(),
+            ours_pairs
+                .iter()
+                .filter(|p| corpus.episodes[p.episode].class.ends_with(codec))
+                .map(|p| PairAnswer {
+                    episode: p.episode,
+                    clip: p.clip.clone(),
+                    window: None,
+                    target: None,
+                    offsets: p.offsets.clone(),
+                })
+                .collect(),
+        ));
+    }
+    overlay_detail(&corpus, "Ours (MP3 64k and AAC 96k)", &ours_pairs);
     table(
         "### Ours, by placement (all classes)",
         &score(&corpus, &answers, &|_, kind, _| {
@@ -612,8 +1126,8 @@ fn main() {
     let n = all_clips.len();
     let warm1 = time(&analyser, 1);
     let warm_n = time(&analyser, n);
-    let cold1 = time(&Analyser::new(Params::default()), 1);
-    let cold_n = time(&Analyser::new(Params::default()), n);
+    let cold1 = time(&Analyser::new(tuned()), 1);
+    let cold_n = time(&Analyser::new(tuned()), n);
     println!("\n### Speed and memory (one thread)\n");
     println!("| measure | value |\n|---|---|");
     println!("| {} ({:.1} min) against {n} clips, clip fingerprints cached | {warm_n:.2} s = {:.0}× real time |", ep.file, ep.duration_s / 60.0, ep.duration_s / warm_n);
@@ -668,6 +1182,10 @@ fn main() {
             &score(&corpus, &base, &|e, _, _| e.class.clone()),
             true,
         );
+        overlay.push((
+            "baseline, MP3 64k (±5 s windows)".to_owned(),
+            overlay_baseline(&corpus),
+        ));
     }
 
     // The peers, on a smaller subset: one episode's files, its clips plus 8 absent.
@@ -683,6 +1201,7 @@ fn main() {
                 "\n(peers skipped: no virtualenv at {}; see the README)",
                 venv.display()
             );
+            overlay_tables(&corpus, &overlay);
             return;
         }
         let subset: Vec<usize> = every
@@ -706,7 +1225,7 @@ fn main() {
                         .filter(|c| !ep.present.contains_key(c))
                         .take(8),
                 );
-                ours(&corpus, &Analyser::new(Params::default()), &[e], &clips).remove(0)
+                ours(&corpus, &Analyser::new(tuned()), &[e], &clips).remove(0)
             })
             .collect();
         let label = |e: &Episode, _: &str, _: f64| e.class.clone();
@@ -727,6 +1246,11 @@ fn main() {
                 &score(&corpus, &answers, &label),
                 true,
             );
+            overlay.push((
+                format!("{name}, MP3 64k (±5 s windows)"),
+                overlay_peers(&corpus, &venv, tool),
+            ));
         }
     }
+    overlay_tables(&corpus, &overlay);
 }

@@ -3,9 +3,11 @@ for the accuracy benchmark (analysis/benches/accuracy.rs), which starts it in th
 own virtualenv:
 
     peers.py TOOL EPISODE CLIP...
+    peers.py TOOL --pairs FILE      (FILE: JSON lines {"episode": PATH, "clips": [PATH...]})
 
-prints one JSON object a line per clip, in the order given: {"clip", "offsets_s", "scores"},
-then {"seconds": wall time of the whole call, decoding included}.
+prints one JSON object a line per clip, in the order given: {"clip", "offsets_s", "scores"}
+(with "episode" in --pairs mode), then {"seconds": wall time of the whole call, decoding
+included}.
 
 - aof: audio-offset-finder (BBC), MFCC cross-correlation; one offset per pair, kept when its
   standard score is above 10 (the tool's documented "good probability" mark). Driven
@@ -20,10 +22,27 @@ import sys
 import tempfile
 import time
 
-tool, episode, clips = sys.argv[1], sys.argv[2], sys.argv[3:]
+tool = sys.argv[1]
+if sys.argv[2] == "--pairs":
+    with open(sys.argv[3]) as f:
+        jobs = [json.loads(line) for line in f if line.strip()]
+    jobs = [(j["episode"], j["clips"]) for j in jobs]
+else:
+    jobs = [(sys.argv[2], sys.argv[3:])]
 start = time.monotonic()
 out = []
-if tool == "aof":
+
+
+def run(episode, clips):
+    if tool == "aof":
+        return run_aof(episode, clips)
+    if tool == "audalign":
+        return run_audalign(episode, clips)
+    sys.exit(f"unknown tool {tool}")
+
+
+def run_aof(episode, clips):
+    out = []
     from audio_offset_finder import audio_offset_finder as aof
     from scipy.io import wavfile
 
@@ -42,9 +61,13 @@ if tool == "aof":
                         "scores": [float(r["standard_score"])] if found else []})
         except Exception as e:  # too short, undecodable: reported, not fatal
             out.append({"clip": c, "offsets_s": [], "scores": [], "error": str(e)})
-elif tool == "audalign":
+    return out
+
+
+def run_audalign(episode, clips):
     import audalign as ad
 
+    out = []
     rec = ad.FingerprintRecognizer()
     with tempfile.TemporaryDirectory() as d:
         link = os.path.join(d, os.path.basename(episode))
@@ -63,8 +86,14 @@ elif tool == "audalign":
                     offsets.append(float(o))
                     scores.append(float(conf))
             out.append({"clip": c, "offsets_s": offsets, "scores": scores})
-else:
-    sys.exit(f"unknown tool {tool}")
+    return out
+
+
+for episode, clips in jobs:
+    for o in run(episode, clips):
+        if len(jobs) > 1 or sys.argv[2] == "--pairs":
+            o["episode"] = episode
+        out.append(o)
 for o in out:
     print(json.dumps(o))
 print(json.dumps({"seconds": time.monotonic() - start}))

@@ -1,0 +1,99 @@
+//! The cases of issue 32's opening table, made by the test's own generator: a 4-second tonal
+//! jingle (RMS 0.32) mixed at 40 s into 88 s of speech-like signal (RMS 0.098), at jingle
+//! gains of +6, 0, −3, −6 and −12 dB, and with the speech turned down instead (−6 to −20 dB).
+//! Each is found within 10 ms of 40 s, and nowhere else: a match at a wrong offset is worse
+//! than none.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use analysis::synth::{self, EpisodeSynth};
+use analysis::{ClipPrint, EpisodeScan, Match, Params};
+
+const RATE: u32 = 16_000;
+const AT_S: f64 = 40.0;
+
+fn scaled(mut v: Vec<f32>, target_rms: f32) -> Vec<f32> {
+    let g = target_rms / synth::rms(&v).max(1e-9);
+    v.iter_mut().for_each(|x| *x *= g);
+    v
+}
+
+/// The speech (two voices taking turns) and the jingle, at the table's levels.
+fn sources(seed: u64) -> (Vec<f32>, Vec<f32>) {
+    let (speech, _) = EpisodeSynth::new(seed, RATE, 88.0, 2, Vec::new(), Vec::new()).render();
+    let jingle = synth::jingle(seed + 1, RATE, 4.0);
+    (scaled(speech, 0.098), scaled(jingle, 0.32))
+}
+
+/// The jingle found in `speech · speech_gain + jingle · jingle_gain at 40 s`.
+fn found(seed: u64, jingle_db: f32, speech_db: f32) -> Vec<Match> {
+    let (speech, jingle) = sources(seed);
+    let (gj, gs) = (10f32.powf(jingle_db / 20.0), 10f32.powf(speech_db / 20.0));
+    let at = (AT_S * f64::from(RATE)) as usize;
+    let mut mix: Vec<f32> = speech.iter().map(|x| x * gs).collect();
+    for (k, x) in jingle.iter().enumerate() {
+        mix[at + k] += gj * x;
+    }
+    let params = Params::default();
+    let print = Arc::new(ClipPrint::from_samples(
+        &jingle,
+        RATE,
+        String::new(),
+        &params,
+    ));
+    let mut scan = EpisodeScan::new(&params, &[print], RATE);
+    for chunk in mix.chunks(4_096) {
+        scan.push(chunk);
+    }
+    scan.finish().remove(0)
+}
+
+fn assert_found_at_40s(jingle_db: f32, speech_db: f32) {
+    for seed in [1, 2, 3] {
+        let m = found(seed, jingle_db, speech_db);
+        assert!(
+            !m.is_empty(),
+            "seed {seed}, jingle {jingle_db} dB, speech {speech_db} dB: not found"
+        );
+        for x in &m {
+            let err_ms = (x.offset_ns as f64 / 1e9 - AT_S).abs() * 1e3;
+            assert!(
+                err_ms <= 10.0,
+                "seed {seed}, jingle {jingle_db} dB, speech {speech_db} dB: {x:?} is {err_ms:.1} ms off"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_jingle_6_db_up_under_speech_is_found_at_its_offset() {
+    assert_found_at_40s(6.0, 0.0);
+}
+
+#[test]
+fn a_jingle_at_0_db_under_speech_is_found_at_its_offset() {
+    assert_found_at_40s(0.0, 0.0);
+}
+
+#[test]
+fn a_jingle_3_db_down_under_speech_is_found_at_its_offset() {
+    assert_found_at_40s(-3.0, 0.0);
+}
+
+#[test]
+fn a_jingle_6_db_down_under_speech_is_found_at_its_offset() {
+    assert_found_at_40s(-6.0, 0.0);
+}
+
+#[test]
+fn a_jingle_12_db_down_under_speech_is_found_at_its_offset() {
+    assert_found_at_40s(-12.0, 0.0);
+}
+
+#[test]
+fn a_jingle_with_the_speech_turned_down_is_found_at_its_offset() {
+    for speech_db in [-6.0, -10.0, -14.0, -20.0] {
+        assert_found_at_40s(0.0, speech_db);
+    }
+}
