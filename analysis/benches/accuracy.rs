@@ -637,7 +637,10 @@ fn overlay_score(
             continue;
         }
         let d = duration[a.clip.as_str()];
-        let inside = |o: f64| a.window.is_none_or(|(lo, hi)| o >= lo - 1e-6 && o + d <= hi + 1e-6);
+        let inside = |o: f64| {
+            a.window
+                .is_none_or(|(lo, hi)| o >= lo - 1e-6 && o + d <= hi + 1e-6)
+        };
         let truths: Vec<&Item> = ep
             .items
             .iter()
@@ -812,7 +815,11 @@ fn overlay_detail(corpus: &Corpus, name: &str, answers: &[PairAnswer]) {
 
 /// Every placement (and near miss) of the MP3 episodes under speech or music, as
 /// (episode, clip, window, target) with a window of 5 s either side.
-fn overlay_windows(corpus: &Corpus) -> Vec<(usize, String, (f64, f64), Option<f64>)> {
+/// An overlay pair's window: the episode, the clip, the span searched, and the true offset
+/// (none for an absent pair).
+type Window = (usize, String, (f64, f64), Option<f64>);
+
+fn overlay_windows(corpus: &Corpus) -> Vec<Window> {
     let duration: BTreeMap<&str, f64> =
         corpus.clips.iter().map(|(f, d)| (f.as_str(), *d)).collect();
     let mut out = Vec::new();
@@ -838,7 +845,10 @@ fn overlay_baseline(corpus: &Corpus) -> Vec<PairAnswer> {
     let mut out = Vec::new();
     for (e, clip, (lo, hi), target) in windows {
         if decoded.as_ref().is_none_or(|d| d.0 != e) {
-            decoded = Some((e, decode(&corpus.dir.join(&corpus.episodes[e].file), RATE, 1e9)));
+            decoded = Some((
+                e,
+                decode(&corpus.dir.join(&corpus.episodes[e].file), RATE, 1e9),
+            ));
         }
         let samples = &decoded.as_ref().unwrap().1;
         let c = clips
@@ -872,7 +882,10 @@ fn overlay_peers(corpus: &Corpus, venv: &Path, tool: &str) -> Vec<PairAnswer> {
     let mut keys = Vec::new();
     for (k, (e, clip, (lo, hi), _)) in windows.iter().enumerate() {
         if decoded.as_ref().is_none_or(|d| d.0 != *e) {
-            decoded = Some((*e, decode(&corpus.dir.join(&corpus.episodes[*e].file), RATE, 1e9)));
+            decoded = Some((
+                *e,
+                decode(&corpus.dir.join(&corpus.episodes[*e].file), RATE, 1e9),
+            ));
         }
         let samples = &decoded.as_ref().unwrap().1;
         let a = ((lo * f64::from(RATE)) as usize).min(samples.len());
@@ -964,8 +977,6 @@ fn tuned() -> Params {
         match k {
             "peaks_per_window" => p.peaks_per_window = f() as usize,
             "fanout" => p.fanout = f() as usize,
-            "peak_bands" => p.peak_bands = f() as usize,
-            "band_peaks" => p.band_peaks = f() as usize,
             "min_votes" => p.min_votes = f() as u32,
             "min_correlation" => p.min_correlation = f() as f32,
             "pre_emphasis" => p.pre_emphasis = f() as f32,
