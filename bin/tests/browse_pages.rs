@@ -80,6 +80,7 @@ fn found(
         clip_duration_ns: 4_000_000_000,
         clip_hash: "sha256:c".into(),
         clip_offsets_ns: offsets_ns.to_vec(),
+        clip_match_scores: None,
         failure: None,
     }
 }
