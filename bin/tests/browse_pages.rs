@@ -615,7 +615,8 @@ fn matches_as_csv_read_back_exactly() {
             "episode_date_aired",
             "clip_title",
             "clip_offsets_ns",
-            "research_date"
+            "research_date",
+            "clip_match_scores"
         ]
     );
     // Latest aired first.
@@ -628,6 +629,7 @@ fn matches_as_csv_read_back_exactly() {
                 c.title.clone(),
                 offsets.to_string(),
                 day(d).to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+                String::new(),
             ]
         })
         .collect();
