@@ -172,6 +172,7 @@ async fn bench(size: &Size, backend: &str, batch: Option<usize>) -> [String; 3] 
                     clip_duration_ns: 4_000_000_000,
                     clip_hash: "sha256:c".into(),
                     clip_offsets_ns: if i % 7 == 0 { vec![1_000] } else { vec![] },
+                    clip_match_scores: (i % 7 == 0).then(|| vec![0.9]),
                     failure: None,
                 }));
             }

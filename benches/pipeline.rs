@@ -304,6 +304,7 @@ async fn researcher(rx: Arc<dyn Receiver>, tx: Arc<dyn Sender>, token: Cancellat
                     clip_duration_ns: 4_000_000_000,
                     clip_hash: "sha256:c".into(),
                     clip_offsets_ns: if i % 7 == 0 { vec![1_000] } else { vec![] },
+                    clip_match_scores: (i % 7 == 0).then(|| vec![0.9]),
                     failure: None,
                 }));
             }

@@ -89,8 +89,9 @@ impl From<EpisodeCompletion> for EpisodeResearched {
 /// On the wire, a failed clip carries `"failure": "reason"` in place of `clip_offsets_ns`, and
 /// its durations and hashes may be absent (they are 0 and `""` here then); a researched clip
 /// must carry its durations and hashes, and `clip_offsets_ns` (absent: `[]`). Giving both
-/// `failure` and `clip_offsets_ns` is poison.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// `failure` and `clip_offsets_ns` is poison. `clip_match_scores` is optional: one score from 0
+/// to 1 per offset, in the order of `clip_offsets_ns`; encoded only when present.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(try_from = "CompletedWire")]
 pub struct CompletedResearchItem {
     /// The lease the work was done under.
@@ -114,6 +115,9 @@ pub struct CompletedResearchItem {
     pub clip_hash: String,
     /// Where the clip occurs in the episode; empty when it does not (and on a failure).
     pub clip_offsets_ns: Vec<i64>,
+    /// How sure the analyser is of each offset, from 0 to 1, in the order of
+    /// `clip_offsets_ns` (as many); `None` when it gave no scores, and always on a failure.
+    pub clip_match_scores: Option<Vec<f64>>,
     /// Why the pair could not be researched, for a reason that will not pass; `None` for a
     /// researched pair.
     pub failure: Option<String>,
@@ -139,6 +143,8 @@ struct CompletedWire {
     clip_hash: Option<String>,
     #[serde(default, deserialize_with = "present")]
     clip_offsets_ns: Option<Vec<i64>>,
+    #[serde(default, deserialize_with = "present")]
+    clip_match_scores: Option<Vec<f64>>,
     #[serde(default, deserialize_with = "present")]
     failure: Option<String>,
 }
@@ -185,6 +191,7 @@ impl TryFrom<CompletedWire> for CompletedResearchItem {
             clip_duration_ns: w.clip_duration_ns.unwrap_or(0),
             clip_hash: w.clip_hash.unwrap_or_default(),
             clip_offsets_ns: w.clip_offsets_ns.unwrap_or_default(),
+            clip_match_scores: w.clip_match_scores,
             failure: w.failure,
         })
     }
@@ -210,6 +217,8 @@ struct CompletedWireRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     clip_offsets_ns: Option<&'a [i64]>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    clip_match_scores: Option<&'a [f64]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     failure: Option<&'a str>,
 }
 
@@ -232,6 +241,7 @@ impl Serialize for CompletedResearchItem {
             clip_duration_ns: known_ns(self.clip_duration_ns),
             clip_hash: known_hash(failed, &self.clip_hash),
             clip_offsets_ns: (!failed).then_some(self.clip_offsets_ns.as_slice()),
+            clip_match_scores: self.clip_match_scores.as_deref(),
             failure: self.failure.as_deref(),
         }
         .serialize(serializer)
@@ -254,6 +264,7 @@ impl CompletedResearchItem {
             clip_duration_ns: self.clip_duration_ns,
             clip_hash: self.clip_hash.clone(),
             clip_offsets_ns: self.clip_offsets_ns.clone(),
+            clip_match_scores: self.clip_match_scores.clone(),
             failure: self.failure.clone(),
         }
     }
@@ -555,6 +566,13 @@ impl Message for CompletedResearchItem {
             if !self.clip_offsets_ns.is_empty() {
                 return Err(check.fail("clip_offsets_ns", "must be absent with `failure`"));
             }
+            if self.clip_match_scores.is_some() {
+                return Err(check.fail("clip_match_scores", "must be absent with `failure`"));
+            }
+        }
+        if let Some(scores) = &self.clip_match_scores {
+            check_scores(scores, self.clip_offsets_ns.len())
+                .map_err(|problem| check.fail("clip_match_scores", problem))?;
         }
         if self.clip_offsets_ns.len() > MAX_OFFSETS {
             return Err(check.fail(
@@ -579,6 +597,21 @@ impl Message for CompletedResearchItem {
             ));
         }
         Ok(())
+    }
+}
+
+/// Checks match scores against the offsets they go with: as many, each finite and from 0 to 1.
+/// The error says what is wrong (the analyser protocol checks answer lines with it too).
+pub fn check_scores(scores: &[f64], offsets: usize) -> Result<(), String> {
+    if scores.len() != offsets {
+        return Err(format!(
+            "must give one score per offset, in their order (scores: {}, offsets: {offsets})",
+            scores.len()
+        ));
+    }
+    match scores.iter().find(|s| !(0.0..=1.0).contains(*s)) {
+        Some(bad) => Err(format!("score {bad} is not a number from 0 to 1")),
+        None => Ok(()),
     }
 }
 
@@ -716,6 +749,76 @@ mod tests {
         none.as_object_mut().unwrap().remove("clip_offsets_ns");
         let ok: CompletedResearchItem = decode(none.to_string().as_bytes()).unwrap();
         assert!(ok.clip_offsets_ns.is_empty() && ok.failure.is_none());
+    }
+
+    #[test]
+    fn match_scores_one_per_offset_from_0_to_1() {
+        // Absent: none, and none encoded.
+        let plain: CompletedResearchItem = decode(completed_json().to_string().as_bytes()).unwrap();
+        assert_eq!(plain.clip_match_scores, None);
+        assert!(!String::from_utf8(encode(&plain))
+            .unwrap()
+            .contains("clip_match_scores"));
+
+        // Present: kept, encoded, and passed on to the datastore.
+        let mut v = completed_json();
+        v["clip_offsets_ns"] = serde_json::json!([5, 7]);
+        v["clip_match_scores"] = serde_json::json!([0.97, 0]);
+        let scored: CompletedResearchItem = decode(v.to_string().as_bytes()).unwrap();
+        assert_eq!(scored.clip_match_scores, Some(vec![0.97, 0.0]));
+        assert_eq!(scored.to_result().clip_match_scores, Some(vec![0.97, 0.0]));
+        let text = String::from_utf8(encode(&scored)).unwrap();
+        assert!(text.contains(r#""clip_match_scores":[0.97,0.0]"#), "{text}");
+        assert_eq!(
+            decode::<CompletedResearchItem>(text.as_bytes()).unwrap(),
+            scored
+        );
+
+        // Poison: out of range, not one per offset, null, not numbers, beside a failure.
+        for (scores, reason) in [
+            (
+                serde_json::json!([1.01, 0.5]),
+                "score 1.01 is not a number from 0 to 1",
+            ),
+            (
+                serde_json::json!([0.5, -0.5]),
+                "score -0.5 is not a number from 0 to 1",
+            ),
+            (serde_json::json!([0.5]), "(scores: 1, offsets: 2)"),
+            (
+                serde_json::json!([0.5, 0.5, 0.5]),
+                "(scores: 3, offsets: 2)",
+            ),
+            (serde_json::json!(null), "invalid type: null"),
+            (serde_json::json!(["high", 1]), "invalid type: string"),
+        ] {
+            let mut bad = v.clone();
+            bad["clip_match_scores"] = scores;
+            let err = decode::<CompletedResearchItem>(bad.to_string().as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("clip_match_scores") && err.contains(reason),
+                "{reason}: {err}"
+            );
+        }
+        let mut failed = completed_json();
+        failed.as_object_mut().unwrap().remove("clip_offsets_ns");
+        failed["failure"] = serde_json::json!("gone");
+        failed["clip_match_scores"] = serde_json::json!([]);
+        let err = decode::<CompletedResearchItem>(failed.to_string().as_bytes()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "CompletedResearchItem.clip_match_scores: must be absent with `failure`"
+        );
+
+        // Built in code, a score that is not a number is caught too.
+        let mut nan = scored.clone();
+        nan.clip_match_scores = Some(vec![f64::NAN, 1.0]);
+        assert!(nan.validate().is_err());
+        let mut inf = scored;
+        inf.clip_match_scores = Some(vec![f64::INFINITY, 1.0]);
+        assert!(inf.validate().is_err());
     }
 
     #[test]

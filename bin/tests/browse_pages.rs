@@ -80,6 +80,7 @@ fn found(
         clip_duration_ns: 4_000_000_000,
         clip_hash: "sha256:c".into(),
         clip_offsets_ns: offsets_ns.to_vec(),
+        clip_match_scores: None,
         failure: None,
     }
 }
@@ -288,22 +289,29 @@ fn browse_in_a_browser(dir: &Path, url: &str) {
         store
             .record_results(&[
                 found(&episodes[10], &laugh, &[120_000_000_000], t),
-                found(
-                    &episodes[20],
-                    &laugh,
-                    &[3_725_900_000_000, 1_000_000_000],
-                    t,
-                ),
+                // Scored by the analyser: a weak match late, a sure one early.
+                ResearchResult {
+                    clip_match_scores: Some(vec![0.42, 0.97]),
+                    ..found(
+                        &episodes[20],
+                        &laugh,
+                        &[3_725_900_000_000, 1_000_000_000],
+                        t,
+                    )
+                },
                 found(&episodes[3002], &laugh, &[60_000_000_000], t),
                 found(&episodes[3001], &laugh, &[], t),
                 found(&episodes[3001], &other, &[5_000_000_000], t),
                 // An hour long (as `found` measures it), the theme at 10, 30 and 50 minutes.
-                found(
-                    &episodes[30],
-                    &other,
-                    &[600_000_000_000, 1_800_000_000_000, 3_000_000_000_000],
-                    t,
-                ),
+                ResearchResult {
+                    clip_match_scores: Some(vec![0.91, 0.5, 1.0]),
+                    ..found(
+                        &episodes[30],
+                        &other,
+                        &[600_000_000_000, 1_800_000_000_000, 3_000_000_000_000],
+                        t,
+                    )
+                },
             ])
             .await
             .unwrap();
@@ -356,6 +364,43 @@ fn browse_in_a_browser(dir: &Path, url: &str) {
     );
     assert!(!page.contains("<b>track"), "{page}");
     assert!(!page.contains("<script>"), "{page}");
+    // Each scored moment shows its score, to judge a weak match by ear; the others none.
+    let moments = between(&page, "Where it occurs", "As JSON");
+    assert!(moments.contains("score 0.97"), "{moments}");
+    assert!(moments.contains("score 0.42"), "{moments}");
+    assert_eq!(moments.matches("class=\"score\"").count(), 2, "{moments}");
+    assert!(
+        moments.find("score 0.97").unwrap() < moments.find("score 0.42").unwrap(),
+        "in the order of their offsets: {moments}"
+    );
+    // The JSON says the same: the scores sorted with their offsets, none where none was given.
+    let json = api(&addr, &format!("/api/clips/{clip_id}"));
+    let occurrences = json["occurrences"]["items"].as_array().unwrap();
+    let by_title = |title: &str| {
+        occurrences
+            .iter()
+            .find(|o| o["episode"]["title"].as_str().unwrap().starts_with(title))
+            .unwrap_or_else(|| panic!("{title} in {json}"))
+    };
+    let scored = by_title("Episode 20:");
+    assert_eq!(
+        scored["clip_offsets_ns"],
+        serde_json::json!([1_000_000_000_i64, 3_725_900_000_000_i64]),
+        "{json}"
+    );
+    assert_eq!(
+        scored["clip_match_scores"],
+        serde_json::json!([0.97, 0.42]),
+        "{json}"
+    );
+    assert!(
+        by_title("Episode 10:").get("clip_match_scores").is_none(),
+        "{json}"
+    );
+    // `/api/matches` carries them too.
+    let recent = api(&addr, "/api/matches");
+    let text = recent.to_string();
+    assert!(text.contains("\"clip_match_scores\":[0.42,0.97]"), "{text}");
 
     let kind = if url.starts_with("sqlite") {
         "sqlite"
@@ -437,6 +482,31 @@ fn browse_in_a_browser(dir: &Path, url: &str) {
         .unwrap();
     let json = api(&addr, &format!("/api/episodes/{special}"));
     assert_eq!(json["duration_ns"], 3_600_000_000_000_i64, "{json}");
+    let scores: Vec<_> = json["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["clip_match_score"].as_f64().unwrap())
+        .collect();
+    assert_eq!(scores, [0.91, 0.5, 1.0], "{json}");
+    // Each marker's tooltip and each moment of the list give the score.
+    let special_page = dom(&format!("{base}/episodes/{special}"));
+    for (at, score) in [
+        ("0:10:00", "0.91"),
+        ("0:30:00", "0.50"),
+        ("0:50:00", "1.00"),
+    ] {
+        assert!(
+            special_page.contains(&format!("title=\"Theme tune at {at} (score {score})\"")),
+            "{at}: {special_page}"
+        );
+    }
+    let timeline = between(
+        &special_page,
+        "<ol class=\"moments\" id=\"timeline\"",
+        "</ol>",
+    );
+    assert!(timeline.contains("score 0.50"), "{timeline}");
     let scratch = tempfile::tempdir().unwrap();
     let file = common::serving::measurable(
         &addr,
@@ -614,7 +684,8 @@ fn matches_as_csv_read_back_exactly() {
             "episode_date_aired",
             "clip_title",
             "clip_offsets_ns",
-            "research_date"
+            "research_date",
+            "clip_match_scores"
         ]
     );
     // Latest aired first.
@@ -627,6 +698,7 @@ fn matches_as_csv_read_back_exactly() {
                 c.title.clone(),
                 offsets.to_string(),
                 day(d).to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+                String::new(),
             ]
         })
         .collect();

@@ -143,6 +143,23 @@ fn research_with_the_reference_analyser_records_where_the_clips_occur() {
             );
         }
     }
+    // Each match carries the reference analyser's scores, one per offset, from 0 to 1; a clip
+    // put in unchanged is a sure match.
+    assert!(!matches.is_empty());
+    for m in &matches {
+        let scores = m["clip_match_scores"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no scores: {m}"));
+        assert_eq!(
+            scores.len(),
+            m["clip_offsets_ns"].as_array().unwrap().len(),
+            "{m}"
+        );
+        for score in scores {
+            let score = score.as_f64().unwrap();
+            assert!((0.5..=1.0).contains(&score), "{m}");
+        }
+    }
 }
 
 /// A clip whose WAV header says 0 Hz (symphonia panics on it while probing) fails alone: its

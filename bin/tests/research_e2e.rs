@@ -45,6 +45,66 @@ fn python_analyser_two_researchers_on_the_sqlite_bus() {
     }
 }
 
+/// An analyser's scores reach `matches` (JSON lines and the table), one per offset in their
+/// order, on SQLite and on Postgres; the shell analyser's matches, without scores, carry none.
+#[test]
+fn scores_from_the_analyser_reach_matches() {
+    let db = PgDatabase::create();
+    for url in [None, Some(db.url.as_str())] {
+        let w = World::new(BusEnv::database(), url, 3, 3);
+        w.curate();
+        w.research_rounds(1, "2", &python(&["scores"]), PATIENCE);
+        assert_all_researched(&w);
+        let lines = w.run(&["matches"], &[]).expect_code(0).json_lines();
+        assert_eq!(lines.len(), w.expected_matches().len(), "{lines:?}");
+        let score = |o: i64| ((o / 1_000_000) % 101) as f64 / 100.0;
+        for m in &lines {
+            let offsets: Vec<i64> = m["clip_offsets_ns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o.as_i64().unwrap())
+                .collect();
+            let scores: Vec<f64> = m["clip_match_scores"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no scores in {m}"))
+                .iter()
+                .map(|s| s.as_f64().unwrap())
+                .collect();
+            assert_eq!(
+                scores,
+                offsets.iter().map(|&o| score(o)).collect::<Vec<_>>(),
+                "{m}"
+            );
+        }
+        // The table shows each offset with its score beside it.
+        let table = w
+            .run(&["matches", "--format", "table"], &[])
+            .expect_code(0)
+            .stdout;
+        for m in &lines {
+            let first = m["clip_offsets_ns"][0].as_i64().unwrap();
+            let ms = first / 1_000_000;
+            let shown = format!(
+                "{}:{:02}:{:02}.{:03} ({:.2})",
+                ms / 3_600_000,
+                ms / 60_000 % 60,
+                ms / 1000 % 60,
+                ms % 1000,
+                score(first)
+            );
+            assert!(table.contains(&shown), "{shown} in\n{table}");
+        }
+    }
+    // Without scores: none in the JSON lines.
+    let w = World::new(BusEnv::database(), None, 3, 3);
+    w.curate();
+    w.research_rounds(1, "2", &shell(), PATIENCE);
+    for m in w.run(&["matches"], &[]).expect_code(0).json_lines() {
+        assert!(m.get("clip_match_scores").is_none(), "{m}");
+    }
+}
+
 #[test]
 fn shell_analyser_four_researchers_on_the_postgres_bus() {
     let db = PgDatabase::create();
@@ -226,6 +286,10 @@ fn garbage_unknown_clips_and_exit_75_fail_or_release_the_item() {
             "broke the protocol (not a JSON object) in the line \"this is not json\"",
         ),
         ("unknown-clip", "unknown clip \"no such clip\""),
+        (
+            "bad-scores",
+            "clip_match_scores: score 1.5 is not a number from 0 to 1",
+        ),
         ("exit-75", "exited with 75"),
     ] {
         let w = one_item_world("2");

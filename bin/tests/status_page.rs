@@ -271,7 +271,16 @@ fn a_person_watches_the_pipeline_in_a_browser() {
             browser.screenshot(&page, &shots.join("2-half-researched.png"), 412, 2400);
         }
 
-        let results: Vec<String> = results_for(item).iter().map(Value::to_string).collect();
+        // One match scored by its analyser: "Episode 3: Middle" × "Clip B", at 0.
+        let results: Vec<String> = results_for(item)
+            .into_iter()
+            .map(|mut r| {
+                if r["episode"]["title"] == "Episode 3: Middle" && r["clip"]["title"] == "Clip B" {
+                    r["clip_match_scores"] = serde_json::json!([0.35]);
+                }
+                r.to_string()
+            })
+            .collect();
         s.run_with_input(
             &["send", &s.bus.completed_queue],
             &(results.join("\n") + "\n"),
@@ -305,6 +314,8 @@ fn a_person_watches_the_pipeline_in_a_browser() {
     }
     // "Episode 2: High" × "Clip B" was found at 2 min and at 40 min.
     assert!(matches.contains("0:02:00.000, 0:40:00.000"), "{matches}");
+    // The scored one shows its score beside its offset.
+    assert!(matches.contains("0:00:00.000 (0.35)"), "{matches}");
     // Over time: the readings taken while the research went on, from none to all pairs.
     let research = section(&last, "research");
     let samples = &research[research.find("id=\"progress-samples\"").unwrap()..];

@@ -75,7 +75,7 @@ pub struct EpisodeSummary {
 }
 
 /// An episode a clip was found in.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Occurrence {
     /// The episode's id.
     pub episode_id: i64,
@@ -83,12 +83,16 @@ pub struct Occurrence {
     pub episode: EpisodeInfo,
     /// Where the clip occurs, in nanoseconds from the episode's start, ascending.
     pub clip_offsets_ns: Vec<i64>,
+    /// How sure the analyser was of each offset, from 0 to 1, in the order of
+    /// `clip_offsets_ns`; absent when it gave no scores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_match_scores: Option<Vec<f64>>,
     /// When the research was done.
     pub research_date: DateTime<Utc>,
 }
 
 /// A clip's page: the clip and a page of the episodes it occurs in, latest aired first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClipPage {
     /// The clip, as listed.
     pub summary: ClipSummary,
@@ -97,7 +101,7 @@ pub struct ClipPage {
 }
 
 /// One moment of an episode's timeline: a clip found at an offset.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TimelineEntry {
     /// Nanoseconds from the episode's start.
     pub offset_ns: i64,
@@ -107,6 +111,10 @@ pub struct TimelineEntry {
     pub clip_title: String,
     /// The clip's length in nanoseconds, as its researcher measured it.
     pub clip_duration_ns: i64,
+    /// How sure the analyser was of this occurrence, from 0 to 1; absent when it gave no
+    /// score.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_match_score: Option<f64>,
 }
 
 /// A failed pair of an episode, with its reason.
@@ -121,7 +129,7 @@ pub struct FailedPair {
 }
 
 /// An episode's page.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpisodePage {
     /// The episode, as listed.
     pub summary: EpisodeSummary,

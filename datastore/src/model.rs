@@ -232,7 +232,7 @@ pub enum LeaseUpdate {
 }
 
 /// One researched pair, as the researcher reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ResearchResult {
     /// The lease the work was done under; unknown or expired leases are fine.
     pub lease_id: Uuid,
@@ -252,6 +252,9 @@ pub struct ResearchResult {
     pub clip_hash: String,
     /// Where the clip occurs in the episode, in nanoseconds from its start. Empty: nowhere.
     pub clip_offsets_ns: Vec<i64>,
+    /// How sure the analyser is of each offset, from 0 to 1, in the order of
+    /// `clip_offsets_ns` (as many); `None` when it gave no scores (and on a failure).
+    pub clip_match_scores: Option<Vec<f64>>,
     /// Set when the pair could not be researched for a reason that will not pass (the media
     /// is gone, it is not audio): why. The pair is recorded as failed, not researched, and is
     /// not leased again until its episode or clip gets another `media_uri` or a person retries
@@ -326,7 +329,7 @@ pub struct Status {
 }
 
 /// A recorded match: a clip found in an episode.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Match {
     /// The episode's title.
     pub episode_title: String,
@@ -336,6 +339,10 @@ pub struct Match {
     pub clip_title: String,
     /// Where the clip occurs, in nanoseconds from the episode's start. Never empty.
     pub clip_offsets_ns: Vec<i64>,
+    /// How sure the analyser was of each offset, from 0 to 1, in the order of
+    /// `clip_offsets_ns`; absent when it gave no scores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_match_scores: Option<Vec<f64>>,
     /// When the research was done.
     pub research_date: DateTime<Utc>,
 }
@@ -440,6 +447,28 @@ pub struct ClipMatch {
 pub struct CompletionId {
     pub(crate) episode_id: i64,
     pub(crate) completions: i64,
+}
+
+/// Sorts `offsets` ascending, and `scores` (one per offset, when given) with them.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn sort_scored(offsets: &mut Vec<i64>, scores: &mut Option<Vec<f64>>) {
+    match scores {
+        Some(s) if s.len() == offsets.len() => {
+            if offsets.windows(2).all(|w| w[0] <= w[1]) {
+                return;
+            }
+            let mut pairs: Vec<(i64, f64)> =
+                offsets.iter().copied().zip(s.iter().copied()).collect();
+            pairs.sort_by_key(|p| p.0);
+            (*offsets, *s) = pairs.into_iter().unzip();
+        }
+        // Scores that do not pair with the offsets (never recorded so) are not shown.
+        Some(_) => {
+            *scores = None;
+            offsets.sort_unstable();
+        }
+        None => offsets.sort_unstable(),
+    }
 }
 
 /// Orders completions' matches as they occur: by first offset, then clip title.

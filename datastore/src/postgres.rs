@@ -342,6 +342,9 @@ impl StoreRow for PgRow {
     fn offsets<I: ColumnIndex<Self>>(&self, at: I) -> Result<Vec<i64>> {
         Ok(self.try_get(at)?)
     }
+    fn scores<I: ColumnIndex<Self>>(&self, at: I) -> Result<Option<Vec<f64>>> {
+        Ok(self.try_get(at)?)
+    }
 }
 
 /// `t` as a TIMESTAMPTZ keeps it: whole microseconds (sqlx drops the rest when encoding).
@@ -1166,24 +1169,26 @@ const RECORD: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::int8[], $2::int8[], $3::uuid[], $4::timestamptz[], $5::int8[],
                          $6::text[], $7::int8[], $8::text[], $9::int4[], $10::int4[],
-                         $12::text[])
+                         $12::text[], $13::bool[])
         AS u(episode_id, clip_id, lease_id, research_date, episode_duration_ns, episode_hash,
-             clip_duration_ns, clip_hash, off_start, off_len, failure)
+             clip_duration_ns, clip_hash, off_start, off_len, failure, scored)
 ), ins AS (
     INSERT INTO research_results AS r (episode_id, clip_id, lease_id, research_date,
         episode_duration_ns, episode_hash, clip_duration_ns, clip_hash, clip_offsets_ns, matched,
-        failure)
+        failure, clip_match_scores)
     SELECT episode_id, clip_id, lease_id, research_date, episode_duration_ns, episode_hash,
            clip_duration_ns, clip_hash,
            COALESCE(($11::int8[])[off_start + 1 : off_start + off_len], '{}'),
-           off_len > 0 AND failure IS NULL, failure
+           off_len > 0 AND failure IS NULL, failure,
+           CASE WHEN scored
+                THEN COALESCE(($14::float8[])[off_start + 1 : off_start + off_len], '{}') END
     FROM input
     ON CONFLICT (episode_id, clip_id) DO UPDATE SET
         lease_id = EXCLUDED.lease_id, research_date = EXCLUDED.research_date,
         episode_duration_ns = EXCLUDED.episode_duration_ns,
         episode_hash = EXCLUDED.episode_hash, clip_duration_ns = EXCLUDED.clip_duration_ns,
         clip_hash = EXCLUDED.clip_hash, clip_offsets_ns = EXCLUDED.clip_offsets_ns,
-        matched = EXCLUDED.matched, failure = NULL
+        clip_match_scores = EXCLUDED.clip_match_scores, matched = EXCLUDED.matched, failure = NULL
     WHERE r.failure IS NOT NULL AND EXCLUDED.failure IS NULL
     RETURNING r.episode_id, r.clip_id, r.matched, r.failure IS NOT NULL AS failed,
               r.xmax = 0 AS fresh, r.research_date
@@ -1341,6 +1346,8 @@ async fn record_results_once(
             Vec::with_capacity(n),
             Vec::new(),
             Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::new(),
         );
         for &(e, cl, i) in &rows {
             let r = &results[i];
@@ -1362,6 +1369,24 @@ async fn record_results_once(
             c.9.push(len);
             c.10.extend_from_slice(&r.clip_offsets_ns);
             c.11.push(r.failure.as_deref());
+            // Scores line up with the offsets (`$14` sliced as `$11`): a result without them
+            // takes zeros there and is marked unscored (`$13`), stored as NULL.
+            match &r.clip_match_scores {
+                Some(s) if s.len() == r.clip_offsets_ns.len() => {
+                    c.12.push(true);
+                    c.13.extend_from_slice(s);
+                }
+                Some(_) => {
+                    return Err(DataStoreError::Invalid(
+                        "clip_match_scores: not one per offset".to_string(),
+                    )
+                    .into())
+                }
+                None => {
+                    c.12.push(false);
+                    c.13.resize(c.10.len(), 0.0);
+                }
+            }
         }
         let recorded: Vec<(Option<i64>, Option<i64>, Option<Uuid>)> = sqlx::query_as(RECORD)
             .bind(&c.0)
@@ -1376,6 +1401,8 @@ async fn record_results_once(
             .bind(&c.9)
             .bind(&c.10)
             .bind(&c.11)
+            .bind(&c.12)
+            .bind(&c.13)
             .fetch_all(&mut *tx)
             .await?;
         let mut ended = Vec::new();
@@ -1459,7 +1486,7 @@ FROM (SELECT COALESCE(sum(researched_count - failed_count), 0)::int8 AS research
       FROM leases) AS l";
 
 const MATCHES: &str = "
-SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date
+SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date, r.clip_match_scores
 FROM research_results r
 JOIN episodes e ON e.id = r.episode_id
 JOIN clips c ON c.id = r.clip_id
@@ -1472,7 +1499,7 @@ LIMIT $3";
 
 // Walks research_results_matched_recent (0006) from its newest end.
 const RECENT_MATCHES: &str = "
-SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date
+SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date, r.clip_match_scores
 FROM research_results r
 JOIN episodes e ON e.id = r.episode_id
 JOIN clips c ON c.id = r.clip_id

@@ -47,6 +47,8 @@ pub(crate) trait StoreRow: sqlx::Row {
     fn time<I: ColumnIndex<Self>>(&self, at: I) -> Result<DateTime<Utc>>;
     /// A result's stored offsets, as stored (unsorted).
     fn offsets<I: ColumnIndex<Self>>(&self, at: I) -> Result<Vec<i64>>;
+    /// A nullable column of match scores (`clip_match_scores`).
+    fn scores<I: ColumnIndex<Self>>(&self, at: I) -> Result<Option<Vec<f64>>>;
 }
 
 /// The [`StoreRow`] methods whose values every dialect stores as sqlx decodes them, for a
@@ -181,7 +183,7 @@ where
     })
 }
 
-/// A match from a row of (episode title, aired, clip title, offsets, research date).
+/// A match from a row of (episode title, aired, clip title, offsets, research date, scores).
 pub(crate) fn match_from_row<R: StoreRow>(row: &R) -> Result<Match>
 where
     usize: ColumnIndex<R>,
@@ -191,6 +193,7 @@ where
         episode_date_aired: row.time(1)?,
         clip_title: row.text(2)?,
         clip_offsets_ns: row.offsets(3)?,
+        clip_match_scores: row.scores(5)?,
         research_date: row.time(4)?,
     })
 }
@@ -441,7 +444,7 @@ where
     let mut q = QueryBuilder::<D::DB>::new("SELECT ");
     q.push(EPISODE_COLUMNS)
         .push(
-            ", r.clip_offsets_ns, r.research_date \
+            ", r.clip_offsets_ns, r.clip_match_scores, r.research_date \
              FROM research_results r JOIN episodes e ON e.id = r.episode_id \
              WHERE ",
         )
@@ -458,11 +461,13 @@ where
         .iter()
         .map(|row| {
             let mut clip_offsets_ns = row.offsets("clip_offsets_ns")?;
-            clip_offsets_ns.sort_unstable();
+            let mut clip_match_scores = row.scores("clip_match_scores")?;
+            crate::model::sort_scored(&mut clip_offsets_ns, &mut clip_match_scores);
             Ok(Occurrence {
                 episode_id: row.int("id")?,
                 episode: episode_from_row(row)?,
                 clip_offsets_ns,
+                clip_match_scores,
                 research_date: row.time("research_date")?,
             })
         })
@@ -500,7 +505,7 @@ where
     // The episode's matches (research_results_matched_episode).
     let mut q = QueryBuilder::<D::DB>::new(
         "SELECT r.clip_id, c.title, r.clip_offsets_ns, r.clip_duration_ns, \
-         r.episode_duration_ns \
+         r.episode_duration_ns, r.clip_match_scores \
          FROM research_results r JOIN clips c ON c.id = r.clip_id \
          WHERE r.episode_id = ",
     );
@@ -514,12 +519,22 @@ where
         let clip_title = row.text(1)?;
         let clip_duration_ns = row.int(3)?;
         duration_ns = duration_ns.max(Some(row.int(4)?));
-        timeline.extend(row.offsets(2)?.into_iter().map(|offset_ns| TimelineEntry {
-            offset_ns,
-            clip_id,
-            clip_title: clip_title.clone(),
-            clip_duration_ns,
-        }));
+        let offsets = row.offsets(2)?;
+        // Scores pair with the offsets by position; ones that do not (never recorded so) are
+        // not shown.
+        let scores = row.scores(5)?.filter(|s| s.len() == offsets.len());
+        timeline.extend(
+            offsets
+                .into_iter()
+                .enumerate()
+                .map(|(i, offset_ns)| TimelineEntry {
+                    offset_ns,
+                    clip_id,
+                    clip_title: clip_title.clone(),
+                    clip_duration_ns,
+                    clip_match_score: scores.as_ref().and_then(|s| s.get(i).copied()),
+                }),
+        );
     }
     browse::sort_timeline(&mut timeline);
     // Its leased pairs: the primary key of leased_pairs starts with the episode.

@@ -343,7 +343,8 @@ impl DataStore for SqliteDataStore {
 
     async fn matches(&self, filter: &MatchFilter) -> Result<Vec<Match>> {
         let mut query = QueryBuilder::<Sqlite>::new(
-            "SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date \
+            "SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date, \
+             r.clip_match_scores \
              FROM research_results r \
              JOIN episodes e ON e.id = r.episode_id \
              JOIN clips c ON c.id = r.clip_id \
@@ -373,7 +374,8 @@ impl DataStore for SqliteDataStore {
     async fn recent_matches(&self, limit: u32) -> Result<Vec<Match>> {
         // Walks research_results_matched_recent (0003) from its newest end.
         let rows = sqlx::query(
-            "SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date \
+            "SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date, \
+             r.clip_match_scores \
              FROM research_results r \
              JOIN episodes e ON e.id = r.episode_id \
              JOIN clips c ON c.id = r.clip_id \
@@ -997,6 +999,7 @@ async fn record_in(
         clip_id: i64,
         result: &'a ResearchResult,
         offsets: String,
+        scores: Option<String>,
     }
     let mut seen = HashSet::new();
     let mut candidates = Vec::new();
@@ -1025,6 +1028,15 @@ async fn record_in(
             clip_id,
             result: r,
             offsets: json_string(&r.clip_offsets_ns)?,
+            scores: match &r.clip_match_scores {
+                Some(s) if s.len() == r.clip_offsets_ns.len() => Some(json_string(s)?),
+                Some(_) => {
+                    return Err(DataStoreError::Invalid(
+                        "clip_match_scores: not one per offset".to_string(),
+                    ))
+                }
+                None => None,
+            },
         });
     }
 
@@ -1063,11 +1075,11 @@ async fn record_in(
 
     // Insert; RETURNING names the pairs that were new.
     let mut inserted: HashSet<(i64, i64)> = HashSet::new();
-    for chunk in candidates.chunks(MAX_BINDS / 11) {
+    for chunk in candidates.chunks(MAX_BINDS / 12) {
         let mut query = QueryBuilder::<Sqlite>::new(
             "INSERT INTO research_results (episode_id, clip_id, lease_id, research_date, \
              episode_duration_ns, episode_hash, clip_duration_ns, clip_hash, \
-             clip_offsets_ns, matched, failure) ",
+             clip_offsets_ns, matched, failure, clip_match_scores) ",
         );
         query.push_values(chunk, |mut row, c| {
             row.push_bind(c.episode_id)
@@ -1080,7 +1092,8 @@ async fn record_in(
                 .push_bind(&c.result.clip_hash)
                 .push_bind(&c.offsets)
                 .push_bind(c.result.failure.is_none() && !c.result.clip_offsets_ns.is_empty())
-                .push_bind(c.result.failure.as_deref());
+                .push_bind(c.result.failure.as_deref())
+                .push_bind(c.scores.as_deref());
         });
         query.push(" ON CONFLICT (episode_id, clip_id) DO NOTHING RETURNING episode_id, clip_id");
         let rows = query.build().fetch_all(&mut **tx).await?;
@@ -1284,6 +1297,14 @@ impl StoreRow for SqliteRow {
     fn offsets<I: ColumnIndex<Self>>(&self, at: I) -> Result<Vec<i64>> {
         let text: String = self.try_get(at)?;
         serde_json::from_str(&text).map_err(|e| corrupt(format!("clip_offsets_ns {text:?}: {e}")))
+    }
+    fn scores<I: ColumnIndex<Self>>(&self, at: I) -> Result<Option<Vec<f64>>> {
+        let text: Option<String> = self.try_get(at)?;
+        text.map(|text| {
+            serde_json::from_str(&text)
+                .map_err(|e| corrupt(format!("clip_match_scores {text:?}: {e}")))
+        })
+        .transpose()
     }
 }
 

@@ -106,6 +106,7 @@ macro_rules! datastore_conformance_tests {
             browse_clip_page_lists_its_episodes,
             browse_episode_page_shows_timeline_and_work_left,
             matches_since_a_research_date,
+            match_scores_round_trip,
         );
     };
 }
@@ -188,6 +189,7 @@ pub fn result(
         clip_duration_ns: 4_000_000_000,
         clip_hash: format!("sha256:clip:{}", clip.title),
         clip_offsets_ns: offsets_ns.to_vec(),
+        clip_match_scores: None,
         failure: None,
     }
 }
@@ -2924,5 +2926,132 @@ pub mod cases {
             .unwrap();
         assert_eq!(with_clip.len(), 1);
         assert_eq!(with_clip[0].episode_title, "Episode 2");
+    }
+
+    /// Match scores are kept as given, one per offset (absent when the analyser gave none),
+    /// and come back in `matches`, `recent_matches`, the clip page (sorted with their offsets)
+    /// and the episode's timeline; a success replacing a failure brings its scores; scores
+    /// that are not one per offset are refused.
+    pub async fn match_scores_round_trip(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 2, 3).await;
+        let id = Uuid::new_v4();
+        let scored = |e: usize, c: usize, offsets: &[i64], scores: &[f64]| ResearchResult {
+            clip_match_scores: Some(scores.to_vec()),
+            ..result(id, &es[e], &cs[c], offsets)
+        };
+        store
+            .record_results(&[
+                // Recorded out of order: the pages sort the scores with their offsets.
+                scored(0, 0, &[9_000_000_000, 2_000_000_000], &[0.25, 1.0]),
+                result(id, &es[0], &cs[1], &[5_000_000_000]),
+                scored(1, 0, &[], &[]),
+                failed(id, &es[1], &cs[1], "gone"),
+            ])
+            .await
+            .unwrap();
+        // A success replacing the failure brings its scores.
+        store
+            .record_results(&[scored(1, 1, &[7], &[0.0])])
+            .await
+            .unwrap();
+        let mut found = store.matches(&MatchFilter::default()).await.unwrap();
+        found.sort_by(|a, b| {
+            (&a.episode_title, &a.clip_title).cmp(&(&b.episode_title, &b.clip_title))
+        });
+        let got: Vec<_> = found
+            .iter()
+            .map(|m| {
+                (
+                    m.episode_title.as_str(),
+                    m.clip_title.as_str(),
+                    m.clip_offsets_ns.clone(),
+                    m.clip_match_scores.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "Episode 0",
+                    "Clip 0",
+                    vec![9_000_000_000, 2_000_000_000],
+                    Some(vec![0.25, 1.0])
+                ),
+                ("Episode 0", "Clip 1", vec![5_000_000_000], None),
+                ("Episode 1", "Clip 1", vec![7], Some(vec![0.0])),
+            ]
+        );
+        let recent = store.recent_matches(10).await.unwrap();
+        assert_eq!(recent.len(), 3);
+        for m in &recent {
+            let unscored =
+                (m.episode_title.as_str(), m.clip_title.as_str()) == ("Episode 0", "Clip 1");
+            assert_eq!(m.clip_match_scores.is_none(), unscored, "{m:?}");
+        }
+
+        // Scores that are not one per offset are refused.
+        let err = store
+            .record_results(&[scored(1, 2, &[1, 2], &[0.5])])
+            .await
+            .unwrap_err();
+        assert!(matches!(err, DataStoreError::Invalid(_)), "{err:?}");
+
+        let Some(browse) = store.browse() else {
+            return;
+        };
+        let clips = browse
+            .list_clips(&list(Some("Clip 0"), None, 10))
+            .await
+            .unwrap();
+        let clip_id = clips
+            .items
+            .iter()
+            .find(|c| c.clip.title == "Clip 0")
+            .unwrap()
+            .id;
+        let page = browse
+            .clip_page(clip_id, &list(None, None, 10))
+            .await
+            .unwrap()
+            .unwrap();
+        let occurrences: Vec<_> = page
+            .occurrences
+            .items
+            .iter()
+            .map(|o| (o.clip_offsets_ns.clone(), o.clip_match_scores.clone()))
+            .collect();
+        assert_eq!(
+            occurrences,
+            [(vec![2_000_000_000, 9_000_000_000], Some(vec![1.0, 0.25]))]
+        );
+        let episodes = browse
+            .list_episodes(&list(Some("Episode 0"), None, 10))
+            .await
+            .unwrap();
+        let episode_id = episodes
+            .items
+            .iter()
+            .find(|e| e.episode.title == "Episode 0")
+            .unwrap()
+            .id;
+        let page = browse
+            .episode_page(episode_id, t0())
+            .await
+            .unwrap()
+            .unwrap();
+        let timeline: Vec<_> = page
+            .timeline
+            .iter()
+            .map(|t| (t.offset_ns, t.clip_title.as_str(), t.clip_match_score))
+            .collect();
+        assert_eq!(
+            timeline,
+            [
+                (2_000_000_000, "Clip 0", Some(1.0)),
+                (5_000_000_000, "Clip 1", None),
+                (9_000_000_000, "Clip 0", Some(0.25)),
+            ]
+        );
     }
 }

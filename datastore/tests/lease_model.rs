@@ -309,6 +309,7 @@ fn result(lease_id: Uuid, e: usize, c: usize, matched: bool) -> ResearchResult {
         clip_duration_ns: 1_000_000_000,
         clip_hash: "ch".into(),
         clip_offsets_ns: if matched { vec![7] } else { Vec::new() },
+        clip_match_scores: None,
         failure: None,
     }
 }

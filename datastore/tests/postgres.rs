@@ -312,7 +312,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0009 newer curation retries failures",
             "0010 browse",
             "0011 clip count",
-            "0012 completion claims"
+            "0012 completion claims",
+            "0013 match scores"
         ]
     );
     store.migrate().await.unwrap();
@@ -398,7 +399,8 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
             "0009 newer curation retries failures",
             "0010 browse",
             "0011 clip count",
-            "0012 completion claims"
+            "0012 completion claims",
+            "0013 match scores"
         ]
     );
     store.migrate().await.unwrap();

@@ -556,7 +556,7 @@ async fn renew_revoke_and_cancel_races_answer_consistently() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn revoke_racing_with_late_results_ends_each_lease_with_its_last_pair() {
     enum Job {
-        Record(datastore::ResearchResult),
+        Record(Box<datastore::ResearchResult>),
         Revoke(Uuid),
     }
     let db = PgTestDb::create().await;
@@ -580,7 +580,7 @@ async fn revoke_racing_with_late_results_ends_each_lease_with_its_last_pair() {
         }
         let records = l.clips[..keep]
             .iter()
-            .map(|c| Job::Record(result(l.id, &l.episode, c, &[])));
+            .map(|c| Job::Record(Box::new(result(l.id, &l.episode, c, &[]))));
         match i % 4 {
             0 | 1 => {
                 tasks.extend(records.map(|j| vec![j]));

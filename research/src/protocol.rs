@@ -6,7 +6,8 @@
 //! A line is one JSON object, one of:
 //!
 //! - `{"clip_title": T, "clip_offsets_ns": [..], "clip_duration_ns": N, "episode_duration_ns": N}`
-//!   (optionally `"episode_hash"`/`"clip_hash"` are ignored: the researcher hashes the files);
+//!   (optionally `"clip_match_scores": [..]`, one score from 0 to 1 per offset, in their
+//!   order; `"episode_hash"`/`"clip_hash"` are ignored: the researcher hashes the files);
 //! - `{"clip_title": T, "failure": "reason"}`: the pair cannot be researched, for good;
 //! - `{"progress": "…"}`: the analyser is alive.
 //!
@@ -14,14 +15,16 @@
 
 use std::collections::HashMap;
 
-use archivist::messages::{PendingResearchItem, MAX_DURATION_NS, MAX_OFFSETS, MAX_SHORT_TEXT};
+use archivist::messages::{
+    check_scores, PendingResearchItem, MAX_DURATION_NS, MAX_OFFSETS, MAX_SHORT_TEXT,
+};
 use serde::Deserialize;
 
 /// The longest line an analyser may write, in bytes: a result as large as a bus message.
 pub const MAX_LINE_BYTES: usize = messagebus::MAX_BODY_BYTES;
 
 /// One valid line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Line {
     /// The clip was looked for.
@@ -31,6 +34,10 @@ pub enum Line {
         /// Where the clip starts in the episode, in nanoseconds: sorted, without duplicates,
         /// each within the episode. Empty: not found.
         clip_offsets_ns: Vec<i64>,
+        /// How sure the analyser is of each offset, from 0 to 1, in the order of
+        /// `clip_offsets_ns` (sorted with them; of duplicate offsets, the highest score);
+        /// `None` when it gave none.
+        clip_match_scores: Option<Vec<f64>>,
         /// The clip's length, in nanoseconds.
         clip_duration_ns: i64,
         /// The episode's length, in nanoseconds.
@@ -62,6 +69,7 @@ impl Line {
 struct RawLine {
     clip_title: Option<String>,
     clip_offsets_ns: Option<Vec<i64>>,
+    clip_match_scores: Option<Vec<f64>>,
     clip_duration_ns: Option<i64>,
     episode_duration_ns: Option<i64>,
     failure: Option<String>,
@@ -103,6 +111,9 @@ pub fn parse_line(
         if raw.clip_offsets_ns.is_some() {
             return Err("`failure` and `clip_offsets_ns` together: give one".into());
         }
+        if raw.clip_match_scores.is_some() {
+            return Err("`failure` and `clip_match_scores` together: give one".into());
+        }
         let reason = reason.trim();
         if reason.is_empty() {
             return Err("an empty `failure` reason".into());
@@ -138,12 +149,28 @@ pub fn parse_line(
             "offset {bad} is outside the episode (0 to episode_duration_ns {episode_duration_ns})"
         ));
     }
-    let mut offsets = offsets;
-    offsets.sort_unstable();
-    offsets.dedup();
+    let Some(scores) = raw.clip_match_scores else {
+        let mut offsets = offsets;
+        offsets.sort_unstable();
+        offsets.dedup();
+        return Ok(Line::Answer {
+            clip_title,
+            clip_offsets_ns: offsets,
+            clip_match_scores: None,
+            clip_duration_ns,
+            episode_duration_ns,
+        });
+    };
+    check_scores(&scores, offsets.len()).map_err(|e| format!("clip_match_scores: {e}"))?;
+    let mut scored: Vec<(i64, f64)> = offsets.into_iter().zip(scores).collect();
+    // By offset, the highest score first: dedup keeps it.
+    scored.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
+    scored.dedup_by_key(|p| p.0);
+    let (offsets, scores) = scored.into_iter().unzip();
     Ok(Line::Answer {
         clip_title,
         clip_offsets_ns: offsets,
+        clip_match_scores: Some(scores),
         clip_duration_ns,
         episode_duration_ns,
     })
@@ -222,6 +249,22 @@ mod tests {
             Line::Answer {
                 clip_title: "A".into(),
                 clip_offsets_ns: vec![10, 30],
+                clip_match_scores: None,
+                clip_duration_ns: 5,
+                episode_duration_ns: 100
+            }
+        );
+        assert_eq!(
+            parse_line(
+                r#"{"clip_title":"A","clip_offsets_ns":[30,10,30],"clip_match_scores":[0.5,1,0.75],"clip_duration_ns":5,"episode_duration_ns":100}"#,
+                &clips(),
+                &none
+            )
+            .unwrap(),
+            Line::Answer {
+                clip_title: "A".into(),
+                clip_offsets_ns: vec![10, 30],
+                clip_match_scores: Some(vec![1.0, 0.75]),
                 clip_duration_ns: 5,
                 episode_duration_ns: 100
             }
@@ -266,6 +309,26 @@ mod tests {
                 "episode_duration_ns",
             ),
             (r#"{"other":1}"#, "no `clip_title`"),
+            (
+                r#"{"clip_title":"B","clip_offsets_ns":[1,2],"clip_match_scores":[0.5],"clip_duration_ns":5,"episode_duration_ns":100}"#,
+                "one score per offset, in their order (scores: 1, offsets: 2)",
+            ),
+            (
+                r#"{"clip_title":"B","clip_offsets_ns":[1],"clip_match_scores":[1.5],"clip_duration_ns":5,"episode_duration_ns":100}"#,
+                "score 1.5 is not a number from 0 to 1",
+            ),
+            (
+                r#"{"clip_title":"B","clip_offsets_ns":[1],"clip_match_scores":[-0.1],"clip_duration_ns":5,"episode_duration_ns":100}"#,
+                "not a number from 0 to 1",
+            ),
+            (
+                r#"{"clip_title":"B","clip_offsets_ns":[1],"clip_match_scores":["high"],"clip_duration_ns":5,"episode_duration_ns":100}"#,
+                "not a valid JSON line",
+            ),
+            (
+                r#"{"clip_title":"B","failure":"x","clip_match_scores":[]}"#,
+                "`failure` and `clip_match_scores`",
+            ),
         ] {
             let err = parse_line(line, &clips(), &answered).unwrap_err();
             assert!(err.contains(expect), "{line}: {err}");

@@ -114,6 +114,7 @@ fn analyse(
             analysis::ClipOutcome::Found(found) => json!({
                 "clip_title": clip.title,
                 "clip_offsets_ns": found.offsets_ns(),
+                "clip_match_scores": found.matches.iter().map(|m| score(m.score)).collect::<Vec<_>>(),
                 "clip_duration_ns": found.duration_ns,
                 "episode_duration_ns": report.duration_ns,
             }),
@@ -126,6 +127,17 @@ fn analyse(
         let _ = lines.send(line.to_string());
     }
     Ending::Done
+}
+
+/// A match's score as the protocol carries it: the `f32`'s shortest decimal (as `analyse
+/// --json` prints it) as an `f64`, within 0 to 1.
+fn score(s: f32) -> f64 {
+    let wide = s.to_string().parse().unwrap_or(f64::from(s));
+    if wide.is_nan() {
+        0.0
+    } else {
+        wide.clamp(0.0, 1.0)
+    }
 }
 
 /// One item under analysis: the lines so far, then the ending.

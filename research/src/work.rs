@@ -405,11 +405,13 @@ async fn research(
             Line::Answer {
                 clip_title,
                 clip_offsets_ns,
+                clip_match_scores,
                 clip_duration_ns,
                 episode_duration_ns,
             } => results.answer(
                 &clip_title,
                 clip_offsets_ns,
+                clip_match_scores,
                 clip_duration_ns,
                 episode_duration_ns,
             ),
@@ -541,6 +543,7 @@ impl<'a> Results<'a> {
                 .cloned()
                 .unwrap_or_default(),
             clip_offsets_ns: Vec::new(),
+            clip_match_scores: None,
             failure: None,
         })
     }
@@ -549,11 +552,13 @@ impl<'a> Results<'a> {
         &mut self,
         clip_title: &str,
         offsets: Vec<i64>,
+        scores: Option<Vec<f64>>,
         clip_duration_ns: i64,
         episode_duration_ns: i64,
     ) -> Result<(), String> {
         let mut result = self.base(clip_title)?;
         result.clip_offsets_ns = offsets;
+        result.clip_match_scores = scores;
         result.clip_duration_ns = clip_duration_ns;
         result.episode_duration_ns = episode_duration_ns;
         metrics::counter!("archivist_researcher_clips_total", "result" => "researched")

@@ -192,6 +192,7 @@ pub(crate) fn completed(
         } else {
             Vec::new()
         },
+        clip_match_scores: None,
         failure: None,
     }
 }

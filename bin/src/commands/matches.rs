@@ -67,8 +67,8 @@ pub(crate) enum MatchesFormat {
 }
 
 /// Prints the matches: one JSON object a line (`episode_title`, `episode_date_aired`,
-/// `clip_title`, `clip_offsets_ns`, `research_date`), a table with `--format table`, or CSV with
-/// `--format csv`.
+/// `clip_title`, `clip_offsets_ns`, `clip_match_scores` where the analyser gave them,
+/// `research_date`), a table with `--format table`, or CSV with `--format csv`.
 pub(crate) async fn run(
     config: &Config,
     token: &CancellationToken,
@@ -181,19 +181,22 @@ async fn clip_titled(
     Ok(None)
 }
 
-/// The header of `--format csv`: the JSON lines' fields, in their order.
-const CSV_HEADER: [&str; 5] = [
+/// The header of `--format csv`: the JSON lines' fields, in their order, the scores last (a
+/// column added after the others: readers by position keep theirs).
+const CSV_HEADER: [&str; 6] = [
     "episode_title",
     "episode_date_aired",
     "clip_title",
     "clip_offsets_ns",
     "research_date",
+    "clip_match_scores",
 ];
 
 /// The matches as CSV (RFC 4180: fields quoted where needed, quotes doubled, CRLF line ends)
 /// with a header row, also when there is no match. Titles are written exactly as stored, so
 /// that the file reads back to the same values; `clip_offsets_ns` holds the offsets separated
-/// by spaces; times are RFC 3339 in UTC.
+/// by spaces, `clip_match_scores` their scores in the same order (empty when the analyser gave
+/// none); times are RFC 3339 in UTC.
 fn write_csv(out: &mut impl Write, matches: &[Match]) -> anyhow::Result<()> {
     let mut csv = csv::WriterBuilder::new()
         .terminator(csv::Terminator::CRLF)
@@ -206,12 +209,20 @@ fn write_csv(out: &mut impl Write, matches: &[Match]) -> anyhow::Result<()> {
             .map(i64::to_string)
             .collect::<Vec<_>>()
             .join(" ");
+        let scores = m
+            .clip_match_scores
+            .iter()
+            .flatten()
+            .map(f64::to_string)
+            .collect::<Vec<_>>()
+            .join(" ");
         csv.write_record([
             m.episode_title.as_str(),
             &rfc3339(m.episode_date_aired),
             m.clip_title.as_str(),
             &offsets,
             &rfc3339(m.research_date),
+            &scores,
         ])?;
     }
     csv.flush()?;
@@ -222,7 +233,8 @@ fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
 }
 
-/// The matches as a table: aired date, episode, clip, and where the clip occurs.
+/// The matches as a table: aired date, episode, clip, and where the clip occurs (each offset
+/// with its score, where the analyser gave one).
 fn table(matches: &[Match]) -> Table {
     let mut table = Table::new();
     table
@@ -237,11 +249,7 @@ fn table(matches: &[Match]) -> Table {
             m.episode_date_aired.format("%Y-%m-%d").to_string(),
             printable(&m.episode_title),
             printable(&m.clip_title),
-            m.clip_offsets_ns
-                .iter()
-                .map(|&ns| offset(ns))
-                .collect::<Vec<_>>()
-                .join(", "),
+            occurrences(&m.clip_offsets_ns, m.clip_match_scores.as_deref()),
         ]);
     }
     table
@@ -263,6 +271,26 @@ fn printable(title: &str) -> String {
         .collect()
 }
 
+/// Offsets as `H:MM:SS.mmm`, each followed by its score when there are scores (one per offset:
+/// `0:01:02.345 (0.97)`), separated by commas.
+fn occurrences(offsets_ns: &[i64], scores: Option<&[f64]>) -> String {
+    let scores = scores.filter(|s| s.len() == offsets_ns.len());
+    offsets_ns
+        .iter()
+        .enumerate()
+        .map(|(i, &ns)| match scores.and_then(|s| s.get(i)) {
+            Some(&s) => format!("{} ({})", offset(ns), score(s)),
+            None => offset(ns),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A score as people read it: two decimals.
+pub(crate) fn score(s: f64) -> String {
+    format!("{s:.2}")
+}
+
 /// An offset in nanoseconds as `H:MM:SS.mmm`.
 fn offset(ns: i64) -> String {
     let ms = ns.max(0) / 1_000_000;
@@ -281,6 +309,16 @@ mod tests {
         assert_eq!(offset(0), "0:00:00.000");
         assert_eq!(offset(61_500_000_000), "0:01:01.500");
         assert_eq!(offset(3_723_004_000_000), "1:02:03.004");
+    }
+
+    #[test]
+    fn scores_follow_their_offsets() {
+        let at = [1_000_000_000, 62_345_000_000];
+        assert_eq!(occurrences(&at, None), "0:00:01.000, 0:01:02.345");
+        assert_eq!(
+            occurrences(&at, Some(&[0.5, 0.971])),
+            "0:00:01.000 (0.50), 0:01:02.345 (0.97)"
+        );
     }
 
     #[test]

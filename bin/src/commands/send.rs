@@ -26,7 +26,8 @@ pub(crate) const EXAMPLES: &str = concat!(
      takes; sent by hand only to try out a researcher):\n  ",
     include_str!("../examples/pending.json"),
     "A CompletedResearchItem (completed_research; revoke_lease: true on a lease's last result; \
-     \"failure\": \"reason\" in place of clip_offsets_ns for a pair that cannot be researched):\n  ",
+     clip_match_scores optional, one from 0 to 1 per offset; \"failure\": \"reason\" in place \
+     of clip_offsets_ns for a pair that cannot be researched):\n  ",
     include_str!("../examples/completed.json"),
 );
 

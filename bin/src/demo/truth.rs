@@ -112,6 +112,7 @@ mod tests {
                         episode_date_aired: e.date_aired,
                         clip_title: c.title.clone(),
                         clip_offsets_ns: truth.iter().map(|t| t + shift_ns).collect(),
+                        clip_match_scores: None,
                         research_date: Utc::now(),
                     });
                 }

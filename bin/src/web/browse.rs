@@ -392,8 +392,12 @@ async fn clip_page(app: &App, id_text: &str, params: &Params) -> Result<Markup, 
                         " (aired " time datetime=(rfc3339(o.episode.date_aired)) { (day(o.episode.date_aired)) } ")"
                     }
                     ol.moments {
-                        @for &ns in &o.clip_offsets_ns {
-                            li { "at " strong { (hms(ns)) } " " (player(&o.episode.media_uri, ns)) }
+                        @for (i, &ns) in o.clip_offsets_ns.iter().enumerate() {
+                            li {
+                                "at " strong { (hms(ns)) } " "
+                                (score(o.clip_match_scores.as_ref().and_then(|s| s.get(i)).copied()))
+                                (player(&o.episode.media_uri, ns))
+                            }
                         }
                     }
                 }
@@ -402,6 +406,19 @@ async fn clip_page(app: &App, id_text: &str, params: &Params) -> Result<Markup, 
             p { "As JSON: " a href=(format!("/api/clips/{id}")) { "/api/clips/" (id) } }
         },
     ))
+}
+
+/// How sure the analyser was of one occurrence, as people read it (`score 0.97`), for judging
+/// a weak match by ear; nothing where it gave no score.
+fn score(score: Option<f64>) -> Markup {
+    html! {
+        @if let Some(s) = score {
+            span.score title="How sure the analyser is of this occurrence, from 0 to 1" {
+                "score " (format!("{s:.2}"))
+            }
+            " "
+        }
+    }
 }
 
 /// A media URI: a link where it is safe to follow, else text.
@@ -433,7 +450,10 @@ fn timeline_picture(uri: &str, duration_ns: Option<i64>, timeline: &[TimelineEnt
                     @let left = percent(t.offset_ns);
                     @let width = percent(t.clip_duration_ns).min(100.0 - left);
                     @let href = source_at(uri, t.offset_ns).unwrap_or_else(|| format!("#moment-{}", i + 1));
-                    @let label = format!("{} at {}", t.clip_title, hms(t.offset_ns));
+                    @let label = match t.clip_match_score {
+                        Some(m) => format!("{} at {} (score {m:.2})", t.clip_title, hms(t.offset_ns)),
+                        None => format!("{} at {}", t.clip_title, hms(t.offset_ns)),
+                    };
                     a.marker href=(href) style=(format!("left:{left:.4}%;width:{width:.4}%"))
                         title=(label) aria-label=(label) data-offset-ns=(t.offset_ns) {}
                 }
@@ -487,7 +507,8 @@ async fn episode_page(app: &App, id_text: &str) -> Result<Markup, Refusal> {
                         @for (i, t) in page.timeline.iter().enumerate() {
                             li id=(format!("moment-{}", i + 1)) {
                                 strong { (hms(t.offset_ns)) } " "
-                                a href=(format!("/clips/{}", t.clip_id)) { (t.clip_title) }
+                                a href=(format!("/clips/{}", t.clip_id)) { (t.clip_title) } " "
+                                (score(t.clip_match_score))
                                 (player(&e.episode.media_uri, t.offset_ns))
                             }
                         }

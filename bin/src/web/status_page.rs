@@ -356,7 +356,7 @@ fn matches_section(matches: &Section<Vec<Match>>) -> Markup {
                                     td { time datetime=(rfc3339(m.research_date)) { (when(m.research_date)) } }
                                     td { (m.episode_title) " (aired " (m.episode_date_aired.format("%Y-%m-%d")) ")" }
                                     td { (m.clip_title) }
-                                    td { (m.clip_offsets_ns.iter().map(|&ns| offset(ns)).collect::<Vec<_>>().join(", ")) }
+                                    td { (occurrences(m)) }
                                 }
                             }
                         }
@@ -386,6 +386,24 @@ fn when(t: DateTime<Utc>) -> String {
 /// A length of time in words, to the second: `1h 2m 3s`.
 fn seconds(s: i64) -> String {
     humantime::format_duration(Duration::from_secs(s.unsigned_abs())).to_string()
+}
+
+/// Where a match occurs: each offset, with its score where the analyser gave them
+/// (`0:01:02.345 (0.97)`).
+fn occurrences(m: &datastore::Match) -> String {
+    let scores = m
+        .clip_match_scores
+        .as_ref()
+        .filter(|s| s.len() == m.clip_offsets_ns.len());
+    m.clip_offsets_ns
+        .iter()
+        .enumerate()
+        .map(|(i, &ns)| match scores.and_then(|s| s.get(i)) {
+            Some(s) => format!("{} ({s:.2})", offset(ns)),
+            None => offset(ns),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// An offset into an episode as `H:MM:SS.mmm`.

@@ -16,7 +16,8 @@ on standard error, then exit 1), `latin1-stderr` (a Latin-1 line and a `\r` prog
 standard error, a pause, more of them, then a normal run: its standard error must be read to
 the end whatever it holds),
 `garbage` (a line that is not JSON), `exit-75` (try later), `unknown-clip`, `progress`
-(a progress line before each answer), `tick` (a progress line every 100 ms, for ever: it
+(a progress line before each answer), `scores` (each answer with `clip_match_scores`: for
+an offset of o ns, ((o // 1000000) % 101) / 100), `bad-scores` (a score of 1.5), `tick` (a progress line every 100 ms, for ever: it
 ends when its output breaks). With `PIDFILE` in the environment it writes its pid
 there when it starts (the tests' signal that it is running).
 
@@ -138,8 +139,13 @@ def main():
             say({"clip_title": clip["title"], "failure": "not audio: no frames found"})
         else:
             offsets = sorted(o for o, t in marks if t == token)
-            say({"clip_title": clip["title"], "clip_offsets_ns": offsets,
-                 "clip_duration_ns": clip_duration, "episode_duration_ns": episode_duration})
+            answer = {"clip_title": clip["title"], "clip_offsets_ns": offsets,
+                      "clip_duration_ns": clip_duration, "episode_duration_ns": episode_duration}
+            if mode[0] == "scores":
+                answer["clip_match_scores"] = [((o // 1000000) % 101) / 100 for o in offsets]
+            if mode[0] == "bad-scores":
+                answer["clip_match_scores"] = [1.5 for _ in offsets]
+            say(answer)
         answered += 1
     return 0
 
