@@ -189,6 +189,7 @@ pub(crate) async fn run(
             receive_wait: Duration::from_millis(50),
             retry: RetryPolicy::default(),
             announce: None,
+            wake: None,
         },
         // Two, so that results are recorded out of order (a lease's revoking result before
         // its others) as they are in production, and the exactly-once check covers that.
