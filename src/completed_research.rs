@@ -281,7 +281,11 @@ async fn drain(
             "batch recorded"
         );
         run.ack_all(settled).await;
-        if let Some(wake) = config.wake.as_ref().filter(|_| leases.values().any(|&ends| ends)) {
+        if let Some(wake) = config
+            .wake
+            .as_ref()
+            .filter(|_| leases.values().any(|&ends| ends))
+        {
             wake.wake();
         }
         if let Some(sender) = announcer.filter(|_| new_pairs) {

@@ -53,8 +53,8 @@ pub enum Cause {
     Woken,
 }
 
-/// When a repeated run starts again: `every` after the previous one started, or as soon as
-/// the wake-up is raised, but never sooner than `min_gap` after the previous start (a storm
+/// When a repeated run starts again: `every` after the previous one ended, or as soon as the
+/// wake-up is raised, but never sooner than `min_gap` after the previous one started (a storm
 /// of results wakes work assignment at most once per `min_gap`, so it cannot hammer the
 /// datastore).
 #[derive(Debug, Clone)]
@@ -68,10 +68,15 @@ pub struct Pace {
 }
 
 impl Pace {
-    /// Waits until the next run should start, the previous one having started at `started`.
-    /// Returns `None` when the token is cancelled first.
-    pub async fn wait(&self, started: Instant, token: &CancellationToken) -> Option<Cause> {
-        let timer = tokio::time::sleep_until(started + self.every);
+    /// Waits until the next run should start, the previous one having started at `started`
+    /// and ended at `ended`. Returns `None` when the token is cancelled first.
+    pub async fn wait(
+        &self,
+        started: Instant,
+        ended: Instant,
+        token: &CancellationToken,
+    ) -> Option<Cause> {
+        let timer = tokio::time::sleep_until(ended + self.every);
         let cause = match &self.wake {
             None => {
                 tokio::select! {
@@ -157,7 +162,7 @@ mod tests {
             min_gap: Duration::from_millis(25),
         };
         let start = Instant::now();
-        let cause = pace.wait(start, &CancellationToken::new()).await;
+        let cause = pace.wait(start, start, &CancellationToken::new()).await;
         assert_eq!(cause, Some(Cause::Timer));
         assert_eq!(start.elapsed(), Duration::from_secs(10));
     }
@@ -175,12 +180,12 @@ mod tests {
         wake.wake();
         wake.wake();
         wake.wake();
-        let cause = pace.wait(start, &CancellationToken::new()).await;
+        let cause = pace.wait(start, start, &CancellationToken::new()).await;
         assert_eq!(cause, Some(Cause::Woken));
         assert_eq!(start.elapsed(), Duration::from_millis(25));
         let next = Instant::now();
         assert_eq!(
-            pace.wait(next, &CancellationToken::new()).await,
+            pace.wait(next, next, &CancellationToken::new()).await,
             Some(Cause::Timer)
         );
         assert_eq!(next.elapsed(), Duration::from_secs(10));
@@ -195,6 +200,46 @@ mod tests {
             wake: Some(Wake::new()),
             min_gap: Duration::ZERO,
         };
-        assert_eq!(pace.wait(Instant::now(), &token).await, None);
+        assert_eq!(
+            pace.wait(Instant::now(), Instant::now(), &token).await,
+            None
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_item_taken_raises_the_wake_up_and_an_item_published_does_not() {
+        use messagebus::{Bus, MemoryBus, MemoryBusConfig};
+        let bus = MemoryBus::new(MemoryBusConfig::default());
+        bus.create_queue("pending_research").await.unwrap();
+        let sender = bus.sender("pending_research").await.unwrap();
+        // One researcher, one item waiting for it: no capacity.
+        let receiver = bus.receiver("pending_research").await.unwrap();
+        sender.send(b"{}".to_vec()).await.unwrap();
+        let (wake, token) = (Wake::new(), CancellationToken::new());
+        let watch = tokio::spawn(watch_capacity(
+            token.clone(),
+            sender.clone(),
+            None,
+            Duration::from_millis(20),
+            wake.clone(),
+        ));
+        // Looked at twice, nothing changed: not raised.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let quiet = tokio::time::timeout(Duration::ZERO, wake.woken()).await;
+        assert!(quiet.is_err(), "raised with nothing taken");
+        // The researcher takes it: capacity frees, and the next look says so.
+        let taken = receiver.receive(1, Duration::ZERO).await.unwrap();
+        assert_eq!(taken.len(), 1);
+        tokio::time::timeout(Duration::from_millis(100), wake.woken())
+            .await
+            .expect("an item taken raises the wake-up");
+        // A new item published (as a run would): capacity shrinks, nothing raised.
+        sender.send(b"{}".to_vec()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let quiet = tokio::time::timeout(Duration::ZERO, wake.woken()).await;
+        assert!(quiet.is_err(), "raised by an item published");
+        token.cancel();
+        watch.await.unwrap();
+        drop(taken);
     }
 }

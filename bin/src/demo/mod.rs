@@ -195,6 +195,8 @@ pub(crate) async fn run(
         // its others) as they are in production, and the exactly-once check covers that.
         recorders: DEMO_RECORDERS,
         ingest_wait: Duration::from_millis(250),
+        // The demo keeps its own short interval, on the timer alone.
+        wake: false,
     };
     spawn_all(
         &mut set,
