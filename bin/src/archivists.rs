@@ -9,7 +9,7 @@ use std::time::Duration;
 use archivist::completed_research::CompletedResearchConfig;
 use archivist::ingest::IngestConfig;
 use archivist::pending_research::{HoldBack, PendingResearchConfig};
-use archivist::{Cause, Pace, RetryPolicy, Wake};
+use archivist::{Pace, RetryPolicy, Wake};
 use clap::Args;
 use datastore::DataStore;
 use messagebus::Bus;
@@ -294,6 +294,7 @@ pub(crate) async fn spawn_pending(
     let token = token.clone();
     set.spawn(async move {
         let t = token.clone();
+        let woken = wake.is_some();
         let pace = every.map(|every| Pace {
             every,
             wake,
@@ -301,9 +302,10 @@ pub(crate) async fn spawn_pending(
         });
         tasks::repeat_paced("pending-research", token, pace, totals, move |cause| {
             let mut pending = pending.clone();
-            if cause == Some(Cause::Woken) {
-                // The start jitter spreads cron runs of several hosts; a run woken in this
-                // process has nobody to spread from.
+            if woken && cause.is_some() {
+                // The start jitter spreads the runs of processes started at the same moment
+                // (cron, a fleet restarted); after the first, a woken process's runs follow
+                // its own events, and a wait there would hold back the work it was woken for.
                 pending.start_jitter = Duration::ZERO;
             }
             archivist::pending_research::start(t.clone(), sender.clone(), store.clone(), pending)
