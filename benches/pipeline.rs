@@ -792,9 +792,7 @@ fn fixed_time_main() {
             let old = rt.block_on(fixed_time(per_item, n, false, window));
             let new = rt.block_on(fixed_time(per_item, n, true, window));
             println!(
-                "| {} | {n} | {} | {:.1}% | **{:.1}%** |",
-                format!("{per_item:?}"),
-                format!("{window:?}"),
+                "| {per_item:?} | {n} | {window:?} | {:.1}% | **{:.1}%** |",
                 old * 100.0,
                 new * 100.0
             );
