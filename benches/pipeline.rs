@@ -7,7 +7,19 @@
 //!     [--max-results-waiting 10000] [--separate-bus]
 //!     [--no-sqlite] [--no-postgres] [--rabbitmq]
 //!     [--exec-researchers [--exec-concurrency 8] [--shell-analyser] [--archivist PATH]]
+//! cargo bench -p archivist --bench pipeline -- --fixed-time 50ms,2s [--researchers 2,8]
+//!     [--window 30s]
 //! ```
+//!
+//! `--fixed-time` measures how busy researchers are while work waits, not throughput: an
+//! analyser that takes a fixed time per item (each given), one-clip items on SQLite, and work
+//! assignment paced as `archivist run` paces it, two ways in the same run: on the timer alone
+//! with `run`'s former defaults (every 10 s, up to 5 s of start jitter before each run), and
+//! woken when capacity frees (items taken, seen on the queue every 20 ms; leases ended; at
+//! most one woken run per 20 ms; start jitter on the first run only; every 1 s as the
+//! fallback). Each researcher slot takes one
+//! item at a time; the share of the window (from the first item taken, at least the given
+//! `--window` or 20 items' time) that the slots spent analysing is reported.
 //!
 //! For each size and backend (SQLite: a file in a temporary directory; Postgres: a fresh
 //! database on `ARCHIVIST_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/test`,
@@ -686,6 +698,9 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some(BE_ANALYSER) {
         return no_op_analyser();
     }
+    if std::env::args().any(|a| a == "--fixed-time") {
+        return fixed_time_main();
+    }
     let o = options();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -740,5 +755,283 @@ fn main() {
                     .unwrap_or_else(|| "—".into())
             );
         }
+    }
+}
+
+/// `--fixed-time`: for each analysis time and researcher count, the researchers' busy share
+/// with work assignment on the timer alone and woken.
+fn fixed_time_main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let times: Vec<Duration> = value("--fixed-time")
+        .unwrap_or_else(|| "50ms,2s".into())
+        .split(',')
+        .map(|t| duration(t.trim()))
+        .collect();
+    let researchers: Vec<usize> = value("--researchers")
+        .unwrap_or_else(|| "2,8".into())
+        .split(',')
+        .map(|n| n.trim().parse().expect("--researchers takes numbers"))
+        .collect();
+    let window = value("--window")
+        .map(|w| duration(&w))
+        .unwrap_or(Duration::from_secs(30));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    println!("| analysis per item | researchers | window | timer alone (every 10 s, jitter 5 s): busy | woken (every 1 s): busy |");
+    println!("| --- | --- | --- | --- | --- |");
+    for &per_item in &times {
+        for &n in &researchers {
+            let window = window.max(per_item * 20);
+            let old = rt.block_on(fixed_time(per_item, n, false, window));
+            let new = rt.block_on(fixed_time(per_item, n, true, window));
+            println!(
+                "| {per_item:?} | {n} | {window:?} | {:.1}% | **{:.1}%** |",
+                old * 100.0,
+                new * 100.0
+            );
+        }
+    }
+}
+
+/// One measurement: the share of `window` that `researchers` slots spent analysing.
+async fn fixed_time(per_item: Duration, researchers: usize, woken: bool, window: Duration) -> f64 {
+    use archivist::{watch_capacity, Pace, Wake};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+
+    let (store, bus, _url, _guard) = backend("sqlite", false).await;
+    let queues = Queues::new("");
+    for q in queues.all() {
+        bus.create_queue(q).await.unwrap();
+    }
+    // Enough one-clip items that work waits for the whole window.
+    let items =
+        (window.as_secs_f64() / per_item.as_secs_f64() * researchers as f64 * 1.5) as u32 + 20;
+    let bodies = (0..items).map(|i| encode(&episode(i))).collect();
+    bus.sender(&queues.episodes)
+        .await
+        .unwrap()
+        .send_batch(bodies)
+        .await
+        .unwrap();
+    bus.sender(&queues.clips)
+        .await
+        .unwrap()
+        .send(encode(&clip(0)))
+        .await
+        .unwrap();
+    let once = IngestConfig {
+        receive_wait: Duration::ZERO,
+        once: true,
+        ..IngestConfig::default()
+    };
+    let e = start_episodes(
+        CancellationToken::new(),
+        bus.receiver(&queues.episodes).await.unwrap(),
+        store.clone(),
+        once.clone(),
+    );
+    let c = start_clips(
+        CancellationToken::new(),
+        bus.receiver(&queues.clips).await.unwrap(),
+        store.clone(),
+        once,
+    );
+    ok(&e.done.await.unwrap());
+    ok(&c.done.await.unwrap());
+
+    let token = CancellationToken::new();
+    let wake = woken.then(Wake::new);
+    let first_taken: Arc<OnceLock<tokio::time::Instant>> = Arc::new(OnceLock::new());
+    let busy_ns = Arc::new(AtomicU64::new(0));
+    let mut tasks = JoinSet::new();
+    // The researchers: each slot one item at a time, the analysis a fixed wait.
+    for _ in 0..researchers {
+        let rx = bus.receiver(&queues.pending).await.unwrap();
+        let tx = bus.sender(&queues.completed).await.unwrap();
+        let (token, first, busy) = (token.clone(), first_taken.clone(), busy_ns.clone());
+        tasks.spawn(async move {
+            while !token.is_cancelled() {
+                let batch = tokio::select! {
+                    _ = token.cancelled() => return,
+                    b = rx.receive(1, Duration::from_millis(200)) => b.unwrap(),
+                };
+                let Some(d) = batch.into_iter().next() else {
+                    continue;
+                };
+                let start = tokio::time::Instant::now();
+                let t0 = *first.get_or_init(|| start);
+                tokio::time::sleep(per_item).await;
+                let end = (start + per_item).min(t0 + window);
+                busy.fetch_add(
+                    end.saturating_duration_since(start).as_nanos() as u64,
+                    Ordering::Relaxed,
+                );
+                let item: PendingResearchItem = decode(d.body()).unwrap();
+                let n = item.clips.len();
+                let answers = item
+                    .clips
+                    .iter()
+                    .enumerate()
+                    .map(|(i, clip)| {
+                        encode(&CompletedResearchItem {
+                            lease_id: item.lease_id,
+                            revoke_lease: i + 1 == n,
+                            research_date: Utc::now(),
+                            episode: item.episode.clone(),
+                            clip: clip.clone(),
+                            episode_duration_ns: 3_600_000_000_000,
+                            episode_hash: "sha256:e".into(),
+                            clip_duration_ns: 4_000_000_000,
+                            clip_hash: "sha256:c".into(),
+                            clip_offsets_ns: vec![],
+                            failure: None,
+                        })
+                    })
+                    .collect();
+                if tx.send_batch(answers).await.is_err() || d.ack().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    // Work assignment, paced as `run` paces it.
+    let every = if woken {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_secs(10)
+    };
+    {
+        let tx = bus.sender(&queues.pending).await.unwrap();
+        if let Some(wake) = &wake {
+            tasks.spawn(watch_capacity(
+                token.clone(),
+                tx.clone(),
+                Some(researchers as u64),
+                Duration::from_millis(20),
+                wake.clone(),
+            ));
+        }
+        let config = PendingResearchConfig {
+            max_clips: 1,
+            researchers: Some(researchers as u64),
+            start_jitter: Duration::from_secs(5),
+            ..PendingResearchConfig::default()
+        };
+        let pace = Pace {
+            every,
+            wake: wake.clone(),
+            min_gap: Duration::from_millis(20),
+        };
+        let (store, token) = (store.clone(), token.clone());
+        tasks.spawn(async move {
+            let mut cause: Option<archivist::Cause> = None;
+            loop {
+                let mut config = config.clone();
+                // As `run`: woken, only the first run waits its start jitter; on the timer
+                // alone, every run does (today's `run`).
+                if woken && cause.is_some() {
+                    config.start_jitter = Duration::ZERO;
+                }
+                let started = tokio::time::Instant::now();
+                let report = pending_research::start(
+                    token.child_token(),
+                    Arc::clone(&tx),
+                    store.clone(),
+                    config,
+                )
+                .done
+                .await
+                .unwrap();
+                ok(&report);
+                match pace
+                    .wait(started, tokio::time::Instant::now(), &token)
+                    .await
+                {
+                    Some(c) => cause = Some(c),
+                    None => return,
+                }
+            }
+        });
+    }
+    // The recorder, paced as `run` paces it (draining, then `every`).
+    {
+        let rx = bus.receiver(&queues.completed).await.unwrap();
+        let (store, token, wake) = (store.clone(), token.clone(), wake.clone());
+        tasks.spawn(async move {
+            let pace = Pace {
+                every,
+                wake: None,
+                min_gap: Duration::ZERO,
+            };
+            loop {
+                let started = tokio::time::Instant::now();
+                let report = completed_research::start(
+                    token.child_token(),
+                    Arc::clone(&rx),
+                    store.clone(),
+                    CompletedResearchConfig {
+                        receive_wait: Duration::from_secs(1),
+                        wake: wake.clone(),
+                        ..CompletedResearchConfig::default()
+                    },
+                )
+                .done
+                .await
+                .unwrap();
+                ok(&report);
+                if pace
+                    .wait(started, tokio::time::Instant::now(), &token)
+                    .await
+                    .is_none()
+                {
+                    return;
+                }
+            }
+        });
+    }
+    // The window, from the first item taken.
+    let t0 = loop {
+        if let Some(t0) = first_taken.get() {
+            break *t0;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    tokio::time::sleep_until(t0 + window).await;
+    // The last items in hand finish (their busy time is clipped to the window).
+    tokio::time::sleep(per_item).await;
+    let status = store.status(Utc::now()).await.unwrap();
+    assert!(
+        status.researched_pairs < u64::from(items),
+        "work ran out before the window ended: {status:?}"
+    );
+    token.cancel();
+    while tasks.join_next().await.is_some() {}
+    let _ = bus.close().await;
+    busy_ns.load(Ordering::Relaxed) as f64 / (researchers as f64 * window.as_nanos() as f64)
+}
+
+/// A duration as `50ms` or `2s`.
+fn duration(text: &str) -> Duration {
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = number
+        .parse()
+        .unwrap_or_else(|_| panic!("not a duration: {text:?}"));
+    match unit {
+        "ms" => Duration::from_millis(n),
+        "s" | "" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        _ => panic!("not a duration: {text:?} (50ms, 2s, 1m)"),
     }
 }

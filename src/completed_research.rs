@@ -59,6 +59,10 @@ pub struct CompletedResearchConfig {
     /// announced (completions are still kept, one per episode, and announced once this is
     /// set).
     pub announce: Option<Arc<dyn Sender>>,
+    /// Raised after each batch that ended a lease (a researcher's last result for an item:
+    /// it is free for the next), so that work assignment in the same process can look at
+    /// once. `None` (the default): nobody is told.
+    pub wake: Option<crate::Wake>,
 }
 
 impl std::fmt::Debug for CompletedResearchConfig {
@@ -68,6 +72,7 @@ impl std::fmt::Debug for CompletedResearchConfig {
             .field("receive_wait", &self.receive_wait)
             .field("retry", &self.retry)
             .field("announce", &self.announce.as_ref().map(|s| s.queue()))
+            .field("wake", &self.wake.is_some())
             .finish()
     }
 }
@@ -79,6 +84,7 @@ impl Default for CompletedResearchConfig {
             receive_wait: Duration::from_secs(1),
             retry: RetryPolicy::default(),
             announce: None,
+            wake: None,
         }
     }
 }
@@ -275,6 +281,13 @@ async fn drain(
             "batch recorded"
         );
         run.ack_all(settled).await;
+        if let Some(wake) = config
+            .wake
+            .as_ref()
+            .filter(|_| leases.values().any(|&ends| ends))
+        {
+            wake.wake();
+        }
         if let Some(sender) = announcer.filter(|_| new_pairs) {
             // The batch recorded and acknowledged, its completions kept, none announced yet.
             messagebus::fail_point("completed-research-announce").await;

@@ -34,6 +34,10 @@ pub struct IngestConfig {
     pub once: bool,
     /// Backoff for passing datastore failures.
     pub retry: RetryPolicy,
+    /// Raised after each batch that stored episodes or clips (they may make new pairs), so
+    /// that work assignment in the same process can look at once. `None` (the default):
+    /// nobody is told.
+    pub wake: Option<crate::Wake>,
 }
 
 impl Default for IngestConfig {
@@ -43,6 +47,7 @@ impl Default for IngestConfig {
             receive_wait: Duration::from_secs(20),
             once: false,
             retry: RetryPolicy::default(),
+            wake: None,
         }
     }
 }
@@ -170,7 +175,11 @@ async fn ingest<M: Curated>(
         run.report.stored += stored.len() as u64;
         telemetry::count(telemetry::STORED, run.name, stored.len() as u64);
         tracing::debug!(received, stored = stored.len(), "batch upserted");
+        let any = !stored.is_empty();
         run.ack_all(stored.into_iter().map(|(d, _, _)| d).collect())
             .await;
+        if let Some(wake) = config.wake.as_ref().filter(|_| any) {
+            wake.wake();
+        }
     }
 }

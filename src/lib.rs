@@ -66,6 +66,8 @@
 //! - `pending_research.rs`: the work-assignment run.
 //! - `completed_research.rs`: the result-recording run.
 //! - `runner.rs`: what they share: the run task, reported retries, settling a batch.
+//! - `wake.rs`: [`Wake`], [`Pace`], [`watch_capacity`]: work assignment woken when capacity
+//!   frees (one process holding all four), the timer as the fallback.
 
 pub mod completed_research;
 mod handle;
@@ -75,7 +77,9 @@ pub mod pending_research;
 mod retry;
 mod runner;
 mod telemetry;
+pub mod wake;
 
 pub use handle::{ArchivistError, ArchivistHandle, Ended, Report, ERROR_CHANNEL_CAPACITY};
 pub use retry::{RetryError, RetryPolicy};
 pub use telemetry::describe as describe_metrics;
+pub use wake::{watch_capacity, Cause, Pace, Wake};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use archivist::completed_research::CompletedResearchConfig;
 use archivist::ingest::IngestConfig;
 use archivist::pending_research::{HoldBack, PendingResearchConfig};
-use archivist::RetryPolicy;
+use archivist::{Pace, RetryPolicy, Wake};
 use clap::Args;
 use datastore::DataStore;
 use messagebus::Bus;
@@ -26,6 +26,15 @@ use crate::web;
 pub(crate) const INGEST_WAIT: Duration = Duration::from_secs(20);
 /// How long a draining run (`--once`, completed research) waits for more before it ends.
 pub(crate) const DRAIN_WAIT: Duration = Duration::from_secs(1);
+/// The shortest time between two work-assignment runs started by a wake-up (`run`): a storm
+/// of results starts at most one run per this, so it cannot hammer the datastore.
+pub(crate) const WAKE_MIN_GAP: Duration = Duration::from_millis(20);
+/// How often `run` looks at the work queue for items taken (each look one cheap read; a
+/// researcher that finishes an item in 50 ms takes the next one waiting at once, so the
+/// queue must be topped up within that). SQS is asked less often: each look is a paid
+/// request, and its counts are approximate anyway.
+const WATCH_EVERY: Duration = Duration::from_millis(20);
+const WATCH_EVERY_SQS: Duration = Duration::from_secs(1);
 /// After the archivists stop (or are given up on at the shutdown timeout), how long the bus
 /// may take to release the messages they still held.
 const RELEASE_GRACE: Duration = Duration::from_secs(5);
@@ -241,9 +250,29 @@ pub(crate) async fn spawn_pending(
     config: &Config,
     mut pending: PendingResearchConfig,
     every: Option<Duration>,
+    wake: Option<Wake>,
     totals: SharedTotals,
 ) -> anyhow::Result<()> {
     let sender = connect::sender(bus, &config.queues.pending_research).await?;
+    if let Some(wake) = &wake {
+        // Items taken and researchers started are seen only on the queue.
+        let watch_every = if config.bus == BusKind::Sqs {
+            WATCH_EVERY_SQS
+        } else {
+            WATCH_EVERY
+        };
+        let watch = archivist::watch_capacity(
+            token.clone(),
+            sender.clone(),
+            pending.researchers,
+            watch_every,
+            wake.clone(),
+        );
+        set.spawn(async move {
+            watch.await;
+            Ok(())
+        });
+    }
     if config.max_results_waiting > 0 {
         // Holding back is a courtesy to the recorder: a results queue this process cannot
         // open (not created yet, another account's) leaves work assignment as it was.
@@ -265,13 +294,21 @@ pub(crate) async fn spawn_pending(
     let token = token.clone();
     set.spawn(async move {
         let t = token.clone();
-        tasks::repeat("pending-research", token, every, totals, move || {
-            archivist::pending_research::start(
-                t.clone(),
-                sender.clone(),
-                store.clone(),
-                pending.clone(),
-            )
+        let woken = wake.is_some();
+        let pace = every.map(|every| Pace {
+            every,
+            wake,
+            min_gap: WAKE_MIN_GAP,
+        });
+        tasks::repeat_paced("pending-research", token, pace, totals, move |cause| {
+            let mut pending = pending.clone();
+            if woken && cause.is_some() {
+                // The start jitter spreads the runs of processes started at the same moment
+                // (cron, a fleet restarted); after the first, a woken process's runs follow
+                // its own events, and a wait there would hold back the work it was woken for.
+                pending.start_jitter = Duration::ZERO;
+            }
+            archivist::pending_research::start(t.clone(), sender.clone(), store.clone(), pending)
         })
         .await
     });
@@ -329,6 +366,9 @@ pub(crate) struct Pipeline {
     /// How many completed-research archivists record side by side (at least one).
     pub(crate) recorders: usize,
     pub(crate) ingest_wait: Duration,
+    /// Work assignment woken when capacity frees (an item taken, a lease ended, new episodes
+    /// or clips stored), `every` then only the fallback; else on the timer alone.
+    pub(crate) wake: bool,
 }
 
 /// Spawns the four archivists on `bus` and `store` into `set`.
@@ -341,6 +381,7 @@ pub(crate) async fn spawn_all(
     pipeline: Pipeline,
     totals: &AllTotals,
 ) -> anyhow::Result<()> {
+    let wake = pipeline.wake.then(Wake::new);
     for (kind, totals) in [
         (Kind::Episodes, &totals.episodes),
         (Kind::Clips, &totals.clips),
@@ -349,6 +390,7 @@ pub(crate) async fn spawn_all(
         let ingest = IngestConfig {
             receive_wait: pipeline.ingest_wait,
             retry: RetryPolicy::forever(),
+            wake: wake.clone(),
             ..IngestConfig::default()
         };
         spawn_ingest(
@@ -371,6 +413,7 @@ pub(crate) async fn spawn_all(
         config,
         pipeline.pending,
         Some(pipeline.every),
+        wake.clone(),
         totals.pending.clone(),
     )
     .await?;
@@ -384,7 +427,10 @@ pub(crate) async fn spawn_all(
             bus,
             store.clone(),
             config,
-            pipeline.completed.clone(),
+            CompletedResearchConfig {
+                wake: wake.clone(),
+                ..pipeline.completed.clone()
+            },
             Some(pipeline.every),
             totals.completed.clone(),
         )

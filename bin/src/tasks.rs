@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use anyhow::anyhow;
-use archivist::{ArchivistError, ArchivistHandle, Ended, Report};
+use archivist::{ArchivistError, ArchivistHandle, Cause, Ended, Pace, Report};
 use messagebus::BusError;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -135,8 +135,28 @@ pub(crate) async fn repeat(
     totals: SharedTotals,
     mut start: impl FnMut() -> ArchivistHandle,
 ) -> anyhow::Result<()> {
+    let pace = every.map(|every| Pace {
+        every,
+        wake: None,
+        min_gap: Duration::ZERO,
+    });
+    repeat_paced(name, token, pace, totals, move |_| start()).await
+}
+
+/// Runs an archivist with `start`, then again as `pace` says (when given: after its interval,
+/// or sooner when its wake-up is raised) until the token is cancelled. `start` is told why
+/// each run starts (`None` for the first). A run that fails ends the repetition with an error.
+pub(crate) async fn repeat_paced(
+    name: &'static str,
+    token: CancellationToken,
+    pace: Option<Pace>,
+    totals: SharedTotals,
+    mut start: impl FnMut(Option<Cause>) -> ArchivistHandle,
+) -> anyhow::Result<()> {
+    let mut cause = None;
     loop {
-        let report = wait(name, start()).await;
+        let started = tokio::time::Instant::now();
+        let report = wait(name, start(cause)).await;
         add(&totals, &report);
         match report.ended {
             Ended::Finished => {}
@@ -146,10 +166,11 @@ pub(crate) async fn repeat(
             #[allow(unreachable_patterns)]
             _ => {}
         }
-        let Some(every) = every else { return Ok(()) };
-        tokio::select! {
-            _ = token.cancelled() => return Ok(()),
-            _ = tokio::time::sleep(every) => {}
+        let Some(pace) = &pace else { return Ok(()) };
+        let ended = tokio::time::Instant::now();
+        match pace.wait(started, ended, &token).await {
+            Some(c) => cause = Some(c),
+            None => return Ok(()),
         }
     }
 }
@@ -252,6 +273,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
     use crate::values::UsageError;
+    use archivist::Wake;
     use std::sync::atomic::{AtomicU32, Ordering};
     use tokio::sync::{mpsc, oneshot};
 
@@ -287,6 +309,52 @@ mod tests {
         assert_eq!(runs.load(Ordering::SeqCst), 3);
         let t = read(&totals);
         assert_eq!((t.runs, t.stored), (3, 6));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_up_starts_the_next_run_without_waiting_for_the_interval() {
+        let token = CancellationToken::new();
+        let wake = Wake::new();
+        let started = Arc::new(Mutex::new(Vec::new()));
+        let t0 = tokio::time::Instant::now();
+        let pace = Pace {
+            every: Duration::from_secs(3600),
+            wake: Some(wake.clone()),
+            min_gap: Duration::from_millis(20),
+        };
+        let (t, w, s) = (token.clone(), wake.clone(), started.clone());
+        repeat_paced(
+            "test",
+            token.clone(),
+            Some(pace),
+            Default::default(),
+            move |cause| {
+                let mut s = s.lock().unwrap();
+                s.push((cause, t0.elapsed()));
+                match s.len() {
+                    // The first run finishes an item: the recorder raises the wake-up.
+                    1 => w.wake(),
+                    // Woken once, at the gap; the next one is the timer's.
+                    2 => {}
+                    _ => t.cancel(),
+                }
+                handle(Ended::Finished)
+            },
+        )
+        .await
+        .unwrap();
+        let started = started.lock().unwrap().clone();
+        assert_eq!(
+            started,
+            [
+                (None, Duration::ZERO),
+                (Some(Cause::Woken), Duration::from_millis(20)),
+                (
+                    Some(Cause::Timer),
+                    Duration::from_millis(20) + Duration::from_secs(3600)
+                ),
+            ]
+        );
     }
 
     #[tokio::test(start_paused = true)]

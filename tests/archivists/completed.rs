@@ -20,6 +20,7 @@ fn config() -> CompletedResearchConfig {
         receive_wait: Duration::ZERO,
         retry: fast_retry(5),
         announce: None,
+        wake: None,
     }
 }
 

@@ -18,6 +18,7 @@ fn once() -> IngestConfig {
         receive_wait: Duration::ZERO,
         once: true,
         retry: fast_retry(5),
+        wake: None,
     }
 }
 

@@ -48,6 +48,7 @@ async fn round_trip(backend: Backend, bus: MemoryBusConfig) {
         receive_wait: Duration::ZERO,
         once: true,
         retry: fast_retry(20),
+        wake: None,
     };
     let e = start_episodes(
         CancellationToken::new(),
@@ -105,6 +106,7 @@ async fn round_trip(backend: Backend, bus: MemoryBusConfig) {
                 receive_wait: Duration::ZERO,
                 retry: fast_retry(20),
                 announce: None,
+                wake: None,
             },
         ))
         .await;

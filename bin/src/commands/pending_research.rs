@@ -36,6 +36,7 @@ pub(crate) async fn run(
         config,
         pending,
         args.every,
+        None,
         Default::default(),
     )
     .await?;

@@ -21,12 +21,14 @@ pub(crate) const EXAMPLES: &str = "Examples:\n  \
 /// Options of `run`.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// Interval of the pending-research and completed-research runs
+    /// Work assignment runs at once when capacity frees (an item taken, a lease ended, new
+    /// episodes or clips stored), and at least this often (expired leases, pairs freed by
+    /// other processes); result recording pauses this long between drains
     #[arg(
         long,
         env = "ARCHIVIST_EVERY",
         hide_env_values = true,
-        default_value = "10s",
+        default_value = "1s",
         value_parser = parse_interval
     )]
     pub(crate) every: Duration,
@@ -61,6 +63,7 @@ pub(crate) async fn run(
         // More recorders are more processes (`completed-research`), each its own pool.
         recorders: 1,
         ingest_wait: archivists::INGEST_WAIT,
+        wake: true,
     };
     archivists::spawn_all(
         &mut set,

@@ -189,11 +189,14 @@ pub(crate) async fn run(
             receive_wait: Duration::from_millis(50),
             retry: RetryPolicy::default(),
             announce: None,
+            wake: None,
         },
         // Two, so that results are recorded out of order (a lease's revoking result before
         // its others) as they are in production, and the exactly-once check covers that.
         recorders: DEMO_RECORDERS,
         ingest_wait: Duration::from_millis(250),
+        // The demo keeps its own short interval, on the timer alone.
+        wake: false,
     };
     spawn_all(
         &mut set,
