@@ -893,6 +893,7 @@ async fn fixed_time(per_item: Duration, researchers: usize, woken: bool, window:
                             clip_duration_ns: 4_000_000_000,
                             clip_hash: "sha256:c".into(),
                             clip_offsets_ns: vec![],
+                            clip_match_scores: None,
                             failure: None,
                         })
                     })
