@@ -108,6 +108,18 @@ impl History {
         }
     }
 
+    /// A history holding `samples`, already pre-emphasised, from absolute index `start` on
+    /// (the print path: a stretch decoded for one candidate; see `print_window.rs`).
+    pub(crate) fn from_emphasised(start: u64, samples: Vec<f32>) -> History {
+        History {
+            cap: samples.len(),
+            buf: samples.into(),
+            start,
+            a: 0.0,
+            prev: 0.0,
+        }
+    }
+
     /// Appends samples (plain; pre-emphasised here), dropping the oldest beyond capacity.
     pub fn push(&mut self, samples: &[f32]) {
         for &x in samples {
