@@ -222,7 +222,7 @@ const KNOWN_CODECS: [CodecType; 24] = [
 
 impl CodecSpec {
     /// The decoder's parameters of a track.
-    pub fn of(params: &CodecParameters) -> CodecSpec {
+    pub(crate) fn of(params: &CodecParameters) -> CodecSpec {
         let codec = KNOWN_CODECS
             .iter()
             .position(|&c| c == params.codec)
@@ -247,7 +247,7 @@ impl CodecSpec {
     }
 
     /// symphonia's parameters again; `None` for a codec a print cannot decode.
-    pub fn parameters(&self) -> Option<CodecParameters> {
+    pub(crate) fn parameters(&self) -> Option<CodecParameters> {
         let codec = *KNOWN_CODECS.get(usize::from(self.codec).checked_sub(1)?)?;
         let mut p = CodecParameters::new();
         p.for_codec(codec);

@@ -29,7 +29,7 @@ pub(crate) struct Recent {
 
 impl Recent {
     /// Bytes `data` were read from position `pos`.
-    pub fn record(&mut self, pos: u64, data: &[u8]) {
+    pub(crate) fn record(&mut self, pos: u64, data: &[u8]) {
         if data.is_empty() {
             return;
         }
@@ -48,7 +48,7 @@ impl Recent {
     }
 
     /// The media was seeked to `pos`.
-    pub fn seeked(&mut self, pos: u64) {
+    pub(crate) fn seeked(&mut self, pos: u64) {
         self.seeks.push_back(pos);
         if self.seeks.len() > SEEKS {
             self.seeks.pop_front();
@@ -143,7 +143,7 @@ pub(crate) struct PacketLog {
 impl PacketLog {
     /// The next packet of the track: its bytes (found in `recent`), its trimming, the
     /// frames dropped from its start and the frames it added.
-    pub fn packet(
+    pub(crate) fn packet(
         &mut self,
         recent: &Recent,
         data: &[u8],

@@ -22,10 +22,10 @@ use crate::guard;
 use crate::print::{ByteSource, EpisodePrint, PacketExtra};
 
 /// Packets decoded and dropped before a stretch, at least…
-pub const PRE_ROLL_PACKETS: usize = 2;
+pub(crate) const PRE_ROLL_PACKETS: usize = 2;
 /// …and at least this many bytes of them (MP3's reservoir reaches 511 bytes back from the
 /// frame before).
-pub const PRE_ROLL_BYTES: u64 = 1_536;
+pub(crate) const PRE_ROLL_BYTES: u64 = 1_536;
 /// Stretches of the media closer than this are fetched in one read.
 const MERGE_GAP: u64 = 4_096;
 
@@ -46,7 +46,7 @@ pub(crate) struct Fetched<'a> {
 }
 
 impl<'a> Fetched<'a> {
-    pub fn new(media: &'a mut dyn ByteSource) -> Fetched<'a> {
+    pub(crate) fn new(media: &'a mut dyn ByteSource) -> Fetched<'a> {
         Fetched {
             media,
             blocks: BTreeMap::new(),
@@ -115,7 +115,7 @@ pub(crate) struct Packets<'p> {
 }
 
 impl<'p> Packets<'p> {
-    pub fn new(print: &'p EpisodePrint) -> Packets<'p> {
+    pub(crate) fn new(print: &'p EpisodePrint) -> Packets<'p> {
         let mut starts = Vec::with_capacity(print.packets.len() + 1);
         let mut at = 0u64;
         for p in &print.packets {
@@ -127,7 +127,7 @@ impl<'p> Packets<'p> {
     }
 
     /// The episode's frames `from..to` (at its own rate, mono), decoded from the media.
-    pub fn decode(
+    pub(crate) fn decode(
         &self,
         fetched: &mut Fetched<'_>,
         from: u64,
