@@ -202,7 +202,15 @@ mod tests {
     #[test]
     fn packets_are_found_next_after_a_seek_by_search_and_across_page_headers() {
         let mut r = Recent::default();
-        let media: Vec<u8> = (0..5_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut seed = 1u64;
+        let media: Vec<u8> = (0..5_000)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (seed >> 56) as u8
+            })
+            .collect();
         r.record(0, &media[..3_000]);
         r.record(3_000, &media[3_000..]);
         assert_eq!(r.find(Some(100), &media[100..150]), Some(vec![(100, 50)]));
