@@ -4,12 +4,17 @@
 //!
 //! ```text
 //! cargo bench -p analysis --bench prints -- [--minutes N] [--dir DIR] [--rounds N]
+//!     [--corpus DIR]
 //! ```
 //!
 //! The episode (synthesised speech over a music bed, `--minutes` long, 30 by default, with
 //! five first-pass clips and a new clip placed in it) is encoded by ffmpeg into each format
 //! once and kept in `DIR` (default `target/print-bench`). CPU is this process's user +
 //! system time (one thread), the best of `--rounds` (3) runs of each measurement.
+//!
+//! `--corpus DIR` (`scripts/make-analysis-corpus.sh`'s output) measures its MP3 64k, AAC 96k,
+//! Ogg q2 and FLAC episodes instead, the first pass against its clips but the last, the new
+//! clip the last.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
@@ -126,6 +131,34 @@ fn corpus(dir: &Path, minutes: f64) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput)
     (episodes, paths, new)
 }
 
+/// The analysis corpus's episodes of four classes and its clips.
+fn analysis_corpus(dir: &Path) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput) {
+    let list = |sub: &str| {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join(sub))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        v.sort();
+        v
+    };
+    let episodes = list("episodes")
+        .into_iter()
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            ["-mp3_64k.mp3", "-aac_96k.m4a", "-ogg_q2.ogg", "-lossless.flac"]
+                .iter()
+                .any(|class| name.ends_with(class))
+        })
+        .collect();
+    let mut clips: Vec<ClipInput> = list("clips")
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "wav"))
+        .map(ClipInput::new)
+        .collect();
+    let new = clips.pop().unwrap();
+    (episodes, clips, new)
+}
+
 fn same(a: &EpisodeReport, b: &EpisodeReport) -> bool {
     a.clips.iter().zip(&b.clips).all(|(x, y)| match (x, y) {
         (ClipOutcome::Found(x), ClipOutcome::Found(y)) => {
@@ -167,7 +200,10 @@ fn main() {
         },
         PathBuf::from,
     );
-    let (episodes, first_clips, new_clip) = corpus(&dir, minutes);
+    let (episodes, first_clips, new_clip) = match value("--corpus") {
+        Some(c) => analysis_corpus(Path::new(&c)),
+        None => corpus(&dir, minutes),
+    };
     println!(
         "{:<28} {:>9} {:>9} {:>8} | {:>8} {:>8} {:>7} | {:>10} {:>10} {:>7} {:>6} {:>5}",
         "episode",

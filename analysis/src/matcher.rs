@@ -24,10 +24,10 @@ const CLUSTER_GAP: i64 = 2;
 /// Each window's score is its best correlation within this many samples of the common lag
 /// (0.25 ms at 8 kHz): a clip whose speed differs slightly from its variant's drifts by a
 /// sample or two over its length, far less than a period of any note.
-const SCORE_SLACK: usize = 2;
+pub(crate) const SCORE_SLACK: usize = 2;
 /// The score is looked for at this many points per sample (1/8 sample: at 8 kHz a 3.6 kHz
 /// component, the highest analysed, is then at most 0.2 rad off its peak, under 2% lost).
-const SCORE_STEPS: usize = 8;
+pub(crate) const SCORE_STEPS: usize = 8;
 /// Input samples handled at a time (at most ~0.1 s at 48 kHz; the ring's margin is larger).
 const PIECE: usize = 4_096;
 
@@ -204,6 +204,12 @@ impl EpisodeScan {
                 (start - search, start + w.samples.len() as i64 + search)
             })
             .collect()
+    }
+
+    /// The print path: the clip and variant `c` is a candidate of.
+    pub(crate) fn candidate_clip(&self, c: &Candidate) -> (Arc<ClipPrint>, usize, i64) {
+        let entry = &self.entries[c.entry];
+        (Arc::clone(&self.clips[entry.clip]), entry.variant, c.best)
     }
 
     /// The print path: refines `c` against `history` (its stretches, decoded), as a full

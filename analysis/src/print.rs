@@ -393,10 +393,13 @@ impl EpisodePrint {
             match &x.pieces {
                 None => put(&mut w, 0),
                 Some(pieces) => {
+                    // Each piece from where the one before ended (the packet's start first).
                     put(&mut w, pieces.len() as u64 + 1);
+                    let mut end = self.packets.get(i as usize).map_or(0, |p| p.pos);
                     for &(pos, len) in pieces {
-                        put(&mut w, pos);
+                        put(&mut w, zigzag(pos as i64 - end as i64));
                         put(&mut w, u64::from(len));
+                        end = pos + u64::from(len);
                     }
                 }
             }
@@ -545,8 +548,12 @@ impl Reader<'_> {
                         return None;
                     }
                     let mut v = Vec::with_capacity(k - 1);
+                    let mut end = packets.get(last as usize)?.pos;
                     for _ in 1..k {
-                        v.push((self.var()?, self.var32()?));
+                        let pos = end.checked_add_signed(unzigzag(self.var()?))?;
+                        let len = self.var32()?;
+                        end = pos.checked_add(u64::from(len))?;
+                        v.push((pos, len));
                     }
                     Some(v)
                 }

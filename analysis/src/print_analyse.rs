@@ -17,7 +17,8 @@ use crate::peaks::Peak;
 use crate::print::{self, ByteSource, CodecSpec, EpisodePrint};
 use crate::print_record::PacketLog;
 use crate::print_window::{Fetched, Packets, WindowError};
-use crate::refine::History;
+use crate::matcher::{SCORE_SLACK, SCORE_STEPS};
+use crate::refine::{value_at, Correlator, History, INTERPOLATION_TAPS};
 use crate::resample::Resampler;
 use crate::{Analyser, ClipInput, ClipOutcome, ClipPrint, ClipReport, EpisodeReport, Error};
 use crate::Progress;
@@ -164,6 +165,8 @@ struct Refiner<'a> {
     /// Frames of the decoded stream, and samples at the analysis rate.
     frames: u64,
     analysed: u64,
+    correlator: Correlator,
+    kernel_gain: Option<f32>,
 }
 
 impl<'a> Refiner<'a> {
@@ -175,24 +178,118 @@ impl<'a> Refiner<'a> {
             fetched: Fetched::new(media),
             analysed: resampler.output_len(print.frames),
             frames: print.frames,
+            correlator: Correlator::new(params.refine_window, params.refine_search),
+            kernel_gain: None,
             resampler,
         }
     }
 
     /// Refines every candidate the scan has closed.
     fn refine(&mut self, scan: &mut EpisodeScan, name: &Path) -> Result<(), Error> {
+        let error = |e| match e {
+            WindowError::Io(source) => Error::Io {
+                path: name.to_owned(),
+                source,
+            },
+            WindowError::Unusable(reason) => unusable(name.to_owned(), &reason),
+        };
         for c in scan.take_candidates() {
             let needs = scan.needs(&c);
-            let history = self.history(&needs).map_err(|e| match e {
-                WindowError::Io(source) => Error::Io {
-                    path: name.to_owned(),
-                    source,
-                },
-                WindowError::Unusable(reason) => unusable(name.to_owned(), &reason),
-            })?;
+            if self.surely_rejected(scan, &c, &needs).map_err(error)? {
+                continue;
+            }
+            let history = self.history(&needs).map_err(error)?;
             scan.refine_with(c, history);
         }
         Ok(())
+    }
+
+    /// Whether the refinement would reject `c` whatever its other windows hold, from as few
+    /// of its windows as prove it: its score is the median window's correlation (at the
+    /// windows' common lag), so once more than half of them correlate below the bar at
+    /// every lag searched, it is below the bar. Each window's best anywhere is computed on
+    /// the same points the score is taken on, so this never rejects what the refinement
+    /// keeps; it saves fetching the other windows of a chance vote cluster.
+    fn surely_rejected(
+        &mut self,
+        scan: &EpisodeScan,
+        c: &crate::matcher::Candidate,
+        needs: &[(i64, i64)],
+    ) -> Result<bool, WindowError> {
+        let (clip, variant, best) = scan.candidate_clip(c);
+        let Some(variant) = clip.variants.get(variant) else {
+            return Ok(false);
+        };
+        let (hop, search) = (self.params.hop as i64, self.params.refine_search);
+        // The windows the refinement uses: inside the episode, and not silent.
+        let inside: Vec<usize> = variant
+            .windows
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| {
+                best * hop + (w.start + w.samples.len()) as i64 <= self.analysed as i64
+                    && !w.samples.is_empty()
+                    && w.norm > 0.0
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if inside.is_empty() {
+            return Ok(true);
+        }
+        let bar = if inside.len() < 2 {
+            self.params.min_correlation_one_window
+        } else {
+            self.params.min_correlation
+        };
+        let enough = (inside.len() - 1) / 2 + 1;
+        let mut low = 0;
+        for (k, &i) in inside.iter().enumerate() {
+            if low + (inside.len() - k) < enough {
+                return Ok(false);
+            }
+            let w = &variant.windows[i];
+            let history = self.history(&needs[i..=i])?;
+            let expected = best * hop + w.start as i64;
+            let Some(curve) = self.correlator.curve(w, &history, expected, search) else {
+                return Ok(false);
+            };
+            if self.best_anywhere_below(&curve, search, bar) {
+                low += 1;
+                if low >= enough {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether the curve is below `bar` at every point the refinement may take a window's
+    /// score at (`lag − SCORE_SLACK … lag + SCORE_SLACK` in steps of `1 / SCORE_STEPS`, for
+    /// every lag searched). A point is computed as the refinement computes it
+    /// ([`value_at`]) unless a bound shows it low: the interpolation's absolute kernel sum
+    /// (measured on [`value_at`] itself) times the largest sample it reaches.
+    fn best_anywhere_below(&mut self, curve: &[f32], search: usize, bar: f32) -> bool {
+        let gain = *self.kernel_gain.get_or_insert_with(kernel_gain);
+        let reach = INTERPOLATION_TAPS + 1;
+        let steps = SCORE_STEPS as f64;
+        let slack = SCORE_SLACK as f64;
+        let points = (2 * search + 2 * SCORE_SLACK) * SCORE_STEPS;
+        // Margin for rounding: the refinement computes its points as `lag − slack + k/steps`.
+        let bar = bar - 1e-3;
+        for j in 0..=points {
+            let x = j as f64 / steps - slack;
+            let centre = x.floor() as i64;
+            let near = ((centre - reach).max(0)..=(centre + reach).max(0))
+                .filter_map(|k| curve.get(k as usize))
+                .fold(0f32, |m, v| m.max(v.abs()));
+            if near * gain < bar {
+                continue;
+            }
+            if value_at(curve, x) >= bar {
+                return false;
+            }
+        }
+        true
     }
 
     /// The episode's pre-emphasised samples at the analysis rate over `needs` (zeros
@@ -236,6 +333,26 @@ impl<'a> Refiner<'a> {
         }
         Ok(History::from_emphasised(lo, samples))
     }
+}
+
+/// The most [`value_at`] can give at any point of a curve whose samples are at most 1 in
+/// magnitude: the largest sum of its kernel's magnitudes over the phases the score uses,
+/// measured on impulses (with a margin of 1%).
+fn kernel_gain() -> f32 {
+    let n = (4 * INTERPOLATION_TAPS + 8) as usize;
+    let middle = (n / 2) as f64;
+    let mut best = 0f32;
+    for step in 0..SCORE_STEPS {
+        let x = middle + step as f64 / SCORE_STEPS as f64;
+        let mut sum = 0f32;
+        for k in 0..n {
+            let mut impulse = vec![0f32; n];
+            impulse[k] = 1.0;
+            sum += value_at(&impulse, x).abs();
+        }
+        best = best.max(sum);
+    }
+    best * 1.01
 }
 
 fn unusable(path: PathBuf, reason: &str) -> Error {

@@ -294,7 +294,7 @@ pub fn peak(curve: &[f32]) -> Option<(usize, f64)> {
 }
 
 /// Taps either side of a point in [`value_at`]'s interpolation.
-const INTERPOLATION_TAPS: i64 = 12;
+pub(crate) const INTERPOLATION_TAPS: i64 = 12;
 
 /// The curve's value at fractional position `x`, by Hann-windowed sinc interpolation: a
 /// correlation of signals band-limited below the analysis Nyquist frequency is itself
