@@ -7,6 +7,7 @@
 //! alone, decoded from the packets the print's table names (`print_window.rs`), resampled
 //! and pre-emphasised to the values the full analysis had there.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -167,6 +168,10 @@ struct Refiner<'a> {
     analysed: u64,
     correlator: Correlator,
     kernel_gain: Option<f32>,
+    /// Stretches of the episode at the analysis rate (not pre-emphasised) computed so far,
+    /// by first sample; they do not overlap. The speed variants of a clip and the windows
+    /// looked at twice (to reject, then to refine) share them.
+    plain: BTreeMap<u64, Vec<f32>>,
 }
 
 impl<'a> Refiner<'a> {
@@ -180,6 +185,7 @@ impl<'a> Refiner<'a> {
             frames: print.frames,
             correlator: Correlator::new(params.refine_window, params.refine_search),
             kernel_gain: None,
+            plain: BTreeMap::new(),
             resampler,
         }
     }
@@ -263,6 +269,42 @@ impl<'a> Refiner<'a> {
         Ok(false)
     }
 
+    /// The episode's samples `a..b` at the analysis rate, from those computed before and the
+    /// media for the rest.
+    fn plain(&mut self, a: u64, b: u64) -> Result<Vec<f32>, WindowError> {
+        let mut out = Vec::with_capacity((b - a) as usize);
+        let mut q = a;
+        while q < b {
+            if let Some((&s, v)) = self.plain.range(..=q).next_back() {
+                let end = s + v.len() as u64;
+                if end > q {
+                    let to = end.min(b);
+                    out.extend_from_slice(&v[(q - s) as usize..(to - s) as usize]);
+                    q = to;
+                    continue;
+                }
+            }
+            let next = self
+                .plain
+                .range(q..)
+                .next()
+                .map_or(b, |(&s, _)| s.min(b));
+            let (first, end) = self.resampler.input_span(q, next);
+            let (in_from, in_to) = (
+                first.max(0) as u64,
+                (end.max(0) as u64).min(self.frames),
+            );
+            let input = self.packets.decode(&mut self.fetched, in_from, in_to)?;
+            let mut samples = Vec::with_capacity((next - q) as usize);
+            self.resampler
+                .outputs(&input, in_from as i64, self.frames, q, next, &mut samples);
+            out.extend_from_slice(&samples);
+            self.plain.insert(q, samples);
+            q = next;
+        }
+        Ok(out)
+    }
+
     /// Whether the curve is below `bar` at every point the refinement may take a window's
     /// score at (`lag − SCORE_SLACK … lag + SCORE_SLACK` in steps of `1 / SCORE_STEPS`, for
     /// every lag searched). A point is computed as the refinement computes it
@@ -315,15 +357,7 @@ impl<'a> Refiner<'a> {
         for (a, b) in merged {
             // One sample before, for the pre-emphasis (silence before the episode).
             let from = a.saturating_sub(1);
-            let (first, end) = self.resampler.input_span(from, b);
-            let (in_from, in_to) = (
-                first.max(0) as u64,
-                (end.max(0) as u64).min(self.frames),
-            );
-            let input = self.packets.decode(&mut self.fetched, in_from, in_to)?;
-            let mut plain = Vec::with_capacity((b - from) as usize);
-            self.resampler
-                .outputs(&input, in_from as i64, self.frames, from, b, &mut plain);
+            let plain = self.plain(from, b)?;
             let mut prev = if a > 0 { plain[0] } else { 0.0 };
             let body = if a > 0 { &plain[1..] } else { &plain[..] };
             for (k, &x) in body.iter().enumerate() {

@@ -163,6 +163,17 @@ impl Resampler {
         for n in from..to {
             let (i, p) = self.tap_position(n);
             let first = i - self.half as i64 + 1;
+            let row = &self.table[p * taps..(p + 1) * taps];
+            // Inside the input and the stream: the samples as they are.
+            if first >= 0 && (first + taps as i64) as u64 <= total {
+                if let Some(slice) = usize::try_from(first - input_start)
+                    .ok()
+                    .and_then(|j| input.get(j..j + taps))
+                {
+                    out.push(dot(slice, row));
+                    continue;
+                }
+            }
             for (k, w) in window.iter_mut().enumerate() {
                 let at = first + k as i64;
                 *w = if at < 0 || at as u64 >= total {
@@ -175,7 +186,7 @@ impl Resampler {
                         .unwrap_or(0.0)
                 };
             }
-            out.push(dot(&window, &self.table[p * taps..(p + 1) * taps]));
+            out.push(dot(&window, row));
         }
     }
 
