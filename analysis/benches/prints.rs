@@ -200,6 +200,14 @@ fn main() {
         },
         PathBuf::from,
     );
+    // `--profile NAME N`: only the analysis from the print of the episode whose name
+    // contains NAME, N times (for `perf record`).
+    let profile = value("--profile");
+    let repeat: usize = args
+        .iter()
+        .position(|a| a == "--profile")
+        .and_then(|i| args.get(i + 2))
+        .map_or(1, |v| v.parse().unwrap());
     let (episodes, first_clips, new_clip) = match value("--corpus") {
         Some(c) => analysis_corpus(Path::new(&c)),
         None => corpus(&dir, minutes),
@@ -219,6 +227,30 @@ fn main() {
         "KB/h",
         "same"
     );
+    if let Some(name) = profile {
+        let episode = episodes
+            .iter()
+            .find(|e| e.to_string_lossy().contains(&name))
+            .unwrap();
+        let analyser = Analyser::new(Params::default());
+        let (_, print) = analyser
+            .analyse_printing(episode, &first_clips, String::new(), &mut |_| {})
+            .unwrap();
+        let new = [new_clip.clone()];
+        let start = cpu();
+        for _ in 0..repeat {
+            let mut media = FileSource::open(episode).unwrap();
+            analyser
+                .analyse_from_print(&print, &mut media, &new)
+                .unwrap();
+        }
+        println!(
+            "{} from its print: {:.4} s CPU each",
+            episode.display(),
+            (cpu() - start).as_secs_f64() / repeat as f64
+        );
+        return;
+    }
     for episode in &episodes {
         // One analyser per measurement, so that the clips' fingerprints are cached alike.
         let analyser = Analyser::new(Params::default());

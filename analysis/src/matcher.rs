@@ -71,6 +71,9 @@ pub struct EpisodeScan {
     clips: Vec<Arc<ClipPrint>>,
     /// `(hash, entry, frame)`, sorted.
     index: Vec<(u32, u32, u32)>,
+    /// One bit per hash (21 bits): whether any clip has it. Most of an episode's landmarks
+    /// are in no clip; this spares them the index's binary search.
+    present: Vec<u64>,
     entries: Vec<Entry>,
     resampler: Resampler,
     fingerprinter: Fingerprinter,
@@ -119,6 +122,12 @@ impl EpisodeScan {
             }
         }
         index.sort_unstable();
+        let mut present = vec![0u64; 1 << 15];
+        for &(h, _, _) in &index {
+            if let Some(word) = present.get_mut((h >> 6) as usize) {
+                *word |= 1 << (h & 63);
+            }
+        }
         // The ring must reach back from the newest sample to a candidate finalised a
         // clip's length (plus the pipeline's lookahead) after its start, and its search.
         let lookahead_frames = params.peak_time_radius
@@ -139,6 +148,7 @@ impl EpisodeScan {
             params: params.clone(),
             clips: clips.to_vec(),
             index,
+            present,
             entries,
             analysed: Vec::new(),
             landmarks: Vec::new(),
@@ -293,6 +303,10 @@ impl EpisodeScan {
     fn vote(&mut self) {
         for i in 0..self.landmarks.len() {
             let l = self.landmarks[i];
+            let bit = self.present.get((l.hash >> 6) as usize).map(|w| w >> (l.hash & 63));
+            if bit.is_some_and(|b| b & 1 == 0) {
+                continue;
+            }
             let from = self.index.partition_point(|x| x.0 < l.hash);
             for &(h, e, tc) in &self.index[from..] {
                 if h != l.hash {

@@ -167,7 +167,7 @@ struct Refiner<'a> {
     frames: u64,
     analysed: u64,
     correlator: Correlator,
-    kernel_gain: Option<f32>,
+    kernel: Option<Kernel>,
     /// Stretches of the episode at the analysis rate (not pre-emphasised) computed so far,
     /// by first sample; they do not overlap. The speed variants of a clip and the windows
     /// looked at twice (to reject, then to refine) share them.
@@ -184,7 +184,7 @@ impl<'a> Refiner<'a> {
             analysed: resampler.output_len(print.frames),
             frames: print.frames,
             correlator: Correlator::new(params.refine_window, params.refine_search),
-            kernel_gain: None,
+            kernel: None,
             plain: BTreeMap::new(),
             resampler,
         }
@@ -311,23 +311,30 @@ impl<'a> Refiner<'a> {
     /// ([`value_at`]) unless a bound shows it low: the interpolation's absolute kernel sum
     /// (measured on [`value_at`] itself) times the largest sample it reaches.
     fn best_anywhere_below(&mut self, curve: &[f32], search: usize, bar: f32) -> bool {
-        let gain = *self.kernel_gain.get_or_insert_with(kernel_gain);
-        let reach = INTERPOLATION_TAPS + 1;
+        let kernel = self.kernel.get_or_insert_with(kernel_magnitudes);
         let steps = SCORE_STEPS as f64;
         let slack = SCORE_SLACK as f64;
         let points = (2 * search + 2 * SCORE_SLACK) * SCORE_STEPS;
         // Margin for rounding: the refinement computes its points as `lag − slack + k/steps`.
         let bar = bar - 1e-3;
+        let top = curve.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let mut exact = 0;
         for j in 0..=points {
-            let x = j as f64 / steps - slack;
-            let centre = x.floor() as i64;
-            let near = ((centre - reach).max(0)..=(centre + reach).max(0))
-                .filter_map(|k| curve.get(k as usize))
-                .fold(0f32, |m, v| m.max(v.abs()));
-            if near * gain < bar {
+            // `x = centre + phase / steps`; the bound: Σ |curve[k]| · |kernel(x − k)|.
+            let (centre, phase) = ((j / SCORE_STEPS) as i64 - SCORE_SLACK as i64, j % SCORE_STEPS);
+            let (taps, gain) = &kernel[phase];
+            if top * gain < bar {
                 continue;
             }
-            if value_at(curve, x) >= bar {
+            let bound: f32 = taps
+                .iter()
+                .filter_map(|&(d, m)| Some(curve.get(usize::try_from(centre - d).ok()?)?.abs() * m))
+                .sum();
+            if bound < bar {
+                continue;
+            }
+            exact += 1;
+            if exact > MAX_EXACT_POINTS || value_at(curve, j as f64 / steps - slack) >= bar {
                 return false;
             }
         }
@@ -369,24 +376,36 @@ impl<'a> Refiner<'a> {
     }
 }
 
-/// The most [`value_at`] can give at any point of a curve whose samples are at most 1 in
-/// magnitude: the largest sum of its kernel's magnitudes over the phases the score uses,
-/// measured on impulses (with a margin of 1%).
-fn kernel_gain() -> f32 {
-    let n = (4 * INTERPOLATION_TAPS + 8) as usize;
-    let middle = (n / 2) as f64;
-    let mut best = 0f32;
-    for step in 0..SCORE_STEPS {
-        let x = middle + step as f64 / SCORE_STEPS as f64;
-        let mut sum = 0f32;
-        for k in 0..n {
-            let mut impulse = vec![0f32; n];
-            impulse[k] = 1.0;
-            sum += value_at(&impulse, x).abs();
-        }
-        best = best.max(sum);
-    }
-    best * 1.01
+/// Per phase of [`value_at`]: `(centre − k, |weight|)` for each sample `k` it weighs, and
+/// the sum of those magnitudes.
+type Kernel = Vec<(Vec<(i64, f32)>, f32)>;
+
+/// Points a window's bound may leave to [`value_at`] before the window counts as not
+/// provably low (its candidate is then refined in full).
+const MAX_EXACT_POINTS: usize = 64;
+
+/// The magnitudes of [`value_at`]'s kernel at each phase the score uses, measured on
+/// impulses: per phase, `(centre − k, |weight|)` for every sample `k` it weighs (with a
+/// margin of 1%), and their sum.
+fn kernel_magnitudes() -> Kernel {
+    let reach = INTERPOLATION_TAPS + 2;
+    let n = (2 * reach + 1) as usize;
+    let middle = reach;
+    (0..SCORE_STEPS)
+        .map(|step| {
+            let x = middle as f64 + step as f64 / SCORE_STEPS as f64;
+            let taps: Vec<(i64, f32)> = (0..n)
+                .filter_map(|k| {
+                    let mut impulse = vec![0f32; n];
+                    impulse[k] = 1.0;
+                    let m = value_at(&impulse, x).abs() * 1.01;
+                    (m > 0.0).then_some((middle - k as i64, m))
+                })
+                .collect();
+            let gain = taps.iter().map(|t| t.1).sum();
+            (taps, gain)
+        })
+        .collect()
 }
 
 fn unusable(path: PathBuf, reason: &str) -> Error {
