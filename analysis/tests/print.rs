@@ -108,6 +108,14 @@ fn formats(f: &Fixture) -> Vec<PathBuf> {
         ("episode.ogg", &["-c:a", "libvorbis", "-q:a", "3"][..]),
         ("episode.flac", &["-c:a", "flac"][..]),
         ("stereo48.wav", &["-ar", "48000", "-ac", "2"][..]),
+        (
+            "stereo.mp3",
+            &["-ac", "2", "-c:a", "libmp3lame", "-b:a", "128k"][..],
+        ),
+        (
+            "faststart.m4a",
+            &["-c:a", "aac", "-b:a", "96k", "-movflags", "+faststart"][..],
+        ),
     ] {
         let path = f.dir.join(name);
         ffmpeg(&wav, &path, args);
