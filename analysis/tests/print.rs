@@ -127,6 +127,7 @@ fn formats(f: &Fixture) -> Vec<PathBuf> {
 /// The two reports give the same answers: the same clips found, the same number of
 /// occurrences, offsets within 1 ms and scores within 0.01.
 fn assert_same(what: &str, full: &EpisodeReport, other: &EpisodeReport) {
+    let mut largest = (0u64, 0f32);
     assert_eq!(full.hash, other.hash, "{what}");
     assert_eq!(full.duration_ns, other.duration_ns, "{what}");
     assert_eq!(full.clips.len(), other.clips.len(), "{what}");
@@ -147,8 +148,14 @@ fn assert_same(what: &str, full: &EpisodeReport, other: &EpisodeReport) {
                 "{what}: clip {c}: {x:?} / {y:?}"
             );
             assert!((x.score - y.score).abs() <= 0.01, "{what}: clip {c}: {x:?} / {y:?}");
+            largest.0 = largest.0.max(x.offset_ns.abs_diff(y.offset_ns));
+            largest.1 = largest.1.max((x.score - y.score).abs());
         }
     }
+    eprintln!(
+        "{what}: offsets differ by {} ns at most, scores by {}",
+        largest.0, largest.1
+    );
 }
 
 #[test]
