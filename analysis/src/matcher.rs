@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use crate::clip::ClipPrint;
 use crate::landmarks::{Fingerprinter, Landmark};
-use crate::peaks::Peak;
 use crate::params::Params;
+use crate::peaks::Peak;
 use crate::refine::{peak, value_at, Correlator, History};
 use crate::resample::Resampler;
 
@@ -197,7 +197,10 @@ impl EpisodeScan {
 
     /// The print path: the candidates closed so far.
     pub(crate) fn take_candidates(&mut self) -> Vec<Candidate> {
-        self.deferred.as_mut().map(std::mem::take).unwrap_or_default()
+        self.deferred
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// The stretches of the episode (samples at the analysis rate, `from..to`) the
@@ -303,7 +306,10 @@ impl EpisodeScan {
     fn vote(&mut self) {
         for i in 0..self.landmarks.len() {
             let l = self.landmarks[i];
-            let bit = self.present.get((l.hash >> 6) as usize).map(|w| w >> (l.hash & 63));
+            let bit = self
+                .present
+                .get((l.hash >> 6) as usize)
+                .map(|w| w >> (l.hash & 63));
             if bit.is_some_and(|b| b & 1 == 0) {
                 continue;
             }

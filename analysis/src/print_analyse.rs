@@ -13,16 +13,16 @@ use std::sync::Arc;
 
 use crate::landmarks::Pairer;
 use crate::matcher::EpisodeScan;
+use crate::matcher::{SCORE_SLACK, SCORE_STEPS};
 use crate::params::Params;
 use crate::peaks::Peak;
 use crate::print::{self, ByteSource, CodecSpec, EpisodePrint};
 use crate::print_record::PacketLog;
 use crate::print_window::{Fetched, Packets, WindowError};
-use crate::matcher::{SCORE_SLACK, SCORE_STEPS};
 use crate::refine::{value_at, Correlator, History, INTERPOLATION_TAPS};
 use crate::resample::Resampler;
-use crate::{Analyser, ClipInput, ClipOutcome, ClipPrint, ClipReport, EpisodeReport, Error};
 use crate::Progress;
+use crate::{Analyser, ClipInput, ClipOutcome, ClipPrint, ClipReport, EpisodeReport, Error};
 
 /// Landmarks voted at a time on the print path.
 const BATCH: usize = 4_096;
@@ -92,7 +92,10 @@ impl Analyser {
         let name = PathBuf::from(format!("episode {}", print.hash()));
         let expected = print::params_version(&self.params);
         if print.params_version != expected {
-            return Err(unusable(name, "the print was made with other peak parameters"));
+            return Err(unusable(
+                name,
+                "the print was made with other peak parameters",
+            ));
         }
         if media.len() != print.media_len {
             return Err(unusable(
@@ -284,16 +287,9 @@ impl<'a> Refiner<'a> {
                     continue;
                 }
             }
-            let next = self
-                .plain
-                .range(q..)
-                .next()
-                .map_or(b, |(&s, _)| s.min(b));
+            let next = self.plain.range(q..).next().map_or(b, |(&s, _)| s.min(b));
             let (first, end) = self.resampler.input_span(q, next);
-            let (in_from, in_to) = (
-                first.max(0) as u64,
-                (end.max(0) as u64).min(self.frames),
-            );
+            let (in_from, in_to) = (first.max(0) as u64, (end.max(0) as u64).min(self.frames));
             let input = self.packets.decode(&mut self.fetched, in_from, in_to)?;
             let mut samples = Vec::with_capacity((next - q) as usize);
             self.resampler
@@ -321,7 +317,10 @@ impl<'a> Refiner<'a> {
         let mut exact = 0;
         for j in 0..=points {
             // `x = centre + phase / steps`; the bound: Σ |curve[k]| · |kernel(x − k)|.
-            let (centre, phase) = ((j / SCORE_STEPS) as i64 - SCORE_SLACK as i64, j % SCORE_STEPS);
+            let (centre, phase) = (
+                (j / SCORE_STEPS) as i64 - SCORE_SLACK as i64,
+                j % SCORE_STEPS,
+            );
             let (taps, gain) = &kernel[phase];
             if top * gain < bar {
                 continue;

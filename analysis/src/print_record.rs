@@ -18,6 +18,11 @@ const KEEP: usize = 1 << 20;
 const SEEKS: usize = 8;
 /// Bytes of a packet searched for when it is neither next nor at a seek.
 const PROBE: usize = 32;
+/// How far past the previous packet's end the next one is searched for (a container's
+/// framing between packets: an ADTS header, an Ogg page header, another track's chunk).
+const SEARCH_AHEAD: u64 = 16 << 10;
+/// Bytes after the previous packet's end each tried first (a frame header between packets).
+const NEAR: u64 = 64;
 
 /// The media's bytes read recently, by position.
 #[derive(Default)]
@@ -84,7 +89,9 @@ impl Recent {
                 continue;
             }
             // An Ogg page header between two pieces of the packet: skipped.
-            let page = (0..4).map(|k| self.byte(q + k)).collect::<Option<Vec<u8>>>()?;
+            let page = (0..4)
+                .map(|k| self.byte(q + k))
+                .collect::<Option<Vec<u8>>>()?;
             if page != b"OggS" {
                 return None;
             }
@@ -101,8 +108,9 @@ impl Recent {
         Some(pieces)
     }
 
-    /// Where `data` lies: after `expected`, at a recent seek, or found by search.
-    fn find(&self, expected: Option<u64>, data: &[u8]) -> Option<Vec<(u64, u32)>> {
+    /// Where `data` lies: after `expected`, at a recent seek, or found by search (near
+    /// `expected`, or, with none, anywhere when `anywhere`).
+    fn find(&self, expected: Option<u64>, data: &[u8], anywhere: bool) -> Option<Vec<(u64, u32)>> {
         if data.is_empty() {
             return None;
         }
@@ -112,10 +120,28 @@ impl Recent {
                 return Some(p);
             }
         }
+        // A few bytes of framing after the previous packet (an ADTS header).
+        if let Some(e) = expected {
+            for gap in 1..=NEAR {
+                if let Some(p) = self.matches(e + gap, data) {
+                    return Some(p);
+                }
+            }
+        }
+        // By search: near the previous packet's end, or (no previous packet) anywhere kept.
+        if expected.is_none() && !anywhere {
+            return None;
+        }
+        let (lo, hi) = expected.map_or((0, u64::MAX), |e| (e, e + SEARCH_AHEAD));
         let probe = &data[..data.len().min(PROBE)];
         for (at, bytes) in self.chunks.iter().rev() {
-            let mut from = 0;
-            while let Some(i) = bytes[from..]
+            let end = *at + bytes.len() as u64;
+            if end <= lo || *at >= hi {
+                continue;
+            }
+            let mut from = lo.saturating_sub(*at) as usize;
+            let until = (hi.min(end) - *at) as usize;
+            while let Some(i) = bytes[from..until.min(bytes.len())]
                 .windows(probe.len())
                 .position(|w| w == probe)
             {
@@ -138,7 +164,14 @@ pub(crate) struct PacketLog {
     next: Option<u64>,
     /// Packets whose bytes were not found.
     pub lost: usize,
+    /// Searches of everything kept that found nothing (they stop after [`WIDE_SEARCHES`]:
+    /// a stream whose packets are not in the file costs no more than that).
+    wide_misses: usize,
 }
+
+/// Failed searches of all the bytes kept after which a packet is only looked for where it
+/// is expected.
+const WIDE_SEARCHES: usize = 64;
 
 impl PacketLog {
     /// The next packet of the track: its bytes (found in `recent`), its trimming, the
@@ -152,7 +185,10 @@ impl PacketLog {
         out: u32,
     ) {
         let i = self.packets.len() as u32;
-        let found = recent.find(self.next, data);
+        let found = recent.find(self.next, data, self.wide_misses < WIDE_SEARCHES);
+        if found.is_none() && self.next.is_none() {
+            self.wide_misses += 1;
+        }
         let mut extra = PacketExtra {
             trim_start: trim.0,
             trim_end: trim.1,
@@ -176,11 +212,9 @@ impl PacketLog {
             _ => {
                 self.lost += 1;
                 extra.pieces = None;
-                PacketEntry {
-                    pos: self.next.unwrap_or(0),
-                    len: 0,
-                    out,
-                }
+                // Where the next packet lies is not known now: searched for more widely.
+                let pos = self.next.take().unwrap_or(0);
+                PacketEntry { pos, len: 0, out }
             }
         };
         let needed = extra.trim_start != 0
@@ -213,10 +247,19 @@ mod tests {
             .collect();
         r.record(0, &media[..3_000]);
         r.record(3_000, &media[3_000..]);
-        assert_eq!(r.find(Some(100), &media[100..150]), Some(vec![(100, 50)]));
-        assert_eq!(r.find(Some(0), &media[1_234..1_300]), Some(vec![(1_234, 66)]));
+        assert_eq!(
+            r.find(Some(100), &media[100..150], true),
+            Some(vec![(100, 50)])
+        );
+        assert_eq!(
+            r.find(Some(1_200), &media[1_234..1_300], true),
+            Some(vec![(1_234, 66)])
+        );
         r.seeked(4_000);
-        assert_eq!(r.find(None, &media[4_000..4_010]), Some(vec![(4_000, 10)]));
+        assert_eq!(
+            r.find(None, &media[4_000..4_010], false),
+            Some(vec![(4_000, 10)])
+        );
         // A page header of 27 + 2 bytes between two pieces.
         let mut ogg = b"0123456789".to_vec();
         let mut header = b"OggS".to_vec();
@@ -228,9 +271,9 @@ mod tests {
         let mut r = Recent::default();
         r.record(1_000, &ogg);
         assert_eq!(
-            r.find(Some(1_004), b"456789abc"),
+            r.find(Some(1_004), b"456789abc", true),
             Some(vec![(1_004, 6), (1_039, 3)])
         );
-        assert_eq!(r.find(Some(1_000), b"zz"), None);
+        assert_eq!(r.find(Some(1_000), b"zz", true), None);
     }
 }

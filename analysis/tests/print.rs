@@ -112,6 +112,7 @@ fn formats(f: &Fixture) -> Vec<PathBuf> {
             "stereo.mp3",
             &["-ac", "2", "-c:a", "libmp3lame", "-b:a", "128k"][..],
         ),
+        ("adts.aac", &["-c:a", "aac", "-b:a", "96k"][..]),
         (
             "faststart.m4a",
             &["-c:a", "aac", "-b:a", "96k", "-movflags", "+faststart"][..],
@@ -147,7 +148,10 @@ fn assert_same(what: &str, full: &EpisodeReport, other: &EpisodeReport) {
                 x.offset_ns.abs_diff(y.offset_ns) <= 1_000_000,
                 "{what}: clip {c}: {x:?} / {y:?}"
             );
-            assert!((x.score - y.score).abs() <= 0.01, "{what}: clip {c}: {x:?} / {y:?}");
+            assert!(
+                (x.score - y.score).abs() <= 0.01,
+                "{what}: clip {c}: {x:?} / {y:?}"
+            );
             largest.0 = largest.0.max(x.offset_ns.abs_diff(y.offset_ns));
             largest.1 = largest.1.max((x.score - y.score).abs());
         }
