@@ -9,12 +9,14 @@
 //!
 //! The episode (synthesised speech over a music bed, `--minutes` long, 30 by default, with
 //! five first-pass clips and a new clip placed in it) is encoded by ffmpeg into each format
-//! once and kept in `DIR` (default `target/print-bench`). CPU is this process's user +
+//! once and kept in `DIR` (default `target/print-bench`); a last pass from the print is for a
+//! clip the episode does not hold (`abs`: only chance vote clusters to refine). CPU is this
+//! process's user +
 //! system time (one thread), the best of `--rounds` (3) runs of each measurement.
 //!
 //! `--corpus DIR` (`scripts/make-analysis-corpus.sh`'s output) measures its MP3 64k, AAC 96k,
-//! Ogg q2 and FLAC episodes instead, the first pass against its clips but the last, the new
-//! clip the last.
+//! Ogg q2 and FLAC episodes instead, the first pass against its clips but the last two, the
+//! new clip the last, the `abs` one the one before (sorted by name).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
@@ -76,7 +78,7 @@ fn ffmpeg(input: &Path, output: &Path, args: &[&str]) {
 }
 
 /// The episode in every format, the first pass's clips, and the new clip (made once).
-fn corpus(dir: &Path, minutes: f64) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput) {
+fn corpus(dir: &Path, minutes: f64) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput, ClipInput) {
     std::fs::create_dir_all(dir).unwrap();
     let seconds = minutes * 60.0;
     let clips: Vec<Vec<f32>> = (0..6)
@@ -131,11 +133,15 @@ fn corpus(dir: &Path, minutes: f64) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput)
     }
     episodes.push(wav);
     let new = paths.pop().unwrap();
-    (episodes, paths, new)
+    let absent = dir.join("absent.wav");
+    if !absent.exists() {
+        write_wav(&absent, &Speech::render(999, RATE, Voice::numbered(9), 6.0));
+    }
+    (episodes, paths, new, ClipInput::new(absent))
 }
 
 /// The analysis corpus's episodes of four classes and its clips.
-fn analysis_corpus(dir: &Path) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput) {
+fn analysis_corpus(dir: &Path) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput, ClipInput) {
     let list = |sub: &str| {
         let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join(sub))
             .unwrap()
@@ -164,7 +170,8 @@ fn analysis_corpus(dir: &Path) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput) {
         .map(ClipInput::new)
         .collect();
     let new = clips.pop().unwrap();
-    (episodes, clips, new)
+    let absent = clips.pop().unwrap();
+    (episodes, clips, new, absent)
 }
 
 fn same(a: &EpisodeReport, b: &EpisodeReport) -> bool {
@@ -216,12 +223,12 @@ fn main() {
         .position(|a| a == "--profile")
         .and_then(|i| args.get(i + 2))
         .map_or(1, |v| v.parse().unwrap());
-    let (episodes, first_clips, new_clip) = match value("--corpus") {
+    let (episodes, first_clips, new_clip, absent_clip) = match value("--corpus") {
         Some(c) => analysis_corpus(Path::new(&c)),
         None => corpus(&dir, minutes),
     };
     println!(
-        "{:<28} {:>9} {:>9} {:>8} | {:>8} {:>8} {:>7} | {:>10} {:>10} {:>7} {:>6} {:>5}",
+        "{:<28} {:>9} {:>9} {:>8} | {:>8} {:>8} {:>7} | {:>10} {:>10} {:>7} {:>6} {:>5} | {:>8} {:>9}",
         "episode",
         "plain s",
         "print s",
@@ -233,7 +240,9 @@ fn main() {
         "read B",
         "reads",
         "KB/h",
-        "same"
+        "same",
+        "abs prt",
+        "abs read"
     );
     if let Some(name) = profile {
         let episode = episodes
@@ -284,10 +293,22 @@ fn main() {
             read = (media.bytes_read(), media.requests());
             r
         });
+        // A clip the episode does not hold: only chance vote clusters to refine.
+        let absent = [absent_clip.clone()];
+        analyser.clip(&absent_clip.path).unwrap();
+        let mut absent_read = 0;
+        let (absent_cpu, _) = measure(rounds, || {
+            let mut media = FileSource::open(episode).unwrap();
+            let r = analyser
+                .analyse_from_print(&print, &mut media, &absent)
+                .unwrap();
+            absent_read = media.bytes_read();
+            r
+        });
         let size = std::fs::metadata(episode).unwrap().len();
         let hours = print.duration_ns() as f64 / 3.6e12;
         println!(
-            "{:<28} {:>9.3} {:>9.3} {:>7.1}% | {:>8.3} {:>8.4} {:>7.0} | {:>10} {:>10} {:>7} {:>6.0} {:>5}",
+            "{:<28} {:>9.3} {:>9.3} {:>7.1}% | {:>8.3} {:>8.4} {:>7.0} | {:>10} {:>10} {:>7} {:>6.0} {:>5} | {:>8.4} {:>9}",
             episode.file_name().unwrap().to_string_lossy(),
             plain_cpu.as_secs_f64(),
             print_cpu.as_secs_f64(),
@@ -304,6 +325,8 @@ fn main() {
             } else {
                 "NO".to_owned()
             },
+            absent_cpu.as_secs_f64(),
+            absent_read,
         );
     }
 }
