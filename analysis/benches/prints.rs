@@ -262,9 +262,11 @@ fn main() {
                 .unwrap();
         }
         println!(
-            "{} from its print: {:.4} s CPU each",
+            "{} from its print: {:.4} s CPU each; print {} bytes, {:.0} an hour",
             episode.display(),
-            (cpu() - start).as_secs_f64() / repeat as f64
+            (cpu() - start).as_secs_f64() / repeat as f64,
+            print.to_bytes().len(),
+            print.to_bytes().len() as f64 * 3.6e12 / print.duration_ns() as f64
         );
         return;
     }

@@ -368,25 +368,25 @@ impl EpisodePrint {
             put(&mut w, v);
         }
         put_bytes(&mut w, &c.extra_data);
-        // Packets: `len << 2 | moved << 1 | out changed`, then where it starts when not at
-        // the previous one's end, then its output frames when not the previous one's.
+        // Packets: its length's difference from the previous one's (zigzag) `<< 3 | code`
+        // (see [`CODE_NEW`]), then where it starts when not at the previous one's end, then
+        // its output frames when new.
         put(&mut w, self.packets.len() as u64);
-        let (mut end, mut out) = (0u64, 0u32);
+        let (mut end, mut outs, mut len) = (0u64, Outs::default(), 0u32);
         for p in &self.packets {
             let moved = p.pos != end;
-            let changed = p.out != out;
-            put(
-                &mut w,
-                u64::from(p.len) << 2 | u64::from(moved) << 1 | u64::from(changed),
-            );
+            let code = outs.code(moved, p.out);
+            let delta = zigzag(i64::from(p.len) - i64::from(len));
+            put(&mut w, delta << 3 | u64::from(code));
+            len = p.len;
             if moved {
                 put(&mut w, zigzag(p.pos as i64 - end as i64));
             }
-            if changed {
+            if code == CODE_NEW || code == CODE_MOVED_NEW {
                 put(&mut w, u64::from(p.out));
             }
+            outs.set(p.out);
             end = p.pos + u64::from(p.len);
-            out = p.out;
         }
         put(&mut w, self.extras.len() as u64);
         let mut last = 0u32;
@@ -524,18 +524,22 @@ impl Reader<'_> {
         };
         let n = self.count(1)?;
         let mut packets = Vec::with_capacity(n);
-        let (mut end, mut out) = (0u64, 0u32);
+        let (mut end, mut outs, mut len) = (0u64, Outs::default(), 0u32);
         for _ in 0..n {
             let head = self.var()?;
-            let len = u32::try_from(head >> 2).ok()?;
-            let pos = if head & 2 != 0 {
+            len = u32::try_from(i64::from(len).checked_add(unzigzag(head >> 3))?).ok()?;
+            let code = (head & 7) as u8;
+            let pos = if code >= CODE_MOVED {
                 end.checked_add_signed(unzigzag(self.var()?))?
             } else {
                 end
             };
-            if head & 1 != 0 {
-                out = self.var32()?;
-            }
+            let out = match code {
+                0 | CODE_MOVED => outs.current,
+                CODE_NEW | CODE_MOVED_NEW => self.var32()?,
+                k => *outs.recent.get(usize::from(k) - 1)?,
+            };
+            outs.set(out);
             end = pos.checked_add(u64::from(len))?;
             packets.push(PacketEntry { pos, len, out });
         }
@@ -590,6 +594,46 @@ impl Reader<'_> {
             packets,
             extras,
         })
+    }
+}
+
+/// A packet's code (3 bits): right after the previous packet, giving as many frames as it
+/// (0), as one of the last four other counts (1–4: Vorbis switches between two block
+/// sizes, MP3 and AAC never change), or a new count (5, written after); or elsewhere (the
+/// distance from the previous packet's end written after), giving as many frames (6) or a
+/// new count (7, written after the distance).
+const CODE_NEW: u8 = 5;
+const CODE_MOVED: u8 = 6;
+const CODE_MOVED_NEW: u8 = 7;
+
+/// The frames per packet seen last, and the four other counts seen before.
+#[derive(Default)]
+struct Outs {
+    current: u32,
+    recent: Vec<u32>,
+}
+
+impl Outs {
+    fn code(&self, moved: bool, out: u32) -> u8 {
+        match (moved, out == self.current) {
+            (true, true) => CODE_MOVED,
+            (true, false) => CODE_MOVED_NEW,
+            (false, true) => 0,
+            (false, false) => self
+                .recent
+                .iter()
+                .position(|&v| v == out)
+                .map_or(CODE_NEW, |i| i as u8 + 1),
+        }
+    }
+
+    fn set(&mut self, out: u32) {
+        if out != self.current {
+            self.recent.retain(|&v| v != out);
+            self.recent.insert(0, self.current);
+            self.recent.truncate(4);
+            self.current = out;
+        }
     }
 }
 
