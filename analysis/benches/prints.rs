@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo bench -p analysis --bench prints -- [--minutes N] [--dir DIR] [--rounds N]
-//!     [--corpus DIR]
+//!     [--corpus DIR] [--only NAME] [--profile NAME N]
 //! ```
 //!
 //! The episode (synthesised speech over a music bed, `--minutes` long, 30 by default, with
@@ -244,6 +244,14 @@ fn main() {
         "abs prt",
         "abs read"
     );
+    // `--only NAME`: the episodes whose name contains NAME.
+    let episodes: Vec<PathBuf> = match value("--only") {
+        Some(only) => episodes
+            .into_iter()
+            .filter(|e| e.to_string_lossy().contains(&only))
+            .collect(),
+        None => episodes,
+    };
     if let Some(name) = profile {
         let episode = episodes
             .iter()

@@ -78,11 +78,14 @@ impl Recent {
         let (mut q, mut j, mut from) = (pos, 0usize, pos);
         while j < data.len() {
             let have = self.at(q)?;
-            let n = have
-                .iter()
-                .zip(&data[j..])
-                .take_while(|(a, b)| a == b)
-                .count();
+            let rest = &data[j..];
+            let k = have.len().min(rest.len());
+            // Whole runs compared at once (memcmp); byte by byte only to find a mismatch.
+            let n = if have[..k] == rest[..k] {
+                k
+            } else {
+                have.iter().zip(rest).take_while(|(a, b)| a == b).count()
+            };
             if n > 0 {
                 j += n;
                 q += n as u64;
