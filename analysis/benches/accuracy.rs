@@ -676,9 +676,28 @@ fn overlay_score(
                     row.hits_short += 1;
                 }
                 row.errors_ms.push((r - o).abs() * 1e3);
+                if (r - o).abs() > 0.010 && show_misses() {
+                    eprintln!(
+                        "OFF {:.1} ms: {} {} at {o:.3} s ({:+} dB), answered {r:.4}",
+                        (r - o) * 1e3,
+                        ep.file,
+                        a.clip,
+                        t.ratio_db
+                    );
+                }
+            } else if show_misses() {
+                eprintln!(
+                    "MISS {} {} at {o:.3} s ({:+} dB), answered {:?}",
+                    ep.file, a.clip, t.ratio_db, a.offsets
+                );
             }
         }
         total.false_matches += used.iter().filter(|u| !**u).count();
+        if show_misses() {
+            for (r, _) in a.offsets.iter().zip(&used).filter(|x| !*x.1) {
+                eprintln!("FALSE {} {} at {r:.4} s", ep.file, a.clip);
+            }
+        }
         if !ep.present.contains_key(&a.clip) {
             let matched = usize::from(!a.offsets.is_empty());
             total.absent_pairs += 1;
@@ -699,6 +718,12 @@ fn overlay_score(
         total.add(&r);
     }
     (rows, total)
+}
+
+/// `ACCURACY_MISSES=1`: every placement missed, every match more than 10 ms off and every
+/// false match of the overlay classes on stderr.
+fn show_misses() -> bool {
+    std::env::var_os("ACCURACY_MISSES").is_some()
 }
 
 fn errors(e: &[f64]) -> String {
@@ -986,6 +1011,11 @@ fn tuned() -> Params {
             "peak_time_radius" => p.peak_time_radius = f() as usize,
             "refine_windows" => p.refine_windows = f() as usize,
             "refine_window" => p.refine_window = f() as usize,
+            "refine_search" => p.refine_search = f() as usize,
+            "clip_peaks_per_window" => p.clip_peaks_per_window = f() as usize,
+            "clip_fanout" => p.clip_fanout = f() as usize,
+            "periodic_margin" => p.periodic_margin = f() as f32,
+            "periodic_lobe" => p.periodic_lobe = f() as usize,
             _ => panic!("ACCURACY_PARAMS: no parameter {k} here"),
         }
     }

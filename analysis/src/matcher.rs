@@ -308,6 +308,19 @@ impl EpisodeScan {
         let Some((lag, delta)) = peak(&sum) else {
             return;
         };
+        // A rival: another local maximum, further than an acceptable error, nearly as high.
+        // The clip is then periodic at this place (a repeating sound effect, a held note)
+        // and the offset could be a period off: no answer rather than a wrong one.
+        let lobe = self.params.periodic_lobe;
+        let rival = (1..sum.len().saturating_sub(1))
+            .filter(|&k| k.abs_diff(lag) > lobe && sum[k] >= sum[k - 1] && sum[k] >= sum[k + 1])
+            .map(|k| sum[k])
+            .fold(f32::MIN, f32::max);
+        let windows = curves.len().max(1) as f32;
+        if rival / windows >= (sum[lag] / windows) - self.params.periodic_margin {
+            tracing::debug!(clip = c, frame = cluster.best, "periodic: refused");
+            return;
+        }
         let start = (cluster.best * hop - search as i64 + lag as i64) as f64 + delta;
         // The score: the median window's correlation there. A true occurrence lines every
         // window up at once; a stretch that merely looks alike (the same voice on the same
@@ -346,8 +359,9 @@ impl EpisodeScan {
         if correlation < bar {
             return;
         }
-        // A clip at the very start can refine a fraction of a sample before it.
-        let limit = -(self.params.refine_search as f64);
+        // A clip at the very start can refine a fraction of a sample before it; further
+        // before, the windows would be matched against silence that is not there.
+        let limit = -(SCORE_SLACK as f64);
         if start < limit {
             return;
         }

@@ -68,6 +68,19 @@ pub struct Params {
     /// See [`Params::peaks_per_window`]. 64 frames ≈ 1 s.
     pub peak_window_frames: usize,
 
+    /// Peaks kept per `peak_window_frames` in a clip's own print (the episode keeps
+    /// `peaks_per_window`). A clip under speech or a music bed keeps in the mix only those of
+    /// its peaks the background does not outshine, and they are not always among the 40 a
+    /// second the clip alone would keep: a denser clip print still has them. The clip is
+    /// printed once and the episode's print stays as dense as before (a later issue stores
+    /// it in at most 1 MB an hour). Measured: see `clip_fanout`.
+    pub clip_peaks_per_window: usize,
+    /// Each of a clip's anchors is paired with this many later peaks (the episode pairs
+    /// `fanout`). In the mix, two of the clip's surviving peaks may have several of the
+    /// background's between them, so the episode pairs them across a gap the clip's own
+    /// print, without the background, spans only with a larger fan-out.
+    pub clip_fanout: usize,
+
     /// Landmarks: each anchor peak is paired with at most this many later peaks (the first
     /// ones in time). More pairs find more matches under noise but cost index size and votes.
     /// 8 (with 40 peaks a second: 320 landmarks a second): with 5, the same 5 dB test lost
@@ -112,9 +125,22 @@ pub struct Params {
     pub refine_windows: usize,
     /// Length of each refinement window (samples at the analysis rate). 8000: 1 s.
     pub refine_window: usize,
-    /// Lags searched either side of the voted offset (samples at the analysis rate). 320
-    /// (40 ms): the voted offset is within one 16 ms frame, plus the speed variants' drift.
+    /// Lags searched either side of the voted offset (samples at the analysis rate). 4,000
+    /// (0.5 s), the widest the 16,384-point transform that a 1 s window needs anyway allows
+    /// at no extra cost. A periodic clip (a sound effect repeating every 76 ms, a jingle's
+    /// steady note) votes as much for its periodic neighbours as for its true offset; a
+    /// search of ±40 ms around such a neighbour's votes settled on it, 76 ms off (5 matches
+    /// on the corpus). Searched this wide, the windows line up together at the true offset,
+    /// and a neighbour that matches nearly as well is refused ([`Params::periodic_margin`]).
     pub refine_search: usize,
+    /// A candidate is refused when, more than `periodic_lobe` samples away from its best
+    /// lag, another local maximum of the windows' mean correlation comes within this much of
+    /// the best: the clip is then periodic enough that the offset could be a period off,
+    /// and a match at a wrong offset is worse than none.
+    pub periodic_margin: f32,
+    /// Samples (at the analysis rate) around the best lag within which another maximum is
+    /// not a rival: 80 (10 ms), the offset error that is still right.
+    pub periodic_lobe: usize,
 
     /// Longest clip accepted (seconds). Clips are held whole and the episode's recent samples
     /// are kept for as long as the longest clip lasts; this bounds that memory.
@@ -143,6 +169,8 @@ impl Default for Params {
             peaks_per_window: 40,
             peak_window_frames: 64,
             fanout: 8,
+            clip_peaks_per_window: 40,
+            clip_fanout: 8,
             pair_max_dt: 48,
             pair_max_df: 48,
             speed_variants: vec![1.0, 0.99, 1.01],
@@ -152,7 +180,9 @@ impl Default for Params {
             pre_emphasis: 0.97,
             refine_windows: 4,
             refine_window: 8000,
-            refine_search: 320,
+            refine_search: 4000,
+            periodic_margin: 0.02,
+            periodic_lobe: 80,
             max_clip_seconds: 600.0,
             cache_bytes: 64 << 20,
         }
