@@ -1015,6 +1015,7 @@ fn tuned() -> Params {
             "clip_peaks_per_window" => p.clip_peaks_per_window = f() as usize,
             "clip_fanout" => p.clip_fanout = f() as usize,
             "periodic_margin" => p.periodic_margin = f() as f32,
+            "refine_screen" => p.refine_screen = f() as f32,
             "periodic_lobe" => p.periodic_lobe = f() as usize,
             _ => panic!("ACCURACY_PARAMS: no parameter {k} here"),
         }

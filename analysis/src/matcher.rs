@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::clip::ClipPrint;
 use crate::landmarks::{Fingerprinter, Landmark};
 use crate::params::Params;
-use crate::refine::{peak, value_at, Correlator, History};
+use crate::refine::{peak, value_at, Correlator, History, RefWindow};
 use crate::resample::Resampler;
 
 /// Offsets this close (frames) to the previous candidate join its cluster.
@@ -288,14 +288,39 @@ impl EpisodeScan {
         let search = self.params.refine_search;
         // Each window the episode covers (a clip cut off by the end loses its last ones),
         // correlated at every lag around the voted offset.
-        let curves: Vec<Vec<f32>> = variant
+        let inside: Vec<&RefWindow> = variant
             .windows
             .iter()
             .filter(|w| cluster.best * hop + (w.start + w.samples.len()) as i64 <= end)
-            .filter_map(|w| {
-                correlator.curve(w, history, cluster.best * hop + w.start as i64, search)
-            })
             .collect();
+        let mut curve = |w: &RefWindow| {
+            correlator.curve(w, history, cluster.best * hop + w.start as i64, search)
+        };
+        // The screen: most candidates are chance vote clusters, and the clip's loudest
+        // window alone, correlating nowhere near the bar at any lag, rejects them at a
+        // quarter of the cost of all the windows.
+        let loudest = inside
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.norm.total_cmp(&b.1.norm))
+            .map(|(i, _)| i);
+        let mut curves: Vec<Vec<f32>> = Vec::with_capacity(inside.len());
+        if let Some(i) = loudest {
+            let Some(first) = curve(inside[i]) else {
+                return;
+            };
+            if first.iter().copied().fold(f32::MIN, f32::max) < self.params.refine_screen {
+                return;
+            }
+            curves.push(first);
+            curves.extend(
+                inside
+                    .iter()
+                    .enumerate()
+                    .filter(|&(k, _)| k != i)
+                    .filter_map(|(_, w)| curve(w)),
+            );
+        }
         // One offset for the whole clip: the lag where the windows agree best together. A
         // single window of a tonal clip (a jingle's steady note) correlates almost as well one
         // period off; all of them at once only at the true lag.

@@ -119,6 +119,10 @@ pub struct Params {
     /// clip cut off by the end after less than two windows): one window is thinner
     /// evidence, so it must look more alike.
     pub min_correlation_one_window: f32,
+    /// The screen before the refinement: a candidate whose loudest window correlates below
+    /// this at every lag searched is rejected before its other windows are computed. 0:
+    /// no screen (measured: see the docs' tables).
+    pub refine_screen: f32,
     /// Refinement windows per clip (the clip's start, then the most energetic others). 4:
     /// a median over four needs three of them to line up, which one look-alike stretch
     /// cannot do; more cost refinement time for every candidate.
@@ -178,6 +182,7 @@ impl Default for Params {
             min_correlation: 0.3,
             min_correlation_one_window: 0.6,
             pre_emphasis: 0.97,
+            refine_screen: 0.0,
             refine_windows: 4,
             refine_window: 8000,
             refine_search: 4000,
