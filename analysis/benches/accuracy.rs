@@ -9,6 +9,7 @@
 //! ```text
 //! cargo bench -p analysis --bench accuracy -- [--corpus DIR] [--no-baseline] [--no-peers]
 //!     [--peers-venv DIR] [--overlay-only]
+//! cargo bench -p analysis --bench accuracy -- --probe EPISODE CLIP
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -1016,6 +1017,7 @@ fn tuned() -> Params {
             "clip_fanout" => p.clip_fanout = f() as usize,
             "periodic_margin" => p.periodic_margin = f() as f32,
             "refine_screen" => p.refine_screen = f() as f32,
+            "periodic_search" => p.periodic_search = f() as usize,
             "periodic_lobe" => p.periodic_lobe = f() as usize,
             _ => panic!("ACCURACY_PARAMS: no parameter {k} here"),
         }
@@ -1043,6 +1045,25 @@ fn main() {
         .collect();
     if args.first().map(String::as_str) == Some("--child") {
         return child(&args[1..]);
+    }
+    // --probe EPISODE CLIP: one pair, every candidate refined (the analyser's debug log).
+    if args.first().map(String::as_str) == Some("--probe") {
+        tracing_subscriber::fmt()
+            .with_env_filter("analysis=debug")
+            .with_writer(std::io::stderr)
+            .init();
+        let analyser = Analyser::new(tuned());
+        let report = analyser
+            .analyse(Path::new(&args[1]), &[ClipInput::new(&args[2])])
+            .unwrap();
+        for c in &report.clips {
+            if let ClipOutcome::Found(r) = c {
+                for m in &r.matches {
+                    println!("{m:?}");
+                }
+            }
+        }
+        return;
     }
     let flag = |f: &str| args.iter().any(|a| a == f);
     let value = |f: &str| {

@@ -118,13 +118,16 @@ impl EpisodeScan {
         let cap = longest
             + (lookahead_frames + 2 * CLUSTER_GAP as usize + 8) * params.hop
             + params.fft_size
-            + 2 * params.refine_search
+            + 2 * params.refine_search.max(params.periodic_search)
             + params.refine_window;
         EpisodeScan {
             resampler: Resampler::new(in_rate, params.sample_rate, params),
             fingerprinter: Fingerprinter::new(params),
             history: History::new(cap, params.pre_emphasis),
-            correlator: Correlator::new(params.refine_window, params.refine_search),
+            correlator: Correlator::new(
+                params.refine_window,
+                params.refine_search.max(params.periodic_search),
+            ),
             params: params.clone(),
             clips: clips.to_vec(),
             index,
@@ -285,7 +288,9 @@ impl EpisodeScan {
         let hop = self.params.hop as i64;
         let end = self.history.end() as i64;
         let (history, correlator) = (&self.history, &mut self.correlator);
-        let search = self.params.refine_search;
+        // Searched wide, for rivals; the offset itself must lie near the votes.
+        let near = self.params.refine_search;
+        let search = near.max(self.params.periodic_search);
         // Each window the episode covers (a clip cut off by the end loses its last ones),
         // correlated at every lag around the voted offset.
         let inside: Vec<&RefWindow> = variant
@@ -309,7 +314,8 @@ impl EpisodeScan {
             let Some(first) = curve(inside[i]) else {
                 return;
             };
-            if first.iter().copied().fold(f32::MIN, f32::max) < self.params.refine_screen {
+            let around_votes = &first[search - near..=search + near];
+            if around_votes.iter().copied().fold(f32::MIN, f32::max) < self.params.refine_screen {
                 return;
             }
             curves.push(first);
@@ -333,16 +339,31 @@ impl EpisodeScan {
         let Some((lag, delta)) = peak(&sum) else {
             return;
         };
-        // A rival: another local maximum, further than an acceptable error, nearly as high.
-        // The clip is then periodic at this place (a repeating sound effect, a held note)
-        // and the offset could be a period off: no answer rather than a wrong one.
+        // The best lag must be where the votes are, and without a rival: another local
+        // maximum, further than an acceptable error, nearly as high. Otherwise the clip is
+        // periodic here (a ringing phone, a tremolo, a held note): its votes pile up a period
+        // or several off as well, and the best correlation of the wide search can be a
+        // period off too (under a music bed at −6 dB a ring 229 ms off outscored the true
+        // one). No answer rather than a wrong one.
         let lobe = self.params.periodic_lobe;
         let rival = (1..sum.len().saturating_sub(1))
             .filter(|&k| k.abs_diff(lag) > lobe && sum[k] >= sum[k - 1] && sum[k] >= sum[k + 1])
             .map(|k| sum[k])
             .fold(f32::MIN, f32::max);
         let windows = curves.len().max(1) as f32;
-        if rival / windows >= (sum[lag] / windows) - self.params.periodic_margin {
+        let (best_mean, rival_mean) = (sum[lag] / windows, rival / windows);
+        let from_votes = lag as i64 - search as i64;
+        tracing::debug!(
+            clip = c,
+            speed = variant.speed,
+            frame = cluster.best,
+            lag = from_votes,
+            best_mean,
+            rival_mean,
+            "rival"
+        );
+        let off_votes = from_votes.unsigned_abs() as usize > near;
+        if off_votes || rival_mean >= best_mean - self.params.periodic_margin {
             tracing::debug!(clip = c, frame = cluster.best, "periodic: refused");
             return;
         }

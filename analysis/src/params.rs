@@ -129,14 +129,16 @@ pub struct Params {
     pub refine_windows: usize,
     /// Length of each refinement window (samples at the analysis rate). 8000: 1 s.
     pub refine_window: usize,
-    /// Lags searched either side of the voted offset (samples at the analysis rate). 4,000
-    /// (0.5 s), the widest the 16,384-point transform that a 1 s window needs anyway allows
-    /// at no extra cost. A periodic clip (a sound effect repeating every 76 ms, a jingle's
-    /// steady note) votes as much for its periodic neighbours as for its true offset; a
-    /// search of ±40 ms around such a neighbour's votes settled on it, 76 ms off (5 matches
-    /// on the corpus). Searched this wide, the windows line up together at the true offset,
-    /// and a neighbour that matches nearly as well is refused ([`Params::periodic_margin`]).
+    /// Lags searched either side of the voted offset (samples at the analysis rate). 320
+    /// (40 ms): the voted offset is within one 16 ms frame, plus the speed variants' drift.
     pub refine_search: usize,
+    /// Lags searched either side of the voted offset for a rival (samples): 4,000 (0.5 s),
+    /// the widest the 16,384-point transform that a 1 s window needs anyway allows. A
+    /// periodic clip (a ringing phone, a tremolo, a beep train) votes as much for its
+    /// periodic neighbours as for its true offset: searched ±40 ms only, five matches on the
+    /// corpus settled on a neighbour 76 ms off. Searched this wide, a candidate is refused
+    /// when its best lag is not near its votes or has a rival ([`Params::periodic_margin`]).
+    pub periodic_search: usize,
     /// A candidate is refused when, more than `periodic_lobe` samples away from its best
     /// lag, another local maximum of the windows' mean correlation comes within this much of
     /// the best: the clip is then periodic enough that the offset could be a period off,
@@ -185,7 +187,8 @@ impl Default for Params {
             refine_screen: 0.0,
             refine_windows: 4,
             refine_window: 8000,
-            refine_search: 4000,
+            refine_search: 320,
+            periodic_search: 4000,
             periodic_margin: 0.02,
             periodic_lobe: 80,
             max_clip_seconds: 600.0,
