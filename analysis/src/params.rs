@@ -123,7 +123,7 @@ pub struct Params {
     /// this at every lag searched is rejected before its other windows are computed. 0:
     /// no screen (measured: see the docs' tables).
     pub refine_screen: f32,
-    /// Refinement windows per clip (the clip's start, then the most energetic others). 4:
+    /// Refinement windows per clip (the clip's start and end, then the most energetic others). 4:
     /// a median over four needs three of them to line up, which one look-alike stretch
     /// cannot do; more cost refinement time for every candidate.
     pub refine_windows: usize,

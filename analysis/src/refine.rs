@@ -59,8 +59,15 @@ pub fn choose_windows(samples: &[f32], params: &Params) -> Vec<RefWindow> {
         .step_by(step)
         .map(|s| (s, energy(s)))
         .collect();
-    // The start always, then the loudest others that do not overlap one already chosen.
+    // The start and the end always (overlapping, for a clip shorter than two windows), then
+    // the loudest others that do not overlap one already chosen. With both ends, a periodic
+    // clip (a phone ringing for 1.5 s) shifted by a period leaves one of them outside itself,
+    // where a single window would still lie on the ringing.
+    let last = samples.len() - len;
     let mut chosen = vec![0usize];
+    if last > 0 && params.refine_windows > 1 {
+        chosen.push(last);
+    }
     starts.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     for (s, e) in starts {
         if chosen.len() >= params.refine_windows.max(1) {
