@@ -236,6 +236,11 @@ fn score(
             }
             let t = out.entry(by(ep, "", 0.0)).or_default();
             t.false_matches += used.iter().filter(|u| !**u).count();
+            if show_misses() {
+                for (r, _) in reported.iter().zip(&used).filter(|x| !*x.1) {
+                    eprintln!("FALSE {} {clip} at {r:.4} s", ep.file);
+                }
+            }
             if truth.is_empty() && !ep.present.contains_key(clip) {
                 t.absent_pairs += 1;
                 t.false_absent_pairs += usize::from(!reported.is_empty());
@@ -1091,7 +1096,11 @@ fn main() {
     // Ours, on everything: one analyser (the clip cache warm after the first episode, as in a
     // researcher), one thread.
     let analyser = Analyser::new(tuned());
-    let every: Vec<usize> = (0..corpus.episodes.len()).collect();
+    // ACCURACY_EPISODES=TEXT: only the episode files whose name contains TEXT (a probe).
+    let only = std::env::var("ACCURACY_EPISODES").unwrap_or_default();
+    let every: Vec<usize> = (0..corpus.episodes.len())
+        .filter(|&e| corpus.episodes[e].file.contains(&only))
+        .collect();
     // --overlay-only: ours on the episodes under speech and music alone, their tables only.
     if flag("--overlay-only") {
         let some: Vec<usize> = every
