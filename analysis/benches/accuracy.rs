@@ -228,6 +228,13 @@ fn score(
                     .filter(|(i, r)| !used[*i] && (*r - o).abs() <= HIT_S)
                     .min_by(|x, y| (x.1 - o).abs().total_cmp(&(y.1 - o).abs()));
                 if let Some((i, r)) = best {
+                    if (r - o).abs() > 0.010 && show_misses() {
+                        eprintln!(
+                            "OFF {:.1} ms: {} {clip} at {o:.3} s ({kind}), answered {r:.4}",
+                            (r - o) * 1e3,
+                            ep.file
+                        );
+                    }
                     used[i] = true;
                     t.hits += 1;
                     t.hits_5s += usize::from(long);
