@@ -9,6 +9,7 @@
 //! ```text
 //! cargo bench -p analysis --bench accuracy -- [--corpus DIR] [--no-baseline] [--no-peers]
 //!     [--peers-venv DIR] [--overlay-only]
+//! cargo bench -p analysis --bench accuracy -- --probe EPISODE CLIP
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -227,6 +228,13 @@ fn score(
                     .filter(|(i, r)| !used[*i] && (*r - o).abs() <= HIT_S)
                     .min_by(|x, y| (x.1 - o).abs().total_cmp(&(y.1 - o).abs()));
                 if let Some((i, r)) = best {
+                    if (r - o).abs() > 0.010 && show_misses() {
+                        eprintln!(
+                            "OFF {:.1} ms: {} {clip} at {o:.3} s ({kind}), answered {r:.4}",
+                            (r - o) * 1e3,
+                            ep.file
+                        );
+                    }
                     used[i] = true;
                     t.hits += 1;
                     t.hits_5s += usize::from(long);
@@ -235,6 +243,11 @@ fn score(
             }
             let t = out.entry(by(ep, "", 0.0)).or_default();
             t.false_matches += used.iter().filter(|u| !**u).count();
+            if show_misses() {
+                for (r, _) in reported.iter().zip(&used).filter(|x| !*x.1) {
+                    eprintln!("FALSE {} {clip} at {r:.4} s", ep.file);
+                }
+            }
             if truth.is_empty() && !ep.present.contains_key(clip) {
                 t.absent_pairs += 1;
                 t.false_absent_pairs += usize::from(!reported.is_empty());
@@ -676,9 +689,28 @@ fn overlay_score(
                     row.hits_short += 1;
                 }
                 row.errors_ms.push((r - o).abs() * 1e3);
+                if (r - o).abs() > 0.010 && show_misses() {
+                    eprintln!(
+                        "OFF {:.1} ms: {} {} at {o:.3} s ({:+} dB), answered {r:.4}",
+                        (r - o) * 1e3,
+                        ep.file,
+                        a.clip,
+                        t.ratio_db
+                    );
+                }
+            } else if show_misses() {
+                eprintln!(
+                    "MISS {} {} at {o:.3} s ({:+} dB), answered {:?}",
+                    ep.file, a.clip, t.ratio_db, a.offsets
+                );
             }
         }
         total.false_matches += used.iter().filter(|u| !**u).count();
+        if show_misses() {
+            for (r, _) in a.offsets.iter().zip(&used).filter(|x| !*x.1) {
+                eprintln!("FALSE {} {} at {r:.4} s", ep.file, a.clip);
+            }
+        }
         if !ep.present.contains_key(&a.clip) {
             let matched = usize::from(!a.offsets.is_empty());
             total.absent_pairs += 1;
@@ -699,6 +731,12 @@ fn overlay_score(
         total.add(&r);
     }
     (rows, total)
+}
+
+/// `ACCURACY_MISSES=1`: every placement missed, every match more than 10 ms off and every
+/// false match of the overlay classes on stderr.
+fn show_misses() -> bool {
+    std::env::var_os("ACCURACY_MISSES").is_some()
 }
 
 fn errors(e: &[f64]) -> String {
@@ -986,6 +1024,13 @@ fn tuned() -> Params {
             "peak_time_radius" => p.peak_time_radius = f() as usize,
             "refine_windows" => p.refine_windows = f() as usize,
             "refine_window" => p.refine_window = f() as usize,
+            "refine_search" => p.refine_search = f() as usize,
+            "clip_peaks_per_window" => p.clip_peaks_per_window = f() as usize,
+            "clip_fanout" => p.clip_fanout = f() as usize,
+            "periodic_margin" => p.periodic_margin = f() as f32,
+            "refine_screen" => p.refine_screen = f() as f32,
+            "periodic_search" => p.periodic_search = f() as usize,
+            "periodic_lobe" => p.periodic_lobe = f() as usize,
             _ => panic!("ACCURACY_PARAMS: no parameter {k} here"),
         }
     }
@@ -1013,6 +1058,25 @@ fn main() {
     if args.first().map(String::as_str) == Some("--child") {
         return child(&args[1..]);
     }
+    // --probe EPISODE CLIP: one pair, every candidate refined (the analyser's debug log).
+    if args.first().map(String::as_str) == Some("--probe") {
+        tracing_subscriber::fmt()
+            .with_env_filter("analysis=debug")
+            .with_writer(std::io::stderr)
+            .init();
+        let analyser = Analyser::new(tuned());
+        let report = analyser
+            .analyse(Path::new(&args[1]), &[ClipInput::new(&args[2])])
+            .unwrap();
+        for c in &report.clips {
+            if let ClipOutcome::Found(r) = c {
+                for m in &r.matches {
+                    println!("{m:?}");
+                }
+            }
+        }
+        return;
+    }
     let flag = |f: &str| args.iter().any(|a| a == f);
     let value = |f: &str| {
         args.iter()
@@ -1039,7 +1103,11 @@ fn main() {
     // Ours, on everything: one analyser (the clip cache warm after the first episode, as in a
     // researcher), one thread.
     let analyser = Analyser::new(tuned());
-    let every: Vec<usize> = (0..corpus.episodes.len()).collect();
+    // ACCURACY_EPISODES=TEXT: only the episode files whose name contains TEXT (a probe).
+    let only = std::env::var("ACCURACY_EPISODES").unwrap_or_default();
+    let every: Vec<usize> = (0..corpus.episodes.len())
+        .filter(|&e| corpus.episodes[e].file.contains(&only))
+        .collect();
     // --overlay-only: ours on the episodes under speech and music alone, their tables only.
     if flag("--overlay-only") {
         let some: Vec<usize> = every

@@ -43,6 +43,12 @@ impl ClipPrint {
     /// Fingerprints mono samples at `rate` Hz; `hash` is recorded as the media hash.
     pub fn from_samples(samples: &[f32], rate: u32, hash: String, params: &Params) -> ClipPrint {
         let duration_ns = (samples.len() as u128 * 1_000_000_000 / u128::from(rate.max(1))) as u64;
+        // The clip's own print is denser than the episode's (see `clip_peaks_per_window`).
+        let dense = Params {
+            peaks_per_window: params.clip_peaks_per_window,
+            fanout: params.clip_fanout,
+            ..params.clone()
+        };
         let variants = params
             .speed_variants
             .iter()
@@ -57,7 +63,7 @@ impl ClipPrint {
                     params.sample_rate.saturating_mul(1000),
                     params,
                 );
-                let (landmarks, frames) = fingerprint_all(&analysed, params);
+                let (landmarks, frames) = fingerprint_all(&analysed, &dense);
                 let windows =
                     choose_windows(&pre_emphasize(&analysed, params.pre_emphasis), params);
                 Variant {

@@ -16,7 +16,7 @@ use crate::clip::ClipPrint;
 use crate::landmarks::{Fingerprinter, Landmark};
 use crate::params::Params;
 use crate::peaks::Peak;
-use crate::refine::{peak, value_at, Correlator, History};
+use crate::refine::{peak, value_at, Correlator, History, RefWindow};
 use crate::resample::Resampler;
 
 /// Offsets this close (frames) to the previous candidate join its cluster.
@@ -138,13 +138,16 @@ impl EpisodeScan {
         let cap = longest
             + (lookahead_frames + 2 * CLUSTER_GAP as usize + 8) * params.hop
             + params.fft_size
-            + 2 * params.refine_search
+            + 2 * params.refine_search.max(params.periodic_search)
             + params.refine_window;
         EpisodeScan {
             resampler: Resampler::new(in_rate, params.sample_rate, params),
             fingerprinter: Fingerprinter::new(params),
             history: History::new(cap, params.pre_emphasis),
-            correlator: Correlator::new(params.refine_window, params.refine_search),
+            correlator: Correlator::new(
+                params.refine_window,
+                params.refine_search.max(params.periodic_search),
+            ),
             params: params.clone(),
             clips: clips.to_vec(),
             index,
@@ -409,17 +412,45 @@ impl EpisodeScan {
         let hop = self.params.hop as i64;
         let end = self.history.end() as i64;
         let (history, correlator) = (&self.history, &mut self.correlator);
-        let search = self.params.refine_search;
+        // Searched wide, for rivals; the offset itself must lie near the votes.
+        let near = self.params.refine_search;
+        let search = near.max(self.params.periodic_search);
         // Each window the episode covers (a clip cut off by the end loses its last ones),
         // correlated at every lag around the voted offset.
-        let curves: Vec<Vec<f32>> = variant
+        let inside: Vec<&RefWindow> = variant
             .windows
             .iter()
             .filter(|w| cluster.best * hop + (w.start + w.samples.len()) as i64 <= end)
-            .filter_map(|w| {
-                correlator.curve(w, history, cluster.best * hop + w.start as i64, search)
-            })
             .collect();
+        let mut curve = |w: &RefWindow| {
+            correlator.curve(w, history, cluster.best * hop + w.start as i64, search)
+        };
+        // The screen: most candidates are chance vote clusters, and the clip's loudest
+        // window alone, correlating nowhere near the bar at any lag, rejects them at a
+        // quarter of the cost of all the windows.
+        let loudest = inside
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.norm.total_cmp(&b.1.norm))
+            .map(|(i, _)| i);
+        let mut curves: Vec<Vec<f32>> = Vec::with_capacity(inside.len());
+        if let Some(i) = loudest {
+            let Some(first) = curve(inside[i]) else {
+                return;
+            };
+            let around_votes = &first[search - near..=search + near];
+            if around_votes.iter().copied().fold(f32::MIN, f32::max) < self.params.refine_screen {
+                return;
+            }
+            curves.push(first);
+            curves.extend(
+                inside
+                    .iter()
+                    .enumerate()
+                    .filter(|&(k, _)| k != i)
+                    .filter_map(|(_, w)| curve(w)),
+            );
+        }
         // One offset for the whole clip: the lag where the windows agree best together. A
         // single window of a tonal clip (a jingle's steady note) correlates almost as well one
         // period off; all of them at once only at the true lag.
@@ -432,6 +463,34 @@ impl EpisodeScan {
         let Some((lag, delta)) = peak(&sum) else {
             return;
         };
+        // The best lag must be where the votes are, and without a rival: another local
+        // maximum, further than an acceptable error, nearly as high. Otherwise the clip is
+        // periodic here (a ringing phone, a tremolo, a held note): its votes pile up a period
+        // or several off as well, and the best correlation of the wide search can be a
+        // period off too (under a music bed at −6 dB a ring 229 ms off outscored the true
+        // one). No answer rather than a wrong one.
+        let lobe = self.params.periodic_lobe;
+        let rival = (1..sum.len().saturating_sub(1))
+            .filter(|&k| k.abs_diff(lag) > lobe && sum[k] >= sum[k - 1] && sum[k] >= sum[k + 1])
+            .map(|k| sum[k])
+            .fold(f32::MIN, f32::max);
+        let windows = curves.len().max(1) as f32;
+        let (best_mean, rival_mean) = (sum[lag] / windows, rival / windows);
+        let from_votes = lag as i64 - search as i64;
+        tracing::debug!(
+            clip = c,
+            speed = variant.speed,
+            frame = cluster.best,
+            lag = from_votes,
+            best_mean,
+            rival_mean,
+            "rival"
+        );
+        let off_votes = from_votes.unsigned_abs() as usize > near;
+        if off_votes || rival_mean >= best_mean - self.params.periodic_margin {
+            tracing::debug!(clip = c, frame = cluster.best, "periodic: refused");
+            return;
+        }
         let start = (cluster.best * hop - search as i64 + lag as i64) as f64 + delta;
         // The score: the median window's correlation there. A true occurrence lines every
         // window up at once; a stretch that merely looks alike (the same voice on the same
@@ -470,8 +529,9 @@ impl EpisodeScan {
         if correlation < bar {
             return;
         }
-        // A clip at the very start can refine a fraction of a sample before it.
-        let limit = -(self.params.refine_search as f64);
+        // A clip at the very start can refine a fraction of a sample before it; further
+        // before, the windows would be matched against silence that is not there.
+        let limit = -(SCORE_SLACK as f64);
         if start < limit {
             return;
         }

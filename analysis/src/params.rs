@@ -68,6 +68,22 @@ pub struct Params {
     /// See [`Params::peaks_per_window`]. 64 frames ≈ 1 s.
     pub peak_window_frames: usize,
 
+    /// Peaks kept per `peak_window_frames` in a clip's own print (the episode keeps
+    /// `peaks_per_window`). A clip under speech or a music bed keeps in the mix only those of
+    /// its peaks the background does not outshine, and they are not always among the 40 a
+    /// second the clip alone would keep: a denser clip print still has them. The clip is
+    /// printed once and the episode's print stays as dense as before (a later issue stores
+    /// it in at most 1 MB an hour). 40, as the episode, for now: 80 with `clip_fanout` 16
+    /// found 318 of the issue-32 classes' 640 placements where 40/8 found 304 (pre-emphasis
+    /// 0.5, 5 votes), but multiplies the clip index and the chance clusters by four; fewer
+    /// votes (4) found more (322) for less.
+    pub clip_peaks_per_window: usize,
+    /// Each of a clip's anchors is paired with this many later peaks (the episode pairs
+    /// `fanout`). In the mix, two of the clip's surviving peaks may have several of the
+    /// background's between them, so the episode pairs them across a gap the clip's own
+    /// print, without the background, spans only with a larger fan-out.
+    pub clip_fanout: usize,
+
     /// Landmarks: each anchor peak is paired with at most this many later peaks (the first
     /// ones in time). More pairs find more matches under noise but cost index size and votes.
     /// 8 (with 40 peaks a second: 320 landmarks a second): with 5, the same 5 dB test lost
@@ -85,28 +101,42 @@ pub struct Params {
     pub speed_variants: Vec<f64>,
 
     /// Votes (landmark hashes agreeing on one offset, ± one frame) a candidate needs before
-    /// it is refined. Low on purpose (5): the correlation below decides; votes only keep the
+    /// it is refined. Low on purpose (4): the correlation below decides; votes only keep the
     /// refinement's cost down. True occurrences of clips ≥ 2 s had 10 or more votes even at
-    /// 5 dB SNR on the corpus; chance clusters of 5–7 votes come by the thousand in an hour
-    /// against 50 clips and are refined (by FFT: ~0.3 ms each) and rejected.
+    /// 5 dB SNR on the corpus, but a sting or a voice tag under a voice or a music bed keeps
+    /// only a few of its landmarks: on the issue-32 classes 5 → 4 found 304 → 322 of 640
+    /// placements (3: 326, for more chance clusters to refine), with no false match. Chance
+    /// clusters come by the thousand in an hour against 50 clips; most are rejected by the
+    /// screen ([`Params::refine_screen`]) at a quarter of a full refinement.
     pub min_votes: u32,
     /// The least score for a match: the median, over the clip's refinement windows, of the
     /// normalised cross-correlation at the clip's one common offset. A second test,
-    /// independent of the hashes, that keeps chance vote clusters out. On the corpus true
-    /// occurrences scored ≥ 0.45 (talk-over at 5 dB SNR the lowest), look-alikes (the same
-    /// voice on the same vowels, jingles sharing notes) ≤ 0.2 once scored at one common
-    /// offset; 0.3 sits between with margin on both sides.
+    /// independent of the hashes, that keeps chance vote clusters out. A clip under a
+    /// background of equal RMS can score at most about 0.7, 6 dB under it 0.45, 12 dB under
+    /// it 0.24; look-alikes (the same voice on the same vowels, jingles sharing notes, the
+    /// issue-32 near misses: a melody transposed, the words in another voice) scored ≤ 0.2
+    /// at one common offset. 0.25: on the issue-32 classes 0.3 → 0.25 found 322 → 350 of 640
+    /// placements, with no false match in any class (1,110 + 1,968 absent pairs, 96 near
+    /// misses); 0.22 found 362, with less margin over the look-alikes.
     pub min_correlation: f32,
-    /// Pre-emphasis `y[n] = x[n] − a·x[n−1]` before cross-correlation. 0.97 flattens
-    /// speech's falling spectrum, so the correlation peak is set by the formants and
-    /// consonants (sharp, ~1 sample wide) instead of the low harmonics (broad, tens of
-    /// samples wide, easy to pick a cycle off under noise).
+    /// Pre-emphasis `y[n] = x[n] − a·x[n−1]` before cross-correlation. 0.5: a light
+    /// tilt. 0.97 flattened speech's falling spectrum, which sharpened the correlation peak
+    /// of speech in speech, but also lifted a voice's consonants and a bed's cymbals over a
+    /// tonal clip's notes under them: on the issue-32 classes (with both ends among the
+    /// windows) 0.97 found 276 of 640, 0.7 287, 0.5 304, 0.3 302; no match anywhere more than
+    /// 0.05 ms off, the periodic-rival test keeping the wider peak from slipping a cycle.
     pub pre_emphasis: f32,
     /// The least correlation when only one refinement window lies inside the episode (a
     /// clip cut off by the end after less than two windows): one window is thinner
     /// evidence, so it must look more alike.
     pub min_correlation_one_window: f32,
-    /// Refinement windows per clip (the clip's start, then the most energetic others). 4:
+    /// The screen before the refinement: a candidate whose loudest window correlates below
+    /// this at every lag near its votes is rejected before its other windows are computed.
+    /// 0.2: on the issue-32 classes it rejected no true occurrence (350 of 640 with 0.2 or
+    /// 0.15, as without), and it took the CPU of an episode against 50 clips from 1.3× to
+    /// 0.9× today's build's (min_votes 4 refines many more chance clusters).
+    pub refine_screen: f32,
+    /// Refinement windows per clip (the clip's start and end, then the most energetic others). 4:
     /// a median over four needs three of them to line up, which one look-alike stretch
     /// cannot do; more cost refinement time for every candidate.
     pub refine_windows: usize,
@@ -115,6 +145,24 @@ pub struct Params {
     /// Lags searched either side of the voted offset (samples at the analysis rate). 320
     /// (40 ms): the voted offset is within one 16 ms frame, plus the speed variants' drift.
     pub refine_search: usize,
+    /// Lags searched either side of the voted offset for a rival (samples): 4,000 (0.5 s),
+    /// the widest the 16,384-point transform that a 1 s window needs anyway allows. A
+    /// periodic clip (a ringing phone, a tremolo, a beep train) votes as much for its
+    /// periodic neighbours as for its true offset: searched ±40 ms only, five matches on the
+    /// corpus settled on a neighbour 76 ms off. Searched this wide, a candidate is refused
+    /// when its best lag is not near its votes or has a rival ([`Params::periodic_margin`]).
+    pub periodic_search: usize,
+    /// A candidate is refused when, more than `periodic_lobe` samples away from its best
+    /// lag, another local maximum of the windows' mean correlation comes within this much of
+    /// the best: the clip is then periodic enough that the offset could be a period off,
+    /// and a match at a wrong offset is worse than none. 0.03: with 0.02 one match was
+    /// 17.5 ms off (a 4 s jingle cut off by the episode's end after 2 s, on a held chord:
+    /// its rival 0.025 below the best, in every distortion class); 0.03 refuses it, and
+    /// finds 343 of the issue-32 classes' 640 placements (0.02: 350, 0.05: 329).
+    pub periodic_margin: f32,
+    /// Samples (at the analysis rate) around the best lag within which another maximum is
+    /// not a rival: 80 (10 ms), the offset error that is still right.
+    pub periodic_lobe: usize,
 
     /// Longest clip accepted (seconds). Clips are held whole and the episode's recent samples
     /// are kept for as long as the longest clip lasts; this bounds that memory.
@@ -143,16 +191,22 @@ impl Default for Params {
             peaks_per_window: 40,
             peak_window_frames: 64,
             fanout: 8,
+            clip_peaks_per_window: 40,
+            clip_fanout: 8,
             pair_max_dt: 48,
             pair_max_df: 48,
             speed_variants: vec![1.0, 0.99, 1.01],
-            min_votes: 5,
-            min_correlation: 0.3,
+            min_votes: 4,
+            min_correlation: 0.25,
             min_correlation_one_window: 0.6,
-            pre_emphasis: 0.97,
+            pre_emphasis: 0.5,
+            refine_screen: 0.2,
             refine_windows: 4,
             refine_window: 8000,
             refine_search: 320,
+            periodic_search: 4000,
+            periodic_margin: 0.03,
+            periodic_lobe: 80,
             max_clip_seconds: 600.0,
             cache_bytes: 64 << 20,
         }

@@ -59,8 +59,15 @@ pub fn choose_windows(samples: &[f32], params: &Params) -> Vec<RefWindow> {
         .step_by(step)
         .map(|s| (s, energy(s)))
         .collect();
-    // The start always, then the loudest others that do not overlap one already chosen.
+    // The start and the end always (overlapping, for a clip shorter than two windows), then
+    // the loudest others that do not overlap one already chosen. With both ends, a periodic
+    // clip (a phone ringing for 1.5 s) shifted by a period leaves one of them outside itself,
+    // where a single window would still lie on the ringing.
+    let last = samples.len() - len;
     let mut chosen = vec![0usize];
+    if last > 0 && params.refine_windows > 1 {
+        chosen.push(last);
+    }
     starts.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     for (s, e) in starts {
         if chosen.len() >= params.refine_windows.max(1) {
@@ -139,14 +146,25 @@ impl History {
     /// Samples `from .. from + len` into `out`, zeros where the ring has none.
     fn segment(&self, from: i64, len: usize, out: &mut Vec<f32>) {
         out.clear();
-        out.extend((0..len as i64).map(|k| {
-            let i = from + k - self.start as i64;
-            if i >= 0 {
-                self.buf.get(i as usize).copied().unwrap_or(0.0)
-            } else {
-                0.0
+        out.resize(len, 0.0);
+        // The part of `from .. from + len` the ring holds, copied slice by slice.
+        let rel = from - self.start as i64;
+        let lo = rel.max(0);
+        let hi = (rel + len as i64).min(self.buf.len() as i64);
+        if lo >= hi {
+            return;
+        }
+        let (a, b) = self.buf.as_slices();
+        let (lo, hi) = (lo as usize, hi as usize);
+        let mut dst = (lo as i64 - rel) as usize;
+        for (part, offset) in [(a, 0), (b, a.len())] {
+            let from = lo.max(offset).min(offset + part.len());
+            let to = hi.max(offset).min(offset + part.len());
+            if from < to {
+                out[dst..dst + (to - from)].copy_from_slice(&part[from - offset..to - offset]);
+                dst += to - from;
             }
-        }));
+        }
     }
 }
 
@@ -168,6 +186,7 @@ pub struct Correlator {
     forward: Arc<dyn RealToComplex<f32>>,
     inverse: Arc<dyn ComplexToReal<f32>>,
     seg: Vec<f32>,
+    plain: Vec<f32>,
     win: Vec<f32>,
     seg_f: Vec<Complex<f32>>,
     win_f: Vec<Complex<f32>>,
@@ -186,6 +205,7 @@ impl Correlator {
         Correlator {
             n,
             seg: forward.make_input_vec(),
+            plain: Vec::with_capacity(n),
             win: forward.make_input_vec(),
             seg_f: forward.make_output_vec(),
             win_f: forward.make_output_vec(),
@@ -212,6 +232,9 @@ impl Correlator {
         }
         let mut seg = std::mem::take(&mut self.seg);
         history.segment(expected - search as i64, span, &mut seg);
+        // The transform works in place: the plain samples are kept for the energies.
+        self.plain.clear();
+        self.plain.extend_from_slice(&seg);
         seg.resize(self.n, 0.0);
         self.win[..w].copy_from_slice(&window.samples);
         self.win[w..].fill(0.0);
@@ -236,13 +259,16 @@ impl Correlator {
             .process_with_scratch(&mut self.seg_f, &mut self.corr, &mut self.scratch)
             .ok()?;
         let scale = 1.0 / self.n as f64;
-        history.segment(expected - search as i64, span, &mut seg);
-        let mut energy: f64 = seg[..w].iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+        let plain = &self.plain;
+        let mut energy: f64 = plain[..w]
+            .iter()
+            .map(|&x| f64::from(x) * f64::from(x))
+            .sum();
         let mut ncc = Vec::with_capacity(2 * search + 1);
         for s in 0..=2 * search {
             if s > 0 {
-                let out = f64::from(seg[s - 1]);
-                let inn = f64::from(seg[s + w - 1]);
+                let out = f64::from(plain[s - 1]);
+                let inn = f64::from(plain[s + w - 1]);
                 energy += inn * inn - out * out;
             }
             let num = f64::from(self.corr[s]) * scale;
@@ -377,6 +403,37 @@ mod tests {
         assert_eq!(value_at(&curve, 40.0), curve[40]);
         for x in [30.5, 41.25, 50.875, 60.1] {
             assert!((f64::from(value_at(&curve, x)) - f(x)).abs() < 0.02, "{x}");
+        }
+    }
+
+    #[test]
+    fn a_segment_is_the_rings_samples_wherever_they_wrap() {
+        let mut h = History::new(100, 0.0);
+        // Pushed in uneven pieces, so that the ring's storage wraps.
+        let all: Vec<f32> = (0..250).map(|i| i as f32).collect();
+        for piece in all.chunks(37) {
+            h.push(piece);
+        }
+        let mut out = Vec::new();
+        for (from, len) in [
+            (100, 30),
+            (140, 20),
+            (150, 100),
+            (200, 80),
+            (260, 5),
+            (0, 400),
+        ] {
+            h.segment(from, len, &mut out);
+            let expected: Vec<f32> = (from..from + len as i64)
+                .map(|i| {
+                    if (150..250).contains(&i) {
+                        i as f32
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            assert_eq!(out, expected, "{from} {len}");
         }
     }
 

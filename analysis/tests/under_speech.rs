@@ -97,3 +97,48 @@ fn a_jingle_with_the_speech_turned_down_is_found_at_its_offset() {
         assert_found_at_40s(0.0, speech_db);
     }
 }
+
+/// A sound effect that repeats every 76 ms (a busy tone's beeps: 38 ms of 425 Hz and 850 Hz,
+/// 38 ms of silence, for 2 s): it votes as much for a period off as for its place. Under
+/// the speech at 0 dB, it is found at its offset or not at all (a strict beep train is
+/// alike a period off but for its two ends, and may be refused as ambiguous); never a
+/// period off.
+#[test]
+fn a_periodic_sound_effect_is_never_found_a_period_off() {
+    let beeps: Vec<f32> = (0..2 * RATE as usize)
+        .map(|i| {
+            let t = i as f32 / RATE as f32;
+            if (i % 1_216) < 608 {
+                let w = std::f32::consts::TAU * t;
+                (w * 425.0).sin() + 0.5 * (w * 850.0).sin()
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let beeps = scaled(beeps, 0.098);
+    let params = Params::default();
+    for seed in [1, 2, 3] {
+        let (speech, _) = sources(seed);
+        let at = (AT_S * f64::from(RATE)) as usize;
+        let mut mix = speech.clone();
+        for (k, x) in beeps.iter().enumerate() {
+            mix[at + k] += x;
+        }
+        let print = Arc::new(ClipPrint::from_samples(
+            &beeps,
+            RATE,
+            String::new(),
+            &params,
+        ));
+        let mut scan = EpisodeScan::new(&params, &[print], RATE);
+        for chunk in mix.chunks(4_096) {
+            scan.push(chunk);
+        }
+        let found = scan.finish().remove(0);
+        for x in found {
+            let err_ms = (x.offset_ns as f64 / 1e9 - AT_S).abs() * 1e3;
+            assert!(err_ms <= 10.0, "seed {seed}: {x:?} is {err_ms:.1} ms off");
+        }
+    }
+}
