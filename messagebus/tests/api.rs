@@ -80,8 +80,11 @@ async fn take(rx: &dyn Receiver) -> Delivery {
     d.remove(0)
 }
 
-async fn expect_err<T: std::fmt::Debug>(f: impl Future<Output = Result<T, BusError>>) -> BusError {
-    f.await.expect_err("an error")
+async fn expect_err<T>(f: impl Future<Output = Result<T, BusError>>) -> BusError {
+    match f.await {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e,
+    }
 }
 
 #[tokio::test]
@@ -195,11 +198,18 @@ async fn results_go_to_the_receipt_of_their_item_with_several_in_hand() {
         let rx = bus.receiver("pending_research").await.unwrap();
         slots.push(take(rx.as_ref()).await);
     }
-    // Which receipt holds which lease, as the gateway handed them out.
-    let handed: Vec<(String, String)> = g
+    // Which receipt holds which lease, as the gateway handed them out, and to which slot:
+    // each names itself, so that the server counts three researchers.
+    let taken: Vec<_> = g
         .calls()
-        .iter()
+        .into_iter()
         .filter(|c| c.endpoint == "work" && c.status == 200)
+        .collect();
+    let slots_named: std::collections::BTreeSet<_> =
+        taken.iter().map(|c| c.researcher.clone().unwrap()).collect();
+    assert_eq!(slots_named.len(), 3, "{taken:?}");
+    let handed: Vec<(String, String)> = taken
+        .iter()
         .map(|c| c.receipt.clone().unwrap())
         .zip(["A", "B", "C"].map(String::from))
         .collect();
@@ -215,6 +225,11 @@ async fn results_go_to_the_receipt_of_their_item_with_several_in_hand() {
         .unwrap();
     let sent = g.results();
     assert_eq!(sent.len(), 4);
+    // Each request of results names the slot that holds its item.
+    for call in g.calls().iter().filter(|c| c.endpoint == "results") {
+        let holder = taken.iter().find(|t| t.receipt == call.receipt).unwrap();
+        assert_eq!(call.researcher, holder.researcher);
+    }
     for (receipt, value) in &sent {
         let lease = value["lease_id"].as_str().unwrap();
         let (held_by, _) = handed.iter().find(|(_, l)| l == lease).unwrap();

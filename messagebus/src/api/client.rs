@@ -17,6 +17,20 @@ use crate::{redact_url, BusError};
 /// The longest reason quoted from a server's answer.
 const MAX_REASON: usize = 300;
 
+/// The header a researcher's requests name their slot with: the server counts each slot as
+/// one researcher (many slots share one token and one address).
+pub(crate) const RESEARCHER_HEADER: &str = "x-archivist-researcher";
+
+/// One request's settings besides its method, URL and body.
+struct Call<'a> {
+    /// The token's scope the request needs; `None`: sent without the token.
+    scope: Option<Scope>,
+    researcher: Option<&'a str>,
+    /// The request in words, for errors.
+    what: &'a str,
+    timeout: Duration,
+}
+
 /// The server's answer to one request (after any retries).
 #[derive(Debug)]
 pub(crate) struct Answer {
@@ -156,27 +170,39 @@ impl Client {
 
     /// POSTs `body` to `url` with the token, for a request of `scope` (`what`: the request in
     /// words, for errors). Connection errors, timeouts, and the answers of an overloaded or
-    /// restarting server (429, 500, 502, 503, 504) are tried again, up to the configured
+    /// restarting server (429, 502, 503, 504) are tried again, up to the configured
     /// attempts with a doubling backoff (a `Retry-After` in seconds is honoured up to the
     /// longest backoff), then [`BusError::Unavailable`]. 401 and 403 are
     /// [`BusError::Unauthorized`] naming `scope`. Any other answer is returned.
+    /// `researcher`: the slot's name for the server's count of researchers (see
+    /// [`RESEARCHER_HEADER`]).
     pub(crate) async fn post(
         &self,
         url: Url,
         body: Body,
         scope: Scope,
+        researcher: Option<&str>,
         what: &str,
         timeout: Duration,
     ) -> Result<Answer, BusError> {
-        self.send(reqwest::Method::POST, url, body, Some(scope), what, timeout)
-            .await
+        let call = Call {
+            scope: Some(scope),
+            researcher,
+            what,
+            timeout,
+        };
+        self.send(reqwest::Method::POST, url, body, call).await
     }
 
     /// GETs `url` without a token (the OpenAPI document), as [`post`](Self::post) does.
     pub(crate) async fn get_public(&self, url: Url, what: &str) -> Result<Answer, BusError> {
-        let timeout = self.config.request_timeout;
-        self.send(reqwest::Method::GET, url, Body::Empty, None, what, timeout)
-            .await
+        let call = Call {
+            scope: None,
+            researcher: None,
+            what,
+            timeout: self.config.request_timeout,
+        };
+        self.send(reqwest::Method::GET, url, Body::Empty, call).await
     }
 
     async fn send(
@@ -184,10 +210,14 @@ impl Client {
         method: reqwest::Method,
         url: Url,
         body: Body,
-        scope: Option<Scope>,
-        what: &str,
-        timeout: Duration,
+        call: Call<'_>,
     ) -> Result<Answer, BusError> {
+        let Call {
+            scope,
+            researcher,
+            what,
+            timeout,
+        } = call;
         let attempts = self.config.attempts.max(1);
         let mut backoff = self.config.first_backoff;
         let mut retried = false;
@@ -200,6 +230,9 @@ impl Client {
             let mut request = self.http.request(method.clone(), url.clone()).timeout(timeout);
             if scope.is_some() {
                 request = request.header(AUTHORIZATION, self.token.header()?);
+            }
+            if let Some(name) = researcher {
+                request = request.header(RESEARCHER_HEADER, name);
             }
             match &body {
                 Some(bytes) => {
@@ -215,10 +248,10 @@ impl Client {
             let mut wait = backoff;
             match self.try_once(request).await {
                 Ok((status, headers, bytes)) => {
+                    // Not 500: a failure inside the server may not pass; the caller decides.
                     let overloaded = matches!(
                         status,
                         StatusCode::TOO_MANY_REQUESTS
-                            | StatusCode::INTERNAL_SERVER_ERROR
                             | StatusCode::BAD_GATEWAY
                             | StatusCode::SERVICE_UNAVAILABLE
                             | StatusCode::GATEWAY_TIMEOUT

@@ -39,6 +39,8 @@ pub struct Call {
     pub receipt: Option<String>,
     /// The answer's status.
     pub status: u16,
+    /// The researcher's name for itself (`X-Archivist-Researcher`), when it gave one.
+    pub researcher: Option<String>,
 }
 
 /// A work item waiting, with how often it was handed out.
@@ -102,11 +104,18 @@ impl Fake {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn record(&self, endpoint: &str, receipt: Option<&str>, status: StatusCode) {
+    fn record(
+        &self,
+        endpoint: &str,
+        receipt: Option<&str>,
+        headers: Option<&HeaderMap>,
+        status: StatusCode,
+    ) {
         self.lock().calls.push(Call {
             endpoint: endpoint.to_string(),
             receipt: receipt.map(str::to_string),
             status: status.as_u16(),
+            researcher: headers.and_then(researcher),
         });
     }
 
@@ -261,6 +270,14 @@ impl FakeGateway {
     }
 }
 
+/// The `X-Archivist-Researcher` header's value.
+fn researcher(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("x-archivist-researcher")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
 /// The listener: closes the connections [`FakeGateway::drop_connections`] asked for.
 struct Dropping {
     inner: TcpListener,
@@ -303,7 +320,7 @@ async fn close_connection(mut response: Response) -> Response {
 }
 
 async fn openapi(State(fake): State<Arc<Fake>>) -> Response {
-    fake.record("openapi", None, StatusCode::OK);
+    fake.record("openapi", None, None, StatusCode::OK);
     Json(json!({"openapi": "3.1.0", "info": {"title": "archivist (fake)", "version": "1"}}))
         .into_response()
 }
@@ -373,13 +390,13 @@ fn curated(fake: &Fake, headers: &HeaderMap, body: &[u8], endpoint: &str) -> Res
         Ok((StatusCode::ACCEPTED, Json(json!({ "accepted": n }))).into_response())
     })()
     .unwrap_or_else(|r| r);
-    fake.record(endpoint, None, response.status());
+    fake.record(endpoint, None, Some(headers), response.status());
     response
 }
 
 async fn work(State(fake): State<Arc<Fake>>, headers: HeaderMap, uri: Uri) -> Response {
     if let Err(r) = fake.check(&headers, "researcher") {
-        fake.record("work", None, r.status());
+        fake.record("work", None, Some(&headers), r.status());
         return r;
     }
     let wait = uri
@@ -420,6 +437,7 @@ async fn work(State(fake): State<Arc<Fake>>, headers: HeaderMap, uri: Uri) -> Re
                     endpoint: "work".into(),
                     receipt: Some(receipt),
                     status: 200,
+                    researcher: researcher(&headers),
                 });
                 return Json(body).into_response();
             }
@@ -428,7 +446,7 @@ async fn work(State(fake): State<Arc<Fake>>, headers: HeaderMap, uri: Uri) -> Re
         let next_expiry = fake.lock().held.values().map(|h| h.visible_until).min();
         let until = next_expiry.map_or(deadline, |e| e.min(deadline));
         if Instant::now() >= deadline {
-            fake.record("work", None, StatusCode::NO_CONTENT);
+            fake.record("work", None, Some(&headers), StatusCode::NO_CONTENT);
             return StatusCode::NO_CONTENT.into_response();
         }
         tokio::select! {
@@ -499,6 +517,6 @@ async fn item(
         }
     })()
     .unwrap_or_else(|r| r);
-    fake.record(&action, Some(&receipt), response.status());
+    fake.record(&action, Some(&receipt), Some(&headers), response.status());
     response
 }

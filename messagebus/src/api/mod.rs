@@ -26,6 +26,11 @@
 //!   `/clips`, a batch as JSON lines in one request (cut into several past
 //!   [`MAX_REQUEST_LINES`] or [`MAX_REQUEST_BYTES`], and halved when the server answers 413).
 //!
+//! Each receiver is one slot of a researcher, and names itself in every request it makes
+//! (the header `X-Archivist-Researcher`: a random name for the process and the slot's
+//! number), so that the server counts each slot as one researcher for the work-assignment
+//! rule, as the buses that count consumers count a local researcher's receivers.
+//!
 //! # Errors
 //!
 //! Connection errors, timeouts, and 429/5xx answers are tried again with a doubling backoff,
@@ -201,32 +206,52 @@ impl ApiConfig {
 pub(crate) struct Shared {
     pub(crate) client: client::Client,
     pub(crate) queues: ApiQueues,
-    /// Per lease, the receipts of the work items in hand for it (usually one; a second when
-    /// the server handed the item out again while an earlier holder still works on it). The
-    /// results sender posts a lease's results to its latest receipt.
-    receipts: Mutex<HashMap<String, Vec<String>>>,
+    /// Per lease, the receipts of the work items in hand for it, each with the name of the
+    /// slot holding it (usually one; a second when the server handed the item out again while
+    /// an earlier holder still works on it). The results sender posts a lease's results to its
+    /// latest receipt.
+    receipts: Mutex<HashMap<String, Vec<Held>>>,
+    /// This bus's researchers' names start with this (random: one process's slots).
+    pub(crate) name: String,
+    /// Receivers made so far (each slot's name ends with its number).
+    receivers: std::sync::atomic::AtomicU64,
     /// Releases of deliveries dropped unsettled, which [`Bus::close`] waits for.
     pub(crate) abandoned: tokio_util::task::TaskTracker,
 }
 
+/// A work item in hand: its receipt, and the slot holding it.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    pub(crate) receipt: String,
+    pub(crate) slot: String,
+}
+
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<String>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Held>>> {
         self.receipts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A work item for `lease` is in hand with `receipt`.
-    pub(crate) fn hold(&self, lease: &str, receipt: &str) {
-        self.lock()
-            .entry(lease.to_string())
-            .or_default()
-            .push(receipt.to_string());
+    /// A name for a new slot (receiver), for the server's count of researchers.
+    pub(crate) fn slot_name(&self) -> String {
+        let n = self
+            .receivers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{}-{n}", self.name)
+    }
+
+    /// A work item for `lease` is in hand with `receipt`, held by `slot`.
+    pub(crate) fn hold(&self, lease: &str, receipt: &str, slot: &str) {
+        self.lock().entry(lease.to_string()).or_default().push(Held {
+            receipt: receipt.to_string(),
+            slot: slot.to_string(),
+        });
     }
 
     /// The work item of `lease` with `receipt` is no longer in hand.
     pub(crate) fn let_go(&self, lease: &str, receipt: &str) {
         let mut map = self.lock();
         if let Some(held) = map.get_mut(lease) {
-            held.retain(|r| r != receipt);
+            held.retain(|h| h.receipt != receipt);
             if held.is_empty() {
                 map.remove(lease);
             }
@@ -239,7 +264,7 @@ impl Shared {
     }
 
     /// The receipt a result for `lease` goes to: the latest item in hand for it.
-    pub(crate) fn receipt_of(&self, lease: &str) -> Option<String> {
+    pub(crate) fn receipt_of(&self, lease: &str) -> Option<Held> {
         self.lock().get(lease).and_then(|r| r.last().cloned())
     }
 }
@@ -269,6 +294,8 @@ impl ApiBus {
                 client,
                 queues: config.queues,
                 receipts: Mutex::new(HashMap::new()),
+                name: format!("{:016x}", rand::random::<u64>()),
+                receivers: std::sync::atomic::AtomicU64::new(0),
                 abandoned: tokio_util::task::TaskTracker::new(),
             }),
         })

@@ -42,11 +42,14 @@ struct Extended {
 pub struct WorkReceiver {
     shared: Arc<Shared>,
     queue: String,
+    /// The slot's name, in each of its requests.
+    slot: String,
 }
 
 impl WorkReceiver {
     pub(crate) fn new(shared: Arc<Shared>, queue: &str) -> Self {
         WorkReceiver {
+            slot: shared.slot_name(),
             shared,
             queue: queue.to_string(),
         }
@@ -66,7 +69,14 @@ impl Receiver for WorkReceiver {
         let what = "taking a work item";
         let timeout = Duration::from_secs(secs) + self.shared.request_timeout();
         let answer = client
-            .post(url, Body::Empty, Scope::Researcher, what, timeout)
+            .post(
+                url,
+                Body::Empty,
+                Scope::Researcher,
+                Some(&self.slot),
+                what,
+                timeout,
+            )
             .await?;
         match answer.status {
             StatusCode::NO_CONTENT => Ok(Vec::new()),
@@ -86,22 +96,20 @@ impl Receiver for WorkReceiver {
                     source: None,
                 })?;
                 if let Some(lease) = &lease {
-                    self.shared.hold(lease, &work.receipt);
+                    self.shared.hold(lease, &work.receipt, &self.slot);
                 }
                 let stop = CancellationToken::new();
-                tokio::spawn(heartbeat(
-                    self.shared.clone(),
-                    work.receipt.clone(),
-                    message_id.clone(),
-                    until,
-                    stop.clone(),
-                ));
+                let item = Item {
+                    shared: self.shared.clone(),
+                    receipt: work.receipt.clone(),
+                    message_id: message_id.clone(),
+                    slot: self.slot.clone(),
+                };
+                tokio::spawn(heartbeat(item.clone(), until, stop.clone()));
                 tracing::debug!(lease = %message_id, "work item taken through the API");
                 let acker = WorkAck {
-                    shared: self.shared.clone(),
-                    receipt: work.receipt,
+                    item,
                     lease,
-                    message_id: message_id.clone(),
                     heartbeat: stop,
                 };
                 Ok(vec![Delivery::new(
@@ -150,14 +158,74 @@ enum Extension {
     Gone,
 }
 
-/// Extends the held item `receipt` whenever half of its visibility is left, until `stop`.
-async fn heartbeat(
+/// A work item in hand: what its requests name.
+#[derive(Clone)]
+struct Item {
     shared: Arc<Shared>,
     receipt: String,
-    lease: String,
-    mut until: Instant,
-    stop: CancellationToken,
-) {
+    /// The delivery's id (its lease, where it has one), for logs.
+    message_id: String,
+    /// The slot holding it.
+    slot: String,
+}
+
+impl Item {
+    /// POSTs to `…/work/{receipt}/{action}`.
+    async fn post(&self, action: &str, what: &str) -> Result<Answer, BusError> {
+        let client = &self.shared.client;
+        let url = client.url(&["work", &self.receipt, action]);
+        client
+            .post(
+                url,
+                Body::Empty,
+                Scope::Researcher,
+                Some(&self.slot),
+                what,
+                self.shared.request_timeout(),
+            )
+            .await
+    }
+
+    /// Finishes or releases the item (`action`); a 409 passes (see the module's docs).
+    async fn settle(&self, action: &str, what: &str) -> Result<(), BusError> {
+        let answer = self.post(action, what).await?;
+        let lease = &self.message_id;
+        match answer.status {
+            s if s.is_success() => Ok(()),
+            // As a stale delivery on the database bus: nothing to settle, no error.
+            StatusCode::CONFLICT if answer.retried => {
+                tracing::debug!(lease = %lease, "{what}: the first try landed (its answer was lost)");
+                Ok(())
+            }
+            StatusCode::CONFLICT => {
+                tracing::warn!(lease = %lease, "{what}: the item was no longer held by this researcher (HTTP 409: its visibility ran out and it went back to the queue); nothing done");
+                Ok(())
+            }
+            _ => Err(unexpected(&answer, what)),
+        }
+    }
+
+    /// Extends the item.
+    async fn extend(&self) -> Result<Extension, BusError> {
+        let what = "extending a work item";
+        let answer = self.post("extend", what).await?;
+        match answer.status {
+            StatusCode::OK => {
+                let extended: Extended = answer.json(what)?;
+                Ok(Extension::Until(local_deadline(
+                    &answer,
+                    &extended.visible_until,
+                )))
+            }
+            StatusCode::CONFLICT => Ok(Extension::Gone),
+            _ => Err(unexpected(&answer, what)),
+        }
+    }
+}
+
+/// Extends `item` whenever half of its visibility is left, until `stop`.
+async fn heartbeat(item: Item, mut until: Instant, stop: CancellationToken) {
+    let lease = &item.message_id;
     loop {
         let now = Instant::now();
         let left = until.saturating_duration_since(now);
@@ -168,7 +236,7 @@ async fn heartbeat(
         }
         let extended = tokio::select! {
             _ = stop.cancelled() => return,
-            r = extend(&shared, &receipt) => r,
+            r = item.extend() => r,
         };
         match extended {
             Ok(Extension::Until(next)) => until = next,
@@ -185,36 +253,20 @@ async fn heartbeat(
     }
 }
 
-async fn extend(shared: &Shared, receipt: &str) -> Result<Extension, BusError> {
-    let client = &shared.client;
-    let what = "extending a work item";
-    let url = client.url(&["work", receipt, "extend"]);
-    let answer = client
-        .post(
-            url,
-            Body::Empty,
-            Scope::Researcher,
-            what,
-            shared.request_timeout(),
-        )
-        .await?;
-    match answer.status {
-        StatusCode::OK => {
-            let extended: Extended = answer.json(what)?;
-            Ok(Extension::Until(local_deadline(
-                &answer,
-                &extended.visible_until,
-            )))
-        }
-        StatusCode::CONFLICT => Ok(Extension::Gone),
-        _ => Err(unexpected(&answer, what)),
-    }
-}
-
-/// An answer an endpoint does not give, as an error: the server's reason, and whether it is
-/// worth another try (it is not: overloaded answers were tried again already).
+/// An answer an endpoint does not give, as an error with the server's reason: a failure
+/// inside the server (5xx) may pass, and is [`BusError::Unavailable`] (the caller tries again
+/// later, as through any outage); anything else is [`BusError::Rejected`].
 pub(crate) fn unexpected(answer: &Answer, what: &str) -> BusError {
     let status = answer.status.as_u16();
+    if answer.status.is_server_error() {
+        return BusError::Unavailable {
+            message: format!(
+                "{what}: the API server answered HTTP {status} ({})",
+                answer.reason()
+            ),
+            source: None,
+        };
+    }
     let hint = match answer.status {
         StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED => {
             "; is the server `archivist serve --api`, of a version with this API (v1)?"
@@ -232,11 +284,9 @@ pub(crate) fn unexpected(answer: &Answer, what: &str) -> BusError {
 
 /// A delivery's settlement through the API.
 struct WorkAck {
-    shared: Arc<Shared>,
-    receipt: String,
+    item: Item,
     /// The item's lease, when it has one (its results go to this receipt).
     lease: Option<String>,
-    message_id: String,
     /// Stops the heartbeat.
     heartbeat: CancellationToken,
 }
@@ -246,52 +296,19 @@ impl WorkAck {
     fn let_go(&self) {
         self.heartbeat.cancel();
         if let Some(lease) = &self.lease {
-            self.shared.let_go(lease, &self.receipt);
+            self.item.shared.let_go(lease, &self.item.receipt);
         }
     }
 
     async fn settle(&self, action: &str, what: &str) -> Result<(), BusError> {
         self.let_go();
-        settle(&self.shared, &self.receipt, &self.message_id, action, what).await
+        self.item.settle(action, what).await
     }
 }
 
 impl Drop for WorkAck {
     fn drop(&mut self) {
         self.let_go();
-    }
-}
-
-async fn settle(
-    shared: &Shared,
-    receipt: &str,
-    message_id: &str,
-    action: &str,
-    what: &str,
-) -> Result<(), BusError> {
-    let client = &shared.client;
-    let url = client.url(&["work", receipt, action]);
-    let answer = client
-        .post(
-            url,
-            Body::Empty,
-            Scope::Researcher,
-            what,
-            shared.request_timeout(),
-        )
-        .await?;
-    match answer.status {
-        s if s.is_success() => Ok(()),
-        // As a stale delivery on the database bus: nothing to settle, no error.
-        StatusCode::CONFLICT if answer.retried => {
-            tracing::debug!(lease = %message_id, "{what}: the first try landed (its answer was lost)");
-            Ok(())
-        }
-        StatusCode::CONFLICT => {
-            tracing::warn!(lease = %message_id, "{what}: the item was no longer held by this researcher (HTTP 409: its visibility ran out and it went back to the queue); nothing done");
-            Ok(())
-        }
-        _ => Err(unexpected(&answer, what)),
     }
 }
 
@@ -311,7 +328,7 @@ impl Acknowledger for WorkAck {
     /// lost; the researcher has already sent the item's unanswered pairs as failed research
     /// on its last try.
     async fn dead_letter(self: Box<Self>, reason: &str) -> Result<(), BusError> {
-        tracing::warn!(lease = %self.message_id, reason, "the API has no dead-letter queue: the work item is released instead; the server's bus sets it aside past its receive limit");
+        tracing::warn!(lease = %self.item.message_id, reason, "the API has no dead-letter queue: the work item is released instead; the server's bus sets it aside past its receive limit");
         self.settle("release", "releasing a work item (in place of setting it aside)")
             .await
     }
@@ -326,20 +343,11 @@ impl Acknowledger for WorkAck {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let shared = self.shared.clone();
-        let (receipt, message_id) = (self.receipt.clone(), self.message_id.clone());
-        let tracker = shared.abandoned.clone();
+        let item = self.item.clone();
+        let tracker = item.shared.abandoned.clone();
         runtime.spawn(tracker.track_future(async move {
-            if let Err(e) = settle(
-                &shared,
-                &receipt,
-                &message_id,
-                "release",
-                "releasing a dropped work item",
-            )
-            .await
-            {
-                tracing::debug!(lease = %message_id, error = %e, "could not release a dropped work item; it comes back when its visibility runs out");
+            if let Err(e) = item.settle("release", "releasing a dropped work item").await {
+                tracing::debug!(lease = %item.message_id, error = %e, "could not release a dropped work item; it comes back when its visibility runs out");
             }
         }));
     }

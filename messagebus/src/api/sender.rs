@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::client::Body;
 use super::receiver::unexpected;
-use super::{no_inspect, Scope, Shared, MAX_REQUEST_BYTES, MAX_REQUEST_LINES};
+use super::{no_inspect, Held, Scope, Shared, MAX_REQUEST_BYTES, MAX_REQUEST_LINES};
 use crate::{BusError, DeadLetter, QueueStats, Sender, MAX_BODY_BYTES};
 
 /// The most bad lines a 422's error names.
@@ -84,6 +84,7 @@ async fn post_lines(
     lines: &[&Line],
     at: &[usize],
     scope: Scope,
+    slot: Option<&str>,
     what: &str,
 ) -> Result<Posted, BusError> {
     let client = &shared.client;
@@ -100,6 +101,7 @@ async fn post_lines(
                 url.clone(),
                 Body::Lines(body),
                 scope,
+                slot,
                 what,
                 shared.request_timeout(),
             )
@@ -201,7 +203,7 @@ impl Sender for ResultsSender {
     async fn send_batch(&self, bodies: Vec<Vec<u8>>) -> Result<(), BusError> {
         let lines = lines(bodies)?;
         // Per receipt, in the order of first appearance: the lines and their positions.
-        let mut groups: Vec<(String, String, Vec<&Line>, Vec<usize>)> = Vec::new();
+        let mut groups: Vec<(Held, String, Vec<&Line>, Vec<usize>)> = Vec::new();
         for (i, line) in lines.iter().enumerate() {
             let Some(lease) = line.json.get("lease_id").and_then(|l| l.as_str()) else {
                 return Err(BusError::InvalidBody(format!(
@@ -210,7 +212,7 @@ impl Sender for ResultsSender {
                     i + 1
                 )));
             };
-            let Some(receipt) = self.shared.receipt_of(lease) else {
+            let Some(held) = self.shared.receipt_of(lease) else {
                 return Err(BusError::Rejected {
                     message: format!(
                         "result {} of the batch is for lease {lease}, whose work item this \
@@ -222,23 +224,24 @@ impl Sender for ResultsSender {
                     source: None,
                 });
             };
-            match groups.iter_mut().find(|g| g.0 == receipt) {
+            match groups.iter_mut().find(|g| g.0.receipt == held.receipt) {
                 Some(g) => {
                     g.2.push(line);
                     g.3.push(i + 1);
                 }
-                None => groups.push((receipt, lease.to_string(), vec![line], vec![i + 1])),
+                None => groups.push((held, lease.to_string(), vec![line], vec![i + 1])),
             }
         }
         let client = &self.shared.client;
-        for (receipt, lease, lines, at) in groups {
-            let url = client.url(&["work", &receipt, "results"]);
+        for (held, lease, lines, at) in groups {
+            let url = client.url(&["work", &held.receipt, "results"]);
             let posted = post_lines(
                 &self.shared,
                 &url,
                 &lines,
                 &at,
                 Scope::Researcher,
+                Some(&held.slot),
                 "sending results",
             )
             .await?;
@@ -297,7 +300,7 @@ impl Sender for CuratedSender {
         let at: Vec<usize> = (1..=lines.len()).collect();
         let url = self.shared.client.url(&[self.endpoint]);
         let what = format!("sending to {}", self.queue);
-        match post_lines(&self.shared, &url, &refs, &at, Scope::Curator, &what).await? {
+        match post_lines(&self.shared, &url, &refs, &at, Scope::Curator, None, &what).await? {
             Posted::All => Ok(()),
             Posted::Conflict => Err(BusError::Rejected {
                 message: format!("{what}: the API server answered HTTP 409"),
