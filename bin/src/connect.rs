@@ -638,8 +638,8 @@ pub(crate) async fn api_bus(
         pending_research: q.pending_research.clone(),
         completed_research: q.completed_research.clone(),
     };
-    let bus = ApiBus::new(settings)
-        .map_err(|e| usage(format!("--server (ARCHIVIST_SERVER): {e}")))?;
+    let bus =
+        ApiBus::new(settings).map_err(|e| usage(format!("--server (ARCHIVIST_SERVER): {e}")))?;
     let shown = bus.server().to_string();
     let deadline = Instant::now() + config.connect_timeout;
     let mut backoff = FIRST_BACKOFF;

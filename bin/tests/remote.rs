@@ -181,7 +181,11 @@ fn a_refused_token_exits_2_naming_the_scope_needed() {
     )
     .expect_code(2);
     assert!(run.stderr.contains("401"), "{}", run.stderr);
-    assert!(!run.stderr.contains("no-such-token-b1a5e"), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("no-such-token-b1a5e"),
+        "{}",
+        run.stderr
+    );
     // No token at all.
     let run = archivist(dir.path(), &research, &[]).expect_code(2);
     assert!(run.stderr.contains("ARCHIVIST_TOKEN"), "{}", run.stderr);
@@ -216,7 +220,12 @@ fn send_through_the_api_takes_curated_queues_and_http_media_only() {
     let server = g.url();
     let env = [("ARCHIVIST_TOKEN", CURATOR)];
     let lines: String = (0..3)
-        .map(|i| format!("{}\n", episode(i, &format!("https://media.example/{i}.mp3"))))
+        .map(|i| {
+            format!(
+                "{}\n",
+                episode(i, &format!("https://media.example/{i}.mp3"))
+            )
+        })
         .collect();
     let run = archivist_with_input(
         dir.path(),
@@ -348,7 +357,10 @@ fn remote_curators_send_through_the_api() {
     no_token_in(&run);
     let sent = g.clips();
     assert_eq!(sent.len(), 1, "{}", run.stderr);
-    assert_eq!(sent[0]["media_uri"], "https://media.example/clips/theme.wav");
+    assert_eq!(
+        sent[0]["media_uri"],
+        "https://media.example/clips/theme.wav"
+    );
 
     // A researcher's token for a curator: exit 2, naming the scope.
     let run = archivist(

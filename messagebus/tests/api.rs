@@ -97,7 +97,10 @@ async fn an_item_is_taken_extended_answered_and_finished() {
     let results = bus.sender("completed_research").await.unwrap();
 
     let d = take(rx.as_ref()).await;
-    assert_eq!(serde_json::from_slice::<Value>(d.body()).unwrap(), item("lease-1"));
+    assert_eq!(
+        serde_json::from_slice::<Value>(d.body()).unwrap(),
+        item("lease-1")
+    );
     assert_eq!(d.message_id(), "lease-1");
     assert_eq!(d.receive_count(), 1);
     let receipt = g.held().pop().unwrap();
@@ -112,7 +115,10 @@ async fn an_item_is_taken_extended_answered_and_finished() {
     })
     .await;
     assert_eq!(g.held(), vec![receipt.clone()], "still held by its receipt");
-    assert!(rx.receive(1, Duration::ZERO).await.unwrap().is_empty(), "204: nothing else");
+    assert!(
+        rx.receive(1, Duration::ZERO).await.unwrap().is_empty(),
+        "204: nothing else"
+    );
 
     results
         .send_batch(vec![
@@ -205,8 +211,10 @@ async fn results_go_to_the_receipt_of_their_item_with_several_in_hand() {
         .into_iter()
         .filter(|c| c.endpoint == "work" && c.status == 200)
         .collect();
-    let slots_named: std::collections::BTreeSet<_> =
-        taken.iter().map(|c| c.researcher.clone().unwrap()).collect();
+    let slots_named: std::collections::BTreeSet<_> = taken
+        .iter()
+        .map(|c| c.researcher.clone().unwrap())
+        .collect();
     assert_eq!(slots_named.len(), 3, "{taken:?}");
     let handed: Vec<(String, String)> = taken
         .iter()
@@ -359,9 +367,13 @@ async fn curated_messages_go_as_json_lines_and_422_names_each_bad_one() {
     assert_eq!(g.calls().len(), 2, "no request");
 
     let clips = bus.sender("curated_clips").await.unwrap();
-    let mut clip: Value = serde_json::from_slice(&episode("C1", "https://m.example/c.mp3")).unwrap();
+    let mut clip: Value =
+        serde_json::from_slice(&episode("C1", "https://m.example/c.mp3")).unwrap();
     clip.as_object_mut().unwrap().remove("date_aired");
-    clips.send(serde_json::to_vec(&clip).unwrap()).await.unwrap();
+    clips
+        .send(serde_json::to_vec(&clip).unwrap())
+        .await
+        .unwrap();
     assert_eq!(g.clips(), vec![clip]);
 }
 

@@ -202,7 +202,8 @@ impl Client {
             what,
             timeout: self.config.request_timeout,
         };
-        self.send(reqwest::Method::GET, url, Body::Empty, call).await
+        self.send(reqwest::Method::GET, url, Body::Empty, call)
+            .await
     }
 
     async fn send(
@@ -227,7 +228,10 @@ impl Client {
             Body::Lines(bytes) => Some(bytes),
         };
         for attempt in 1..=attempts {
-            let mut request = self.http.request(method.clone(), url.clone()).timeout(timeout);
+            let mut request = self
+                .http
+                .request(method.clone(), url.clone())
+                .timeout(timeout);
             if scope.is_some() {
                 request = request.header(AUTHORIZATION, self.token.header()?);
             }
@@ -407,12 +411,13 @@ fn is_loopback(url: &Url) -> bool {
 impl ApiToken {
     /// The `Authorization` header's value, marked sensitive (left out of reqwest's Debug).
     fn header(&self) -> Result<HeaderValue, BusError> {
-        let mut value = HeaderValue::from_str(&format!("Bearer {}", self.secret())).map_err(
-            |_| BusError::Rejected {
-                message: "the API token holds characters no HTTP header may carry".into(),
-                source: None,
-            },
-        )?;
+        let mut value =
+            HeaderValue::from_str(&format!("Bearer {}", self.secret())).map_err(|_| {
+                BusError::Rejected {
+                    message: "the API token holds characters no HTTP header may carry".into(),
+                    source: None,
+                }
+            })?;
         value.set_sensitive(true);
         Ok(value)
     }
@@ -426,8 +431,14 @@ mod tests {
     #[test]
     fn the_api_root_is_found_below_any_prefix() {
         let root = |s| api_root(s).map(|u| u.to_string());
-        assert_eq!(root("https://a.example").unwrap(), "https://a.example/api/v1/");
-        assert_eq!(root("https://a.example/").unwrap(), "https://a.example/api/v1/");
+        assert_eq!(
+            root("https://a.example").unwrap(),
+            "https://a.example/api/v1/"
+        );
+        assert_eq!(
+            root("https://a.example/").unwrap(),
+            "https://a.example/api/v1/"
+        );
         assert_eq!(
             root("https://a.example/archivist/").unwrap(),
             "https://a.example/archivist/api/v1/"
@@ -443,7 +454,10 @@ mod tests {
 
     #[test]
     fn reasons_come_from_json_or_text() {
-        assert_eq!(reason_of(br#"{"error":"no such receipt"}"#), "no such receipt");
+        assert_eq!(
+            reason_of(br#"{"error":"no such receipt"}"#),
+            "no such receipt"
+        );
         assert_eq!(reason_of(b"  plain words \n"), "plain words");
         assert!(reason_of(&[b'x'; 1000]).ends_with('…'));
     }

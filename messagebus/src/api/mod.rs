@@ -241,10 +241,13 @@ impl Shared {
 
     /// A work item for `lease` is in hand with `receipt`, held by `slot`.
     pub(crate) fn hold(&self, lease: &str, receipt: &str, slot: &str) {
-        self.lock().entry(lease.to_string()).or_default().push(Held {
-            receipt: receipt.to_string(),
-            slot: slot.to_string(),
-        });
+        self.lock()
+            .entry(lease.to_string())
+            .or_default()
+            .push(Held {
+                receipt: receipt.to_string(),
+                slot: slot.to_string(),
+            });
     }
 
     /// The work item of `lease` with `receipt` is no longer in hand.

@@ -329,8 +329,11 @@ impl Acknowledger for WorkAck {
     /// on its last try.
     async fn dead_letter(self: Box<Self>, reason: &str) -> Result<(), BusError> {
         tracing::warn!(lease = %self.item.message_id, reason, "the API has no dead-letter queue: the work item is released instead; the server's bus sets it aside past its receive limit");
-        self.settle("release", "releasing a work item (in place of setting it aside)")
-            .await
+        self.settle(
+            "release",
+            "releasing a work item (in place of setting it aside)",
+        )
+        .await
     }
 
     fn settled_elsewhere(self: Box<Self>) {

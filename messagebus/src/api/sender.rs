@@ -122,9 +122,8 @@ async fn post_lines(
                 )))
             }
             StatusCode::UNPROCESSABLE_ENTITY => {
-                let refusal: Refusal = serde_json::from_slice(&answer.body).unwrap_or(Refusal {
-                    errors: Vec::new(),
-                });
+                let refusal: Refusal =
+                    serde_json::from_slice(&answer.body).unwrap_or(Refusal { errors: Vec::new() });
                 let named: Vec<String> = refusal
                     .errors
                     .iter()
