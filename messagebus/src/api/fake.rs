@@ -8,6 +8,8 @@
 //! http(s)), keep anything across a restart, count researchers, limit rates. Each answer
 //! closes its connection (so that [`FakeGateway::drop_connections`] can cut the next
 //! requests' connections).
+// A refusal is an answer here (`Err(Response)` short-cuts a handler), in a test server.
+#![allow(clippy::result_large_err)]
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
