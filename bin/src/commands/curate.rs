@@ -53,7 +53,8 @@ pub(crate) enum CurateCommand {
     #[command(after_help = "Examples:\n  \
         archivist curate feed https://feeds.example.org/show.xml          # one pass\n  \
         archivist curate feed --dry-run https://feeds.example.org/show.xml | jq .title\n  \
-        archivist curate feed --every 30m --priority 5 URL1 URL2          # poll until SIGTERM\n\n\
+        archivist curate feed --every 30m --priority 5 URL1 URL2          # poll until SIGTERM\n  \
+        archivist curate feed --server https://archivist.example.org URL  # through the API (ARCHIVIST_TOKEN)\n\n\
 Exit codes: 0 every feed was read (or answered 304 Not Modified, or is waiting out a \
 Retry-After it gave earlier), 1 some feed failed (each is named), 2 bad usage. One bad feed never \
 stops the others. What was sent, and the feeds' ETag and Last-Modified, are kept in the --state \
@@ -67,7 +68,8 @@ errors), the same as JSON on /api/curator, /metrics and /healthz.")]
     #[command(after_help = "Examples:\n  \
         archivist curate clips ~/clips                                     # file:// addresses\n  \
         archivist curate clips --base-url https://media.example.org/clips/ /srv/clips\n  \
-        archivist curate clips --dry-run intro.mp3 outro.wav\n\n\
+        archivist curate clips --dry-run intro.mp3 outro.wav\n  \
+        archivist curate clips --server https://archivist.example.org --base-url https://media.example.org/clips/ /srv/clips\n\n\
 Folders are walked recursively (hidden files and folders skipped, symbolic links to folders not \
 followed); Opus files are skipped and named (the reference analyser cannot decode Opus). A \
 clip's title is its title tag (ID3 TIT2, Vorbis TITLE, MP4 ©nam, RIFF INAM), else its file name \
