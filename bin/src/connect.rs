@@ -1,6 +1,7 @@
 //! Opening the adapters: the datastore (connect and migrate, retried until the connect
 //! timeout) and the bus (SQS shared between processes, waited for until the same timeout;
-//! in-memory for the demo; or an explanation of why not).
+//! in-memory for the demo; the API of `serve --api` for a remote participant; or an
+//! explanation of why not).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use datastore::{redact_url, DataStore, DataStoreError};
+use messagebus::api::{ApiBus, ApiConfig, ApiQueues, ApiToken};
 use messagebus::rabbitmq::{RabbitBus, RabbitBusConfig};
 use messagebus::sql::{PgBus, SqlBusConfig, SqliteBus};
 use messagebus::sqs::{SqsBus, SqsConfig};
@@ -16,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{BusKind, Config};
-use crate::values::usage;
+use crate::values::{usage, RemoteArgs};
 
 /// The first wait between two connection attempts; doubled each time up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
@@ -610,6 +612,72 @@ fn check_endpoint_urls() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The API bus of a remote participant (`--server URL --token TOKEN`): the API at the server,
+/// waited for until `config.connect_timeout` as any bus is (its OpenAPI document answers);
+/// a server address that is no http(s) URL, or no archivist API's, is a usage error. The token
+/// is checked by the first request of the participant's scope (a refused one: exit 2).
+pub(crate) async fn api_bus(
+    config: &Config,
+    remote: &RemoteArgs,
+    token: &CancellationToken,
+) -> anyhow::Result<Arc<dyn Bus>> {
+    let server = remote.server.as_deref().unwrap_or_default().trim();
+    let secret = remote.token.as_deref().unwrap_or_default().trim();
+    if secret.is_empty() {
+        return Err(usage(
+            "--server (ARCHIVIST_SERVER) needs a token: give it in ARCHIVIST_TOKEN (or              --token); `archivist token create --scope researcher|curator` on the server              prints one",
+        ));
+    }
+    let q = &config.queues;
+    let mut settings = ApiConfig::new(server, ApiToken::new(secret));
+    settings.queues = ApiQueues {
+        episodes: q.episodes.clone(),
+        clips: q.clips.clone(),
+        pending_research: q.pending_research.clone(),
+        completed_research: q.completed_research.clone(),
+    };
+    let bus =
+        ApiBus::new(settings).map_err(|e| usage(format!("--server (ARCHIVIST_SERVER): {e}")))?;
+    let shown = bus.server().to_string();
+    let deadline = Instant::now() + config.connect_timeout;
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let outcome = tokio::select! {
+            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the API server {shown}")),
+            r = tokio::time::timeout_at(deadline, bus.probe()) => r,
+        };
+        let error = match outcome {
+            Ok(Ok(())) => return Ok(Arc::new(bus)),
+            Ok(Err(e)) if !e.is_retryable() => {
+                return Err(usage(format!("--server (ARCHIVIST_SERVER): {e}")))
+            }
+            Ok(Err(e)) => e,
+            Err(_) => {
+                return Err(anyhow!(
+                    "the API server {shown} is unreachable: no answer within {} \
+                     (ARCHIVIST_CONNECT_TIMEOUT)",
+                    humantime::format_duration(config.connect_timeout)
+                ))
+            }
+        };
+        if Instant::now() + backoff >= deadline {
+            return Err(anyhow::Error::new(error).context(format!(
+                "the API server {shown} is unreachable after {attempt} attempts over {} \
+                 (ARCHIVIST_CONNECT_TIMEOUT)",
+                humantime::format_duration(config.connect_timeout)
+            )));
+        }
+        tracing::warn!(server = %shown, attempt, error = %error, retry_in = ?backoff, "API server not reachable yet");
+        tokio::select! {
+            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the API server {shown}")),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
 }
 
 /// A sender for `queue`; a missing queue is a configuration problem (exit 2).

@@ -141,7 +141,8 @@ fn fail(error: &anyhow::Error) -> ExitCode {
     // A closed standard error ends the process quietly: there is nobody to tell.
     // The prefix clap uses for its own errors, so that every error reads alike.
     let _ = writeln!(std::io::stderr(), "error: {}", describe(error));
-    if error.downcast_ref::<UsageError>().is_some() {
+    // A token the API server refused is configuration: another token is the fix.
+    if error.downcast_ref::<UsageError>().is_some() || values::refused_token(error) {
         ExitCode::from(EXIT_USAGE)
     } else {
         ExitCode::from(EXIT_FATAL)

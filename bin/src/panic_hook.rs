@@ -1,7 +1,7 @@
 //! A panic is a bug, and its message may hold whatever was formatted into it, a URL with its
 //! password included. The hook prints it as an error (`error: internal error …`) with every
 //! credential the process knows masked: the DATABASE_URL and ARCHIVIST_BUS_URL passwords and
-//! secret parameters, and the AWS secret key and session token.
+//! secret parameters, the AWS secret key and session token, and the API token (ARCHIVIST_TOKEN).
 //!
 //! One panic is not a bug of ours: the analyser's decoding library (symphonia) asserts on some
 //! crafted headers. The analyser catches those (`analysis/src/guard.rs`) and fails that file
@@ -88,7 +88,11 @@ fn replacements(urls: &[Option<&str>]) -> Vec<(String, String)> {
             );
         }
     }
-    for var in ["AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"] {
+    for var in [
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "ARCHIVIST_TOKEN",
+    ] {
         secrets.extend(std::env::var(var).ok());
     }
     secrets.retain(|s| !s.is_empty() && s != "***");

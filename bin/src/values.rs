@@ -76,6 +76,70 @@ impl AddressArgs {
     }
 }
 
+/// Working through the API of `archivist serve --api` instead of the bus (`research`,
+/// `curate`, `send`): the server and the token.
+#[derive(clap::Args)]
+pub(crate) struct RemoteArgs {
+    /// Work through the API of the archivist at this address (`archivist serve --api`,
+    /// https://HOST[:PORT]) instead of the bus: no bus or database credentials needed, only a
+    /// token [default: the bus itself]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "ARCHIVIST_SERVER",
+        hide_env_values = true
+    )]
+    pub(crate) server: Option<String>,
+    /// The API token for --server (`archivist token create` on the server prints one); prefer
+    /// the variable, which other users of this machine cannot see
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "ARCHIVIST_TOKEN",
+        hide_env_values = true
+    )]
+    pub(crate) token: Option<String>,
+}
+
+impl fmt::Debug for RemoteArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteArgs")
+            .field(
+                "server",
+                &self.server.as_deref().map(messagebus::redact_url),
+            )
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl RemoteArgs {
+    /// Whether the command works through the API (`--server` given). A token without a
+    /// server is a usage error: the command would use the bus, which is likely not meant.
+    pub(crate) fn remote(&self) -> anyhow::Result<bool> {
+        let server = self.server.as_deref().is_some_and(|s| !s.trim().is_empty());
+        let token = self.token.as_deref().is_some_and(|s| !s.trim().is_empty());
+        if token && !server {
+            return Err(usage(
+                "an API token (ARCHIVIST_TOKEN, --token) without a server: give the server's \
+                 address in ARCHIVIST_SERVER (--server) to work through its API, or unset the \
+                 token to use the bus",
+            ));
+        }
+        Ok(server)
+    }
+}
+
+/// Whether `error` is a token the API server refused (401, 403): exit 2, as bad configuration.
+pub(crate) fn refused_token(error: &anyhow::Error) -> bool {
+    error.chain().any(|e| {
+        matches!(
+            e.downcast_ref::<messagebus::BusError>(),
+            Some(messagebus::BusError::Unauthorized { .. })
+        )
+    })
+}
+
 /// Parses `90s`, `15m`, `2h`, `1h 30m` (humantime).
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (expected e.g. 90s, 15m, 2h)"))

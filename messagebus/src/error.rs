@@ -36,6 +36,16 @@ pub enum BusError {
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
+    /// The API server (a remote participant's bus, feature `api`) refused the token: none,
+    /// an unknown or revoked one (HTTP 401), or one of another scope (HTTP 403). Another
+    /// token is the fix, not another try.
+    #[error("{message}")]
+    Unauthorized {
+        /// The scope the request needs: `curator`, `researcher` or `reader`.
+        scope: String,
+        /// What happened and what to do, without the token.
+        message: String,
+    },
     /// The operation is not possible on this bus (for example counting consumers on SQS).
     #[error("not supported by this bus: {0}")]
     Unsupported(String),
@@ -66,6 +76,7 @@ impl BusError {
             | BusError::BodyTooLarge { .. }
             | BusError::InvalidBody(_)
             | BusError::Rejected { .. }
+            | BusError::Unauthorized { .. }
             | BusError::Unsupported(_)
             | BusError::Closed
             | BusError::Stale { .. } => false,

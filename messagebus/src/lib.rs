@@ -48,9 +48,14 @@
 //! - `rabbitmq/` (feature `rabbitmq`): the RabbitMQ adapter on `lapin`: quorum queues with
 //!   the receive limit in the broker, a standing consumer per receiver, publisher confirms.
 //! - `sqs/` (feature `sqs`): the Amazon SQS adapter on `aws-sdk-sqs`.
+//! - `api/` (feature `api`): the API bus, a remote participant's way to the queues through
+//!   `archivist serve --api` with a token (`api::ApiBus`); `api::fake` (feature `api-fake`)
+//!   a fake gateway for tests.
 //! - `testing.rs` (feature `test-utils`): the conformance suite every adapter runs.
 //! - `url.rs`: [`redact_url`], URLs with their credentials masked (the datastore's too).
 
+#[cfg(feature = "api")]
+pub mod api;
 mod bus;
 mod delivery;
 mod error;

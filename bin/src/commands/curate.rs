@@ -24,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::connect;
-use crate::values::usage;
 use crate::values::{parse_duration, parse_interval, parse_size_kmg};
+use crate::values::{usage, RemoteArgs};
 
 /// The configuration options `curate` reads, for its `--help` (see `cli::USED_OPTIONS`).
 pub(crate) const USED_OPTIONS: &[&[&str]] = &[
@@ -53,7 +53,8 @@ pub(crate) enum CurateCommand {
     #[command(after_help = "Examples:\n  \
         archivist curate feed https://feeds.example.org/show.xml          # one pass\n  \
         archivist curate feed --dry-run https://feeds.example.org/show.xml | jq .title\n  \
-        archivist curate feed --every 30m --priority 5 URL1 URL2          # poll until SIGTERM\n\n\
+        archivist curate feed --every 30m --priority 5 URL1 URL2          # poll until SIGTERM\n  \
+        archivist curate feed --server https://archivist.example.org URL  # through the API (ARCHIVIST_TOKEN)\n\n\
 Exit codes: 0 every feed was read (or answered 304 Not Modified, or is waiting out a \
 Retry-After it gave earlier), 1 some feed failed (each is named), 2 bad usage. One bad feed never \
 stops the others. What was sent, and the feeds' ETag and Last-Modified, are kept in the --state \
@@ -67,7 +68,8 @@ errors), the same as JSON on /api/curator, /metrics and /healthz.")]
     #[command(after_help = "Examples:\n  \
         archivist curate clips ~/clips                                     # file:// addresses\n  \
         archivist curate clips --base-url https://media.example.org/clips/ /srv/clips\n  \
-        archivist curate clips --dry-run intro.mp3 outro.wav\n\n\
+        archivist curate clips --dry-run intro.mp3 outro.wav\n  \
+        archivist curate clips --server https://archivist.example.org --base-url https://media.example.org/clips/ /srv/clips\n\n\
 Folders are walked recursively (hidden files and folders skipped, symbolic links to folders not \
 followed); Opus files are skipped and named (the reference analyser cannot decode Opus). A \
 clip's title is its title tag (ID3 TIT2, Vorbis TITLE, MP4 ©nam, RIFF INAM), else its file name \
@@ -119,6 +121,8 @@ pub(crate) struct FeedArgs {
     pub(crate) max_retry_wait: Duration,
     #[command(flatten)]
     pub(crate) addresses: crate::values::AddressArgs,
+    #[command(flatten)]
+    pub(crate) remote: RemoteArgs,
 }
 
 /// Options of `curate clips`.
@@ -146,6 +150,8 @@ pub(crate) struct ClipsArgs {
     /// error) on standard output
     #[arg(long)]
     pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) remote: RemoteArgs,
 }
 
 /// Runs `curate feed` or `curate clips`.
@@ -188,6 +194,7 @@ async fn feed(config: &Config, token: CancellationToken, args: FeedArgs) -> anyh
         args.dry_run,
         long_running,
         "curate feed",
+        &args.remote,
     )
     .await?;
     let board = args.every.map(|every| curator.board(every));
@@ -222,6 +229,8 @@ async fn feed(config: &Config, token: CancellationToken, args: FeedArgs) -> anyh
             }
             (None, Err(e)) => return Err(e),
             (Some(_), Ok(_)) => {}
+            // Another pass would be refused the same way: the token is the fix.
+            (Some(_), Err(e)) if crate::values::refused_token(&e) => return Err(e),
             // A long-running curator outlives a bad pass; the next one tries again.
             (Some(_), Err(e)) => {
                 tracing::error!(error = %crate::values::describe(&e), "the pass failed; trying again at the next");
@@ -242,6 +251,15 @@ async fn feed(config: &Config, token: CancellationToken, args: FeedArgs) -> anyh
 
 /// Runs `curate clips`: one pass over the paths.
 async fn clips(config: &Config, token: CancellationToken, args: ClipsArgs) -> anyhow::Result<()> {
+    if args.remote.remote()? && args.base_url.is_none() {
+        return Err(usage(
+            "curate clips --server needs --base-url: the API takes http(s) media addresses \
+             only (a curator's token must not make a researcher read its own disk), and \
+             without --base-url clips are addressed as file:// URLs of this machine. Serve the \
+             folder over HTTP(S) and give its address, as --base-url \
+             https://media.example.org/clips/",
+        ));
+    }
     let mut settings = ClipSettings::new(args.paths.clone(), args.state.clone());
     settings.base_url = args.base_url.clone();
     settings.priority = args.priority;
@@ -253,6 +271,7 @@ async fn clips(config: &Config, token: CancellationToken, args: ClipsArgs) -> an
         args.dry_run,
         false,
         "curate clips",
+        &args.remote,
     )
     .await?;
     let pass = curator
@@ -279,8 +298,8 @@ async fn clips(config: &Config, token: CancellationToken, args: ClipsArgs) -> an
     }
 }
 
-/// The sink for `queue`: standard output when `dry_run`, else the configured bus (which is
-/// connected to here, so that a dry run needs no bus at all).
+/// The sink for `queue`: standard output when `dry_run`, else the configured bus, or the API
+/// with `--server` (connected to here, so that a dry run needs no bus at all).
 async fn open_sink(
     config: &Config,
     token: &CancellationToken,
@@ -288,13 +307,23 @@ async fn open_sink(
     dry_run: bool,
     long_running: bool,
     subcommand: &str,
+    remote: &RemoteArgs,
 ) -> anyhow::Result<Sink> {
+    let remote = remote_given(remote)?;
     if dry_run {
         return Ok(Sink::dry_run(std::io::stdout()));
     }
-    let bus = connect::shared_bus(config, subcommand, token).await?;
+    let bus = match remote {
+        Some(remote) => connect::api_bus(config, remote, token).await?,
+        None => connect::shared_bus(config, subcommand, token).await?,
+    };
     let sender = connect::sender(bus.as_ref(), queue).await?;
     Ok(Sink::bus(sender, queue, config.retry(long_running)))
+}
+
+/// `remote` when the command works through the API.
+fn remote_given(remote: &RemoteArgs) -> anyhow::Result<Option<&RemoteArgs>> {
+    Ok(remote.remote()?.then_some(remote))
 }
 
 /// Prints a line on standard error (standard output carries only `--dry-run` lines and the

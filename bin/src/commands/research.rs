@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::connect;
 use crate::researcher::{from_library, run_on, Setup};
 use crate::values::usage;
-use crate::values::{parse_duration, parse_size};
+use crate::values::{parse_duration, parse_size, RemoteArgs};
 
 /// `research --help`'s long description.
 pub(crate) const ABOUT: &str = "A researcher: takes work items off the pending-research queue, \
@@ -50,14 +50,20 @@ book's chapter docs/src/researchers.md).\n\n\
 buses that count consumers (the database bus, RabbitMQ), so the pending-research archivist \
 hands out as much work as the researchers can take. SIGINT/SIGTERM stop taking items; items \
 in hand get --drain-timeout to finish, then their analysers are stopped and the items released \
-at once. The researcher needs the bus and the media, never the datastore.";
+at once. The researcher needs the bus and the media, never the datastore.\n\n\
+Anywhere else: --server URL (ARCHIVIST_SERVER) with a researcher's token (ARCHIVIST_TOKEN) \
+takes work items, extends them while they are worked on, and sends results through the API of \
+`archivist serve --api` instead of the bus: no bus or database credentials. Everything else \
+is the same (the book's chapter docs/src/remote.md). A refused token exits 2, naming the \
+scope needed.";
 
 /// `research --help`'s examples.
 pub(crate) const EXAMPLES: &str = "Examples:\n  \
     archivist research --exec python3 my_analyser.py\n  \
     archivist research --concurrency 4 --cache-dir /var/cache/archivist --exec ./analyse.sh --fast\n  \
     archivist research --http http://127.0.0.1:8080/analyse\n  \
-    archivist research --once --exec ./analyse.sh      # what is waiting, then exit";
+    archivist research --once --exec ./analyse.sh      # what is waiting, then exit\n  \
+    ARCHIVIST_TOKEN=… archivist research --server https://archivist.example.org --concurrency 2";
 
 /// Options of `research`.
 #[derive(Debug, Args)]
@@ -139,6 +145,8 @@ pub(crate) struct ResearchArgs {
     pub(crate) fetch_min_rate: u64,
     #[command(flatten)]
     pub(crate) addresses: crate::values::AddressArgs,
+    #[command(flatten)]
+    pub(crate) remote: RemoteArgs,
     /// When the analyser asks to try an item later (exit 75, HTTP 429 or 503), how long the
     /// item is held before it is released, at its first receive; doubled at each receive
     /// after, up to --later-max-backoff. Each try counts toward ARCHIVIST_MAX_RECEIVES: the
@@ -204,7 +212,11 @@ pub(crate) async fn run(
     })
     .map_err(from_library)?;
 
-    let bus = if config.bus == crate::config::BusKind::Rabbitmq {
+    let bus = if args.remote.remote()? {
+        // Through the API: work items, their extensions and results over HTTPS, with a
+        // researcher's token; the runtime sees a bus like any other.
+        connect::api_bus(config, &args.remote, &token).await?
+    } else if config.bus == crate::config::BusKind::Rabbitmq {
         // RabbitMQ cannot extend a delivery's visibility: it must outlast the analysis.
         connect::rabbitmq_bus_with(config, &token, true, args.visibility_timeout).await?
     } else {

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{check_queue_arg, Config};
 use crate::connect;
-use crate::values::usage;
+use crate::values::{usage, RemoteArgs};
 
 /// `send --help`'s examples: the commands, then one complete message of each type a curator
 /// or researcher sends (the book's *Messages*, docs/src/messages.md, shows the same lines; a test checks both).
@@ -43,6 +43,8 @@ pub(crate) struct SendArgs {
     /// rules, and print each one they would set aside, with their reason
     #[arg(long)]
     pub(crate) check: bool,
+    #[command(flatten)]
+    pub(crate) remote: RemoteArgs,
 }
 
 /// Lines sent in one call (the SQS adapter packs them ten to a request).
@@ -70,12 +72,32 @@ pub(crate) async fn run(
              {origin}` moves dead letters back)"
         )));
     }
+    let remote = args.remote.remote()?;
+    if remote && queue != config.queues.episodes && queue != config.queues.clips {
+        return Err(usage(format!(
+            "send --server sends to the curated queues only ({} and {}), through the API's \
+             curator requests; {queue:?} is not one of them",
+            config.queues.episodes, config.queues.clips
+        )));
+    }
     if args.check {
         return check(config, &queue).await;
     }
     let bodies = read_checked(args.raw).await?;
-    let bus = connect::shared_bus(config, "send", token).await?;
-    let sender = connect::named_sender(config, bus.as_ref(), &queue).await?;
+    let (_bus, sender) = if remote {
+        // The server refuses a request with any bad line whole (422); checked here first,
+        // with the same rules, so that no part of the input goes before a bad line is found.
+        if !args.raw {
+            check_for_api(config, &queue, &bodies)?;
+        }
+        let bus = connect::api_bus(config, &args.remote, token).await?;
+        let sender = connect::sender(bus.as_ref(), &queue).await?;
+        (bus, sender)
+    } else {
+        let bus = connect::shared_bus(config, "send", token).await?;
+        let sender = connect::named_sender(config, bus.as_ref(), &queue).await?;
+        (bus, sender)
+    };
     let mut sent = 0u64;
     for chunk in bodies.chunks(BATCH) {
         if token.is_cancelled() {
@@ -193,16 +215,62 @@ async fn read_checked(raw: bool) -> anyhow::Result<Vec<(u64, Vec<u8>)>> {
     Err(usage(message))
 }
 
-/// `send --check`: each line of standard input decoded as the archivist reading `queue` would
-/// (`archivist::messages::decode`: the same rules, the same reasons); each line it would set
-/// aside is printed on standard output as `line N: reason`, and nothing is sent. Exit 2 when
-/// any line is bad.
-async fn check(config: &Config, queue: &str) -> anyhow::Result<()> {
-    use archivist::messages::{decode, CompletedResearchItem, InvalidMessage, PendingResearchItem};
+/// The curated messages for `send --server`, checked as the API checks them: each with the
+/// archivists' rules, and its `media_uri` http(s). A usage error naming each bad line (at
+/// most [`MAX_NAMED`]) when any is bad.
+fn check_for_api(config: &Config, queue: &str, bodies: &[(u64, Vec<u8>)]) -> anyhow::Result<()> {
+    let (kind, decoder) = decoder_for(config, queue)?;
+    let mut bad: Vec<String> = Vec::new();
+    let mut bad_count = 0usize;
+    for (line_no, body) in bodies {
+        let problem = match decoder(body) {
+            Err(e) => Some(e.to_string()),
+            Ok(()) => serde_json::from_slice::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v.get("media_uri")?.as_str().map(str::to_string))
+                .filter(|uri| {
+                    !url::Url::parse(uri).is_ok_and(|u| matches!(u.scheme(), "http" | "https"))
+                })
+                .map(|uri| {
+                    format!(
+                        "media_uri {uri:?} is not an http(s) URL: the API takes http(s) media \
+                         addresses only"
+                    )
+                }),
+        };
+        if let Some(why) = problem {
+            bad_count += 1;
+            if bad.len() < MAX_NAMED {
+                bad.push(format!("line {line_no}: {why}"));
+            }
+        }
+    }
+    if bad.is_empty() {
+        return Ok(());
+    }
+    let more = bad_count.saturating_sub(bad.len());
+    let mut message = format!(
+        "nothing was sent: {bad_count} line{} of standard input {} not valid {kind} messages \
+         for the API: {}",
+        if bad_count == 1 { "" } else { "s" },
+        if bad_count == 1 { "is" } else { "are" },
+        bad.join("; ")
+    );
+    if more > 0 {
+        message.push_str(&format!("; and {more} more"));
+    }
+    Err(usage(message))
+}
+
+/// Decodes a message of one queue's type with the archivists' own rules.
+type Decoder = fn(&[u8]) -> Result<(), archivist::messages::InvalidMessage>;
+
+/// The message type of `queue` (one of the configured four) and its decoder.
+fn decoder_for(config: &Config, queue: &str) -> anyhow::Result<(&'static str, Decoder)> {
+    use archivist::messages::{decode, CompletedResearchItem, PendingResearchItem};
     use datastore::{ClipInfo, EpisodeInfo};
     let q = &config.queues;
-    type Decoder = fn(&[u8]) -> Result<(), InvalidMessage>;
-    let (kind, decoder): (&str, Decoder) = if queue == q.episodes {
+    let found: (&str, Decoder) = if queue == q.episodes {
         ("EpisodeInfo", |b| decode::<EpisodeInfo>(b).map(drop))
     } else if queue == q.clips {
         ("ClipInfo", |b| decode::<ClipInfo>(b).map(drop))
@@ -221,6 +289,15 @@ async fn check(config: &Config, queue: &str) -> anyhow::Result<()> {
             q.all().join(", ")
         )));
     };
+    Ok(found)
+}
+
+/// `send --check`: each line of standard input decoded as the archivist reading `queue` would
+/// (`archivist::messages::decode`: the same rules, the same reasons); each line it would set
+/// aside is printed on standard output as `line N: reason`, and nothing is sent. Exit 2 when
+/// any line is bad.
+async fn check(config: &Config, queue: &str) -> anyhow::Result<()> {
+    let (kind, decoder) = decoder_for(config, queue)?;
     let mut lines = BufReader::new(tokio::io::stdin()).split(b'\n');
     let (mut line_no, mut good, mut bad) = (0u64, 0u64, 0u64);
     let mut out = String::new();

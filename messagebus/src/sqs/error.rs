@@ -178,6 +178,10 @@ pub(crate) fn duplicate(err: &BusError) -> BusError {
             message: message.clone(),
             source: None,
         },
+        BusError::Unauthorized { scope, message } => BusError::Unauthorized {
+            scope: scope.clone(),
+            message: message.clone(),
+        },
         BusError::Unsupported(m) => BusError::Unsupported(m.clone()),
         BusError::Timeout(d) => BusError::Timeout(*d),
         BusError::Closed => BusError::Closed,

@@ -1,0 +1,464 @@
+//! The HTTP layer of the API adapter: one request to the server with the bearer token,
+//! connection errors and overloaded answers retried with a bounded backoff, and the answers
+//! every endpoint shares (401, 403) turned into [`BusError`]s. What an endpoint's own answers
+//! mean (200, 204, 409, 413, 422) is for its caller.
+
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, DATE, RETRY_AFTER};
+use reqwest::{StatusCode, Url};
+use tokio::time::Instant;
+
+use super::{ApiConfig, ApiToken, Scope};
+use crate::{redact_url, BusError};
+
+/// The longest reason quoted from a server's answer.
+const MAX_REASON: usize = 300;
+
+/// The header a researcher's requests name their slot with: the server counts each slot as
+/// one researcher (many slots share one token and one address).
+pub(crate) const RESEARCHER_HEADER: &str = "x-archivist-researcher";
+
+/// One request's settings besides its method, URL and body.
+struct Call<'a> {
+    /// The token's scope the request needs; `None`: sent without the token.
+    scope: Option<Scope>,
+    researcher: Option<&'a str>,
+    /// The request in words, for errors.
+    what: &'a str,
+    timeout: Duration,
+}
+
+/// The server's answer to one request (after any retries).
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    /// The body, whole.
+    pub(crate) body: Vec<u8>,
+    /// When the request that was answered was sent (the last try), by this process's clock.
+    pub(crate) sent_at: Instant,
+    /// The server's clock when it answered (its `Date` header), where it said.
+    pub(crate) server_date: Option<DateTime<Utc>>,
+    /// Whether an earlier try of this request may have reached the server (its answer was
+    /// lost): a 409 for a `finish` tried again then means the first one landed.
+    pub(crate) retried: bool,
+}
+
+impl Answer {
+    /// The body as JSON of type `T`, or [`BusError::Rejected`] naming what the server sent.
+    pub(crate) fn json<T: serde::de::DeserializeOwned>(&self, what: &str) -> Result<T, BusError> {
+        serde_json::from_slice(&self.body).map_err(|e| BusError::Rejected {
+            message: format!(
+                "the server's answer to {what} (HTTP {}) is not what the API sends: {e}",
+                self.status.as_u16()
+            ),
+            source: None,
+        })
+    }
+
+    /// The reason the server gave, in words: its JSON `error`/`reason`/`message`, or the
+    /// body's text, cut to a few hundred characters.
+    pub(crate) fn reason(&self) -> String {
+        reason_of(&self.body)
+    }
+}
+
+/// The reason in an error body: its JSON `error`, `reason` or `message` string, or its text.
+pub(crate) fn reason_of(body: &[u8]) -> String {
+    if let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(body) {
+        for key in ["error", "reason", "message"] {
+            if let Some(serde_json::Value::String(s)) = map.get(key) {
+                return cut(s);
+            }
+        }
+    }
+    cut(String::from_utf8_lossy(body).trim())
+}
+
+fn cut(s: &str) -> String {
+    if s.len() <= MAX_REASON {
+        return s.to_string();
+    }
+    let mut end = MAX_REASON;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// The client of one server: its address, the token, and the retry settings.
+pub(crate) struct Client {
+    http: reqwest::Client,
+    /// The API's root, `…/api/v1/`.
+    base: Url,
+    /// The server as messages show it (credentials in the URL masked).
+    pub(crate) shown: String,
+    token: ApiToken,
+    config: ApiConfig,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("server", &self.shown)
+            .field("token", &self.token)
+            .finish()
+    }
+}
+
+/// How a request's body is sent.
+pub(crate) enum Body {
+    /// No body.
+    Empty,
+    /// JSON lines (one message or result a line).
+    Lines(Vec<u8>),
+}
+
+impl Client {
+    /// A client of `config.server`; a server address that is not an http(s) URL is
+    /// [`BusError::Rejected`].
+    pub(crate) fn new(config: &ApiConfig) -> Result<Client, BusError> {
+        let shown = redact_url(config.server.trim());
+        let base = api_root(config.server.trim()).map_err(|why| BusError::Rejected {
+            message: format!("the server {shown}: {why}"),
+            source: None,
+        })?;
+        if base.scheme() == "http" && !is_loopback(&base) {
+            tracing::warn!(
+                server = %shown,
+                "the API token goes to the server in clear text (http://): use https:// for a \
+                 server on another machine"
+            );
+        }
+        crate::api::install_crypto();
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            // The server is the one configured, on whatever network it is: no private-address
+            // policy (that guards fetches of others' URLs), and no redirects (a token must not
+            // follow one to another host).
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| BusError::Rejected {
+                message: "cannot build the API's HTTP client".into(),
+                source: Some(Box::new(e)),
+            })?;
+        Ok(Client {
+            http,
+            base,
+            shown,
+            token: config.token.clone(),
+            config: config.clone(),
+        })
+    }
+
+    /// The longest wait for one answer, as configured.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.config.request_timeout
+    }
+
+    /// The URL of `segments` below the API's root (each segment percent-encoded).
+    pub(crate) fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty();
+            path.extend(segments);
+        }
+        url
+    }
+
+    /// POSTs `body` to `url` with the token, for a request of `scope` (`what`: the request in
+    /// words, for errors). Connection errors, timeouts, and the answers of an overloaded or
+    /// restarting server (429, 502, 503, 504) are tried again, up to the configured
+    /// attempts with a doubling backoff (a `Retry-After` in seconds is honoured up to the
+    /// longest backoff), then [`BusError::Unavailable`]. 401 and 403 are
+    /// [`BusError::Unauthorized`] naming `scope`. Any other answer is returned.
+    /// `researcher`: the slot's name for the server's count of researchers (see
+    /// [`RESEARCHER_HEADER`]).
+    pub(crate) async fn post(
+        &self,
+        url: Url,
+        body: Body,
+        scope: Scope,
+        researcher: Option<&str>,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<Answer, BusError> {
+        let call = Call {
+            scope: Some(scope),
+            researcher,
+            what,
+            timeout,
+        };
+        self.send(reqwest::Method::POST, url, body, call).await
+    }
+
+    /// GETs `url` without a token (the OpenAPI document), as [`post`](Self::post) does.
+    pub(crate) async fn get_public(&self, url: Url, what: &str) -> Result<Answer, BusError> {
+        let call = Call {
+            scope: None,
+            researcher: None,
+            what,
+            timeout: self.config.request_timeout,
+        };
+        self.send(reqwest::Method::GET, url, Body::Empty, call)
+            .await
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        url: Url,
+        body: Body,
+        call: Call<'_>,
+    ) -> Result<Answer, BusError> {
+        let Call {
+            scope,
+            researcher,
+            what,
+            timeout,
+        } = call;
+        let attempts = self.config.attempts.max(1);
+        let mut backoff = self.config.first_backoff;
+        let mut retried = false;
+        let mut last: Option<String> = None;
+        let body = match body {
+            Body::Empty => None,
+            Body::Lines(bytes) => Some(bytes),
+        };
+        for attempt in 1..=attempts {
+            let mut request = self
+                .http
+                .request(method.clone(), url.clone())
+                .timeout(timeout);
+            if scope.is_some() {
+                request = request.header(AUTHORIZATION, self.token.header()?);
+            }
+            if let Some(name) = researcher {
+                request = request.header(RESEARCHER_HEADER, name);
+            }
+            match &body {
+                Some(bytes) => {
+                    request = request
+                        .header(CONTENT_TYPE, "application/x-ndjson")
+                        .body(bytes.clone());
+                }
+                // A POST says its empty body's length (some proxies refuse one without).
+                None if method == reqwest::Method::POST => request = request.body(Vec::new()),
+                None => {}
+            }
+            let sent_at = Instant::now();
+            let mut wait = backoff;
+            match self.try_once(request).await {
+                Ok((status, headers, bytes)) => {
+                    // Not 500: a failure inside the server may not pass; the caller decides.
+                    let overloaded = matches!(
+                        status,
+                        StatusCode::TOO_MANY_REQUESTS
+                            | StatusCode::BAD_GATEWAY
+                            | StatusCode::SERVICE_UNAVAILABLE
+                            | StatusCode::GATEWAY_TIMEOUT
+                    );
+                    if !overloaded {
+                        let answer = Answer {
+                            status,
+                            server_date: headers
+                                .get(DATE)
+                                .and_then(|d| d.to_str().ok())
+                                .and_then(|d| DateTime::parse_from_rfc2822(d).ok())
+                                .map(|d| d.with_timezone(&Utc)),
+                            body: bytes,
+                            sent_at,
+                            retried,
+                        };
+                        return match (status, scope) {
+                            (StatusCode::UNAUTHORIZED, Some(scope)) => {
+                                Err(self.refused(scope, 401, what, &answer))
+                            }
+                            (StatusCode::FORBIDDEN, Some(scope)) => {
+                                Err(self.refused(scope, 403, what, &answer))
+                            }
+                            _ => Ok(answer),
+                        };
+                    }
+                    if let Some(after) = headers
+                        .get(RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                    {
+                        wait = Duration::from_secs(after).min(self.config.max_backoff);
+                    }
+                    last = Some(format!("HTTP {}: {}", status.as_u16(), reason_of(&bytes)));
+                    // An overloaded server may have done the work before it answered.
+                    retried = true;
+                }
+                Err(e) => {
+                    // A request that was written may have been acted on; one that never
+                    // connected was not.
+                    retried |= !e.is_connect();
+                    last = Some(describe(&e));
+                }
+            }
+            if attempt < attempts {
+                tracing::debug!(server = %self.shown, attempt, error = ?last, retry_in = ?wait, "{what}: trying again");
+                tokio::time::sleep(wait).await;
+                backoff = (backoff * 2).min(self.config.max_backoff);
+            }
+        }
+        Err(BusError::Unavailable {
+            message: format!(
+                "{what}: the API server {} did not answer after {attempts} tries: {}",
+                self.shown,
+                last.unwrap_or_default()
+            ),
+            source: None,
+        })
+    }
+
+    async fn try_once(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<(StatusCode, reqwest::header::HeaderMap, Vec<u8>), reqwest::Error> {
+        let response = request.send().await?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await?;
+        Ok((status, headers, bytes.to_vec()))
+    }
+
+    /// The error of a refused token: which scope the request needs, and what to do.
+    fn refused(&self, scope: Scope, status: u16, what: &str, answer: &Answer) -> BusError {
+        let reason = answer.reason();
+        let said = if reason.is_empty() {
+            String::new()
+        } else {
+            format!(" ({reason})")
+        };
+        let message = if status == 401 {
+            format!(
+                "{what}: the API server {} refused the token (HTTP 401: none, unknown or \
+                 revoked){said}; this needs a valid token of scope {scope} (ARCHIVIST_TOKEN, \
+                 --token; `archivist token create --scope {scope}` on the server makes one)",
+                self.shown
+            )
+        } else {
+            format!(
+                "{what}: the API server {} refused the token (HTTP 403: another scope){said}; \
+                 this needs a token of scope {scope} (`archivist token create --scope {scope}` \
+                 on the server makes one)",
+                self.shown
+            )
+        };
+        BusError::Unauthorized {
+            scope: scope.to_string(),
+            message,
+        }
+    }
+}
+
+/// A transport error in words, without the URL (the caller names the server once).
+fn describe(e: &reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "cannot connect"
+    } else {
+        "the connection failed"
+    };
+    let mut text = kind.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// The API's root below `server`: `…/api/v1/`, appended unless the address ends with it
+/// already (a server behind a reverse proxy keeps its own path prefix).
+fn api_root(server: &str) -> Result<Url, String> {
+    let mut url = Url::parse(server).map_err(|e| format!("not a URL ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err("expected an http:// or https:// URL of `archivist serve --api`".into());
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("expected the server's address without a query or fragment".into());
+    }
+    let path = url.path().trim_end_matches('/').to_string();
+    let root = if path.ends_with("/api/v1") {
+        format!("{path}/")
+    } else {
+        format!("{path}/api/v1/")
+    };
+    url.set_path(&root);
+    Ok(url)
+}
+
+fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+        None => false,
+    }
+}
+
+impl ApiToken {
+    /// The `Authorization` header's value, marked sensitive (left out of reqwest's Debug).
+    fn header(&self) -> Result<HeaderValue, BusError> {
+        let mut value =
+            HeaderValue::from_str(&format!("Bearer {}", self.secret())).map_err(|_| {
+                BusError::Rejected {
+                    message: "the API token holds characters no HTTP header may carry".into(),
+                    source: None,
+                }
+            })?;
+        value.set_sensitive(true);
+        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_api_root_is_found_below_any_prefix() {
+        let root = |s| api_root(s).map(|u| u.to_string());
+        assert_eq!(
+            root("https://a.example").unwrap(),
+            "https://a.example/api/v1/"
+        );
+        assert_eq!(
+            root("https://a.example/").unwrap(),
+            "https://a.example/api/v1/"
+        );
+        assert_eq!(
+            root("https://a.example/archivist/").unwrap(),
+            "https://a.example/archivist/api/v1/"
+        );
+        assert_eq!(
+            root("http://127.0.0.1:8080/api/v1").unwrap(),
+            "http://127.0.0.1:8080/api/v1/"
+        );
+        assert!(root("ftp://a.example").is_err());
+        assert!(root("a.example").is_err());
+        assert!(root("https://a.example/?x=1").is_err());
+    }
+
+    #[test]
+    fn reasons_come_from_json_or_text() {
+        assert_eq!(
+            reason_of(br#"{"error":"no such receipt"}"#),
+            "no such receipt"
+        );
+        assert_eq!(reason_of(b"  plain words \n"), "plain words");
+        assert!(reason_of(&[b'x'; 1000]).ends_with('…'));
+    }
+}
