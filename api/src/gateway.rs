@@ -4,11 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use datastore::{ApiAccess, DataStore, TokenScope};
 use messagebus::{Bus, Sender};
 use tokio::sync::{OnceCell, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::{self, Buckets, Limiter, Needs};
 use crate::{curators, ApiError};
@@ -68,6 +69,7 @@ pub struct Gateway {
     pub(crate) limits: Limits,
     pub(crate) limiter: Limiter,
     pub(crate) long_polls: Arc<Semaphore>,
+    pub(crate) work: crate::researchers::Work,
     senders: [OnceCell<Arc<dyn Sender>>; 3],
 }
 
@@ -92,6 +94,7 @@ impl Gateway {
                 requests: Buckets::new(rate, Duration::from_secs(1)),
             },
             long_polls: Arc::new(Semaphore::new(limits.max_long_polls)),
+            work: crate::researchers::Work::new(),
             store,
             bus,
             queues,
@@ -120,6 +123,14 @@ impl Gateway {
             .clone())
     }
 
+    /// Starts what the gateway does in the background until `token` is cancelled: gives back
+    /// items held in memory whose researcher went away, keeps its own presence (see
+    /// [`datastore::PresenceKind::GatewayReceivers`]); on the way out, lets go of both.
+    /// Returns the task, for the caller to wait for at shutdown.
+    pub fn start(self: &Arc<Self>, token: &CancellationToken) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(crate::researchers::keep(self.clone(), token.clone()))
+    }
+
     /// The API's routes, each behind its token check.
     pub fn router(self: &Arc<Self>) -> Router {
         let needs = |scopes: &'static [TokenScope]| Needs {
@@ -134,7 +145,29 @@ impl Gateway {
                 auth::require,
             ))
             .with_state(self.clone());
-        Router::new().merge(curators)
+        let researchers = Router::new()
+            .route("/api/v1/work", post(crate::researchers::take))
+            .route("/api/v1/work/{receipt}/extend", post(crate::researchers::extend))
+            .route("/api/v1/work/{receipt}/results", post(crate::researchers::results))
+            .route("/api/v1/work/{receipt}/finish", post(crate::researchers::finish))
+            .route("/api/v1/work/{receipt}/release", post(crate::researchers::release))
+            .route_layer(axum::middleware::from_fn_with_state(
+                needs(&[TokenScope::Researcher]),
+                auth::require,
+            ))
+            .with_state(self.clone());
+        let readers = Router::new()
+            .route("/api/v1/status", get(crate::readers::status))
+            .route("/api/v1/matches", get(crate::readers::matches))
+            .route_layer(axum::middleware::from_fn_with_state(
+                needs(&[TokenScope::Reader]),
+                auth::require,
+            ))
+            .with_state(self.clone());
+        Router::new()
+            .merge(curators)
+            .merge(researchers)
+            .merge(readers)
     }
 
 }

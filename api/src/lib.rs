@@ -16,6 +16,9 @@
 //! - `tokens.rs`: making tokens, hashing them.
 //! - `lines.rs`: request bodies read within the limit, split into JSON lines, each checked.
 //! - `curators.rs`: `POST /api/v1/episodes` and `POST /api/v1/clips`.
+//! - `researchers.rs`: `POST /api/v1/work` (a long poll) and `…/{receipt}/extend|results|
+//!   finish|release`, receipts durable where the bus has them.
+//! - `readers.rs`: `GET /api/v1/status` and `GET /api/v1/matches`.
 //! - `server.rs`: the connection loop (client addresses, bounds).
 //! - `error.rs`: [`ApiError`], each variant one answer (status code and JSON body).
 
@@ -24,9 +27,13 @@ mod curators;
 mod error;
 mod gateway;
 mod lines;
+mod readers;
+mod researchers;
 pub mod server;
 pub mod tokens;
 
 pub use auth::{Caller, ClientAddr};
 pub use error::{ApiError, LineError};
 pub use gateway::{require_reader, Gateway, Limits, Queues};
+pub use readers::MAX_MATCHES;
+pub use researchers::{ITEM_VISIBILITY, RESEARCHER_HEADER};

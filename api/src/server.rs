@@ -7,14 +7,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::Request;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tower_service::Service;
+use tower::ServiceExt;
 
 use crate::auth::ClientAddr;
 
@@ -72,12 +70,13 @@ async fn serve(listener: TcpListener, router: Router, limits: ServerLimits, toke
             drop(stream);
             continue;
         };
-        let mut router = router.clone();
-        let service = tower::service_fn(move |mut request: Request| {
-            request.extensions_mut().insert(ClientAddr(peer));
-            router.call(request)
-        });
-        let service = TowerToHyperService::new(service);
+        let router = router.clone();
+        let service = hyper::service::service_fn(
+            move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ClientAddr(peer));
+                router.clone().oneshot(request.map(axum::body::Body::new))
+            },
+        );
         let limits = limits.clone();
         let token = token.clone();
         tokio::spawn(async move {

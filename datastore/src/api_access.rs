@@ -85,6 +85,10 @@ pub struct TokenInfo {
     pub last_used: Option<DateTime<Utc>>,
 }
 
+/// How long a presence counts after it was last written: a remote researcher that goes away
+/// stops counting for the work-assignment rule within this.
+pub const PRESENCE_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// What a presence row stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

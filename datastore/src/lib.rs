@@ -107,7 +107,9 @@ pub mod testing;
 #[cfg(all(any(test, feature = "test-utils"), feature = "postgres"))]
 pub mod testing_pg;
 
-pub use api_access::{ApiAccess, NewToken, Presence, PresenceKind, TokenInfo, TokenScope};
+pub use api_access::{
+    ApiAccess, NewToken, Presence, PresenceKind, TokenInfo, TokenScope, PRESENCE_WINDOW,
+};
 pub use browse::{
     search_words, Browse, ClipPage, ClipSummary, EpisodePage, EpisodeSummary, FailedPair,
     ListQuery, Occurrence, Page, TimelineEntry, FAILED_SHOWN, MAX_PAGE,
