@@ -14,14 +14,33 @@ use serde::Serialize;
 use crate::auth::Caller;
 use crate::gateway::Gateway;
 use crate::lines::{self, HasMedia};
+#[allow(unused_imports)]
+use crate::openapi::ErrorAnswer;
 use crate::ApiError;
 
 /// 202's body: how many messages are on the queue.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct Accepted {
+    /// Messages now durably on the curated queue.
     accepted: usize,
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/episodes",
+    tag = "curators",
+    description = "One EpisodeInfo, or one a line. Every line is checked with the archivists' rules before any is sent; media addresses must be http(s).",
+    request_body(content = String, content_type = "application/x-ndjson", description = "One EpisodeInfo JSON object, or one a line"),
+    responses(
+        (status = 202, description = "All lines durably on the curated queue", body = Accepted),
+        (status = 422, description = "Lines that break the rules; nothing sent", body = ErrorAnswer),
+        (status = 400, description = "Not JSON (the line named), or no message", body = ErrorAnswer),
+        (status = 401, description = "No valid token", body = ErrorAnswer),
+        (status = 403, description = "A token of another scope", body = ErrorAnswer),
+        (status = 413, description = "The body is over the limit", body = ErrorAnswer),
+        (status = 429, description = "Too many failed attempts or requests", body = ErrorAnswer),
+    )
+)]
 pub(crate) async fn episodes(
     State(gateway): State<Arc<Gateway>>,
     Extension(caller): Extension<Caller>,
@@ -31,6 +50,22 @@ pub(crate) async fn episodes(
     curate::<EpisodeInfo>(&gateway, &caller, 0, &queue, body).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/clips",
+    tag = "curators",
+    description = "One ClipInfo, or one a line. Every line is checked with the archivists' rules before any is sent; media addresses must be http(s).",
+    request_body(content = String, content_type = "application/x-ndjson", description = "One ClipInfo JSON object, or one a line"),
+    responses(
+        (status = 202, description = "All lines durably on the curated queue", body = Accepted),
+        (status = 422, description = "Lines that break the rules; nothing sent", body = ErrorAnswer),
+        (status = 400, description = "Not JSON (the line named), or no message", body = ErrorAnswer),
+        (status = 401, description = "No valid token", body = ErrorAnswer),
+        (status = 403, description = "A token of another scope", body = ErrorAnswer),
+        (status = 413, description = "The body is over the limit", body = ErrorAnswer),
+        (status = 429, description = "Too many failed attempts or requests", body = ErrorAnswer),
+    )
+)]
 pub(crate) async fn clips(
     State(gateway): State<Arc<Gateway>>,
     Extension(caller): Extension<Caller>,

@@ -7,7 +7,7 @@ use axum::Json;
 use serde::Serialize;
 
 /// One refused line of a request body: its number (from 1) and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct LineError {
     /// The line's number, counting from 1 (blank lines counted).
     pub line: usize,

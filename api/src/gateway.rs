@@ -165,6 +165,7 @@ impl Gateway {
             ))
             .with_state(self.clone());
         Router::new()
+            .route("/api/v1/openapi.json", get(crate::openapi::document))
             .merge(curators)
             .merge(researchers)
             .merge(readers)

@@ -19,7 +19,9 @@
 //! - `researchers.rs`: `POST /api/v1/work` (a long poll) and `…/{receipt}/extend|results|
 //!   finish|release`, receipts durable where the bus has them.
 //! - `readers.rs`: `GET /api/v1/status` and `GET /api/v1/matches`.
-//! - `server.rs`: the connection loop (client addresses, bounds).
+//! - `server.rs`: the connection loop (client addresses, bounds, TLS).
+//! - `tls.rs`: [`Tls`], the certificate and key, reloaded on demand (SIGHUP).
+//! - `openapi.rs`: `/api/v1/openapi.json`, generated from the handlers (utoipa).
 //! - `error.rs`: [`ApiError`], each variant one answer (status code and JSON body).
 
 mod auth;
@@ -27,13 +29,17 @@ mod curators;
 mod error;
 mod gateway;
 mod lines;
+mod openapi;
 mod readers;
 mod researchers;
 pub mod server;
+mod tls;
 pub mod tokens;
 
 pub use auth::{Caller, ClientAddr};
 pub use error::{ApiError, LineError};
 pub use gateway::{require_reader, Gateway, Limits, Queues};
+pub use openapi::openapi_json;
 pub use readers::MAX_MATCHES;
+pub use tls::Tls;
 pub use researchers::{ITEM_VISIBILITY, RESEARCHER_HEADER};

@@ -12,6 +12,8 @@ use datastore::{MatchFilter, Status};
 use serde::{Deserialize, Serialize};
 
 use crate::gateway::Gateway;
+#[allow(unused_imports)]
+use crate::openapi::ErrorAnswer;
 use crate::ApiError;
 
 /// The most matches one request lists (`limit` asks for fewer).
@@ -27,6 +29,18 @@ pub(crate) struct StatusBody {
     read_at: DateTime<Utc>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/status",
+    tag = "readers",
+    description = "The datastore's counts, as `archivist status --json` has them.",
+    responses(
+        (status = 200, description = "The counts (episodes, clips, research_pairs, researched_pairs, matched_pairs, failed_pairs, active_leases, expired_leases, …)", content_type = "application/json"),
+        (status = 401, description = "No valid token", body = ErrorAnswer),
+        (status = 403, description = "A token of another scope", body = ErrorAnswer),
+        (status = 429, description = "Too many failed attempts or requests", body = ErrorAnswer),
+    )
+)]
 pub(crate) async fn status(State(gateway): State<Arc<Gateway>>) -> Result<Response, ApiError> {
     let now = Utc::now();
     let status = gateway.store.status(now).await?;
@@ -43,14 +57,31 @@ pub(crate) async fn status(State(gateway): State<Arc<Gateway>>) -> Result<Respon
 }
 
 /// `matches`' filters, as `archivist matches` takes them.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub(crate) struct MatchesQuery {
+    /// Only matches of the clip with this title.
     clip: Option<String>,
+    /// Only matches in episodes with this title.
     episode: Option<String>,
+    /// At most this many (and at most 100,000).
     limit: Option<u64>,
+    /// Only matches researched at or after this time (RFC 3339).
     since: Option<DateTime<Utc>>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/matches",
+    tag = "readers",
+    description = "Recorded matches, one JSON object a line, as `archivist matches` prints them.",
+    params(MatchesQuery),
+    responses(
+        (status = 200, description = "One match a line", content_type = "application/x-ndjson"),
+        (status = 401, description = "No valid token", body = ErrorAnswer),
+        (status = 403, description = "A token of another scope", body = ErrorAnswer),
+        (status = 429, description = "Too many failed attempts or requests", body = ErrorAnswer),
+    )
+)]
 pub(crate) async fn matches(
     State(gateway): State<Arc<Gateway>>,
     Query(query): Query<MatchesQuery>,

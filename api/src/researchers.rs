@@ -31,6 +31,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::Caller;
 use crate::gateway::Gateway;
+#[allow(unused_imports)]
+use crate::openapi::ErrorAnswer;
 use crate::{lines, ApiError};
 
 /// How long a taken item stays invisible to others without an extension.
@@ -122,28 +124,35 @@ async fn present(gateway: &Gateway, caller: &Caller, headers: &HeaderMap) {
 }
 
 /// `?wait=SECONDS`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub(crate) struct WaitQuery {
+    /// The longest to wait for an item, in seconds (at most the server's maximum, 20 s).
     wait: Option<f64>,
 }
 
 /// 200's body of `POST /api/v1/work`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct Taken {
+    /// Extends, answers, finishes or gives back the item.
     receipt: String,
+    /// The work item (a `PendingResearchItem`).
+    #[schema(value_type = Object)]
     item: PendingResearchItem,
+    /// Until when the item is invisible to others unless extended.
     visible_until: DateTime<Utc>,
 }
 
 /// 200's body of `…/extend`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct Extended {
+    /// Until when the item is invisible to others unless extended again.
     visible_until: DateTime<Utc>,
 }
 
 /// 200's body of `…/results`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct Sent {
+    /// Results now durably on `completed_research`.
     sent: usize,
 }
 
@@ -151,6 +160,21 @@ fn visible_until() -> DateTime<Utc> {
     Utc::now() + chrono::Duration::from_std(ITEM_VISIBILITY).unwrap_or_default()
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/work",
+    tag = "researchers",
+    description = "Takes a work item: a long poll of at most `wait` seconds.",
+    params(WaitQuery),
+    responses(
+        (status = 200, description = "An item, held by its receipt", body = Taken),
+        (status = 204, description = "None arrived within the wait"),
+        (status = 503, description = "Too many long polls at once", body = ErrorAnswer),
+        (status = 401, description = "No valid token", body = ErrorAnswer),
+        (status = 403, description = "A token of another scope", body = ErrorAnswer),
+        (status = 429, description = "Too many failed attempts or requests", body = ErrorAnswer),
+    )
+)]
 pub(crate) async fn take(
     State(gateway): State<Arc<Gateway>>,
     Extension(caller): Extension<Caller>,
@@ -288,6 +312,20 @@ fn not_held(receipt: &str) -> ApiError {
     ))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/work/{receipt}/extend",
+    tag = "researchers",
+    description = "Keeps the item invisible to others for another while.",
+    params(("receipt" = String, Path, description = "The receipt the item came with")),
+    responses(
+        (status = 200, description = "Extended", body = Extended),
+        (status = 409, description = "The receipt holds no item (any more)", body = ErrorAnswer),
+        (status = 401, description = "No valid token", body = ErrorAnswer),
+        (status = 403, description = "A token of another scope", body = ErrorAnswer),
+        (status = 429, description = "Too many failed attempts or requests", body = ErrorAnswer),
+    )
+)]
 pub(crate) async fn extend(
     State(gateway): State<Arc<Gateway>>,
     Extension(caller): Extension<Caller>,
@@ -304,6 +342,24 @@ pub(crate) async fn extend(
     .into_response())
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/work/{receipt}/results",
+    tag = "researchers",
+    description = "Sends results: CompletedResearchItem JSON lines, each checked before any is sent.",
+    params(("receipt" = String, Path, description = "The receipt the item came with")),
+    request_body(content = String, content_type = "application/x-ndjson", description = "CompletedResearchItem JSON lines"),
+    responses(
+        (status = 200, description = "All durably on completed_research", body = Sent),
+        (status = 409, description = "The receipt holds no item (any more)", body = ErrorAnswer),
+        (status = 422, description = "Lines that break the rules; nothing sent", body = ErrorAnswer),
+        (status = 400, description = "Not JSON (the line named), or no message", body = ErrorAnswer),
+        (status = 401, description = "No valid token", body = ErrorAnswer),
+        (status = 403, description = "A token of another scope", body = ErrorAnswer),
+        (status = 413, description = "The body is over the limit", body = ErrorAnswer),
+        (status = 429, description = "Too many failed attempts or requests", body = ErrorAnswer),
+    )
+)]
 pub(crate) async fn results(
     State(gateway): State<Arc<Gateway>>,
     Extension(caller): Extension<Caller>,
@@ -327,6 +383,20 @@ pub(crate) async fn results(
     Ok(Json(Sent { sent }).into_response())
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/work/{receipt}/finish",
+    tag = "researchers",
+    description = "The item is done: acknowledged.",
+    params(("receipt" = String, Path, description = "The receipt the item came with")),
+    responses(
+        (status = 204, description = "Acknowledged"),
+        (status = 409, description = "The receipt holds no item (any more)", body = ErrorAnswer),
+        (status = 401, description = "No valid token", body = ErrorAnswer),
+        (status = 403, description = "A token of another scope", body = ErrorAnswer),
+        (status = 429, description = "Too many failed attempts or requests", body = ErrorAnswer),
+    )
+)]
 pub(crate) async fn finish(
     State(gateway): State<Arc<Gateway>>,
     Extension(caller): Extension<Caller>,
@@ -340,6 +410,20 @@ pub(crate) async fn finish(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/work/{receipt}/release",
+    tag = "researchers",
+    description = "Gives the item back for another try, at once.",
+    params(("receipt" = String, Path, description = "The receipt the item came with")),
+    responses(
+        (status = 204, description = "Given back"),
+        (status = 409, description = "The receipt holds no item (any more)", body = ErrorAnswer),
+        (status = 401, description = "No valid token", body = ErrorAnswer),
+        (status = 403, description = "A token of another scope", body = ErrorAnswer),
+        (status = 429, description = "Too many failed attempts or requests", body = ErrorAnswer),
+    )
+)]
 pub(crate) async fn release(
     State(gateway): State<Arc<Gateway>>,
     Extension(caller): Extension<Caller>,

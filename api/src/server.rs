@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::auth::ClientAddr;
+use crate::tls::Tls;
 
 /// The server's bounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,18 +40,28 @@ impl Default for ServerLimits {
 
 /// Serves `router` on `listener` until `token` is cancelled, in a task of its own; returns
 /// the bound address.
+///
+/// With `tls`, every connection is TLS (its handshake within the head's deadline), with the
+/// certificate [`Tls`] holds when the connection comes.
 pub fn spawn(
     listener: TcpListener,
     router: Router,
     limits: ServerLimits,
+    tls: Option<Arc<Tls>>,
     token: &CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     let bound = listener.local_addr()?;
-    tokio::spawn(serve(listener, router, limits, token.clone()));
+    tokio::spawn(serve(listener, router, limits, tls, token.clone()));
     Ok(bound)
 }
 
-async fn serve(listener: TcpListener, router: Router, limits: ServerLimits, token: CancellationToken) {
+async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ServerLimits,
+    tls: Option<Arc<Tls>>,
+    token: CancellationToken,
+) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         let (stream, peer) = tokio::select! {
@@ -71,30 +82,56 @@ async fn serve(listener: TcpListener, router: Router, limits: ServerLimits, toke
             continue;
         };
         let router = router.clone();
-        let service = hyper::service::service_fn(
-            move |mut request: hyper::Request<hyper::body::Incoming>| {
-                request.extensions_mut().insert(ClientAddr(peer));
-                router.clone().oneshot(request.map(axum::body::Body::new))
-            },
-        );
         let limits = limits.clone();
         let token = token.clone();
+        let tls = tls.as_ref().and_then(|t| t.current());
         tokio::spawn(async move {
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .keep_alive(true);
-            let connection = http.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            tokio::select! {
-                done = tokio::time::timeout(limits.connection_lifetime, connection.as_mut()) => match done {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "connection ended"),
-                    Err(_) => tracing::debug!(%peer, "connection closed: its time is up"),
-                },
-                _ = token.cancelled() => {}
+            match tls {
+                None => connection(stream, router, &limits, peer, &token).await,
+                Some(config) => {
+                    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                    match tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await
+                    {
+                        Ok(Ok(stream)) => connection(stream, router, &limits, peer, &token).await,
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake too slow: closed"),
+                    }
+                }
             }
             drop(slot);
         });
+    }
+}
+
+/// Serves HTTP/1.1 on one connection, plain or TLS, within `limits`, until it ends or `token`
+/// is cancelled.
+async fn connection<S>(
+    stream: S,
+    router: Router,
+    limits: &ServerLimits,
+    peer: SocketAddr,
+    token: &CancellationToken,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    // Every request carries the client's address (for the failed-attempt limit).
+    let service =
+        hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(ClientAddr(peer));
+            router.clone().oneshot(request.map(axum::body::Body::new))
+        });
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(true);
+    let connection = http.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        done = tokio::time::timeout(limits.connection_lifetime, connection.as_mut()) => match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "connection ended"),
+            Err(_) => tracing::debug!(%peer, "connection closed: its time is up"),
+        },
+        _ = token.cancelled() => {}
     }
 }

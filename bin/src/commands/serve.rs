@@ -48,6 +48,12 @@ pub(crate) struct ServeArgs {
     /// only: anyone else can write that header)
     #[arg(long, requires = "api")]
     pub(crate) trust_proxy: bool,
+    /// With --api: serve HTTPS with this certificate chain (PEM), read again on SIGHUP
+    #[arg(long, env = "ARCHIVIST_TLS_CERT", requires_all = ["api", "tls_key"])]
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
+    /// With --api: the certificate's private key (PEM), read again on SIGHUP
+    #[arg(long, env = "ARCHIVIST_TLS_KEY", requires_all = ["api", "tls_cert"])]
+    pub(crate) tls_key: Option<std::path::PathBuf>,
 }
 
 /// Parses HOST:PORT, resolving a host name.
@@ -162,7 +168,13 @@ async fn run_api(
 ) -> anyhow::Result<()> {
     let addr: SocketAddr = args.addr;
     let loopback = addr.ip().is_loopback();
-    if !loopback && !args.insecure_http {
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(std::sync::Arc::new(
+            api::Tls::load(cert, key).map_err(|e| crate::values::usage(e.to_string()))?,
+        )),
+        _ => None,
+    };
+    if !loopback && tls.is_none() && !args.insecure_http {
         return Err(crate::values::usage(format!(
             "serve --api on {addr}, an address other hosts reach, needs TLS (--tls-cert and \
              --tls-key) or --insecure-http (behind a TLS-terminating proxy): tokens must not \
@@ -209,14 +221,51 @@ async fn run_api(
     }
     let router = health.merge(pages).merge(gateway.router());
     let listener = web::listen(addr, "ARCHIVIST_SERVE_ADDR (--addr)").await?;
-    let bound = api::server::spawn(listener, router, api::server::ServerLimits::default(), token)?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let bound = api::server::spawn(
+        listener,
+        router,
+        api::server::ServerLimits::default(),
+        tls.clone(),
+        token,
+    )?;
+    let keeper = gateway.start(token);
+    if let Some(tls) = tls {
+        tokio::spawn(reload_on_hangup(tls, token.clone()));
+    }
     tracing::info!(
         "serving the status page, /api/…, the API (/api/v1/), /metrics, /healthz and /readyz \
-         on http://{bound}"
+         on {scheme}://{bound}"
     );
     token.cancelled().await;
+    if let Err(e) = keeper.await {
+        tracing::debug!(error = %e, "the gateway's keeper ended badly");
+    }
     if let Err(e) = bus.close().await {
         tracing::debug!(error = %e, "could not close the bus");
     }
     Ok(())
+}
+
+/// Reads the certificate and key again at each SIGHUP until `token` is cancelled; a failed
+/// reload keeps the old ones, with a warning.
+async fn reload_on_hangup(tls: std::sync::Arc<api::Tls>, token: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "SIGHUP cannot be caught: the certificate is not reloaded");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            got = hangups.recv() => if got.is_none() { return },
+        }
+        match tls.reload() {
+            Ok(()) => tracing::info!("SIGHUP: the certificate and key were read again"),
+            Err(e) => tracing::warn!("SIGHUP: the certificate stays as it was: {e}"),
+        }
+    }
 }
