@@ -130,7 +130,11 @@ fn client_addr(request: &Request, trust_proxy: bool) -> IpAddr {
 
 /// The bearer token of the request, if it carries one.
 fn bearer(request: &Request) -> Option<&str> {
-    let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let value = request
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
     let (kind, token) = value.trim().split_once(' ')?;
     kind.eq_ignore_ascii_case("bearer")
         .then_some(token.trim())

@@ -88,7 +88,11 @@ async fn curate<M: Message + HasMedia>(
     // The lines as the curator wrote them (fields this version does not know kept).
     let bodies: Vec<Vec<u8>> = lines.iter().map(|l| l.bytes.to_vec()).collect();
     let accepted = bodies.len();
-    gateway.sender(sender, queue).await?.send_batch(bodies).await?;
+    gateway
+        .sender(sender, queue)
+        .await?
+        .send_batch(bodies)
+        .await?;
     tracing::info!(token = %caller.name, queue, accepted, "curated messages sent");
     Ok((StatusCode::ACCEPTED, Json(Accepted { accepted })))
 }

@@ -112,7 +112,11 @@ impl Gateway {
     }
 
     /// The sender for `queue` (one of [`Queues`]), made once.
-    pub(crate) async fn sender(&self, which: usize, queue: &str) -> Result<Arc<dyn Sender>, ApiError> {
+    pub(crate) async fn sender(
+        &self,
+        which: usize,
+        queue: &str,
+    ) -> Result<Arc<dyn Sender>, ApiError> {
         let cell = self
             .senders
             .get(which)
@@ -147,10 +151,22 @@ impl Gateway {
             .with_state(self.clone());
         let researchers = Router::new()
             .route("/api/v1/work", post(crate::researchers::take))
-            .route("/api/v1/work/{receipt}/extend", post(crate::researchers::extend))
-            .route("/api/v1/work/{receipt}/results", post(crate::researchers::results))
-            .route("/api/v1/work/{receipt}/finish", post(crate::researchers::finish))
-            .route("/api/v1/work/{receipt}/release", post(crate::researchers::release))
+            .route(
+                "/api/v1/work/{receipt}/extend",
+                post(crate::researchers::extend),
+            )
+            .route(
+                "/api/v1/work/{receipt}/results",
+                post(crate::researchers::results),
+            )
+            .route(
+                "/api/v1/work/{receipt}/finish",
+                post(crate::researchers::finish),
+            )
+            .route(
+                "/api/v1/work/{receipt}/release",
+                post(crate::researchers::release),
+            )
             .route_layer(axum::middleware::from_fn_with_state(
                 needs(&[TokenScope::Researcher]),
                 auth::require,
@@ -170,7 +186,6 @@ impl Gateway {
             .merge(researchers)
             .merge(readers)
     }
-
 }
 
 /// Middleware that lets through only requests with a reader token: for the pages and

@@ -41,5 +41,5 @@ pub use error::{ApiError, LineError};
 pub use gateway::{require_reader, Gateway, Limits, Queues};
 pub use openapi::openapi_json;
 pub use readers::MAX_MATCHES;
-pub use tls::Tls;
 pub use researchers::{ITEM_VISIBILITY, RESEARCHER_HEADER};
+pub use tls::Tls;

@@ -11,8 +11,7 @@ use crate::ApiError;
 pub(crate) async fn read(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
         // A body over the limit, or one the client stopped sending.
-        if std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
             || e.to_string().contains("length limit")
         {
             ApiError::TooLarge(limit)
@@ -77,7 +76,8 @@ impl HasMedia for messages::ClipInfo {
 /// own disk (`file://`, a plain path).
 pub(crate) fn is_http(uri: &str) -> bool {
     let lower = uri.get(..8).unwrap_or(uri).to_ascii_lowercase();
-    (lower.starts_with("http://") && uri.len() > 7) || (lower.starts_with("https://") && uri.len() > 8)
+    (lower.starts_with("http://") && uri.len() > 7)
+        || (lower.starts_with("https://") && uri.len() > 8)
 }
 
 /// Decodes every line as `M` with [`messages::decode`]; 422 with every bad line's reason.

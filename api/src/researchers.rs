@@ -86,7 +86,20 @@ async fn receiver(gateway: &Gateway) -> Result<Arc<dyn Receiver>, ApiError> {
     let queue = &gateway.queues.pending_research;
     let made = work
         .receiver
-        .get_or_try_init(|| async { gateway.bus.receiver(queue).await })
+        .get_or_try_init(|| async {
+            let receiver = gateway.bus.receiver(queue).await?;
+            // The bus counts it as a consumer from now on: said at once, so that a
+            // work-assignment run does not take it for a researcher.
+            if let Ok(access) = gateway.access() {
+                let touched = access
+                    .touch_presence(&work.id, PresenceKind::GatewayReceivers, 1, Utc::now())
+                    .await;
+                if let Err(e) = touched {
+                    tracing::debug!(error = %e, "the gateway's presence could not be written");
+                }
+            }
+            Ok::<_, messagebus::BusError>(receiver)
+        })
         .await?
         .clone();
     Ok(made)
@@ -97,7 +110,12 @@ async fn present(gateway: &Gateway, caller: &Caller, headers: &HeaderMap) {
     let who = headers
         .get(RESEARCHER_HEADER)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.chars().filter(|c| !c.is_control()).take(64).collect::<String>())
+        .map(|v| {
+            v.chars()
+                .filter(|c| !c.is_control())
+                .take(64)
+                .collect::<String>()
+        })
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| caller.addr.to_string());
     let id = format!("researcher:{}:{who}", caller.name);
@@ -222,7 +240,10 @@ pub(crate) async fn take(
                 format!("{DURABLE}{bus_receipt}")
             }
             None => {
-                let receipt = format!("{IN_MEMORY}{}", crate::tokens::hex(&rand::random::<[u8; 16]>()));
+                let receipt = format!(
+                    "{IN_MEMORY}{}",
+                    crate::tokens::hex(&rand::random::<[u8; 16]>())
+                );
                 let held = Held {
                     delivery,
                     token: caller.name.clone(),
@@ -475,7 +496,9 @@ pub(crate) async fn keep(gateway: Arc<Gateway>, token: CancellationToken) {
         if let Ok(mut written) = gateway.work.written.lock() {
             written.retain(|_, at| at.elapsed() < datastore::PRESENCE_WINDOW);
         }
-        let Ok(access) = gateway.access() else { continue };
+        let Ok(access) = gateway.access() else {
+            continue;
+        };
         let now = Utc::now();
         if gateway.work.has_receiver() {
             if let Err(e) = access

@@ -83,7 +83,17 @@ async fn tokens_are_made_listed_and_revoked_without_showing_them() {
     assert_ne!(curator, reader);
     // A taken name, an unknown scope: usage errors.
     let taken = s
-        .run(&["token", "create", "--scope", "reader", "--name", "dashboard"], &[])
+        .run(
+            &[
+                "token",
+                "create",
+                "--scope",
+                "reader",
+                "--name",
+                "dashboard",
+            ],
+            &[],
+        )
         .expect_code(2);
     assert!(taken.stderr.contains("dashboard"), "{}", taken.stderr);
     s.run(&["token", "create", "--scope", "admin"], &[])
@@ -99,10 +109,15 @@ async fn tokens_are_made_listed_and_revoked_without_showing_them() {
         .map(|t| (t["name"].as_str().unwrap(), t["scope"].as_str().unwrap()))
         .collect();
     assert_eq!(names, [("dashboard", "reader"), ("fan-script", "curator")]);
-    assert!(lines.iter().all(|t| t["created"].is_string() && t["last_used"].is_null()));
+    assert!(lines
+        .iter()
+        .all(|t| t["created"].is_string() && t["last_used"].is_null()));
     s.run(&["token", "revoke", "dashboard"], &[]).expect_code(0);
     s.run(&["token", "revoke", "dashboard"], &[]).expect_code(2);
-    let left = s.run(&["token", "list", "--json"], &[]).expect_code(0).json_lines();
+    let left = s
+        .run(&["token", "list", "--json"], &[])
+        .expect_code(0)
+        .json_lines();
     assert_eq!(left.len(), 1);
     // A token with no name given gets one.
     let run = s
@@ -124,7 +139,14 @@ async fn requests_need_a_valid_token_of_their_scope() {
 
     let (code, body) = call("POST", &episodes, None, Some(one.clone()), &[]).await;
     assert_eq!(code, 401, "{body}");
-    let (code, _) = call("POST", &episodes, Some("archivist_0000"), Some(one.clone()), &[]).await;
+    let (code, _) = call(
+        "POST",
+        &episodes,
+        Some("archivist_0000"),
+        Some(one.clone()),
+        &[],
+    )
+    .await;
     assert_eq!(code, 401);
     let (code, _) = call("POST", &episodes, Some(&revoked), Some(one.clone()), &[]).await;
     assert_eq!(code, 401);
@@ -134,10 +156,24 @@ async fn requests_need_a_valid_token_of_their_scope() {
     let (code, body) = call("POST", &episodes, Some(&curator), Some(one), &[]).await;
     assert_eq!(code, 202, "{body}");
     assert_eq!(json(&body)["accepted"], 1);
-    let (code, body) = call("GET", &format!("{base}/api/v1/status"), Some(&reader), None, &[]).await;
+    let (code, body) = call(
+        "GET",
+        &format!("{base}/api/v1/status"),
+        Some(&reader),
+        None,
+        &[],
+    )
+    .await;
     assert_eq!(code, 200, "{body}");
     assert!(json(&body)["episodes"].is_u64());
-    let (code, _) = call("GET", &format!("{base}/api/v1/status"), Some(&curator), None, &[]).await;
+    let (code, _) = call(
+        "GET",
+        &format!("{base}/api/v1/status"),
+        Some(&curator),
+        None,
+        &[],
+    )
+    .await;
     assert_eq!(code, 403);
     // The token was used: its last use is listed, never the token.
     let listed = s.run(&["token", "list", "--json"], &[]).expect_code(0);
@@ -165,7 +201,14 @@ async fn requests_need_a_valid_token_of_their_scope() {
         }
     }
     assert!(limited, "failed attempts were never rate-limited");
-    let (code, _) = call("GET", &format!("{base}/api/v1/status"), Some(&reader), None, &[]).await;
+    let (code, _) = call(
+        "GET",
+        &format!("{base}/api/v1/status"),
+        Some(&reader),
+        None,
+        &[],
+    )
+    .await;
     assert_eq!(code, 429);
 }
 
@@ -182,19 +225,16 @@ async fn curators_lines_are_checked_whole_before_any_is_sent() {
     empty_title["title"] = "".into();
 
     // One poison line among good ones: 422 with each bad line's reason, nothing sent.
-    let body = format!(
-        "{}\n\n{}\n{}\n{}\n",
-        good(1),
-        file,
-        good(2),
-        empty_title
-    );
+    let body = format!("{}\n\n{}\n{}\n{}\n", good(1), file, good(2), empty_title);
     let (code, answer) = call("POST", &clips, Some(&curator), Some(body), &[]).await;
     assert_eq!(code, 422, "{answer}");
     let errors = json(&answer)["errors"].as_array().unwrap().clone();
     let lines: Vec<u64> = errors.iter().map(|e| e["line"].as_u64().unwrap()).collect();
     assert_eq!(lines, [3, 5], "{answer}");
-    assert!(errors[0]["reason"].as_str().unwrap().contains("http"), "{answer}");
+    assert!(
+        errors[0]["reason"].as_str().unwrap().contains("http"),
+        "{answer}"
+    );
     // Not JSON: 400 naming the line.
     let (code, answer) = call(
         "POST",
@@ -250,8 +290,14 @@ async fn researchers_work_by_receipts_that_outlive_the_gateway() {
     // Nothing published yet: 204 after the wait.
     let (code, _) = take(&base, &researcher, 0, "a").await;
     assert_eq!(code, 204);
-    s.run(&["pending-research"], &[("ARCHIVIST_RESEARCHERS", "1"), ("ARCHIVIST_START_JITTER", "0s")])
-        .expect_code(0);
+    s.run(
+        &["pending-research"],
+        &[
+            ("ARCHIVIST_RESEARCHERS", "1"),
+            ("ARCHIVIST_START_JITTER", "0s"),
+        ],
+    )
+    .expect_code(0);
     let (code, body) = take(&base, &researcher, 10, "a").await;
     assert_eq!(code, 200, "{body}");
     let taken = json(&body);
@@ -315,8 +361,14 @@ async fn researchers_work_by_receipts_that_outlive_the_gateway() {
     assert_eq!(status["researched_pairs"], n, "{status}");
 
     // Released work comes back at once.
-    s.run(&["pending-research"], &[("ARCHIVIST_RESEARCHERS", "1"), ("ARCHIVIST_START_JITTER", "0s")])
-        .expect_code(0);
+    s.run(
+        &["pending-research"],
+        &[
+            ("ARCHIVIST_RESEARCHERS", "1"),
+            ("ARCHIVIST_START_JITTER", "0s"),
+        ],
+    )
+    .expect_code(0);
     let (code, body) = take(&base, &researcher, 10, "a").await;
     assert_eq!(code, 200, "{body}");
     let receipt = json(&body)["receipt"].as_str().unwrap().to_string();
@@ -388,5 +440,10 @@ async fn remote_researchers_count_for_the_work_assignment_rule() {
         // Polling a condition with a deadline: the presence lapses on the clock.
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
-    assert!(s.queue_depths()["pending_research"]["waiting"].as_u64().unwrap() <= 1 + 3);
+    assert!(
+        s.queue_depths()["pending_research"]["waiting"]
+            .as_u64()
+            .unwrap()
+            <= 1 + 3
+    );
 }

@@ -72,7 +72,9 @@ async fn https_with_a_certificate_reloaded_on_sighup() {
         .unwrap();
     assert_eq!(answer.status(), 200);
     // Plain HTTP on the TLS port gets no answer.
-    assert!(reqwest::get(format!("http://{addr}/healthz")).await.is_err());
+    assert!(reqwest::get(format!("http://{addr}/healthz"))
+        .await
+        .is_err());
 
     // A new certificate, SIGHUP: new connections get it.
     let second = make_certificate(certs.path());
@@ -93,7 +95,10 @@ async fn https_with_a_certificate_reloaded_on_sighup() {
             assert_eq!(answer.status(), 200);
             break;
         }
-        assert!(started.elapsed() < DEADLINE, "the new certificate was never served");
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the new certificate was never served"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The old one is no longer served.
@@ -108,7 +113,11 @@ async fn plain_http_is_refused_off_loopback_and_pages_need_a_reader_there() {
     let refused = s
         .run(&["serve", "--api", "--addr", "0.0.0.0:0"], &[])
         .expect_code(2);
-    assert!(refused.stderr.contains("--insecure-http"), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("--insecure-http"),
+        "{}",
+        refused.stderr
+    );
     let reader = s
         .run(&["token", "create", "--scope", "reader"], &[])
         .expect_code(0)

@@ -239,10 +239,14 @@ fn api_tokens_reach_no_log_page_or_metrics() {
     archivist(dir.path(), &["queues"], &env).expect_code(0);
     let mut tokens = Vec::new();
     for scope in ["curator", "researcher", "reader"] {
-        let run = archivist(dir.path(), &["token", "create", "--scope", scope], &env).expect_code(0);
+        let run =
+            archivist(dir.path(), &["token", "create", "--scope", scope], &env).expect_code(0);
         assert_clean("token create", &run);
         let token = run.stdout.trim().to_string();
-        assert!(!run.stderr.contains(&token), "token create logged its token");
+        assert!(
+            !run.stderr.contains(&token),
+            "token create logged its token"
+        );
         tokens.push(token);
     }
     let list = archivist(dir.path(), &["token", "list", "--json"], &env).expect_code(0);
@@ -288,7 +292,11 @@ fn api_tokens_reach_no_log_page_or_metrics() {
     };
     let guessed = "archivist_0123456789abcdef0123456789abcdef0123456789abcdef0123456789ab";
     let mut answers = Vec::new();
-    for token in tokens.iter().map(String::as_str).chain([guessed, "not-even-a-token"]) {
+    for token in tokens
+        .iter()
+        .map(String::as_str)
+        .chain([guessed, "not-even-a-token"])
+    {
         for (method, path, body) in [
             ("POST", "/api/v1/episodes", "{\"title\": 1}\n"),
             ("POST", "/api/v1/work?wait=0", ""),

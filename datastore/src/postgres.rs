@@ -2367,7 +2367,10 @@ impl ApiAccess for PgDataStore {
             )
             .fetch_all(&self.pool)
             .await?;
-            rows.iter().map(token_info).collect::<Result<Vec<_>>>().map_err(Failure::Before)
+            rows.iter()
+                .map(token_info)
+                .collect::<Result<Vec<_>>>()
+                .map_err(Failure::Before)
         })
         .await
     }

@@ -3058,7 +3058,9 @@ pub mod cases {
     }
 
     fn api(store: &dyn DataStore) -> &dyn crate::ApiAccess {
-        store.api_access().expect("the SQL adapters keep the API's tokens")
+        store
+            .api_access()
+            .expect("the SQL adapters keep the API's tokens")
     }
 
     /// Tokens: stored by hash, listed by name without it, found by hash (last use kept to the
@@ -3101,22 +3103,51 @@ pub mod cases {
         );
 
         assert_eq!(api.use_token("zz", t0()).await.unwrap(), None);
-        let used = api.use_token("bb", t0() + Duration::seconds(5)).await.unwrap();
-        assert_eq!(used.map(|t| (t.name, t.scope)), Some(("bob".into(), TokenScope::Researcher)));
+        let used = api
+            .use_token("bb", t0() + Duration::seconds(5))
+            .await
+            .unwrap();
+        assert_eq!(
+            used.map(|t| (t.name, t.scope)),
+            Some(("bob".into(), TokenScope::Researcher))
+        );
         let bob = |tokens: Vec<crate::TokenInfo>| {
-            tokens.into_iter().find(|t| t.name == "bob").unwrap().last_used
+            tokens
+                .into_iter()
+                .find(|t| t.name == "bob")
+                .unwrap()
+                .last_used
         };
-        assert_eq!(bob(api.tokens().await.unwrap()), Some(t0() + Duration::seconds(5)));
+        assert_eq!(
+            bob(api.tokens().await.unwrap()),
+            Some(t0() + Duration::seconds(5))
+        );
         // Within the minute: not written again.
-        api.use_token("bb", t0() + Duration::seconds(30)).await.unwrap();
-        assert_eq!(bob(api.tokens().await.unwrap()), Some(t0() + Duration::seconds(5)));
-        api.use_token("bb", t0() + Duration::minutes(2)).await.unwrap();
-        assert_eq!(bob(api.tokens().await.unwrap()), Some(t0() + Duration::minutes(2)));
+        api.use_token("bb", t0() + Duration::seconds(30))
+            .await
+            .unwrap();
+        assert_eq!(
+            bob(api.tokens().await.unwrap()),
+            Some(t0() + Duration::seconds(5))
+        );
+        api.use_token("bb", t0() + Duration::minutes(2))
+            .await
+            .unwrap();
+        assert_eq!(
+            bob(api.tokens().await.unwrap()),
+            Some(t0() + Duration::minutes(2))
+        );
 
         assert!(api.revoke_token("bob").await.unwrap());
         assert!(!api.revoke_token("bob").await.unwrap());
         assert_eq!(api.use_token("bb", t0()).await.unwrap(), None);
-        let left: Vec<_> = api.tokens().await.unwrap().into_iter().map(|t| t.name).collect();
+        let left: Vec<_> = api
+            .tokens()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
         assert_eq!(left, ["alice"]);
     }
 
@@ -3129,9 +3160,14 @@ pub mod cases {
         api.touch_presence("r1", PresenceKind::Researcher, 1, t0())
             .await
             .unwrap();
-        api.touch_presence("r2", PresenceKind::Researcher, 1, t0() + Duration::seconds(30))
-            .await
-            .unwrap();
+        api.touch_presence(
+            "r2",
+            PresenceKind::Researcher,
+            1,
+            t0() + Duration::seconds(30),
+        )
+        .await
+        .unwrap();
         api.touch_presence("g1", PresenceKind::GatewayReceivers, 2, t0())
             .await
             .unwrap();
@@ -3145,9 +3181,14 @@ pub mod cases {
             seen(1, 0)
         );
         // Seen again later; an older touch arriving late does not move it back.
-        api.touch_presence("r1", PresenceKind::Researcher, 1, t0() + Duration::minutes(1))
-            .await
-            .unwrap();
+        api.touch_presence(
+            "r1",
+            PresenceKind::Researcher,
+            1,
+            t0() + Duration::minutes(1),
+        )
+        .await
+        .unwrap();
         api.touch_presence("r1", PresenceKind::Researcher, 1, t0())
             .await
             .unwrap();

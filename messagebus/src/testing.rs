@@ -1034,11 +1034,18 @@ where
         .settle_receipt(&receipt, ReceiptAction::Extend(Duration::from_secs(60)))
         .await
         .unwrap());
-    assert!(rx.receive(1, settings.visibility_timeout * 2).await.unwrap().is_empty());
+    assert!(rx
+        .receive(1, settings.visibility_timeout * 2)
+        .await
+        .unwrap()
+        .is_empty());
     // Made-up receipts settle nothing.
     for made_up in ["", "nonsense", "1.2.3", &format!("{receipt}0")] {
         assert!(
-            !other.settle_receipt(made_up, ReceiptAction::Ack).await.unwrap(),
+            !other
+                .settle_receipt(made_up, ReceiptAction::Ack)
+                .await
+                .unwrap(),
             "{made_up:?}"
         );
     }

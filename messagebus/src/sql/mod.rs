@@ -891,9 +891,12 @@ impl<D: Dialect> Receiver for SqlReceiver<D> {
         // Row ids are the bus's, not the queue's: the delivery's random receipt is what
         // makes a receipt unguessable, whichever queue it came from.
         match action {
-            ReceiptAction::Extend(visibility) => {
-                Ok(self.shared.dialect.extend(&[(id, receipt, visibility)]).await? > 0)
-            }
+            ReceiptAction::Extend(visibility) => Ok(self
+                .shared
+                .dialect
+                .extend(&[(id, receipt, visibility)])
+                .await?
+                > 0),
             ReceiptAction::Ack => Ok(self
                 .shared
                 .dialect
@@ -1029,7 +1032,10 @@ impl<D: Dialect> Acknowledger for SqlAcker<D> {
     }
 
     fn durable_receipt(&self) -> Option<String> {
-        Some(format_receipt(self.receipt.message_id, self.receipt.receipt))
+        Some(format_receipt(
+            self.receipt.message_id,
+            self.receipt.receipt,
+        ))
     }
 
     fn settled_elsewhere(mut self: Box<Self>) {
