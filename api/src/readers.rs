@@ -58,6 +58,7 @@ pub(crate) async fn status(State(gateway): State<Arc<Gateway>>) -> Result<Respon
 
 /// `matches`' filters, as `archivist matches` takes them.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct MatchesQuery {
     /// Only matches of the clip with this title.
     clip: Option<String>,

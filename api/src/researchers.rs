@@ -143,6 +143,7 @@ async fn present(gateway: &Gateway, caller: &Caller, headers: &HeaderMap) {
 
 /// `?wait=SECONDS`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct WaitQuery {
     /// The longest to wait for an item, in seconds (at most the server's maximum, 20 s).
     wait: Option<f64>,
