@@ -187,6 +187,8 @@ async fn assign(
     tracing::info!(
         queue = sender.queue(),
         researchers,
+        remote_researchers = presence.researchers,
+        gateway_receivers = gateways,
         waiting = stats.waiting,
         to_publish,
         "assigning work"

@@ -422,10 +422,8 @@ pub(crate) async fn results(
 pub(crate) async fn finish(
     State(gateway): State<Arc<Gateway>>,
     Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
     Path(receipt): Path<String>,
 ) -> Result<Response, ApiError> {
-    present(&gateway, &caller, &headers).await;
     if !by_receipt(&gateway, &caller, &receipt, Act::Finish).await? {
         return Err(not_held(&receipt));
     }
@@ -449,10 +447,8 @@ pub(crate) async fn finish(
 pub(crate) async fn release(
     State(gateway): State<Arc<Gateway>>,
     Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
     Path(receipt): Path<String>,
 ) -> Result<Response, ApiError> {
-    present(&gateway, &caller, &headers).await;
     if !by_receipt(&gateway, &caller, &receipt, Act::Release).await? {
         return Err(not_held(&receipt));
     }
