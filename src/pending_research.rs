@@ -1,7 +1,8 @@
 //! The pending-research archivist: one work-assignment run.
 //!
 //! capacity = researchers − items waiting on `pending_research` (researchers from the config,
-//! else the bus's consumer count). While capacity is positive, or once when there are neither
+//! else the bus's consumer count less the API gateways' own receivers; plus the remote
+//! researchers present through the API, from the datastore). While capacity is positive, or once when there are neither
 //! researchers nor waiting items, lease the next work item and publish it. A lease that could
 //! not be published is cancelled at once ([`LeaseUpdate::Cancel`]) so that its pairs are free
 //! again.
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use datastore::{DataStore, DataStoreError, Lease, LeaseRequest, LeaseUpdate};
+use datastore::{DataStore, DataStoreError, Lease, LeaseRequest, LeaseUpdate, Presence};
 use messagebus::{BusError, Sender};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -123,13 +124,39 @@ async fn assign(
         Err(RetryError::Cancelled(_)) => return Ended::Cancelled,
         Err(RetryError::Failed(e)) => return Ended::Failed(ArchivistError::Bus(e)),
     };
-    let Some(researchers) = config.researchers.or(stats.consumers) else {
+    let Some(local) = config.researchers.or(stats.consumers) else {
         return Ended::Failed(ArchivistError::Config(format!(
             "the bus cannot count the researchers consuming {:?}: configure their number \
              (ARCHIVIST_RESEARCHERS)",
             sender.queue()
         )));
     };
+    // Remote researchers (through the API gateway, `serve --api`) count one each, from the
+    // datastore, wherever this run is; the gateways' own receivers, which the bus counted
+    // among its consumers, do not count as researchers.
+    let presence = match store.api_access() {
+        None => Presence::default(),
+        Some(access) => {
+            let since = Utc::now()
+                - chrono::Duration::from_std(datastore::PRESENCE_WINDOW).unwrap_or_default();
+            match run
+                .retrying("presence", DataStoreError::is_retryable, || {
+                    access.presence(since)
+                })
+                .await
+            {
+                Ok(presence) => presence,
+                Err(RetryError::Cancelled(_)) => return Ended::Cancelled,
+                Err(RetryError::Failed(e)) => return Ended::Failed(ArchivistError::DataStore(e)),
+            }
+        }
+    };
+    let gateways = if config.researchers.is_none() {
+        presence.gateway_receivers.min(local)
+    } else {
+        0
+    };
+    let researchers = local - gateways + presence.researchers;
     // With no researchers and nothing waiting, one item is published so that the first
     // researcher to start finds work at once.
     let mut to_publish = if researchers == 0 && stats.waiting == 0 {
@@ -160,6 +187,8 @@ async fn assign(
     tracing::info!(
         queue = sender.queue(),
         researchers,
+        remote_researchers = presence.researchers,
+        gateway_receivers = gateways,
         waiting = stats.waiting,
         to_publish,
         "assigning work"

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::commands::{
     analyse, clips, completed_research, completions, demo, episodes, matches, migrate,
-    pending_research, queues, receive, redrive, retry_failed, run, send, serve, status,
+    pending_research, queues, receive, redrive, retry_failed, run, send, serve, status, token,
 };
 use crate::config::{Config, GlobalArgs};
 
@@ -97,6 +97,9 @@ pub(crate) enum Command {
     #[command(long_about = crate::commands::research::ABOUT)]
     #[command(after_help = crate::commands::research::EXAMPLES)]
     Research(crate::commands::research::ResearchArgs),
+    /// The API's bearer tokens (serve --api): create (printed once), list, revoke
+    #[command(after_help = token::EXAMPLES)]
+    Token(token::TokenArgs),
 }
 
 impl Command {
@@ -124,6 +127,7 @@ impl Command {
             Command::Analyse(args) => analyse::run(&args, &token).await,
             Command::RetryFailed(args) => retry_failed::run(&config, &token, &args).await,
             Command::Research(args) => crate::commands::research::run(&config, token, args).await,
+            Command::Token(args) => token::run(&config, &token, &args).await,
             // Answered in main, before the configuration is read.
             Command::Completions(_) => Ok(()),
         }
@@ -216,6 +220,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
     ("curate", crate::commands::curate::USED_OPTIONS),
     ("analyse", &[LOGS]),
     ("retry-failed", &[DATASTORE, CONNECT, LOGS]),
+    ("token", &[DATASTORE, CONNECT, LOGS]),
     (
         "research",
         &[

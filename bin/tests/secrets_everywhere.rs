@@ -224,3 +224,110 @@ fn a_panic_prints_no_secret() {
     assert!(run.stderr.contains("database_url"), "{}", run.stderr);
     assert_clean("a panic", &run);
 }
+
+/// API tokens (`token create`, `serve --api`) reach no output: not `token list`, not the
+/// gateway's debug log while it answers good, wrong-scope and guessed tokens, not a page,
+/// `/api/…` or `/metrics`.
+#[test]
+fn api_tokens_reach_no_log_page_or_metrics() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let db = PgDatabase::create();
+    let (database, bus) = env_with_secrets(&db);
+    let env = base_env(&database, &bus);
+    archivist(dir.path(), &["migrate"], &env).expect_code(0);
+    archivist(dir.path(), &["queues"], &env).expect_code(0);
+    let mut tokens = Vec::new();
+    for scope in ["curator", "researcher", "reader"] {
+        let run =
+            archivist(dir.path(), &["token", "create", "--scope", scope], &env).expect_code(0);
+        assert_clean("token create", &run);
+        let token = run.stdout.trim().to_string();
+        assert!(
+            !run.stderr.contains(&token),
+            "token create logged its token"
+        );
+        tokens.push(token);
+    }
+    let list = archivist(dir.path(), &["token", "list", "--json"], &env).expect_code(0);
+    assert_clean("token list", &list);
+    let mut child = common::command(
+        dir.path(),
+        &["serve", "--api", "--addr", "127.0.0.1:0"],
+        &env,
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let log = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some((_, rest)) = line.split_once("on http://") {
+                let _ = tx.send(rest.trim().to_string());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let addr = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("serve --api never said where it serves");
+    let request = |method: &str, path: &str, token: &str, body: &str| -> String {
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        response
+    };
+    let guessed = "archivist_0123456789abcdef0123456789abcdef0123456789abcdef0123456789ab";
+    let mut answers = Vec::new();
+    for token in tokens
+        .iter()
+        .map(String::as_str)
+        .chain([guessed, "not-even-a-token"])
+    {
+        for (method, path, body) in [
+            ("POST", "/api/v1/episodes", "{\"title\": 1}\n"),
+            ("POST", "/api/v1/work?wait=0", ""),
+            ("POST", "/api/v1/work/b.1.1/extend", ""),
+            ("GET", "/api/v1/status", ""),
+            ("GET", "/api/v1/matches", ""),
+            ("GET", "/", ""),
+            ("GET", "/api/status", ""),
+            ("GET", "/metrics", ""),
+        ] {
+            answers.push(request(method, path, token, body));
+        }
+    }
+    // SIGTERM, and the whole log read.
+    let pid = child.id().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    let log = log.join().unwrap();
+    let run = Run {
+        code: 0,
+        stdout: answers.join("\n"),
+        stderr: log,
+    };
+    assert_clean("serve --api", &run);
+    for token in tokens.iter().map(String::as_str).chain([guessed]) {
+        assert!(
+            !run.stdout.contains(token) && !run.stderr.contains(token),
+            "a token reached an answer or the log"
+        );
+    }
+}

@@ -62,6 +62,8 @@
 //!
 //! - `model.rs`: the domain types the trait speaks ([`EpisodeInfo`], [`ClipInfo`], [`Lease`], …).
 //! - `store.rs`: the [`DataStore`] trait.
+//! - `api_access.rs`: the [`ApiAccess`] trait: the API gateway's tokens (hashes only) and who
+//!   is there (remote researchers), for `archivist serve --api`.
 //! - `browse.rs`: the [`Browse`] trait (listings, title search and pages for people), its
 //!   types and opaque cursors.
 //! - `error.rs`: [`DataStoreError`] and its [`DataStoreError::is_retryable`] classification.
@@ -88,6 +90,7 @@
 #![cfg_attr(not(feature = "postgres"), doc = "- `postgres`: `PgDataStore`.")]
 //! - `test-utils`: the `testing` (and with `postgres`, `testing_pg`) modules.
 
+mod api_access;
 mod browse;
 mod connect;
 mod error;
@@ -104,6 +107,9 @@ pub mod testing;
 #[cfg(all(any(test, feature = "test-utils"), feature = "postgres"))]
 pub mod testing_pg;
 
+pub use api_access::{
+    ApiAccess, NewToken, Presence, PresenceKind, TokenInfo, TokenScope, PRESENCE_WINDOW,
+};
 pub use browse::{
     search_words, Browse, ClipPage, ClipSummary, EpisodePage, EpisodeSummary, FailedPair,
     ListQuery, Occurrence, Page, TimelineEntry, FAILED_SHOWN, MAX_PAGE,

@@ -46,6 +46,7 @@ use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{ColumnIndex, FromRow, Postgres, QueryBuilder, Row, Transaction};
 use uuid::Uuid;
 
+use crate::api_access::{ApiAccess, NewToken, Presence, PresenceKind, TokenInfo, TokenScope};
 use crate::browse::{count, Browse};
 use crate::sql::{self, Curated, Dialect, StoreRow, Which};
 use crate::store::{EncodeCompletion, EncodeWorkItem};
@@ -1579,6 +1580,10 @@ impl DataStore for PgDataStore {
         Some(self)
     }
 
+    fn api_access(&self) -> Option<&dyn ApiAccess> {
+        Some(self)
+    }
+
     async fn missing_migrations(&self) -> Result<Vec<String>> {
         retrying("missing_migrations", Replay::Harmless, || async {
             let has_table: bool =
@@ -2124,6 +2129,169 @@ impl Browse for PgDataStore {
                 commit(tx).await?;
             }
             Ok(found)
+        })
+        .await
+    }
+}
+
+/// A token row: name, scope, created, last used.
+fn token_info(row: &PgRow) -> Result<TokenInfo> {
+    let scope: String = row.try_get(1)?;
+    Ok(TokenInfo {
+        name: row.try_get(0)?,
+        scope: scope.parse::<TokenScope>().map_err(|e| {
+            DataStoreError::Database(sqlx::Error::Decode(format!("api_tokens.scope: {e}").into()))
+        })?,
+        created: row.try_get(2)?,
+        last_used: row.try_get(3)?,
+    })
+}
+
+#[async_trait]
+impl ApiAccess for PgDataStore {
+    async fn create_token(&self, token: &NewToken) -> Result<()> {
+        retrying("create_token", Replay::Unsafe, || async {
+            let inserted = sqlx::query(
+                "INSERT INTO api_tokens (name, scope, token_hash, created_at) \
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .bind(&token.name)
+            .bind(token.scope.as_str())
+            .bind(&token.hash)
+            .bind(token.created)
+            .execute(&self.pool)
+            .await;
+            match inserted {
+                Ok(_) => Ok(()),
+                Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                    Err(Failure::Before(DataStoreError::Conflict(format!(
+                        "a token named {:?} exists already",
+                        token.name
+                    ))))
+                }
+                Err(e) => Err(e.into()),
+            }
+        })
+        .await
+    }
+
+    async fn tokens(&self) -> Result<Vec<TokenInfo>> {
+        retrying("tokens", Replay::Harmless, || async {
+            let rows = sqlx::query(
+                "SELECT name, scope, created_at, last_used_at FROM api_tokens ORDER BY name",
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            rows.iter()
+                .map(token_info)
+                .collect::<Result<Vec<_>>>()
+                .map_err(Failure::Before)
+        })
+        .await
+    }
+
+    async fn revoke_token(&self, name: &str) -> Result<bool> {
+        retrying("revoke_token", Replay::Harmless, || async {
+            let gone = sqlx::query("DELETE FROM api_tokens WHERE name = $1")
+                .bind(name)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            Ok(gone > 0)
+        })
+        .await
+    }
+
+    async fn use_token(&self, hash: &str, now: DateTime<Utc>) -> Result<Option<TokenInfo>> {
+        retrying("use_token", Replay::Harmless, || async {
+            let row = sqlx::query(
+                "SELECT name, scope, created_at, last_used_at FROM api_tokens \
+                 WHERE token_hash = $1",
+            )
+            .bind(hash)
+            .fetch_optional(&self.pool)
+            .await?;
+            let Some(row) = row else { return Ok(None) };
+            let info = token_info(&row).map_err(Failure::Before)?;
+            let stale = info
+                .last_used
+                .is_none_or(|t| now - t >= chrono::Duration::minutes(1));
+            if stale {
+                sqlx::query(
+                    "UPDATE api_tokens SET last_used_at = greatest(last_used_at, $1) \
+                     WHERE token_hash = $2",
+                )
+                .bind(now)
+                .bind(hash)
+                .execute(&self.pool)
+                .await?;
+            }
+            Ok(Some(info))
+        })
+        .await
+    }
+
+    async fn touch_presence(
+        &self,
+        id: &str,
+        kind: PresenceKind,
+        count: u64,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        retrying("touch_presence", Replay::Harmless, || async {
+            sqlx::query(
+                "INSERT INTO api_presence (id, kind, count, seen_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, count = excluded.count, \
+                 seen_at = greatest(api_presence.seen_at, excluded.seen_at)",
+            )
+            .bind(id)
+            .bind(kind.as_str())
+            .bind(i64::try_from(count).unwrap_or(i64::MAX))
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn leave_presence(&self, id: &str) -> Result<()> {
+        retrying("leave_presence", Replay::Harmless, || async {
+            sqlx::query("DELETE FROM api_presence WHERE id = $1")
+                .bind(id)
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn presence(&self, since: DateTime<Utc>) -> Result<Presence> {
+        retrying("presence", Replay::Harmless, || async {
+            let row = sqlx::query(
+                "SELECT coalesce(sum(count) FILTER (WHERE kind = 'researcher'), 0)::int8, \
+                        coalesce(sum(count) FILTER (WHERE kind = 'gateway'), 0)::int8 \
+                 FROM api_presence WHERE seen_at >= $1",
+            )
+            .bind(since)
+            .fetch_one(&self.pool)
+            .await?;
+            let (researchers, gateway): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+            Ok(Presence {
+                researchers: u64::try_from(researchers).unwrap_or(0),
+                gateway_receivers: u64::try_from(gateway).unwrap_or(0),
+            })
+        })
+        .await
+    }
+
+    async fn forget_presence(&self, before: DateTime<Utc>) -> Result<u64> {
+        retrying("forget_presence", Replay::Harmless, || async {
+            Ok(sqlx::query("DELETE FROM api_presence WHERE seen_at < $1")
+                .bind(before)
+                .execute(&self.pool)
+                .await?
+                .rows_affected())
         })
         .await
     }

@@ -39,6 +39,7 @@ use sqlx::{ColumnIndex, QueryBuilder, Row, Sqlite, Transaction};
 use tokio::sync::OwnedMutexGuard;
 use uuid::Uuid;
 
+use crate::api_access::{ApiAccess, NewToken, Presence, PresenceKind, TokenInfo, TokenScope};
 use crate::browse::Browse;
 use crate::sql::{self, Curated, Dialect, StoreRow, Which};
 use crate::store::{EncodeCompletion, EncodeWorkItem};
@@ -219,6 +220,10 @@ impl DataStore for SqliteDataStore {
     }
 
     fn browse(&self) -> Option<&dyn Browse> {
+        Some(self)
+    }
+
+    fn api_access(&self) -> Option<&dyn ApiAccess> {
         Some(self)
     }
 
@@ -1661,5 +1666,151 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(synchronous(&store).await, 1, "record and acknowledge");
+    }
+}
+
+/// A token row: name, scope, created, last used.
+fn token_info(row: &SqliteRow) -> Result<TokenInfo> {
+    let scope: String = row.try_get(1)?;
+    let last_used: Option<i64> = row.try_get(3)?;
+    Ok(TokenInfo {
+        name: row.try_get(0)?,
+        scope: scope
+            .parse::<TokenScope>()
+            .map_err(|e| corrupt(format!("api_tokens.scope: {e}")))?,
+        created: time(row.try_get(2)?)?,
+        last_used: last_used.map(time).transpose()?,
+    })
+}
+
+#[async_trait]
+impl ApiAccess for SqliteDataStore {
+    async fn create_token(&self, token: &NewToken) -> Result<()> {
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        let inserted = sqlx::query(
+            "INSERT INTO api_tokens (name, scope, token_hash, created_at) VALUES (?, ?, ?, ?)",
+        )
+        .bind(&token.name)
+        .bind(token.scope.as_str())
+        .bind(&token.hash)
+        .bind(micros(token.created))
+        .execute(&mut *tx)
+        .await;
+        match inserted {
+            Ok(_) => {}
+            Err(e) if is_unique_violation(&e) => {
+                return Err(DataStoreError::Conflict(format!(
+                    "a token named {:?} exists already",
+                    token.name
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn tokens(&self) -> Result<Vec<TokenInfo>> {
+        let rows = sqlx::query(
+            "SELECT name, scope, created_at, last_used_at FROM api_tokens ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(token_info).collect()
+    }
+
+    async fn revoke_token(&self, name: &str) -> Result<bool> {
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        let gone = sqlx::query("DELETE FROM api_tokens WHERE name = ?")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(gone > 0)
+    }
+
+    async fn use_token(&self, hash: &str, now: DateTime<Utc>) -> Result<Option<TokenInfo>> {
+        let row = sqlx::query(
+            "SELECT name, scope, created_at, last_used_at FROM api_tokens WHERE token_hash = ?",
+        )
+        .bind(hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let info = token_info(&row)?;
+        let stale = info
+            .last_used
+            .is_none_or(|t| now - t >= chrono::Duration::minutes(1));
+        if stale {
+            let (mut tx, _turn) = self.begin_immediate(false).await?;
+            sqlx::query("UPDATE api_tokens SET last_used_at = ? WHERE token_hash = ?")
+                .bind(micros(now))
+                .bind(hash)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        }
+        Ok(Some(info))
+    }
+
+    async fn touch_presence(
+        &self,
+        id: &str,
+        kind: PresenceKind,
+        count: u64,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        sqlx::query(
+            "INSERT INTO api_presence (id, kind, count, seen_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, count = excluded.count, \
+             seen_at = max(api_presence.seen_at, excluded.seen_at)",
+        )
+        .bind(id)
+        .bind(kind.as_str())
+        .bind(i64::try_from(count).unwrap_or(i64::MAX))
+        .bind(micros(now))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn leave_presence(&self, id: &str) -> Result<()> {
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        sqlx::query("DELETE FROM api_presence WHERE id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn presence(&self, since: DateTime<Utc>) -> Result<Presence> {
+        let row = sqlx::query(
+            "SELECT coalesce(sum(CASE WHEN kind = 'researcher' THEN count ELSE 0 END), 0), \
+                    coalesce(sum(CASE WHEN kind = 'gateway' THEN count ELSE 0 END), 0) \
+             FROM api_presence WHERE seen_at >= ?",
+        )
+        .bind(micros(since))
+        .fetch_one(&self.pool)
+        .await?;
+        let (researchers, gateway): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+        Ok(Presence {
+            researchers: u64::try_from(researchers).unwrap_or(0),
+            gateway_receivers: u64::try_from(gateway).unwrap_or(0),
+        })
+    }
+
+    async fn forget_presence(&self, before: DateTime<Utc>) -> Result<u64> {
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        let gone = sqlx::query("DELETE FROM api_presence WHERE seen_at < ?")
+            .bind(micros(before))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(gone)
     }
 }

@@ -181,6 +181,12 @@ pub trait DataStore: Send + Sync {
     fn browse(&self) -> Option<&dyn crate::Browse> {
         None
     }
+
+    /// The API gateway's tokens and presence (`archivist serve --api`), where this datastore
+    /// keeps them (the SQL adapters). `None`: it does not, and there is no API over it.
+    fn api_access(&self) -> Option<&dyn crate::ApiAccess> {
+        None
+    }
 }
 
 /// Turns a lease into the body of its work item (for

@@ -107,6 +107,8 @@ macro_rules! datastore_conformance_tests {
             browse_episode_page_shows_timeline_and_work_left,
             matches_since_a_research_date,
             match_scores_round_trip,
+            tokens_are_created_listed_used_and_revoked,
+            presence_counts_who_was_seen_since,
         );
     };
 }
@@ -3053,5 +3055,155 @@ pub mod cases {
                 (9_000_000_000, "Clip 0", Some(0.25)),
             ]
         );
+    }
+
+    fn api(store: &dyn DataStore) -> &dyn crate::ApiAccess {
+        store
+            .api_access()
+            .expect("the SQL adapters keep the API's tokens")
+    }
+
+    /// Tokens: stored by hash, listed by name without it, found by hash (last use kept to the
+    /// minute), a taken name refused, revoked for good.
+    pub async fn tokens_are_created_listed_used_and_revoked(store: Arc<dyn DataStore>) {
+        use crate::{NewToken, TokenScope};
+        let api = api(&*store);
+        assert!(api.tokens().await.unwrap().is_empty());
+        let new = |name: &str, scope, hash: &str| NewToken {
+            name: name.into(),
+            scope,
+            hash: hash.into(),
+            created: t0(),
+        };
+        api.create_token(&new("alice", TokenScope::Curator, "aa"))
+            .await
+            .unwrap();
+        api.create_token(&new("bob", TokenScope::Researcher, "bb"))
+            .await
+            .unwrap();
+        let taken = api
+            .create_token(&new("alice", TokenScope::Reader, "cc"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(taken, crate::DataStoreError::Conflict(_)),
+            "{taken:?}"
+        );
+        let listed = api.tokens().await.unwrap();
+        let names: Vec<_> = listed
+            .iter()
+            .map(|t| (t.name.as_str(), t.scope, t.created, t.last_used))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("alice", TokenScope::Curator, t0(), None),
+                ("bob", TokenScope::Researcher, t0(), None)
+            ]
+        );
+
+        assert_eq!(api.use_token("zz", t0()).await.unwrap(), None);
+        let used = api
+            .use_token("bb", t0() + Duration::seconds(5))
+            .await
+            .unwrap();
+        assert_eq!(
+            used.map(|t| (t.name, t.scope)),
+            Some(("bob".into(), TokenScope::Researcher))
+        );
+        let bob = |tokens: Vec<crate::TokenInfo>| {
+            tokens
+                .into_iter()
+                .find(|t| t.name == "bob")
+                .unwrap()
+                .last_used
+        };
+        assert_eq!(
+            bob(api.tokens().await.unwrap()),
+            Some(t0() + Duration::seconds(5))
+        );
+        // Within the minute: not written again.
+        api.use_token("bb", t0() + Duration::seconds(30))
+            .await
+            .unwrap();
+        assert_eq!(
+            bob(api.tokens().await.unwrap()),
+            Some(t0() + Duration::seconds(5))
+        );
+        api.use_token("bb", t0() + Duration::minutes(2))
+            .await
+            .unwrap();
+        assert_eq!(
+            bob(api.tokens().await.unwrap()),
+            Some(t0() + Duration::minutes(2))
+        );
+
+        assert!(api.revoke_token("bob").await.unwrap());
+        assert!(!api.revoke_token("bob").await.unwrap());
+        assert_eq!(api.use_token("bb", t0()).await.unwrap(), None);
+        let left: Vec<_> = api
+            .tokens()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(left, ["alice"]);
+    }
+
+    /// Presence: researchers and gateways' receivers seen since a moment, touched again,
+    /// left, forgotten when old.
+    pub async fn presence_counts_who_was_seen_since(store: Arc<dyn DataStore>) {
+        use crate::{Presence, PresenceKind};
+        let api = api(&*store);
+        assert_eq!(api.presence(t0()).await.unwrap(), Presence::default());
+        api.touch_presence("r1", PresenceKind::Researcher, 1, t0())
+            .await
+            .unwrap();
+        api.touch_presence(
+            "r2",
+            PresenceKind::Researcher,
+            1,
+            t0() + Duration::seconds(30),
+        )
+        .await
+        .unwrap();
+        api.touch_presence("g1", PresenceKind::GatewayReceivers, 2, t0())
+            .await
+            .unwrap();
+        let seen = |researchers, gateway_receivers| Presence {
+            researchers,
+            gateway_receivers,
+        };
+        assert_eq!(api.presence(t0()).await.unwrap(), seen(2, 2));
+        assert_eq!(
+            api.presence(t0() + Duration::seconds(10)).await.unwrap(),
+            seen(1, 0)
+        );
+        // Seen again later; an older touch arriving late does not move it back.
+        api.touch_presence(
+            "r1",
+            PresenceKind::Researcher,
+            1,
+            t0() + Duration::minutes(1),
+        )
+        .await
+        .unwrap();
+        api.touch_presence("r1", PresenceKind::Researcher, 1, t0())
+            .await
+            .unwrap();
+        assert_eq!(
+            api.presence(t0() + Duration::seconds(45)).await.unwrap(),
+            seen(1, 0)
+        );
+        api.leave_presence("r1").await.unwrap();
+        assert_eq!(api.presence(t0()).await.unwrap(), seen(1, 2));
+        assert_eq!(
+            api.forget_presence(t0() + Duration::seconds(10))
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(api.presence(t0()).await.unwrap(), seen(1, 0));
     }
 }

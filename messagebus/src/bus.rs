@@ -131,6 +131,31 @@ pub trait Receiver: Send + Sync {
 
     /// The queue's name.
     fn queue(&self) -> &str;
+
+    /// Settles or extends a delivery of this queue by its durable receipt
+    /// ([`Delivery::durable_receipt`]), from any process, also one that never received it
+    /// (the API gateway after a restart). `Ok(false)` when the receipt no longer holds its
+    /// message (settled, or handed to another receiver since its visibility ran out) or is
+    /// not a receipt of this bus: nothing changed. A bus without durable receipts (the
+    /// in-memory bus, RabbitMQ) answers [`BusError::Unsupported`].
+    async fn settle_receipt(&self, receipt: &str, action: ReceiptAction) -> Result<bool, BusError> {
+        let _ = (receipt, action);
+        Err(BusError::Unsupported(
+            "this bus has no durable receipts".into(),
+        ))
+    }
+}
+
+/// What [`Receiver::settle_receipt`] does with a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReceiptAction {
+    /// Keep it invisible to others for this long from now.
+    Extend(Duration),
+    /// The message was handled: remove it from the queue.
+    Ack,
+    /// Make it visible again now.
+    Release,
 }
 
 /// A bus: hands out senders and receivers for named queues.

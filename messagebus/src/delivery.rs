@@ -40,6 +40,12 @@ pub trait Acknowledger: Send + Sync {
     /// The delivery was settled by another transaction (see [`SqlReceipt`]): stop holding it.
     fn settled_elsewhere(self: Box<Self>) {}
 
+    /// The delivery's durable receipt, where the bus has them (see
+    /// [`Delivery::durable_receipt`]). `None` (the default): it has not.
+    fn durable_receipt(&self) -> Option<String> {
+        None
+    }
+
     /// The delivery was dropped unsettled: its holder stopped (a task aborted at the shutdown
     /// timeout, an early return). An adapter that can make the message visible again starts
     /// that here, in the background, without blocking, and [`Bus::close`](crate::Bus::close)
@@ -259,6 +265,18 @@ impl Delivery {
     /// transaction on the same database. `None` on other buses.
     pub fn sql_receipt(&self) -> Option<SqlReceipt> {
         self.acker.as_ref().and_then(|a| a.sql_receipt())
+    }
+
+    /// A string that settles or extends this delivery later, from any process
+    /// ([`Receiver::settle_receipt`](crate::Receiver::settle_receipt) on a receiver of the
+    /// same queue), where the bus has such receipts: the database bus (the message's row and
+    /// its delivery's random receipt, so that a guessed one settles nothing) and SQS (its
+    /// receipt handle). `None` on the in-memory bus and RabbitMQ, whose deliveries live only
+    /// as long as the receiving process holds them. Hand the delivery over with
+    /// [`let_expire`](Self::let_expire) (its heartbeat stops: from then on, only extending
+    /// the receipt keeps the message invisible).
+    pub fn durable_receipt(&self) -> Option<String> {
+        self.acker.as_ref().and_then(|a| a.durable_receipt())
     }
 
     /// The delivery was acknowledged inside another transaction through its

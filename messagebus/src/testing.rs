@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::{
-    ack_all as ack_batch, dead_letter_queue_name, release_all, Bus, BusError, Delivery, Receiver,
-    Sender, MAX_BODY_BYTES,
+    ack_all as ack_batch, dead_letter_queue_name, release_all, Bus, BusError, Delivery,
+    ReceiptAction, Receiver, Sender, MAX_BODY_BYTES,
 };
 
 /// Settings applied when a test's queues are created.
@@ -89,6 +89,7 @@ macro_rules! bus_conformance_tests {
             batch_with_stale_settles_the_fresh,
             batch_release_redelivers,
             batch_of_part_settles_only_its_own,
+            durable_receipts_settle_from_another_receiver,
         );
     };
     (@cases $module:ident, $fresh:path; $($case:ident),* $(,)?) => {
@@ -996,4 +997,87 @@ where
         out.unwrap();
     }
     assert_counts(tx.as_ref(), (0, 0, 0)).await;
+}
+
+/// Durable receipts ([`Delivery::durable_receipt`]): where a bus has them, a delivery handed
+/// over by its receipt is extended, released and acknowledged through another receiver of the
+/// queue (another process, after a restart); a settled, stale or made-up receipt settles
+/// nothing. A bus without them says so on both sides: no receipt, and
+/// [`Receiver::settle_receipt`] unsupported.
+pub async fn durable_receipts_settle_from_another_receiver<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let settings = QueueSettings {
+        visibility_timeout: Duration::from_secs(2),
+        ..QueueSettings::default()
+    };
+    let (bus, queue, tx, rx) = setup(fresh, settings, "receipts").await;
+    tx.send(b"held by receipt".to_vec()).await.unwrap();
+    let first = receive_n(rx.as_ref(), 1).await.remove(0);
+    let Some(receipt) = first.durable_receipt() else {
+        let e = rx
+            .settle_receipt("1.1", ReceiptAction::Ack)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, BusError::Unsupported(_)), "{e:?}");
+        first.ack().await.unwrap();
+        return;
+    };
+    let id = first.message_id().to_owned();
+    // Handed over: this process's heartbeat lets go of it.
+    first.let_expire();
+    let other = bus.receiver(&queue).await.unwrap();
+    // Extended well past the queue's visibility: it does not come back by itself meanwhile.
+    assert!(other
+        .settle_receipt(&receipt, ReceiptAction::Extend(Duration::from_secs(60)))
+        .await
+        .unwrap());
+    assert!(rx
+        .receive(1, settings.visibility_timeout * 2)
+        .await
+        .unwrap()
+        .is_empty());
+    // Made-up receipts settle nothing.
+    for made_up in ["", "nonsense", "1.2.3", &format!("{receipt}0")] {
+        assert!(
+            !other
+                .settle_receipt(made_up, ReceiptAction::Ack)
+                .await
+                .unwrap(),
+            "{made_up:?}"
+        );
+    }
+    // Released by receipt: back at once, under a new receipt; the old one is stale.
+    assert!(other
+        .settle_receipt(&receipt, ReceiptAction::Release)
+        .await
+        .unwrap());
+    let second = receive_n(rx.as_ref(), 1).await.remove(0);
+    assert_eq!(second.message_id(), id);
+    for action in [
+        ReceiptAction::Extend(Duration::from_secs(60)),
+        ReceiptAction::Ack,
+        ReceiptAction::Release,
+    ] {
+        assert!(
+            !other.settle_receipt(&receipt, action).await.unwrap(),
+            "{action:?} by a stale receipt"
+        );
+    }
+    // Acknowledged by the new receipt: gone; acknowledging again finds nothing.
+    let fresh_receipt = second.durable_receipt().unwrap();
+    assert_ne!(fresh_receipt, receipt);
+    second.let_expire();
+    assert!(other
+        .settle_receipt(&fresh_receipt, ReceiptAction::Ack)
+        .await
+        .unwrap());
+    assert!(!other
+        .settle_receipt(&fresh_receipt, ReceiptAction::Ack)
+        .await
+        .unwrap());
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!((stats.waiting, stats.in_flight), (0, 0));
 }

@@ -20,3 +20,4 @@ pub(crate) mod run;
 pub(crate) mod send;
 pub(crate) mod serve;
 pub(crate) mod status;
+pub(crate) mod token;

@@ -35,6 +35,25 @@ pub(crate) struct ServeArgs {
         value_parser = parse_addr
     )]
     pub(crate) addr: std::net::SocketAddr,
+    /// Also serve the API under /api/v1/ (curators and researchers anywhere, with a token
+    /// from `archivist token create`); off loopback, the pages and /metrics then need a
+    /// reader token too
+    #[arg(long, env = "ARCHIVIST_API")]
+    pub(crate) api: bool,
+    /// With --api: serve plain HTTP on an address other than loopback (without TLS, tokens
+    /// cross the network readable: only behind a TLS-terminating proxy on a trusted network)
+    #[arg(long, requires = "api")]
+    pub(crate) insecure_http: bool,
+    /// With --api: take the client's address from X-Forwarded-For (behind a reverse proxy
+    /// only: anyone else can write that header)
+    #[arg(long, requires = "api")]
+    pub(crate) trust_proxy: bool,
+    /// With --api: serve HTTPS with this certificate chain (PEM), read again on SIGHUP
+    #[arg(long, env = "ARCHIVIST_TLS_CERT", requires_all = ["api", "tls_key"])]
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
+    /// With --api: the certificate's private key (PEM), read again on SIGHUP
+    #[arg(long, env = "ARCHIVIST_TLS_KEY", requires_all = ["api", "tls_cert"])]
+    pub(crate) tls_key: Option<std::path::PathBuf>,
 }
 
 /// Parses HOST:PORT, resolving a host name.
@@ -83,6 +102,9 @@ pub(crate) async fn run(
     token: &CancellationToken,
     args: &ServeArgs,
 ) -> anyhow::Result<()> {
+    if args.api {
+        return run_api(config, token, args).await;
+    }
     let addr: SocketAddr = args.addr;
     let store = connect::datastore(
         config,
@@ -134,4 +156,116 @@ pub(crate) async fn run(
         }
     }
     Ok(())
+}
+
+/// `serve --api`: the pages, `/metrics` and health as `serve` has them, and the API, on one
+/// address through the gateway's connection loop. The bus must answer at start (the API
+/// has nothing to offer without it).
+async fn run_api(
+    config: &Config,
+    token: &CancellationToken,
+    args: &ServeArgs,
+) -> anyhow::Result<()> {
+    let addr: SocketAddr = args.addr;
+    let loopback = addr.ip().is_loopback();
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(std::sync::Arc::new(
+            api::Tls::load(cert, key).map_err(|e| crate::values::usage(e.to_string()))?,
+        )),
+        _ => None,
+    };
+    if !loopback && tls.is_none() && !args.insecure_http {
+        return Err(crate::values::usage(format!(
+            "serve --api on {addr}, an address other hosts reach, needs TLS (--tls-cert and \
+             --tls-key) or --insecure-http (behind a TLS-terminating proxy): tokens must not \
+             cross the network readable"
+        )));
+    }
+    if matches!(config.bus, BusKind::Memory) {
+        return Err(crate::values::usage(
+            "serve --api needs a bus other processes reach (ARCHIVIST_BUS=memory lives inside \
+             one process)",
+        ));
+    }
+    let store = connect::datastore(
+        config,
+        &config.database_url(),
+        token,
+        connect::Open::ReadOnly,
+    )
+    .await?;
+    let bus = match connect::shared_bus(config, "serve", token).await {
+        Ok(bus) => bus,
+        Err(_) if token.is_cancelled() => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let queues = api::Queues {
+        curated_episodes: config.queues.episodes.clone(),
+        curated_clips: config.queues.clips.clone(),
+        pending_research: config.queues.pending_research.clone(),
+        completed_research: config.queues.completed_research.clone(),
+    };
+    let limits = api::Limits {
+        trust_proxy: args.trust_proxy,
+        ..api::Limits::default()
+    };
+    let gateway = api::Gateway::new(store.clone(), bus.clone(), queues, limits)
+        .map_err(|e| crate::values::usage(e.to_string()))?;
+    let sources = web::Sources::new(config, store, Some(bus.clone()));
+    let (health, mut pages) = web::routers(sources, web::Routes::Everything, token)?;
+    if !loopback {
+        pages = pages.layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            api::require_reader,
+        ));
+    }
+    let router = health.merge(pages).merge(gateway.router());
+    let listener = web::listen(addr, "ARCHIVIST_SERVE_ADDR (--addr)").await?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let bound = api::server::spawn(
+        listener,
+        router,
+        api::server::ServerLimits::default(),
+        tls.clone(),
+        token,
+    )?;
+    let keeper = gateway.start(token);
+    if let Some(tls) = tls {
+        tokio::spawn(reload_on_hangup(tls, token.clone()));
+    }
+    tracing::info!(
+        "serving the status page, /api/…, the API (/api/v1/), /metrics, /healthz and /readyz \
+         on {scheme}://{bound}"
+    );
+    token.cancelled().await;
+    if let Err(e) = keeper.await {
+        tracing::debug!(error = %e, "the gateway's keeper ended badly");
+    }
+    if let Err(e) = bus.close().await {
+        tracing::debug!(error = %e, "could not close the bus");
+    }
+    Ok(())
+}
+
+/// Reads the certificate and key again at each SIGHUP until `token` is cancelled; a failed
+/// reload keeps the old ones, with a warning.
+async fn reload_on_hangup(tls: std::sync::Arc<api::Tls>, token: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "SIGHUP cannot be caught: the certificate is not reloaded");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            got = hangups.recv() => if got.is_none() { return },
+        }
+        match tls.reload() {
+            Ok(()) => tracing::info!("SIGHUP: the certificate and key were read again"),
+            Err(e) => tracing::warn!("SIGHUP: the certificate stays as it was: {e}"),
+        }
+    }
 }

@@ -62,18 +62,38 @@ pub(crate) async fn spawn(
     routes: Routes,
     token: &CancellationToken,
 ) -> anyhow::Result<SocketAddr> {
-    let prometheus = metrics::install()?;
     let listener = listen(addr, setting).await?;
     let bound = listener.local_addr().context("the listener's address")?;
+    let (health, rest) = routers(sources, routes, token)?;
+    if routes == Routes::Everything {
+        tracing::info!(
+            "serving the status page, /api/…, /metrics, /healthz and /readyz on http://{bound}"
+        );
+    } else {
+        tracing::info!("serving /metrics, /healthz and /readyz on http://{bound}");
+    }
+    Ok(net::server::spawn(listener, health.merge(rest), token)?)
+}
+
+/// Installs the metrics recorder and builds the routes: `/healthz` and `/readyz` (open to
+/// all), and the rest (`/metrics`, and with [`Routes::Everything`] the pages and `/api/…`),
+/// which `serve --api` puts behind a reader token off loopback.
+pub(crate) fn routers(
+    sources: Sources,
+    routes: Routes,
+    token: &CancellationToken,
+) -> anyhow::Result<(Router, Router)> {
+    let prometheus = metrics::install()?;
     let app = Arc::new(App {
         sources,
         prometheus,
         history: History::default(),
     });
-    let mut router = Router::new()
-        .route("/metrics", get(metrics::scrape))
+    let health = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(health::readyz));
+        .route("/readyz", get(health::readyz))
+        .with_state(app.clone());
+    let mut router = Router::new().route("/metrics", get(metrics::scrape));
     if routes == Routes::Everything {
         router = router
             .route("/", get(status_page::page))
@@ -93,13 +113,8 @@ pub(crate) async fn spawn(
             .route("/api/episodes", get(browse_api::episodes))
             .route("/api/episodes/{id}", get(browse_api::episode));
         tokio::spawn(app::sample_history(app.clone(), token.clone()));
-        tracing::info!(
-            "serving the status page, /api/…, /metrics, /healthz and /readyz on http://{bound}"
-        );
-    } else {
-        tracing::info!("serving /metrics, /healthz and /readyz on http://{bound}");
     }
-    Ok(net::server::spawn(listener, router.with_state(app), token)?)
+    Ok((health, router.with_state(app)))
 }
 
 /// [`net::server::bind`], its configuration errors usage errors (exit 2).

@@ -39,7 +39,10 @@ pub(crate) fn start_serving(
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some((_, rest)) = line.split_once("on http://") {
+            let named = line
+                .split_once("on http://")
+                .or_else(|| line.split_once("on https://"));
+            if let Some((_, rest)) = named {
                 let _ = tx.send(rest.trim().to_string());
             }
         }

@@ -49,7 +49,7 @@ use uuid::Uuid;
 
 use crate::{
     dead_letter_queue_name, Acknowledger, BatchSettler, Bus, BusError, DeadLetter, Delivery,
-    QueueStats, Receiver, Sender, Settlement, SqlReceipt, MAX_BODY_BYTES,
+    QueueStats, ReceiptAction, Receiver, Sender, Settlement, SqlReceipt, MAX_BODY_BYTES,
 };
 
 #[cfg(feature = "postgres")]
@@ -165,7 +165,8 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// Waiting rows of `dead_letter_queue`.
     async fn redrivable(&self, dead_letter_queue: &str) -> Result<u64, BusError>;
     /// Pushes each row's visibility out to `visibility` from now.
-    async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError>;
+    /// Returns how many deliveries it found still holding their message.
+    async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<u64, BusError>;
     /// Waiting rows of `queue`, counted up to `limit`.
     async fn waiting_up_to(&self, queue: &str, limit: u64) -> Result<u64, BusError>;
     /// Waiting, in-flight and dead-letter counts, and consumers seen within `consumer_ttl`.
@@ -474,7 +475,7 @@ impl<D: Dialect> Shared<D> {
         if due.is_empty() {
             return Ok(());
         }
-        self.dialect.extend(&due).await?;
+        let _found = self.dialect.extend(&due).await?;
         let mut state = self.lock();
         for (id, receipt, visibility) in due {
             if let Some(h) = state.held.get_mut(&(id, receipt)) {
@@ -530,6 +531,7 @@ impl<D: Dialect> SqlBus<D> {
             .dialect
             .extend(&[(receipt.message_id, receipt.receipt, visibility)])
             .await
+            .map(drop)
     }
 }
 
@@ -881,6 +883,51 @@ impl<D: Dialect> Receiver for SqlReceiver<D> {
     fn queue(&self) -> &str {
         &self.queue.name
     }
+
+    async fn settle_receipt(&self, receipt: &str, action: ReceiptAction) -> Result<bool, BusError> {
+        let Some((id, receipt)) = parse_receipt(receipt) else {
+            return Ok(false);
+        };
+        // Row ids are the bus's, not the queue's: the delivery's random receipt is what
+        // makes a receipt unguessable, whichever queue it came from.
+        match action {
+            ReceiptAction::Extend(visibility) => Ok(self
+                .shared
+                .dialect
+                .extend(&[(id, receipt, visibility)])
+                .await?
+                > 0),
+            ReceiptAction::Ack => Ok(self
+                .shared
+                .dialect
+                .ack(&[(id, receipt)])
+                .await?
+                .first()
+                .copied()
+                .unwrap_or(false)),
+            ReceiptAction::Release => {
+                let done = self.shared.dialect.release(id, receipt).await?;
+                if done {
+                    self.shared.wake(&self.queue.name);
+                }
+                Ok(done)
+            }
+        }
+    }
+}
+
+/// A durable receipt of the database bus: the message's row id and its delivery's random
+/// receipt, as `ID.RECEIPT`.
+fn format_receipt(id: i64, receipt: i64) -> String {
+    format!("{id}.{receipt}")
+}
+
+/// The row id and receipt of [`format_receipt`]'s string; `None` for anything else. Receipt 0
+/// is what a message not held carries: never a delivery's.
+fn parse_receipt(text: &str) -> Option<(i64, i64)> {
+    let (id, receipt) = text.split_once('.')?;
+    let (id, receipt) = (id.parse().ok()?, receipt.parse().ok()?);
+    (receipt != 0).then_some((id, receipt))
 }
 
 impl<D: Dialect> SqlReceiver<D> {
@@ -982,6 +1029,13 @@ impl<D: Dialect> Acknowledger for SqlAcker<D> {
 
     fn sql_receipt(&self) -> Option<SqlReceipt> {
         Some(self.receipt.clone())
+    }
+
+    fn durable_receipt(&self) -> Option<String> {
+        Some(format_receipt(
+            self.receipt.message_id,
+            self.receipt.receipt,
+        ))
     }
 
     fn settled_elsewhere(mut self: Box<Self>) {

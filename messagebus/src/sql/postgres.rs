@@ -393,11 +393,11 @@ impl Dialect for Pg {
         Ok(count(n))
     }
 
-    async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError> {
+    async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<u64, BusError> {
         let ids: Vec<i64> = held.iter().map(|h| h.0).collect();
         let receipts: Vec<i64> = held.iter().map(|h| h.1).collect();
         let ms: Vec<f64> = held.iter().map(|h| millis(h.2) as f64).collect();
-        sqlx::query(
+        let done = sqlx::query(
             "UPDATE bus_messages m
              SET visible_at = clock_timestamp() + h.ms * interval '1 millisecond'
              FROM unnest($1::int8[], $2::int8[], $3::float8[]) AS h (id, receipt, ms)
@@ -409,7 +409,7 @@ impl Dialect for Pg {
         .execute(&self.pool)
         .await
         .map_err(|e| db_error("extending visibility", e))?;
-        Ok(())
+        Ok(done.rows_affected())
     }
 
     async fn waiting_up_to(&self, queue: &str, limit: u64) -> Result<u64, BusError> {

@@ -466,22 +466,27 @@ impl Dialect for Lite {
         Ok(count(n))
     }
 
-    async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<(), BusError> {
+    async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<u64, BusError> {
         let (mut tx, _turn) = self.begin(BEGIN_SETTLING, "extending visibility").await?;
         // Once the lock is held, as in a claim.
         let now = now_micros();
+        let mut found = 0;
         for &(id, receipt, visibility) in held {
-            sqlx::query("UPDATE bus_messages SET visible_at = ?3 WHERE id = ?1 AND receipt = ?2")
-                .bind(id)
-                .bind(receipt)
-                .bind(now.saturating_add(micros(visibility)))
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| db_error("extending visibility", e))?;
+            found += sqlx::query(
+                "UPDATE bus_messages SET visible_at = ?3 WHERE id = ?1 AND receipt = ?2",
+            )
+            .bind(id)
+            .bind(receipt)
+            .bind(now.saturating_add(micros(visibility)))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| db_error("extending visibility", e))?
+            .rows_affected();
         }
         tx.commit()
             .await
-            .map_err(|e| db_error("extending visibility", e))
+            .map_err(|e| db_error("extending visibility", e))?;
+        Ok(found)
     }
 
     async fn waiting_up_to(&self, queue: &str, limit: u64) -> Result<u64, BusError> {

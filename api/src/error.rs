@@ -1,0 +1,118 @@
+//! [`ApiError`]: what a request or the gateway's set-up can fail with, and the answer each
+//! gets (status code and JSON body).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+
+/// One refused line of a request body: its number (from 1) and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct LineError {
+    /// The line's number, counting from 1 (blank lines counted).
+    pub line: usize,
+    /// Why it was refused.
+    pub reason: String,
+}
+
+/// What went wrong. Each variant is one answer of the API (see [`ApiError::status`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiError {
+    /// No valid token (none, unknown, revoked): 401.
+    #[error("a valid bearer token is needed (Authorization: Bearer TOKEN)")]
+    Unauthorized,
+    /// A valid token of another scope: 403.
+    #[error("this needs a token of scope {needed}")]
+    Forbidden {
+        /// The scope the request needs.
+        needed: datastore::TokenScope,
+    },
+    /// Too many failed attempts from this address, or requests with this token: 429.
+    #[error("too many requests: try again in a moment")]
+    TooManyRequests,
+    /// A body that is not JSON (lines): 400.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The body is over the limit: 413.
+    #[error("the body is over the limit of {0} bytes")]
+    TooLarge(usize),
+    /// Lines that break the archivists' rules: 422, nothing of the request done.
+    #[error("{} line(s) refused", .0.len())]
+    Invalid(Vec<LineError>),
+    /// The receipt is unknown, expired, or no longer holds its item: 409.
+    #[error("{0}")]
+    Conflict(String),
+    /// Too many long polls at once, or the bus or datastore cannot be reached now: 503.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Bad usage of the library (a token name that cannot be one).
+    #[error("{0}")]
+    Usage(String),
+    /// The datastore failed.
+    #[error("datastore: {0}")]
+    DataStore(#[from] datastore::DataStoreError),
+    /// The bus failed.
+    #[error("bus: {0}")]
+    Bus(#[from] messagebus::BusError),
+    /// TLS set-up: a certificate or key that cannot be read or used.
+    #[error("TLS: {0}")]
+    Tls(String),
+}
+
+impl ApiError {
+    /// The status code the API answers this with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::BadRequest(_) | ApiError::Usage(_) => StatusCode::BAD_REQUEST,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::DataStore(e) if !e.is_retryable() => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Bus(e) if !e.is_retryable() => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::DataStore(_) | ApiError::Bus(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Tls(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    errors: Option<&'a [LineError]>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let error = match &self {
+            // The datastore's and the bus's words may carry their URLs: logged, not shown.
+            ApiError::DataStore(_) | ApiError::Bus(_) => {
+                tracing::warn!(error = %self, "API request failed");
+                if status == StatusCode::SERVICE_UNAVAILABLE {
+                    "the bus or the datastore cannot be reached now: try again later".into()
+                } else {
+                    "the request failed inside the server".into()
+                }
+            }
+            other => other.to_string(),
+        };
+        let errors = match &self {
+            ApiError::Invalid(lines) => Some(lines.as_slice()),
+            _ => None,
+        };
+        let mut response = (status, Json(ErrorBody { error, errors })).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}

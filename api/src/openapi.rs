@@ -1,0 +1,77 @@
+//! `GET /api/v1/openapi.json`: the API's OpenAPI document, generated from the handlers'
+//! annotations and the bodies' types (utoipa), so that it cannot drift from the code.
+
+use axum::Json;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::error::LineError;
+
+/// An error's body: what went wrong, and for 422 each refused line.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorAnswer {
+    /// What went wrong, in words.
+    pub(crate) error: String,
+    /// 422 only: each refused line, with its number (from 1) and reason.
+    pub(crate) errors: Option<Vec<LineError>>,
+}
+
+/// The API's OpenAPI document.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "archivist API",
+        description = "Curators and researchers anywhere, with a bearer token \
+                       (`archivist token create`), in front of archivist's bus and datastore."
+    ),
+    paths(
+        crate::curators::episodes,
+        crate::curators::clips,
+        crate::researchers::take,
+        crate::researchers::extend,
+        crate::researchers::results,
+        crate::researchers::finish,
+        crate::researchers::release,
+        crate::readers::status,
+        crate::readers::matches,
+    ),
+    components(schemas(
+        ErrorAnswer,
+        LineError,
+        crate::curators::Accepted,
+        crate::researchers::Taken,
+        crate::researchers::Extended,
+        crate::researchers::Sent,
+    )),
+    modifiers(&Bearer),
+    security(("bearer" = [])),
+    tags(
+        (name = "curators", description = "Scope `curator`: curated episodes and clips."),
+        (name = "researchers", description = "Scope `researcher`: work items and their results."),
+        (name = "readers", description = "Scope `reader`: the archive's counts and matches."),
+    )
+)]
+pub(crate) struct ApiDoc;
+
+/// Adds the bearer scheme every path names.
+struct Bearer;
+
+impl Modify for Bearer {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The document, as JSON.
+pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+/// The document, for the docs and tests.
+pub fn openapi_json() -> String {
+    ApiDoc::openapi().to_pretty_json().unwrap_or_default()
+}
