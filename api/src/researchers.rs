@@ -159,6 +159,9 @@ pub(crate) struct Taken {
     item: PendingResearchItem,
     /// Until when the item is invisible to others unless extended.
     visible_until: DateTime<Utc>,
+    /// How many times the bus has handed this item out, this time included: a researcher
+    /// gives its last try's failures as answers rather than releasing the item again.
+    receive_count: u32,
 }
 
 /// 200's body of `…/extend`.
@@ -228,6 +231,7 @@ pub(crate) async fn take(
                 continue;
             }
         };
+        let receive_count = delivery.receive_count();
         let receipt = match delivery.durable_receipt() {
             Some(bus_receipt) => {
                 delivery.let_expire();
@@ -261,6 +265,7 @@ pub(crate) async fn take(
             receipt,
             item,
             visible_until: visible_until(),
+            receive_count,
         })
         .into_response());
     }
