@@ -51,6 +51,8 @@ pub fn spawn(
     token: &CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     let bound = listener.local_addr()?;
+    // On loopback, the same DNS-rebinding guard as every other server of archivist's.
+    let router = net::server::guard_host(router, bound);
     tokio::spawn(serve(listener, router, limits, tls, token.clone()));
     Ok(bound)
 }

@@ -111,12 +111,20 @@ pub fn spawn(
     token: &CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     let bound = listener.local_addr()?;
-    let mut router = router.layer(axum::middleware::from_fn(deadline));
-    if let Some(hosts) = Hosts::for_bound(bound) {
-        router = router.layer(axum::middleware::from_fn_with_state(hosts, check_host));
-    }
+    let router = guard_host(router.layer(axum::middleware::from_fn(deadline)), bound);
     tokio::spawn(serve(listener, router, token.clone()));
     Ok(bound)
+}
+
+/// `router` with the host-name check of a loopback-bound server (421 for a `Host` that is
+/// not a loopback name and this port: DNS rebinding), when `bound` is a loopback address;
+/// unchanged elsewhere. [`spawn`] applies it; a server with a connection loop of its own
+/// (the API's, with TLS) applies it with this.
+pub fn guard_host(router: Router, bound: SocketAddr) -> Router {
+    match Hosts::for_bound(bound) {
+        Some(hosts) => router.layer(axum::middleware::from_fn_with_state(hosts, check_host)),
+        None => router,
+    }
 }
 
 /// Serves `router` on `listener` until `token` is cancelled, within the bounds above.
