@@ -155,10 +155,11 @@ pub struct Params {
     /// A candidate is refused when, more than `periodic_lobe` samples away from its best
     /// lag, another local maximum of the windows' mean correlation comes within this much of
     /// the best: the clip is then periodic enough that the offset could be a period off,
-    /// and a match at a wrong offset is worse than none. 0.03: with 0.02 one match was
-    /// 17.5 ms off (a 4 s jingle cut off by the episode's end after 2 s, on a held chord:
-    /// its rival 0.025 below the best, in every distortion class); 0.03 refuses it, and
-    /// finds 343 of the issue-32 classes' 640 placements (0.02: 350, 0.05: 329).
+    /// and a match at a wrong offset is worse than none. 0.04: with 0.02 one match was
+    /// 17.5 ms off (a 4 s jingle cut off by the episode's end after 2 s: its rival 0.025
+    /// below the best, in every distortion class); 0.03 still left it in one class (0.036
+    /// below); 0.04 refuses it everywhere. On the issue-32 classes: 0.02 found 350 of 640
+    /// placements, 0.03 343, 0.04 335, 0.05 329, none of them more than 10 ms off.
     pub periodic_margin: f32,
     /// Samples (at the analysis rate) around the best lag within which another maximum is
     /// not a rival: 80 (10 ms), the offset error that is still right.
@@ -205,7 +206,7 @@ impl Default for Params {
             refine_window: 8000,
             refine_search: 320,
             periodic_search: 4000,
-            periodic_margin: 0.03,
+            periodic_margin: 0.04,
             periodic_lobe: 80,
             max_clip_seconds: 600.0,
             cache_bytes: 64 << 20,
