@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::commands::{
     analyse, clips, completed_research, completions, demo, episodes, matches, migrate,
-    pending_research, queues, receive, redrive, retry_failed, run, send, serve, status,
+    pending_research, prints, queues, receive, redrive, retry_failed, run, send, serve, status,
 };
 use crate::config::{Config, GlobalArgs};
 
@@ -97,6 +97,10 @@ pub(crate) enum Command {
     #[command(long_about = crate::commands::research::ABOUT)]
     #[command(after_help = crate::commands::research::EXAMPLES)]
     Research(crate::commands::research::ResearchArgs),
+    /// List, check and remove the episode prints of a print store (--print-store)
+    #[command(long_about = prints::ABOUT)]
+    #[command(after_help = prints::EXAMPLES)]
+    Prints(prints::PrintsArgs),
 }
 
 impl Command {
@@ -124,6 +128,7 @@ impl Command {
             Command::Analyse(args) => analyse::run(&args, &token).await,
             Command::RetryFailed(args) => retry_failed::run(&config, &token, &args).await,
             Command::Research(args) => crate::commands::research::run(&config, token, args).await,
+            Command::Prints(args) => prints::run(&args, &token).await,
             // Answered in main, before the configuration is read.
             Command::Completions(_) => Ok(()),
         }
@@ -215,6 +220,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
     ("serve", &[DATASTORE, BUS, QUEUES, CONNECT, LOGS]),
     ("curate", crate::commands::curate::USED_OPTIONS),
     ("analyse", &[LOGS]),
+    ("prints", &[LOGS]),
     ("retry-failed", &[DATASTORE, CONNECT, LOGS]),
     (
         "research",

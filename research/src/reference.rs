@@ -6,17 +6,20 @@
 //! program's.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::analyser::{Analyser, BoxError, Ending, Run};
+use crate::episode::{EpisodeError, EpisodeMedia};
 
 /// The reference analyser, shared by every slot (its clip fingerprint cache with it).
 pub struct ReferenceAnalyser {
     analyser: Arc<analysis::Analyser>,
+    /// Where episode prints are kept, if anywhere.
+    prints: Option<Arc<dyn prints::PrintStore>>,
 }
 
 impl ReferenceAnalyser {
@@ -24,6 +27,17 @@ impl ReferenceAnalyser {
     pub fn new() -> Self {
         ReferenceAnalyser {
             analyser: Arc::new(analysis::Analyser::new(analysis::Params::default())),
+            prints: None,
+        }
+    }
+
+    /// The reference analyser with its default parameters and episode prints kept in
+    /// `store`: it fetches each item's episode itself ([`Analyser::fetches_episode`]), only
+    /// when the episode has no print it can use.
+    pub fn with_prints(store: Arc<dyn prints::PrintStore>) -> Self {
+        ReferenceAnalyser {
+            prints: Some(store),
+            ..ReferenceAnalyser::new()
         }
     }
 }
@@ -62,11 +76,89 @@ impl Analyser for ReferenceAnalyser {
         Ok(Box::new(ReferenceRun {
             lines: rx,
             task: Some(task),
+            hash: None,
         }))
     }
 
     fn describe(&self) -> String {
         "the reference analyser".into()
+    }
+
+    fn fetches_episode(&self) -> bool {
+        self.prints.is_some()
+    }
+
+    async fn start_fetching(
+        &self,
+        input: Vec<u8>,
+        _lease: &str,
+        episode: EpisodeMedia,
+    ) -> Result<Box<dyn Run>, BoxError> {
+        let input: Input = serde_json::from_slice(&input)?;
+        let (lines, rx) = mpsc::unbounded_channel();
+        let hash = Arc::new(OnceLock::new());
+        let item = Lazy {
+            analyser: Arc::clone(&self.analyser),
+            store: self.prints.clone(),
+            input,
+            episode,
+            hash: hash.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        };
+        let task = tokio::task::spawn_blocking(move || item.analyse(&lines));
+        Ok(Box::new(ReferenceRun {
+            lines: rx,
+            task: Some(task),
+            hash: Some(hash),
+        }))
+    }
+}
+
+/// One item whose episode the analyser fetches itself, if it needs its audio.
+struct Lazy {
+    analyser: Arc<analysis::Analyser>,
+    #[allow(dead_code)]
+    store: Option<Arc<dyn prints::PrintStore>>,
+    input: Input,
+    episode: EpisodeMedia,
+    /// The episode's SHA-256, set before the first answer is sent.
+    hash: Arc<OnceLock<String>>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Lazy {
+    fn analyse(self, lines: &mpsc::UnboundedSender<String>) -> Ending {
+        let fetched = match self.runtime.block_on(self.episode.fetch(false)) {
+            Ok(fetched) => fetched,
+            Err(e) => return self.unfetched(e, lines),
+        };
+        let _ = self.hash.set(fetched.sha256.clone());
+        let clips = clip_inputs(&self.input);
+        let mut progress = progress(lines);
+        let report = self
+            .analyser
+            .analyse_with_progress(&fetched.path, &clips, &mut progress);
+        say(report, &self.input, lines, &|text| {
+            self.episode.name_uri(text)
+        })
+    }
+
+    /// The episode could not be had: gone, every pair fails; else the item is tried again.
+    fn unfetched(&self, e: EpisodeError, lines: &mpsc::UnboundedSender<String>) -> Ending {
+        match e {
+            EpisodeError::Gone(why) => {
+                tracing::info!(reason = %why, "episode media gone: every pair fails");
+                for clip in &self.input.clips {
+                    let _ = lines.send(
+                        json!({ "clip_title": clip.title, "failure": format!("episode {why}") })
+                            .to_string(),
+                    );
+                }
+                Ending::Done
+            }
+            EpisodeError::Passing(why) => Ending::Failed(format!("episode media: {why}")),
+            EpisodeError::Cancelled => Ending::Failed("the researcher is stopping".into()),
+        }
     }
 }
 
@@ -76,12 +168,24 @@ fn analyse(
     input: &Input,
     lines: &mpsc::UnboundedSender<String>,
 ) -> Ending {
-    let clips: Vec<analysis::ClipInput> = input
+    let clips = clip_inputs(input);
+    let mut progress = progress(lines);
+    let report = analyser.analyse_with_progress(&input.episode.media_path, &clips, &mut progress);
+    // The runtime names the media by their URIs in failure reasons.
+    say(report, input, lines, &|text| text.to_string())
+}
+
+fn clip_inputs(input: &Input) -> Vec<analysis::ClipInput> {
+    input
         .clips
         .iter()
         .map(|c| analysis::ClipInput::new(c.media_path.clone()))
-        .collect();
-    let mut progress = |p: analysis::Progress| {
+        .collect()
+}
+
+/// Progress lines while the episode decodes.
+fn progress(lines: &mpsc::UnboundedSender<String>) -> impl FnMut(analysis::Progress) + '_ {
+    move |p: analysis::Progress| {
         let minutes = |ns: u64| ns / 60_000_000_000;
         let said = match p.total_ns {
             Some(total) => format!(
@@ -92,23 +196,30 @@ fn analyse(
             None => format!("decoded {} minutes", minutes(p.decoded_ns)),
         };
         let _ = lines.send(json!({ "progress": said }).to_string());
-    };
-    let report =
-        match analyser.analyse_with_progress(&input.episode.media_path, &clips, &mut progress) {
-            Ok(report) => report,
-            // A file that will not decode will not decode next time either: every pair fails,
-            // with the reason. A passing failure (reading the file) tries the item again.
-            Err(e) if e.is_retryable() => return Ending::Failed(format!("the episode: {e}")),
-            Err(e) => {
-                for clip in &input.clips {
-                    let _ = lines.send(
-                        json!({ "clip_title": clip.title, "failure": format!("the episode: {e}") })
-                            .to_string(),
-                    );
-                }
-                return Ending::Done;
+    }
+}
+
+/// Sends the lines of an analysis's `report` (or its error); `named` names media by their
+/// URIs in failure reasons. The ending for the runtime.
+fn say(
+    report: Result<analysis::EpisodeReport, analysis::Error>,
+    input: &Input,
+    lines: &mpsc::UnboundedSender<String>,
+    named: &dyn Fn(&str) -> String,
+) -> Ending {
+    let report = match report {
+        Ok(report) => report,
+        // A file that will not decode will not decode next time either: every pair fails,
+        // with the reason. A passing failure (reading the file) tries the item again.
+        Err(e) if e.is_retryable() => return Ending::Failed(named(&format!("the episode: {e}"))),
+        Err(e) => {
+            let why = named(&format!("the episode: {e}"));
+            for clip in &input.clips {
+                let _ = lines.send(json!({ "clip_title": clip.title, "failure": why }).to_string());
             }
-        };
+            return Ending::Done;
+        }
+    };
     for (clip, outcome) in input.clips.iter().zip(&report.clips) {
         let line = match outcome {
             analysis::ClipOutcome::Found(found) => json!({
@@ -121,7 +232,7 @@ fn analyse(
             analysis::ClipOutcome::Failed(e) if e.is_retryable() => continue,
             analysis::ClipOutcome::Failed(e) => json!({
                 "clip_title": clip.title,
-                "failure": e.to_string(),
+                "failure": named(&e.to_string()),
             }),
         };
         let _ = lines.send(line.to_string());
@@ -144,6 +255,8 @@ fn score(s: f32) -> f64 {
 struct ReferenceRun {
     lines: mpsc::UnboundedReceiver<String>,
     task: Option<tokio::task::JoinHandle<Ending>>,
+    /// The episode's hash, when the analyser fetches the episode itself.
+    hash: Option<Arc<OnceLock<String>>>,
 }
 
 #[async_trait]
@@ -164,5 +277,9 @@ impl Run for ReferenceRun {
     async fn stop(self: Box<Self>) {
         // A blocking thread cannot be interrupted: it finishes its item, and what it says is
         // dropped with the receiver.
+    }
+
+    fn episode_hash(&self) -> Option<String> {
+        self.hash.as_ref()?.get().cloned()
     }
 }
