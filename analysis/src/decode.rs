@@ -25,6 +25,8 @@ use crate::guard;
 use crate::mp4;
 use crate::ogg;
 use crate::params::{MAX_CHANNELS, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};
+use crate::print::CodecSpec;
+use crate::print_record::{PacketLog, Recent};
 use crate::wav;
 
 /// Consecutive undecodable packets after which a stream is declared undecodable: a few bad
@@ -50,11 +52,23 @@ pub struct Decoder {
     len: u64,
     /// The reader or decoder panicked (see `guard.rs`): never called again.
     broken: bool,
+    /// Printing: the packet table being recorded, and the track's codec parameters.
+    log: Option<(PacketLog, CodecSpec)>,
 }
 
 impl Decoder {
     /// Opens `path` and finds its first audio track.
     pub fn open(path: &Path) -> Result<Decoder, Error> {
+        Decoder::open_with(path, false)
+    }
+
+    /// [`Decoder::open`], also recording where each packet lies in the file (an episode
+    /// print's packet table, see `print_record.rs`).
+    pub(crate) fn open_printing(path: &Path) -> Result<Decoder, Error> {
+        Decoder::open_with(path, true)
+    }
+
+    fn open_with(path: &Path, printing: bool) -> Result<Decoder, Error> {
         let io_err = |source| Error::Io {
             path: path.to_owned(),
             source,
@@ -76,7 +90,10 @@ impl Decoder {
                 path: path.to_owned(),
                 reason,
             })?;
-        let hash = Arc::new(Mutex::new(HashState::default()));
+        let hash = Arc::new(Mutex::new(HashState {
+            recent: printing.then(Recent::default),
+            ..HashState::default()
+        }));
         let source = HashingSource {
             file,
             pos: 0,
@@ -147,6 +164,7 @@ impl Decoder {
         let sample_rate = track.codec_params.sample_rate.unwrap_or(0);
         let n_frames = track.codec_params.n_frames;
         let track_id = track.id;
+        let log = printing.then(|| (PacketLog::default(), CodecSpec::of(&track.codec_params)));
         // Symphonia trims MP3 and Ogg itself (gapless); MP4 keeps it in an edit list.
         let skip = if mp4::is_mp4(path) {
             mp4::priming_samples(path, sample_rate).unwrap_or(0)
@@ -171,6 +189,7 @@ impl Decoder {
             hash,
             len,
             broken: false,
+            log,
         })
     }
 
@@ -253,6 +272,7 @@ impl Decoder {
                     return Err(self.broke(&stage, message));
                 }
                 Ok(Err(SymphoniaError::DecodeError(e))) => {
+                    note(&mut self.log, &self.hash, &packet, 0, 0);
                     consecutive_errors += 1;
                     tracing::debug!(file = %self.path.display(), error = e, "skipping an undecodable packet");
                     if consecutive_errors >= MAX_CONSECUTIVE_DECODE_ERRORS {
@@ -269,6 +289,7 @@ impl Decoder {
             let spec = *decoded.spec();
             let frames = decoded.frames();
             if frames == 0 {
+                note(&mut self.log, &self.hash, &packet, 0, 0);
                 continue;
             }
             // The container may not have said (or said otherwise): what the codec says is
@@ -287,6 +308,7 @@ impl Decoder {
             self.skip -= skip as u64;
             let samples = &buffer.samples()[skip * channels..];
             let frames = frames - skip;
+            note(&mut self.log, &self.hash, &packet, skip as u32, frames as u32);
             if frames == 0 {
                 continue;
             }
@@ -305,6 +327,11 @@ impl Decoder {
             self.frames_decoded += frames as u64;
             return Ok(Some(&self.mono));
         }
+    }
+
+    /// Printing: the packet table recorded and the codec's parameters.
+    pub(crate) fn take_packet_log(&mut self) -> Option<(PacketLog, CodecSpec)> {
+        self.log.take()
     }
 
     fn end(&mut self) -> Result<Option<&[f32]>, Error> {
@@ -461,11 +488,31 @@ fn describe(e: &SymphoniaError) -> String {
     .to_lowercase()
 }
 
+/// Printing: where the packet lies in the file, the frames dropped from its start and the
+/// frames it added.
+fn note(
+    log: &mut Option<(PacketLog, CodecSpec)>,
+    hash: &Mutex<HashState>,
+    packet: &symphonia::core::formats::Packet,
+    drop: u32,
+    out: u32,
+) {
+    if let Some((log, _)) = log {
+        let state = hash.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(recent) = &state.recent {
+            let trim = (packet.trim_start, packet.trim_end);
+            log.packet(recent, &packet.data, trim, drop, out);
+        }
+    }
+}
+
 /// The hash of the bytes read so far: a prefix of the file, extended as reads reach its end.
 #[derive(Default)]
 struct HashState {
     hasher: Sha256,
     hashed_to: u64,
+    /// Printing: the bytes read lately, where packets are looked for.
+    recent: Option<Recent>,
 }
 
 /// The file as symphonia reads it, hashing bytes read in order. A reader that seeks (MP4
@@ -482,6 +529,9 @@ impl Read for HashingSource {
         let n = self.file.read(buf)?;
         let end = self.pos + n as u64;
         let mut state = self.hash.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(recent) = &mut state.recent {
+            recent.record(self.pos, &buf[..n]);
+        }
         if self.pos <= state.hashed_to && end > state.hashed_to {
             let skip = (state.hashed_to - self.pos) as usize;
             state.hasher.update(&buf[skip..n]);
@@ -495,6 +545,10 @@ impl Read for HashingSource {
 impl Seek for HashingSource {
     fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
         self.pos = self.file.seek(to)?;
+        let mut state = self.hash.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(recent) = &mut state.recent {
+            recent.seeked(self.pos);
+        }
         Ok(self.pos)
     }
 }

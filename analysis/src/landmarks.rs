@@ -99,6 +99,8 @@ pub struct Fingerprinter {
     picker: PeakPicker,
     pairer: Pairer,
     peaks: Vec<Peak>,
+    /// Printing: every peak found, kept (see `print.rs`).
+    kept: Option<Vec<Peak>>,
 }
 
 impl Fingerprinter {
@@ -109,6 +111,7 @@ impl Fingerprinter {
             picker: PeakPicker::new(params),
             pairer: Pairer::new(params),
             peaks: Vec::new(),
+            kept: None,
         }
     }
 
@@ -144,7 +147,20 @@ impl Fingerprinter {
         self.spectrogram.next_frame()
     }
 
+    /// Keeps every peak from now on, for [`Fingerprinter::take_peaks`].
+    pub(crate) fn keep_peaks(&mut self) {
+        self.kept.get_or_insert_with(Vec::new);
+    }
+
+    /// The peaks kept so far, in the order they were found.
+    pub(crate) fn take_peaks(&mut self) -> Vec<Peak> {
+        self.kept.take().unwrap_or_default()
+    }
+
     fn pair(&mut self, out: &mut Vec<Landmark>) {
+        if let Some(kept) = &mut self.kept {
+            kept.extend_from_slice(&self.peaks);
+        }
         for p in self.peaks.drain(..) {
             self.pairer.push(p, out);
         }

@@ -69,6 +69,9 @@
 //! - `clip.rs`: [`ClipPrint`], a clip's landmarks and refinement windows per speed.
 //! - `matcher.rs`: [`EpisodeScan`], the inverted index and the streaming vote.
 //! - `refine.rs`: cross-correlation of windows for the precise offset and the score.
+//! - `print.rs`: [`EpisodePrint`], what a later clip needs of an episode without its audio;
+//!   `print_record.rs` records its packet table during the full decode, `print_window.rs`
+//!   decodes a candidate's stretch from it, `print_analyse.rs` answers from a print.
 //! - `cache.rs`: clip fingerprints kept between calls, bounded, by content hash.
 //! - `synth.rs`: deterministic test and demo audio with a truth record.
 //! - `error.rs`: [`Error`].
@@ -84,6 +87,10 @@ mod mp4;
 mod ogg;
 pub mod params;
 pub mod peaks;
+pub mod print;
+mod print_analyse;
+mod print_record;
+mod print_window;
 pub mod refine;
 pub mod resample;
 pub mod spectrum;
@@ -99,6 +106,7 @@ pub use error::Error;
 pub use guard::catching as catching_decoder_panic;
 pub use matcher::{EpisodeScan, Match};
 pub use params::Params;
+pub use print::{ByteSource, EpisodePrint, FileSource, PrintError};
 pub use tags::{read_tags, Tags};
 
 use cache::ClipCache;
@@ -214,6 +222,17 @@ impl Analyser {
         clips: &[ClipInput],
         progress: &mut dyn FnMut(Progress),
     ) -> Result<EpisodeReport, Error> {
+        Ok(self.analyse_inner(episode, clips, progress, None)?.0)
+    }
+
+    /// The full analysis; printing (`Some(identity)`) also gives the episode's print.
+    fn analyse_inner(
+        &self,
+        episode: &Path,
+        clips: &[ClipInput],
+        progress: &mut dyn FnMut(Progress),
+        printing: Option<String>,
+    ) -> Result<(EpisodeReport, Option<EpisodePrint>), Error> {
         let prints: Vec<Result<Arc<ClipPrint>, Error>> =
             clips.iter().map(|c| self.clip(&c.path)).collect();
         let usable: Vec<Arc<ClipPrint>> = prints
@@ -221,12 +240,22 @@ impl Analyser {
             .filter_map(|p| p.as_ref().ok().cloned())
             .collect();
 
-        let mut decoder = decode::Decoder::open(episode)?;
+        let mut decoder = if printing.is_some() {
+            decode::Decoder::open_printing(episode)?
+        } else {
+            decode::Decoder::open(episode)?
+        };
         let mut scan: Option<EpisodeScan> = None;
         let mut next_report = 0u64;
         while decoder.advance()? {
             let rate = decoder.sample_rate();
-            let s = scan.get_or_insert_with(|| EpisodeScan::new(&self.params, &usable, rate));
+            let s = scan.get_or_insert_with(|| {
+                let mut s = EpisodeScan::new(&self.params, &usable, rate);
+                if printing.is_some() {
+                    s.keep_peaks();
+                }
+                s
+            });
             s.push(decoder.chunk());
             let decoded = decoder.frames_decoded();
             if decoded >= next_report {
@@ -238,8 +267,12 @@ impl Analyser {
             }
         }
         let rate = decoder.sample_rate();
-        let duration_ns = ns(decoder.frames_decoded(), rate);
-        let found = scan.map(EpisodeScan::finish).unwrap_or_default();
+        let frames = decoder.frames_decoded();
+        let duration_ns = ns(frames, rate);
+        let (found, peaks) = scan
+            .map(EpisodeScan::finish_keeping)
+            .unwrap_or_default();
+        let log = decoder.take_packet_log();
         let hash = decoder.finish_hash()?;
         let mut found = found.into_iter();
         let mut outcomes = Vec::with_capacity(clips.len());
@@ -253,11 +286,29 @@ impl Analyser {
                 Err(e) => ClipOutcome::Failed(e),
             });
         }
-        Ok(EpisodeReport {
-            duration_ns,
-            hash,
-            clips: outcomes,
-        })
+        let print = printing.map(|identity| {
+            print_analyse::assemble(
+                &self.params,
+                print_analyse::Printed {
+                    identity,
+                    duration_ns,
+                    hash: hash.clone(),
+                    rate,
+                    frames,
+                    media_len: std::fs::metadata(episode).map_or(0, |m| m.len()),
+                    peaks,
+                    log,
+                },
+            )
+        });
+        Ok((
+            EpisodeReport {
+                duration_ns,
+                hash,
+                clips: outcomes,
+            },
+            print,
+        ))
     }
 
     /// Clip fingerprints cached now: how many, and their bytes.

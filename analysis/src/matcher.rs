@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::clip::ClipPrint;
 use crate::landmarks::{Fingerprinter, Landmark};
+use crate::peaks::Peak;
 use crate::params::Params;
 use crate::refine::{peak, value_at, Correlator, History};
 use crate::resample::Resampler;
@@ -23,10 +24,10 @@ const CLUSTER_GAP: i64 = 2;
 /// Each window's score is its best correlation within this many samples of the common lag
 /// (0.25 ms at 8 kHz): a clip whose speed differs slightly from its variant's drifts by a
 /// sample or two over its length, far less than a period of any note.
-const SCORE_SLACK: usize = 2;
+pub(crate) const SCORE_SLACK: usize = 2;
 /// The score is looked for at this many points per sample (1/8 sample: at 8 kHz a 3.6 kHz
 /// component, the highest analysed, is then at most 0.2 rad off its peak, under 2% lost).
-const SCORE_STEPS: usize = 8;
+pub(crate) const SCORE_STEPS: usize = 8;
 /// Input samples handled at a time (at most ~0.1 s at 48 kHz; the ring's margin is larger).
 const PIECE: usize = 4_096;
 
@@ -83,6 +84,16 @@ pub struct EpisodeScan {
     /// Every cluster closed: `(entry, best offset, its votes)`, before refinement.
     #[cfg(test)]
     closed: Vec<(usize, i64, u32)>,
+    /// The print path: candidates kept for [`EpisodeScan::refine_with`], not refined at once.
+    deferred: Option<Vec<Candidate>>,
+}
+
+/// A vote cluster waiting for its refinement (the print path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Candidate {
+    entry: usize,
+    best: i64,
+    votes: u32,
 }
 
 impl EpisodeScan {
@@ -136,7 +147,92 @@ impl EpisodeScan {
             in_rate,
             #[cfg(test)]
             closed: Vec::new(),
+            deferred: None,
         }
+    }
+
+    /// Printing: keeps the episode's peaks ([`EpisodeScan::finish_keeping`]).
+    pub(crate) fn keep_peaks(&mut self) {
+        self.fingerprinter.keep_peaks();
+    }
+
+    /// [`EpisodeScan::finish`], and the peaks kept.
+    pub(crate) fn finish_keeping(mut self) -> (Vec<Vec<Match>>, Vec<Peak>) {
+        self.analysed.clear();
+        self.resampler.finish(&mut self.analysed);
+        self.step(true);
+        let peaks = self.fingerprinter.take_peaks();
+        (self.matches(), peaks)
+    }
+
+    /// The print path: a scan given the episode's landmarks rather than its samples, whose
+    /// candidates wait for [`EpisodeScan::refine_with`].
+    pub(crate) fn deferring(params: &Params, clips: &[Arc<ClipPrint>]) -> EpisodeScan {
+        let mut scan = EpisodeScan::new(params, clips, params.sample_rate);
+        scan.deferred = Some(Vec::new());
+        scan
+    }
+
+    /// The print path: the episode's next landmarks (anchor order); every landmark to come
+    /// is anchored at `frontier` or later (`None`: none comes).
+    pub(crate) fn push_landmarks(&mut self, landmarks: &[Landmark], frontier: Option<i64>) {
+        self.landmarks.clear();
+        self.landmarks.extend_from_slice(landmarks);
+        self.vote();
+        let frontier = frontier.unwrap_or(i64::MAX / 4);
+        for e in 0..self.entries.len() {
+            self.finalise(e, frontier);
+        }
+    }
+
+    /// The print path: the candidates closed so far.
+    pub(crate) fn take_candidates(&mut self) -> Vec<Candidate> {
+        self.deferred.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The stretches of the episode (samples at the analysis rate, `from..to`) the
+    /// refinement of `c` reads.
+    pub(crate) fn needs(&self, c: &Candidate) -> Vec<(i64, i64)> {
+        let entry = &self.entries[c.entry];
+        let variant = &self.clips[entry.clip].variants[entry.variant];
+        let (hop, search) = (self.params.hop as i64, self.params.refine_search as i64);
+        variant
+            .windows
+            .iter()
+            .map(|w| {
+                let start = c.best * hop + w.start as i64;
+                (start - search, start + w.samples.len() as i64 + search)
+            })
+            .collect()
+    }
+
+    /// The print path: the clip and variant `c` is a candidate of.
+    pub(crate) fn candidate_clip(&self, c: &Candidate) -> (Arc<ClipPrint>, usize, i64) {
+        let entry = &self.entries[c.entry];
+        (Arc::clone(&self.clips[entry.clip]), entry.variant, c.best)
+    }
+
+    /// The print path: refines `c` against `history` (its stretches, decoded), as a full
+    /// analysis would have against the episode's recent samples.
+    pub(crate) fn refine_with(&mut self, c: Candidate, history: History) {
+        self.history = history;
+        self.entries[c.entry].cluster = Some(Cluster {
+            last: c.best,
+            best: c.best,
+            best_votes: c.votes,
+        });
+        let deferred = self.deferred.take();
+        self.close(c.entry);
+        self.deferred = deferred;
+    }
+
+    /// Per clip, the matches recorded, the same occurrence found twice kept once.
+    pub(crate) fn matches(mut self) -> Vec<Vec<Match>> {
+        let mut found = std::mem::take(&mut self.found);
+        for (c, matches) in found.iter_mut().enumerate() {
+            *matches = suppress(std::mem::take(matches), self.clips[c].duration_ns());
+        }
+        found
     }
 
     /// Feeds the episode's next samples (mono, at the scan's input rate).
@@ -281,6 +377,14 @@ impl EpisodeScan {
         let (c, v) = (self.entries[e].clip, self.entries[e].variant);
         #[cfg(test)]
         self.closed.push((e, cluster.best, cluster.best_votes));
+        if let Some(deferred) = &mut self.deferred {
+            deferred.push(Candidate {
+                entry: e,
+                best: cluster.best,
+                votes: cluster.best_votes,
+            });
+            return;
+        }
         let variant = &self.clips[c].variants[v];
         let hop = self.params.hop as i64;
         let end = self.history.end() as i64;

@@ -108,6 +108,18 @@ impl History {
         }
     }
 
+    /// A history holding `samples`, already pre-emphasised, from absolute index `start` on
+    /// (the print path: a stretch decoded for one candidate; see `print_window.rs`).
+    pub(crate) fn from_emphasised(start: u64, samples: Vec<f32>) -> History {
+        History {
+            cap: samples.len(),
+            buf: samples.into(),
+            start,
+            a: 0.0,
+            prev: 0.0,
+        }
+    }
+
     /// Appends samples (plain; pre-emphasised here), dropping the oldest beyond capacity.
     pub fn push(&mut self, samples: &[f32]) {
         for &x in samples {
@@ -282,7 +294,7 @@ pub fn peak(curve: &[f32]) -> Option<(usize, f64)> {
 }
 
 /// Taps either side of a point in [`value_at`]'s interpolation.
-const INTERPOLATION_TAPS: i64 = 12;
+pub(crate) const INTERPOLATION_TAPS: i64 = 12;
 
 /// The curve's value at fractional position `x`, by Hann-windowed sinc interpolation: a
 /// correlation of signals band-limited below the analysis Nyquist frequency is itself

@@ -134,6 +134,71 @@ pub fn resample_all(input: &[f32], in_rate: u32, out_rate: u32, params: &Params)
     out
 }
 
+impl Resampler {
+    /// The input samples output samples `from..to` use: `(first, end)`, as input indices
+    /// (the first may be negative: the stream is padded with silence before its start).
+    pub(crate) fn input_span(&self, from: u64, to: u64) -> (i64, i64) {
+        let first = |n: u64| {
+            let (i, _) = self.tap_position(n);
+            i - self.half as i64 + 1
+        };
+        (first(from), first(to.max(from + 1) - 1) + 2 * self.half as i64)
+    }
+
+    /// Output samples `from..to` of a stream of `total` input samples, computed from the
+    /// stretch `input` that starts at input sample `input_start` (silence outside
+    /// `0..total`, as the stream pads it): the same values [`Resampler::process`] gives
+    /// there, when `input` covers [`Resampler::input_span`]. Appended to `out`.
+    pub(crate) fn outputs(
+        &self,
+        input: &[f32],
+        input_start: i64,
+        total: u64,
+        from: u64,
+        to: u64,
+        out: &mut Vec<f32>,
+    ) {
+        let taps = 2 * self.half;
+        let mut window = vec![0f32; taps];
+        for n in from..to {
+            let (i, p) = self.tap_position(n);
+            let first = i - self.half as i64 + 1;
+            for (k, w) in window.iter_mut().enumerate() {
+                let at = first + k as i64;
+                *w = if at < 0 || at as u64 >= total {
+                    0.0
+                } else {
+                    usize::try_from(at - input_start)
+                        .ok()
+                        .and_then(|j| input.get(j))
+                        .copied()
+                        .unwrap_or(0.0)
+                };
+            }
+            out.push(dot(&window, &self.table[p * taps..(p + 1) * taps]));
+        }
+    }
+
+    /// Output samples a stream of `total` input samples has.
+    pub(crate) fn output_len(&self, total: u64) -> u64 {
+        (u128::from(total) * u128::from(self.out_rate)).div_ceil(u128::from(self.in_rate)) as u64
+    }
+
+    /// Output `n`'s centre input sample and kernel phase, as `produce` computes them.
+    fn tap_position(&self, n: u64) -> (i64, usize) {
+        let pos = u128::from(n) * u128::from(self.in_rate);
+        let out_rate = u128::from(self.out_rate);
+        let mut i = (pos / out_rate) as i64;
+        let rem = pos % out_rate;
+        let mut p = ((rem * self.phases as u128 + out_rate / 2) / out_rate) as usize;
+        if p == self.phases {
+            p = 0;
+            i += 1;
+        }
+        (i, p)
+    }
+}
+
 /// Dot product, written with eight independent sums so that it vectorises.
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
