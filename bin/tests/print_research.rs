@@ -199,7 +199,13 @@ fn clips(dir: &Path) -> (Audio, Vec<Arc<Vec<f32>>>) {
 }
 
 /// An episode of `seconds` with clip `k` at `at[k]` seconds, as MP3 bytes.
-fn episode(dir: &Path, name: &str, seed: u64, clips: &[Arc<Vec<f32>>], at: &[(usize, f64)]) -> Vec<u8> {
+fn episode(
+    dir: &Path,
+    name: &str,
+    seed: u64,
+    clips: &[Arc<Vec<f32>>],
+    at: &[(usize, f64)],
+) -> Vec<u8> {
     let insertions = at
         .iter()
         .map(|&(clip, s)| Insertion {
@@ -209,8 +215,8 @@ fn episode(dir: &Path, name: &str, seed: u64, clips: &[Arc<Vec<f32>>], at: &[(us
             over: false,
         })
         .collect();
-    let mut synth =
-        EpisodeSynth::new(seed, RATE, 240.0, 2, clips.to_vec(), insertions).with_bed(seed + 1, 0.03);
+    let mut synth = EpisodeSynth::new(seed, RATE, 240.0, 2, clips.to_vec(), insertions)
+        .with_bed(seed + 1, 0.03);
     let wav = dir.join(format!("{name}.wav"));
     common::audio::write_wav(&wav, RATE, &mut |b| synth.fill(b));
     let mp3 = dir.join(format!("{name}.mp3"));
@@ -252,7 +258,13 @@ fn scenario(url: &str) -> Scenario {
 
 /// Curates clip `k` and researches what it makes, with a media cache of its own (empty)
 /// and the print store `store`; the researcher's log.
-fn research_clip(s: &Scenario, audio: &Audio, k: usize, store: &str, extra: &[(&str, &str)]) -> String {
+fn research_clip(
+    s: &Scenario,
+    audio: &Audio,
+    k: usize,
+    store: &str,
+    extra: &[(&str, &str)],
+) -> String {
     let uri = format!("file://{}", audio.clips[k].display());
     s.run_with_input(
         &["send", "curated_clips"],
@@ -365,7 +377,11 @@ fn a_later_clip_is_answered_from_the_print_and_stale_prints_are_not_trusted() {
 
     // The first clip: a full analysis, which prints the episode.
     let log = research_clip(&s, &audio, 0, &store_arg, &[]);
-    assert_same(&found(&s, 0), &full_analysis(s.path(), &first_file, &audio.clips[0]), "clip 0");
+    assert_same(
+        &found(&s, 0),
+        &full_analysis(s.path(), &first_file, &audio.clips[0]),
+        "clip 0",
+    );
     let (full, _, _, _) = server.counts();
     assert_eq!(full, 1, "one download\n{log}");
     assert!(log.contains("episode print written"), "{log}");
@@ -378,7 +394,11 @@ fn a_later_clip_is_answered_from_the_print_and_stale_prints_are_not_trusted() {
     let log = research_clip(&s, &audio, 1, &store_arg, &[]);
     let after = server.counts();
     assert_eq!(after.0, before.0, "no whole download\n{log}");
-    assert_eq!(after.2 - before.2, 1, "one conditional request answered 304\n{log}");
+    assert_eq!(
+        after.2 - before.2,
+        1,
+        "one conditional request answered 304\n{log}"
+    );
     assert!(after.1 > before.1, "range requests\n{log}");
     let fetched = after.3 - before.3;
     assert!(
@@ -387,7 +407,11 @@ fn a_later_clip_is_answered_from_the_print_and_stale_prints_are_not_trusted() {
         first.len()
     );
     assert!(log.contains("answered from the episode's print"), "{log}");
-    assert_same(&found(&s, 1), &full_analysis(s.path(), &first_file, &audio.clips[1]), "clip 1");
+    assert_same(
+        &found(&s, 1),
+        &full_analysis(s.path(), &first_file, &audio.clips[1]),
+        "clip 1",
+    );
     assert!(print_size > 0);
 
     // The media changes (a new ETag, a new size): the print is not used, the episode is
@@ -406,16 +430,32 @@ fn a_later_clip_is_answered_from_the_print_and_stale_prints_are_not_trusted() {
     let log = research_clip(&s, &audio, 2, &store_arg, &[]);
     let after = server.counts();
     assert!(log.contains("changed_media"), "{log}");
-    assert_eq!(after.0 - before.0, 2, "the check's 200 (unread) and the download\n{log}");
+    assert_eq!(
+        after.0 - before.0,
+        2,
+        "the check's 200 (unread) and the download\n{log}"
+    );
     let new_answer = found(&s, 2);
-    assert_same(&new_answer, &full_analysis(s.path(), &second_file, &audio.clips[2]), "clip 2");
-    assert_eq!(new_answer.len(), 1, "the new media's one occurrence: {new_answer:?}");
+    assert_same(
+        &new_answer,
+        &full_analysis(s.path(), &second_file, &audio.clips[2]),
+        "clip 2",
+    );
+    assert_eq!(
+        new_answer.len(),
+        1,
+        "the new media's one occurrence: {new_answer:?}"
+    );
 
     // A server that ignores Range: still the right answer, by a full analysis.
     server.honour_ranges(false);
     let log = research_clip(&s, &audio, 3, &store_arg, &[]);
     assert!(log.contains("range_ignored"), "{log}");
-    assert_same(&found(&s, 3), &full_analysis(s.path(), &second_file, &audio.clips[3]), "clip 3");
+    assert_same(
+        &found(&s, 3),
+        &full_analysis(s.path(), &second_file, &audio.clips[3]),
+        "clip 3",
+    );
     server.honour_ranges(true);
 
     // A print of another format version (its checksum made good) is not used.
@@ -434,7 +474,11 @@ fn a_later_clip_is_answered_from_the_print_and_stale_prints_are_not_trusted() {
     let log = research_clip(&s, &audio, 4, &store_arg, &[]);
     assert!(log.contains("other_version"), "{log}");
     assert_eq!(server.counts().0 - before.0, 1, "downloaded in full\n{log}");
-    assert_same(&found(&s, 4), &full_analysis(s.path(), &second_file, &audio.clips[4]), "clip 4");
+    assert_same(
+        &found(&s, 4),
+        &full_analysis(s.path(), &second_file, &audio.clips[4]),
+        "clip 4",
+    );
 }
 
 /// Two researchers (two processes, each with a media cache of its own) share an S3 print
@@ -466,7 +510,13 @@ fn researchers_share_prints_on_s3() {
         });
     let media = tempfile::tempdir().unwrap();
     let (audio, samples) = clips(media.path());
-    let body = episode(media.path(), "shared", 70, &samples, &[(0, 50.0), (1, 120.0)]);
+    let body = episode(
+        media.path(),
+        "shared",
+        70,
+        &samples,
+        &[(0, 50.0), (1, 120.0)],
+    );
     let file = media.path().join("shared.mp3");
     let server = MediaServer::start(body, "\"s1\"");
     let s = scenario(&server.url);
@@ -484,7 +534,11 @@ fn researchers_share_prints_on_s3() {
     let after = server.counts();
     assert_eq!(after.0, before.0, "no whole download\n{log}");
     assert!(log.contains("answered from the episode's print"), "{log}");
-    assert_same(&found(&s, 1), &full_analysis(s.path(), &file, &audio.clips[1]), "clip 1");
+    assert_same(
+        &found(&s, 1),
+        &full_analysis(s.path(), &file, &audio.clips[1]),
+        "clip 1",
+    );
     let listed = s
         .run(&["prints", "--print-store", &store, "list", "--json"], &aws)
         .expect_code(0)

@@ -30,7 +30,11 @@ fn an_empty_default_store_lists_nothing() {
     assert!(run.stdout.starts_with("no prints in "), "{}", run.stdout);
     // The default store: under the user's (here the test's) cache directory, not the media
     // cache.
-    assert!(run.stdout.contains(".cache/archivist/prints"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains(".cache/archivist/prints"),
+        "{}",
+        run.stdout
+    );
     assert!(dir.path().join(".cache/archivist/prints").is_dir());
     let run = archivist(dir.path(), &["prints", "list", "--json"], &[]).expect_code(0);
     assert_eq!(run.stdout, "");
@@ -57,23 +61,42 @@ fn list_check_and_remove() {
             .unwrap_or_else(|| panic!("{key} not in {lines:?}"))
             .clone()
     };
-    assert_eq!(of(&listed, &good)["size"], 500 + prints::envelope::HEADER as u64);
+    assert_eq!(
+        of(&listed, &good)["size"],
+        500 + prints::envelope::HEADER as u64
+    );
     assert!(of(&listed, &good)["used"].is_string());
     let table = archivist(dir.path(), &["prints", "list"], &env).expect_code(0);
     assert!(table.stdout.contains(&good) && table.stdout.contains("size"));
 
     // One print cut short: `check` names it, and only it.
-    let path = DirStore::new(&store, u64::MAX).unwrap().path_of(&bad).unwrap();
+    let path = DirStore::new(&store, u64::MAX)
+        .unwrap()
+        .path_of(&bad)
+        .unwrap();
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
     let check = archivist(dir.path(), &["prints", "check", "--json"], &env).expect_code(0);
     let checked = check.json_lines();
     assert!(of(&checked, &good)["damage"].is_null());
-    assert!(of(&checked, &bad)["damage"].as_str().unwrap().contains("truncated"));
-    assert!(check.stderr.contains("2 whole, 1 damaged"), "{}", check.stderr);
+    assert!(of(&checked, &bad)["damage"]
+        .as_str()
+        .unwrap()
+        .contains("truncated"));
+    assert!(
+        check.stderr.contains("2 whole, 1 damaged"),
+        "{}",
+        check.stderr
+    );
     archivist(
         dir.path(),
-        &["prints", "--print-store", &given, "check", "--remove-damaged"],
+        &[
+            "prints",
+            "--print-store",
+            &given,
+            "check",
+            "--remove-damaged",
+        ],
         &[],
     )
     .expect_code(0);
@@ -112,7 +135,11 @@ fn usage_errors_exit_2() {
         &[("ARCHIVIST_PRINT_STORE", "ftp://host/prints")],
     )
     .expect_code(2);
-    assert!(run.stderr.contains("ARCHIVIST_PRINT_STORE"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("ARCHIVIST_PRINT_STORE"),
+        "{}",
+        run.stderr
+    );
     // A store where a file is: cannot be made.
     std::fs::write(dir.path().join("file"), b"x").unwrap();
     let run = archivist(

@@ -108,7 +108,9 @@ impl std::fmt::Debug for EpisodeMedia {
 }
 
 impl EpisodeMedia {
-    pub(crate) fn new(
+    /// The episode at `uri`, fetched by `media` when asked (stopping when the item's lease
+    /// ends at `lease_end`, or `cancel` is cancelled), its prints counted in `counters`.
+    pub fn new(
         media: Arc<Media>,
         uri: &str,
         lease_end: Option<chrono::DateTime<chrono::Utc>>,
@@ -202,5 +204,15 @@ impl EpisodeMedia {
                 Ok(Some(Ranges::File(FileRanges::new(file, meta.len()))))
             }
         }
+    }
+}
+
+impl analysis::ByteSource for Ranges {
+    fn len(&self) -> u64 {
+        Ranges::len(self)
+    }
+
+    fn read_at(&mut self, start: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        Ranges::read_at(self, start, len)
     }
 }

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::analyser::{Analyser, BoxError, Ending, Run};
 use crate::episode::{EpisodeError, EpisodeMedia};
+use crate::printing::{Fallback, Freshness, MediaIdentity};
 
 /// The reference analyser, shared by every slot (its clip fingerprint cache with it).
 pub struct ReferenceAnalyser {
@@ -117,7 +118,6 @@ impl Analyser for ReferenceAnalyser {
 /// One item whose episode the analyser fetches itself, if it needs its audio.
 struct Lazy {
     analyser: Arc<analysis::Analyser>,
-    #[allow(dead_code)]
     store: Option<Arc<dyn prints::PrintStore>>,
     input: Input,
     episode: EpisodeMedia,
@@ -128,19 +128,26 @@ struct Lazy {
 
 impl Lazy {
     fn analyse(self, lines: &mpsc::UnboundedSender<String>) -> Ending {
-        let fetched = match self.runtime.block_on(self.episode.fetch(false)) {
-            Ok(fetched) => fetched,
-            Err(e) => return self.unfetched(e, lines),
-        };
-        let _ = self.hash.set(fetched.sha256.clone());
         let clips = clip_inputs(&self.input);
         let mut progress = progress(lines);
-        let report = self
-            .analyser
-            .analyse_with_progress(&fetched.path, &clips, &mut progress);
-        say(report, &self.input, lines, &|text| {
-            self.episode.name_uri(text)
-        })
+        let outcome = analyse_episode(
+            &self.analyser,
+            self.store.as_deref(),
+            &self.episode,
+            &clips,
+            &self.runtime,
+            &mut progress,
+        );
+        match outcome {
+            EpisodeOutcome::Analysed { report, hash } => {
+                let _ = self.hash.set(hash);
+                say(report, &self.input, lines, &|text: &str| {
+                    self.episode.name_uri(text)
+                })
+            }
+            EpisodeOutcome::Unfetched(e) => self.unfetched(e, lines),
+            EpisodeOutcome::Failed(why) => Ending::Failed(why),
+        }
     }
 
     /// The episode could not be had: gone, every pair fails; else the item is tried again.
@@ -159,6 +166,157 @@ impl Lazy {
             EpisodeError::Passing(why) => Ending::Failed(format!("episode media: {why}")),
             EpisodeError::Cancelled => Ending::Failed("the researcher is stopping".into()),
         }
+    }
+}
+
+/// What [`analyse_episode`] came to.
+#[derive(Debug)]
+pub enum EpisodeOutcome {
+    /// Analysed, from the episode's print or in full: the report (or why the analysis
+    /// failed) and the SHA-256 of the episode's bytes.
+    Analysed {
+        /// The analysis's report.
+        report: Result<analysis::EpisodeReport, analysis::Error>,
+        /// The SHA-256 of the episode's bytes, lowercase hex.
+        hash: String,
+    },
+    /// The episode could not be had.
+    Unfetched(EpisodeError),
+    /// Answering from the print failed for a reason that may pass (a range request that
+    /// timed out): try again later.
+    Failed(String),
+}
+
+/// What came of trying the episode's print.
+enum Tried {
+    /// Answered from it, or ended for a reason a full analysis would share.
+    Done(EpisodeOutcome),
+    /// Not used: analyse in full; `afresh`: the media changed, download it again.
+    Fallback { afresh: bool },
+    /// There is none (or the store could not be read).
+    None,
+}
+
+/// One episode against `clips`: from its print in `store` when there is one made from the
+/// same media (a conditional request, or the file's size and time) and of this analyser's
+/// format, fetching only the byte ranges its candidates need; else a full analysis, which
+/// (with a store) writes the episode's new print. Each print not used is counted and said
+/// once in the log ([`crate::printing::PrintCounters`]). Blocking: call it from a blocking
+/// thread; `runtime` runs its requests.
+pub fn analyse_episode(
+    analyser: &analysis::Analyser,
+    store: Option<&dyn prints::PrintStore>,
+    episode: &EpisodeMedia,
+    clips: &[analysis::ClipInput],
+    runtime: &tokio::runtime::Handle,
+    progress: &mut dyn FnMut(analysis::Progress),
+) -> EpisodeOutcome {
+    let mut afresh = false;
+    if let Some(store) = store {
+        match from_print(analyser, store, episode, clips, runtime) {
+            Tried::Done(outcome) => return outcome,
+            Tried::Fallback { afresh: a } => afresh = a,
+            Tried::None => {}
+        }
+    }
+    let fetched = match runtime.block_on(episode.fetch(afresh)) {
+        Ok(fetched) => fetched,
+        Err(e) => return EpisodeOutcome::Unfetched(e),
+    };
+    let hash = fetched.sha256.clone();
+    let identity = fetched
+        .identity
+        .clone()
+        .filter(MediaIdentity::can_be_checked);
+    let (Some(store), Some(identity)) = (store, identity) else {
+        let report = analyser.analyse_with_progress(&fetched.path, clips, progress);
+        return EpisodeOutcome::Analysed { report, hash };
+    };
+    let printed = analyser.analyse_printing(&fetched.path, clips, identity.to_text(), progress);
+    let report = printed.map(|(report, print)| {
+        let bytes = print.to_bytes();
+        let key = prints::print_key(episode.uri());
+        let shown = messagebus::redact_url(episode.uri());
+        match runtime.block_on(store.put(&key, &bytes)) {
+            Ok(()) => episode.counters().written(&shown, bytes.len()),
+            Err(e) => {
+                tracing::warn!(episode = %shown, error = %e, "could not keep the episode's print")
+            }
+        }
+        report
+    });
+    EpisodeOutcome::Analysed { report, hash }
+}
+
+/// Tries to answer from the episode's print.
+fn from_print(
+    analyser: &analysis::Analyser,
+    store: &dyn prints::PrintStore,
+    episode: &EpisodeMedia,
+    clips: &[analysis::ClipInput],
+    runtime: &tokio::runtime::Handle,
+) -> Tried {
+    let counters = episode.counters();
+    let shown = messagebus::redact_url(episode.uri());
+    let key = prints::print_key(episode.uri());
+    let fallback = |why: Fallback, detail: &str, afresh: bool| {
+        counters.fallback(&shown, why, detail);
+        Tried::Fallback { afresh }
+    };
+    let bytes = match runtime.block_on(store.get(&key)) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Tried::None,
+        Err(prints::StoreError::Damaged { why, .. }) => {
+            return fallback(Fallback::Damaged, &why, false)
+        }
+        Err(e) => {
+            tracing::warn!(episode = %shown, error = %e, "cannot read the print store: analysing the episode in full");
+            return Tried::None;
+        }
+    };
+    let print = match analysis::EpisodePrint::from_bytes(&bytes, analyser.params()) {
+        Ok(print) => print,
+        Err(analysis::PrintError::Damaged(why)) => return fallback(Fallback::Damaged, &why, false),
+        Err(e) => return fallback(Fallback::OtherVersion, &e.to_string(), false),
+    };
+    let Some(identity) = MediaIdentity::parse(print.identity()) else {
+        return fallback(
+            Fallback::OtherVersion,
+            "its media identity is not one this researcher reads",
+            false,
+        );
+    };
+    match runtime.block_on(episode.freshness(&identity)) {
+        Ok(Freshness::Same) => {}
+        Ok(Freshness::Changed) => {
+            return fallback(Fallback::ChangedMedia, "a new ETag, time or size", true)
+        }
+        Ok(Freshness::Gone(why)) => {
+            return Tried::Done(EpisodeOutcome::Unfetched(EpisodeError::Gone(why)))
+        }
+        Err(e) => return Tried::Done(EpisodeOutcome::Unfetched(e)),
+    }
+    let mut ranges = match runtime.block_on(episode.ranges(&identity, runtime.clone())) {
+        Ok(Some(ranges)) => ranges,
+        Ok(None) => return Tried::None,
+        Err(e) => return Tried::Done(EpisodeOutcome::Unfetched(e)),
+    };
+    match analyser.analyse_from_print(&print, &mut ranges, clips) {
+        Ok(report) => {
+            counters.used(&shown);
+            Tried::Done(EpisodeOutcome::Analysed {
+                report: Ok(report),
+                hash: print.hash().to_string(),
+            })
+        }
+        Err(e) => match ranges.fallback() {
+            Some(why) => fallback(why, &e.to_string(), why == Fallback::ChangedMedia),
+            None if e.is_retryable() => Tried::Done(EpisodeOutcome::Failed(format!(
+                "the episode's print: {}",
+                episode.name_uri(&e.to_string())
+            ))),
+            None => fallback(Fallback::Damaged, &e.to_string(), false),
+        },
     }
 }
 
