@@ -549,3 +549,175 @@ impl FileRanges {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use axum::http::HeaderMap as AxumHeaders;
+    use axum::response::IntoResponse;
+    use net::address_policy::{AddressPolicy, Redirects};
+
+    /// Serves `BODY` at `/m` with ETag `"e1"`: conditional requests, ranges (unless `/plain`,
+    /// which ignores Range) and `If-Range` as a server should.
+    const BODY: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+
+    async fn media(headers: AxumHeaders, uri: axum::http::Uri) -> axum::response::Response {
+        use axum::http::{header as h, StatusCode as S};
+        let etag = "\"e1\"";
+        let get = |n: h::HeaderName| headers.get(n).and_then(|v| v.to_str().ok());
+        if get(h::IF_NONE_MATCH) == Some(etag) {
+            return (S::NOT_MODIFIED, [(h::ETAG, etag)]).into_response();
+        }
+        let ranged = uri.path() != "/plain" && get(h::IF_RANGE).is_none_or(|v| v == etag);
+        if let Some((a, b)) = get(h::RANGE)
+            .filter(|_| ranged)
+            .and_then(|r| r.strip_prefix("bytes="))
+            .and_then(|r| r.split_once('-'))
+        {
+            let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
+            let b = b.min(BODY.len() - 1);
+            return (
+                S::PARTIAL_CONTENT,
+                [
+                    (h::ETAG, etag.to_string()),
+                    (h::CONTENT_RANGE, format!("bytes {a}-{b}/{}", BODY.len())),
+                ],
+                BODY[a..=b].to_vec(),
+            )
+                .into_response();
+        }
+        (S::OK, [(h::ETAG, etag)], BODY.to_vec()).into_response()
+    }
+
+    async fn serve() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(axum::routing::get(media));
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}")
+    }
+
+    fn client() -> address_policy::Client {
+        let policy = AddressPolicy::any();
+        address_policy::Client::build(&policy, policy.client_builder(), Redirects::Follow(3))
+            .unwrap()
+    }
+
+    fn http(etag: &str, len: u64) -> MediaIdentity {
+        MediaIdentity::Http {
+            etag: Some(etag.into()),
+            last_modified: None,
+            content_length: Some(len),
+        }
+    }
+
+    #[test]
+    fn identities_round_trip_and_say_whether_they_can_be_checked() {
+        let id = http("\"e1\"", 36);
+        assert_eq!(MediaIdentity::parse(&id.to_text()), Some(id.clone()));
+        assert!(id.can_be_checked());
+        let none = MediaIdentity::Http {
+            etag: None,
+            last_modified: None,
+            content_length: Some(3),
+        };
+        assert!(!none.can_be_checked(), "nothing to show it unchanged");
+        assert_eq!(MediaIdentity::parse("not json"), None);
+        let mut h = HeaderMap::new();
+        h.insert(header::ETAG, "\"x\"".parse().unwrap());
+        h.insert(header::CONTENT_LENGTH, "12".parse().unwrap());
+        assert_eq!(MediaIdentity::from_headers(&h), http("\"x\"", 12));
+        // A weak ETag never shows a 200's body to be the same bytes.
+        assert!(!http("W/\"x\"", 12).same_as(&http("W/\"x\"", 12)));
+        assert!(http("\"x\"", 12).same_as(&http("\"x\"", 12)));
+        assert!(!http("\"x\"", 12).same_as(&http("\"y\"", 12)));
+    }
+
+    #[test]
+    fn a_file_is_the_same_until_its_size_or_time_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.wav");
+        std::fs::write(&path, b"abc").unwrap();
+        let id = MediaIdentity::of_file(&std::fs::metadata(&path).unwrap()).unwrap();
+        assert_eq!(check_local(&std::fs::metadata(&path).unwrap(), &id), Freshness::Same);
+        std::fs::write(&path, b"abcd").unwrap();
+        assert_eq!(
+            check_local(&std::fs::metadata(&path).unwrap(), &id),
+            Freshness::Changed
+        );
+    }
+
+    #[tokio::test]
+    async fn conditional_checks() {
+        let base = serve().await;
+        let url = |p: &str| reqwest::Url::parse(&format!("{base}{p}")).unwrap();
+        let c = client();
+        let len = BODY.len() as u64;
+        // 304.
+        assert_eq!(
+            check_remote(&c, url("/m"), &http("\"e1\"", len)).await.unwrap(),
+            Freshness::Same
+        );
+        // Another ETag: the server answers 200 with its own.
+        assert_eq!(
+            check_remote(&c, url("/m"), &http("\"e0\"", len)).await.unwrap(),
+            Freshness::Changed
+        );
+        // Nothing to ask with: changed, without a request.
+        let none = MediaIdentity::Http {
+            etag: None,
+            last_modified: None,
+            content_length: Some(len),
+        };
+        assert_eq!(
+            check_remote(&c, url("/m"), &none).await.unwrap(),
+            Freshness::Changed
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ranges_are_read_and_counted_and_a_whole_body_is_noticed() {
+        let base = serve().await;
+        let counters = Arc::new(PrintCounters::default());
+        let len = BODY.len() as u64;
+        let make = |path: &str, etag: &str| {
+            HttpRanges::new(
+                client(),
+                reqwest::Url::parse(&format!("{base}{path}")).unwrap(),
+                &http(etag, len),
+                tokio::runtime::Handle::current(),
+                CancellationToken::new(),
+                counters.clone(),
+            )
+            .unwrap()
+        };
+        let (mut good, mut plain, mut stale) =
+            (make("/m", "\"e1\""), make("/plain", "\"e1\""), make("/m", "\"e0\""));
+        let (good, plain, stale) = tokio::task::spawn_blocking(move || {
+            assert_eq!(good.read_at(10, 5).unwrap(), b"abcde");
+            assert_eq!(good.read_at(30, 100).unwrap(), b"uvwxyz", "cut at the end");
+            assert_eq!(good.read_at(100, 5).unwrap(), b"", "past the end");
+            assert!(plain.read_at(0, 4).is_err());
+            assert!(stale.read_at(0, 4).is_err());
+            (good, plain, stale)
+        })
+        .await
+        .unwrap();
+        assert_eq!(good.fallback(), None);
+        assert_eq!(plain.fallback(), Some(Fallback::RangeIgnored));
+        assert_eq!(stale.fallback(), Some(Fallback::ChangedMedia));
+        let counted = counters.snapshot();
+        assert_eq!((counted.range_requests, counted.range_bytes), (2, 11));
+    }
+
+    #[test]
+    fn file_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a");
+        std::fs::write(&path, BODY).unwrap();
+        let mut r = FileRanges::new(std::fs::File::open(&path).unwrap(), BODY.len() as u64);
+        assert_eq!(r.read_at(10, 5).unwrap(), b"abcde");
+        assert_eq!(r.read_at(34, 5).unwrap(), b"yz");
+    }
+}

@@ -919,18 +919,21 @@ mod tests {
         let (sent, sends) = unbounded_channel();
         let ctx = Context {
             analyser: Arc::new(Scripted(Mutex::new(Some(lines)), ending)),
-            media: Media::new(MediaConfig {
-                cache_dir: dir.path().join("cache"),
-                cache_size: 1 << 20,
-                max_size: 1 << 20,
-                media_roots: Vec::new(),
-                connect_timeout: Duration::from_secs(1),
-                read_timeout: Duration::from_secs(1),
-                attempts: 1,
-                addresses: Default::default(),
-                min_rate: 0,
-            })
-            .unwrap(),
+            media: Arc::new(
+                Media::new(MediaConfig {
+                    cache_dir: dir.path().join("cache"),
+                    cache_size: 1 << 20,
+                    max_size: 1 << 20,
+                    media_roots: Vec::new(),
+                    connect_timeout: Duration::from_secs(1),
+                    read_timeout: Duration::from_secs(1),
+                    attempts: 1,
+                    addresses: Default::default(),
+                    min_rate: 0,
+                })
+                .unwrap(),
+            ),
+            prints: Arc::default(),
             results: Arc::new(Recording(sent)),
             hard_stop: CancellationToken::new(),
             stall_timeout: Duration::from_secs(60),
