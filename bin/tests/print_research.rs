@@ -203,6 +203,7 @@ fn episode(
     dir: &Path,
     name: &str,
     seed: u64,
+    seconds: f64,
     clips: &[Arc<Vec<f32>>],
     at: &[(usize, f64)],
 ) -> Vec<u8> {
@@ -215,7 +216,7 @@ fn episode(
             over: false,
         })
         .collect();
-    let mut synth = EpisodeSynth::new(seed, RATE, 240.0, 2, clips.to_vec(), insertions)
+    let mut synth = EpisodeSynth::new(seed, RATE, seconds, 2, clips.to_vec(), insertions)
         .with_bed(seed + 1, 0.03);
     let wav = dir.join(format!("{name}.wav"));
     common::audio::write_wav(&wav, RATE, &mut |b| synth.fill(b));
@@ -366,6 +367,7 @@ fn a_later_clip_is_answered_from_the_print_and_stale_prints_are_not_trusted() {
         media.path(),
         "first",
         50,
+        240.0,
         &samples,
         &[(0, 20.0), (1, 95.5), (0, 170.25), (2, 200.0)],
     );
@@ -420,6 +422,7 @@ fn a_later_clip_is_answered_from_the_print_and_stale_prints_are_not_trusted() {
         media.path(),
         "second",
         60,
+        230.0,
         &samples,
         &[(2, 33.0), (1, 150.0), (4, 190.0)],
     );
@@ -514,6 +517,7 @@ fn researchers_share_prints_on_s3() {
         media.path(),
         "shared",
         70,
+        240.0,
         &samples,
         &[(0, 50.0), (1, 120.0)],
     );

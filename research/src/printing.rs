@@ -640,7 +640,10 @@ mod tests {
         let path = dir.path().join("a.wav");
         std::fs::write(&path, b"abc").unwrap();
         let id = MediaIdentity::of_file(&std::fs::metadata(&path).unwrap()).unwrap();
-        assert_eq!(check_local(&std::fs::metadata(&path).unwrap(), &id), Freshness::Same);
+        assert_eq!(
+            check_local(&std::fs::metadata(&path).unwrap(), &id),
+            Freshness::Same
+        );
         std::fs::write(&path, b"abcd").unwrap();
         assert_eq!(
             check_local(&std::fs::metadata(&path).unwrap(), &id),
@@ -656,12 +659,16 @@ mod tests {
         let len = BODY.len() as u64;
         // 304.
         assert_eq!(
-            check_remote(&c, url("/m"), &http("\"e1\"", len)).await.unwrap(),
+            check_remote(&c, url("/m"), &http("\"e1\"", len))
+                .await
+                .unwrap(),
             Freshness::Same
         );
         // Another ETag: the server answers 200 with its own.
         assert_eq!(
-            check_remote(&c, url("/m"), &http("\"e0\"", len)).await.unwrap(),
+            check_remote(&c, url("/m"), &http("\"e0\"", len))
+                .await
+                .unwrap(),
             Freshness::Changed
         );
         // Nothing to ask with: changed, without a request.
@@ -692,8 +699,11 @@ mod tests {
             )
             .unwrap()
         };
-        let (mut good, mut plain, mut stale) =
-            (make("/m", "\"e1\""), make("/plain", "\"e1\""), make("/m", "\"e0\""));
+        let (mut good, mut plain, mut stale) = (
+            make("/m", "\"e1\""),
+            make("/plain", "\"e1\""),
+            make("/m", "\"e0\""),
+        );
         let (good, plain, stale) = tokio::task::spawn_blocking(move || {
             assert_eq!(good.read_at(10, 5).unwrap(), b"abcde");
             assert_eq!(good.read_at(30, 100).unwrap(), b"uvwxyz", "cut at the end");
