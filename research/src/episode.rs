@@ -52,7 +52,7 @@ pub struct FetchedEpisode {
 #[derive(Debug)]
 pub enum Ranges {
     /// Remote media.
-    Http(HttpRanges),
+    Http(Box<HttpRanges>),
     /// A local file.
     File(FileRanges),
 }
@@ -198,7 +198,7 @@ impl EpisodeMedia {
                 self.cancel.clone(),
                 self.counters.clone(),
             )
-            .map(Ranges::Http)),
+            .map(|r| Ranges::Http(Box::new(r)))),
             Source::Local(path) => {
                 let (file, meta, _) = self.media.open_local(&path).await?;
                 Ok(Some(Ranges::File(FileRanges::new(file, meta.len()))))

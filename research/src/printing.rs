@@ -106,7 +106,7 @@ impl MediaIdentity {
     }
 
     /// The whole media's length, if known.
-    pub fn len(&self) -> Option<u64> {
+    pub fn media_len(&self) -> Option<u64> {
         match self {
             MediaIdentity::Http { content_length, .. } => *content_length,
             MediaIdentity::File { size, .. } => Some(*size),
