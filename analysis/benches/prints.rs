@@ -114,10 +114,7 @@ fn corpus(dir: &Path, minutes: f64) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput)
     }
     let mut episodes = Vec::new();
     for (name, args) in [
-        (
-            "mp3-cbr128.mp3",
-            &["-c:a", "libmp3lame", "-b:a", "128k"][..],
-        ),
+        ("mp3-cbr128.mp3", &["-c:a", "libmp3lame", "-b:a", "128k"][..]),
         ("mp3-vbr.mp3", &["-c:a", "libmp3lame", "-q:a", "4"][..]),
         ("aac128.m4a", &["-c:a", "aac", "-b:a", "128k"][..]),
         ("vorbis.ogg", &["-c:a", "libvorbis", "-q:a", "4"][..]),
@@ -148,14 +145,9 @@ fn analysis_corpus(dir: &Path) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput) {
         .into_iter()
         .filter(|p| {
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            [
-                "-mp3_64k.mp3",
-                "-aac_96k.m4a",
-                "-ogg_q2.ogg",
-                "-lossless.flac",
-            ]
-            .iter()
-            .any(|class| name.ends_with(class))
+            ["-mp3_64k.mp3", "-aac_96k.m4a", "-ogg_q2.ogg", "-lossless.flac"]
+                .iter()
+                .any(|class| name.ends_with(class))
         })
         .collect();
     let mut clips: Vec<ClipInput> = list("clips")

@@ -308,13 +308,7 @@ impl Decoder {
             self.skip -= skip as u64;
             let samples = &buffer.samples()[skip * channels..];
             let frames = frames - skip;
-            note(
-                &mut self.log,
-                &self.hash,
-                &packet,
-                skip as u32,
-                frames as u32,
-            );
+            note(&mut self.log, &self.hash, &packet, skip as u32, frames as u32);
             if frames == 0 {
                 continue;
             }

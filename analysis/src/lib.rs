@@ -269,7 +269,9 @@ impl Analyser {
         let rate = decoder.sample_rate();
         let frames = decoder.frames_decoded();
         let duration_ns = ns(frames, rate);
-        let (found, peaks) = scan.map(EpisodeScan::finish_keeping).unwrap_or_default();
+        let (found, peaks) = scan
+            .map(EpisodeScan::finish_keeping)
+            .unwrap_or_default();
         let log = decoder.take_packet_log();
         let hash = decoder.finish_hash()?;
         let mut found = found.into_iter();

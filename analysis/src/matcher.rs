@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use crate::clip::ClipPrint;
 use crate::landmarks::{Fingerprinter, Landmark};
-use crate::params::Params;
 use crate::peaks::Peak;
+use crate::params::Params;
 use crate::refine::{peak, value_at, Correlator, History};
 use crate::resample::Resampler;
 
@@ -187,10 +187,7 @@ impl EpisodeScan {
 
     /// The print path: the candidates closed so far.
     pub(crate) fn take_candidates(&mut self) -> Vec<Candidate> {
-        self.deferred
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
+        self.deferred.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The stretches of the episode (samples at the analysis rate, `from..to`) the

@@ -51,9 +51,7 @@ pub enum PrintError {
     },
     /// A print made with other peak parameters: its peaks are not the ones this analyser
     /// would compute.
-    #[error(
-        "episode print made with other peak parameters ({found:016x}, these are {expected:016x})"
-    )]
+    #[error("episode print made with other peak parameters ({found:016x}, these are {expected:016x})")]
     Params {
         /// The print's parameters' version.
         found: u64,
@@ -244,11 +242,7 @@ impl CodecSpec {
             delay: params.delay.unwrap_or(0),
             padding: params.padding.unwrap_or(0),
             n_frames: params.n_frames.unwrap_or(0),
-            extra_data: params
-                .extra_data
-                .as_deref()
-                .map(<[u8]>::to_vec)
-                .unwrap_or_default(),
+            extra_data: params.extra_data.as_deref().map(<[u8]>::to_vec).unwrap_or_default(),
         }
     }
 
@@ -701,10 +695,7 @@ mod tests {
         let bytes = p.to_bytes();
         let back = EpisodePrint::from_bytes(&bytes, &Params::default()).unwrap();
         assert_eq!(back, p);
-        assert_eq!(
-            back.codec.parameters().unwrap().codec,
-            codecs::CODEC_TYPE_MP3
-        );
+        assert_eq!(back.codec.parameters().unwrap().codec, codecs::CODEC_TYPE_MP3);
     }
 
     #[test]

@@ -12,16 +12,16 @@ use std::sync::Arc;
 
 use crate::landmarks::Pairer;
 use crate::matcher::EpisodeScan;
-use crate::matcher::{SCORE_SLACK, SCORE_STEPS};
 use crate::params::Params;
 use crate::peaks::Peak;
 use crate::print::{self, ByteSource, CodecSpec, EpisodePrint};
 use crate::print_record::PacketLog;
 use crate::print_window::{Fetched, Packets, WindowError};
+use crate::matcher::{SCORE_SLACK, SCORE_STEPS};
 use crate::refine::{value_at, Correlator, History, INTERPOLATION_TAPS};
 use crate::resample::Resampler;
-use crate::Progress;
 use crate::{Analyser, ClipInput, ClipOutcome, ClipPrint, ClipReport, EpisodeReport, Error};
+use crate::Progress;
 
 /// Landmarks voted at a time on the print path.
 const BATCH: usize = 4_096;
@@ -91,10 +91,7 @@ impl Analyser {
         let name = PathBuf::from(format!("episode {}", print.hash()));
         let expected = print::params_version(&self.params);
         if print.params_version != expected {
-            return Err(unusable(
-                name,
-                "the print was made with other peak parameters",
-            ));
+            return Err(unusable(name, "the print was made with other peak parameters"));
         }
         if media.len() != print.media_len {
             return Err(unusable(
@@ -319,7 +316,10 @@ impl<'a> Refiner<'a> {
             // One sample before, for the pre-emphasis (silence before the episode).
             let from = a.saturating_sub(1);
             let (first, end) = self.resampler.input_span(from, b);
-            let (in_from, in_to) = (first.max(0) as u64, (end.max(0) as u64).min(self.frames));
+            let (in_from, in_to) = (
+                first.max(0) as u64,
+                (end.max(0) as u64).min(self.frames),
+            );
             let input = self.packets.decode(&mut self.fetched, in_from, in_to)?;
             let mut plain = Vec::with_capacity((b - from) as usize);
             self.resampler

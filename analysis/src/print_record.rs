@@ -84,9 +84,7 @@ impl Recent {
                 continue;
             }
             // An Ogg page header between two pieces of the packet: skipped.
-            let page = (0..4)
-                .map(|k| self.byte(q + k))
-                .collect::<Option<Vec<u8>>>()?;
+            let page = (0..4).map(|k| self.byte(q + k)).collect::<Option<Vec<u8>>>()?;
             if page != b"OggS" {
                 return None;
             }
@@ -117,7 +115,10 @@ impl Recent {
         let probe = &data[..data.len().min(PROBE)];
         for (at, bytes) in self.chunks.iter().rev() {
             let mut from = 0;
-            while let Some(i) = bytes[from..].windows(probe.len()).position(|w| w == probe) {
+            while let Some(i) = bytes[from..]
+                .windows(probe.len())
+                .position(|w| w == probe)
+            {
                 let pos = *at + (from + i) as u64;
                 if let Some(p) = self.matches(pos, data) {
                     return Some(p);
@@ -213,10 +214,7 @@ mod tests {
         r.record(0, &media[..3_000]);
         r.record(3_000, &media[3_000..]);
         assert_eq!(r.find(Some(100), &media[100..150]), Some(vec![(100, 50)]));
-        assert_eq!(
-            r.find(Some(0), &media[1_234..1_300]),
-            Some(vec![(1_234, 66)])
-        );
+        assert_eq!(r.find(Some(0), &media[1_234..1_300]), Some(vec![(1_234, 66)]));
         r.seeked(4_000);
         assert_eq!(r.find(None, &media[4_000..4_010]), Some(vec![(4_000, 10)]));
         // A page header of 27 + 2 bytes between two pieces.

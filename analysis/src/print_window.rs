@@ -61,7 +61,11 @@ impl<'a> Fetched<'a> {
                 q = covered;
                 continue;
             }
-            let next = self.blocks.range(q..end).next().map_or(end, |(&s, _)| s);
+            let next = self
+                .blocks
+                .range(q..end)
+                .next()
+                .map_or(end, |(&s, _)| s);
             let len = usize::try_from(next - q)
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "stretch too long"))?;
             let bytes = self.media.read_at(q, len)?;
@@ -148,10 +152,7 @@ impl<'p> Packets<'p> {
         // Fetch: the packets' runs of bytes, near ones merged.
         let mut runs: Vec<(u64, u64)> = Vec::new();
         for i in pre..last {
-            for (s, e) in self
-                .pieces(i)
-                .ok_or_else(|| unusable("a packet not indexed"))?
-            {
+            for (s, e) in self.pieces(i).ok_or_else(|| unusable("a packet not indexed"))? {
                 match runs.last_mut() {
                     Some(r) if s >= r.0 && s <= r.1 + MERGE_GAP => r.1 = r.1.max(e),
                     _ => runs.push((s, e)),
@@ -178,15 +179,13 @@ impl<'p> Packets<'p> {
             let entry = self.print.packets[i];
             let extra = self.print.extras.get(&(i as u32));
             data.clear();
-            for (s, e) in self
-                .pieces(i)
-                .ok_or_else(|| unusable("a packet not indexed"))?
-            {
+            for (s, e) in self.pieces(i).ok_or_else(|| unusable("a packet not indexed"))? {
                 fetched
                     .copy(s, e, &mut data)
                     .ok_or_else(|| unusable("a packet's bytes were not fetched"))?;
             }
-            let mut packet = Packet::new_from_slice(0, self.starts[i], u64::from(entry.out), &data);
+            let mut packet =
+                Packet::new_from_slice(0, self.starts[i], u64::from(entry.out), &data);
             packet.trim_start = extra.map_or(0, |x| x.trim_start);
             packet.trim_end = extra.map_or(0, |x| x.trim_end);
             let decoded = guard::catch(|| decoder.decode(&packet).map(|_| ()));
@@ -260,7 +259,11 @@ impl<'p> Packets<'p> {
             Some(PacketExtra { pieces: None, .. }) => None,
             Some(PacketExtra {
                 pieces: Some(p), ..
-            }) if !p.is_empty() => Some(p.iter().map(|&(s, l)| (s, s + u64::from(l))).collect()),
+            }) if !p.is_empty() => Some(
+                p.iter()
+                    .map(|&(s, l)| (s, s + u64::from(l)))
+                    .collect(),
+            ),
             _ => Some(vec![(entry.pos, entry.pos + u64::from(entry.len))]),
         }
     }

@@ -142,10 +142,7 @@ impl Resampler {
             let (i, _) = self.tap_position(n);
             i - self.half as i64 + 1
         };
-        (
-            first(from),
-            first(to.max(from + 1) - 1) + 2 * self.half as i64,
-        )
+        (first(from), first(to.max(from + 1) - 1) + 2 * self.half as i64)
     }
 
     /// Output samples `from..to` of a stream of `total` input samples, computed from the

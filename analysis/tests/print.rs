@@ -138,10 +138,7 @@ fn assert_same(what: &str, full: &EpisodeReport, other: &EpisodeReport) {
                 x.offset_ns.abs_diff(y.offset_ns) <= 1_000_000,
                 "{what}: clip {c}: {x:?} / {y:?}"
             );
-            assert!(
-                (x.score - y.score).abs() <= 0.01,
-                "{what}: clip {c}: {x:?} / {y:?}"
-            );
+            assert!((x.score - y.score).abs() <= 0.01, "{what}: clip {c}: {x:?} / {y:?}");
         }
     }
 }
