@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::commands::{
     analyse, clips, completed_research, completions, demo, episodes, matches, migrate,
-    pending_research, queues, receive, redrive, retry_failed, run, send, serve, status, token,
+    pending_research, prints, queues, receive, redrive, retry_failed, run, send, serve, status,
+    token,
 };
 use crate::config::{Config, GlobalArgs};
 
@@ -100,6 +101,10 @@ pub(crate) enum Command {
     /// The API's bearer tokens (serve --api): create (printed once), list, revoke
     #[command(after_help = token::EXAMPLES)]
     Token(token::TokenArgs),
+    /// List, check and remove the episode prints of a print store (--print-store)
+    #[command(long_about = prints::ABOUT)]
+    #[command(after_help = prints::EXAMPLES)]
+    Prints(prints::PrintsArgs),
 }
 
 impl Command {
@@ -128,6 +133,7 @@ impl Command {
             Command::RetryFailed(args) => retry_failed::run(&config, &token, &args).await,
             Command::Research(args) => crate::commands::research::run(&config, token, args).await,
             Command::Token(args) => token::run(&config, &token, &args).await,
+            Command::Prints(args) => prints::run(&args, &token).await,
             // Answered in main, before the configuration is read.
             Command::Completions(_) => Ok(()),
         }
@@ -219,6 +225,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
     ("serve", &[DATASTORE, BUS, QUEUES, CONNECT, LOGS]),
     ("curate", crate::commands::curate::USED_OPTIONS),
     ("analyse", &[LOGS]),
+    ("prints", &[LOGS]),
     ("retry-failed", &[DATASTORE, CONNECT, LOGS]),
     ("token", &[DATASTORE, CONNECT, LOGS]),
     (

@@ -741,3 +741,35 @@ fn queue_error(e: BusError, queue: &str) -> anyhow::Error {
         other => anyhow::Error::new(other).context(format!("queue {queue:?}")),
     }
 }
+
+/// The print store `--print-store` names, or (`default` and none named) the directory under
+/// the user's cache directory; `None` when none is named and there is no default.
+/// A store that cannot be used as given is a usage error (exit 2).
+pub(crate) async fn print_store(
+    args: &crate::values::PrintStoreArgs,
+    default: bool,
+) -> anyhow::Result<Option<Arc<dyn prints::PrintStore>>> {
+    let given = match &args.print_store {
+        Some(given) => given.clone(),
+        None if default => prints::default_dir()
+            .ok_or_else(|| {
+                usage(
+                    "no print store: neither XDG_CACHE_HOME nor HOME is set; give \
+                     --print-store (ARCHIVIST_PRINT_STORE)",
+                )
+            })?
+            .display()
+            .to_string(),
+        None => return Ok(None),
+    };
+    let options = prints::StoreOptions {
+        max_bytes: args.print_store_size,
+    };
+    match prints::open(&given, &options).await {
+        Ok(store) => Ok(Some(store)),
+        Err(e @ (prints::StoreError::Config { .. } | prints::StoreError::BadKey(_))) => {
+            Err(usage(format!("--print-store (ARCHIVIST_PRINT_STORE): {e}")))
+        }
+        Err(e) => Err(anyhow!(e)),
+    }
+}

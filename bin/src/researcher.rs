@@ -43,6 +43,8 @@ pub(crate) struct Setup {
     pub(crate) drain_timeout: Duration,
     /// Holds of items whose analyser asked for a later try.
     pub(crate) later: Later,
+    /// What the researcher counts of episode prints.
+    pub(crate) print_counters: Arc<research::printing::PrintCounters>,
 }
 
 /// Runs a researcher on `bus` until `token` is cancelled (then the drain) or, with `once`,
@@ -73,6 +75,7 @@ pub(crate) async fn run_on(
         later: setup.later,
         max_receives: config.max_receives,
         retry_budget: config.retry_budget,
+        print_counters: setup.print_counters.clone(),
     };
     let handle = research::start(
         token.clone(),

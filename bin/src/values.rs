@@ -140,6 +140,26 @@ pub(crate) fn refused_token(error: &anyhow::Error) -> bool {
     })
 }
 
+/// Where episode prints are kept (`research`, `analyse`, `prints`): see crate `prints`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct PrintStoreArgs {
+    /// Where episode prints are kept: a directory, or s3://bucket/prefix (configured as the
+    /// AWS SDK is: AWS_REGION, the usual credentials, AWS_ENDPOINT_URL for an S3-compatible
+    /// store) [default: $XDG_CACHE_HOME/archivist/prints, else ~/.cache/archivist/prints]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "ARCHIVIST_PRINT_STORE",
+        hide_env_values = true
+    )]
+    pub(crate) print_store: Option<String>,
+    /// The most a directory print store keeps, as 500MB or 10GiB (least recently used
+    /// evicted)
+    #[arg(long, env = "ARCHIVIST_PRINT_STORE_SIZE", hide_env_values = true,
+          default_value = "10GiB", value_parser = parse_size)]
+    pub(crate) print_store_size: u64,
+}
+
 /// Parses `90s`, `15m`, `2h`, `1h 30m` (humantime).
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (expected e.g. 90s, 15m, 2h)"))

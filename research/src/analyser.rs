@@ -5,6 +5,8 @@
 
 use async_trait::async_trait;
 
+use crate::episode::EpisodeMedia;
+
 /// An analyser's error: any error, boxed (as `tower::BoxError`), so that an analyser can use
 /// `?` on its own errors. Its text and its sources' texts, joined with `: `, become the work
 /// item's failure reason.
@@ -38,6 +40,29 @@ pub trait Analyser: Send + Sync {
     /// Names the analyser in logs and the status, as `exec python3` (never a secret: URLs
     /// are shown with their credentials masked).
     fn describe(&self) -> String;
+
+    /// Whether this analyser fetches the episode itself, when it needs its audio (the
+    /// reference analyser with a print store, which may answer from the episode's print):
+    /// the runtime then fetches only the clips, and starts it with
+    /// [`start_fetching`](Self::start_fetching).
+    fn fetches_episode(&self) -> bool {
+        false
+    }
+
+    /// Starts analysing one work item whose episode the runtime did not fetch (only when
+    /// [`fetches_episode`](Self::fetches_episode)): `input` as for [`start`](Self::start)
+    /// but with the episode's `media_path` empty; `episode` fetches it, or what a print
+    /// needs of it. The run says the episode's hash ([`Run::episode_hash`]) before its first
+    /// answer.
+    async fn start_fetching(
+        &self,
+        input: Vec<u8>,
+        lease: &str,
+        episode: EpisodeMedia,
+    ) -> Result<Box<dyn Run>, BoxError> {
+        drop(episode);
+        self.start(input, lease).await
+    }
 }
 
 /// One analysis run: its output lines (the analyser protocol's, see [`crate::protocol`]),
@@ -56,6 +81,13 @@ pub trait Run: Send {
     /// Stops the run now (a stall, a bad line, the drain timeout): a child gets SIGTERM, then
     /// SIGKILL after the grace period; a request is dropped.
     async fn stop(self: Box<Self>);
+
+    /// The SHA-256 (lowercase hex) of the episode's bytes, once known, for a run started
+    /// with [`Analyser::start_fetching`] (the runtime knows it otherwise): asked before each
+    /// answer is recorded.
+    fn episode_hash(&self) -> Option<String> {
+        None
+    }
 }
 
 /// `error` and its sources, joined with `: `, for a failure reason.

@@ -181,11 +181,13 @@
 //! ```
 
 mod analyser;
+mod episode;
 mod error;
 pub mod exec;
 mod handle;
 pub mod http;
 mod media;
+pub mod printing;
 pub mod protocol;
 pub mod reference;
 mod runtime;
@@ -193,6 +195,7 @@ pub mod status;
 mod work;
 
 pub use analyser::{Analyser, BoxError, Ending, Run};
+pub use episode::{EpisodeError, EpisodeMedia, FetchedEpisode, Ranges};
 pub use error::ResearchError;
 pub use handle::{Ended, Report, ResearcherHandle, ERROR_CHANNEL_CAPACITY};
 pub use media::{Media, MediaConfig, RATE_GRACE};

@@ -52,6 +52,7 @@ use tokio_util::sync::CancellationToken;
 
 use net::address_policy::{self, AddressPolicy, Redirects};
 
+use crate::printing::MediaIdentity;
 use crate::ResearchError;
 
 /// Settings of the media fetcher. Each names the `archivist research` option that sets it.
@@ -126,6 +127,10 @@ pub(crate) struct Entry {
     held: Option<std::fs::File>,
     /// For a local file: its modification time and size when hashed, to notice a change.
     stamp: Option<Stamp>,
+    /// What identifies these bytes where they came from (a download's ETag, Last-Modified
+    /// and Content-Length as served; a file's size and time), for an episode print; `None`
+    /// when not known (a download cached before identities were kept).
+    pub(crate) identity: Option<MediaIdentity>,
 }
 
 impl Entry {
@@ -206,6 +211,8 @@ struct CacheState {
 const CACHED: &str = "media";
 /// Extension of the symlinks from a URI's hash to its download.
 const POINTER: &str = "uri";
+/// Extension of what identifies a download (beside its `.uri`), for episode prints.
+const IDENTITY: &str = "identity";
 /// Extension of downloads (and symlinks) under way.
 const PARTIAL: &str = "part";
 /// How old an unlocked `.part` must be before eviction removes it: a crashed researcher's.
@@ -392,6 +399,37 @@ impl Media {
         }
     }
 
+    /// Forgets the download of `uri` (it changed where it came from): the next fetch
+    /// downloads it again. Items holding the old download keep it while they do.
+    pub(crate) fn forget(&self, uri: &str) {
+        {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.downloads.remove(uri);
+            state.local.remove(uri);
+        }
+        let key = uri_key(uri);
+        let _ = std::fs::remove_file(self.config.cache_dir.join(format!("{key}.{POINTER}")));
+        let _ = std::fs::remove_file(self.config.cache_dir.join(format!("{key}.{IDENTITY}")));
+    }
+
+    /// The local file `path` opened for reading as local media is (a regular file, inside
+    /// the media roots): the file, its metadata and the path opened.
+    pub(crate) async fn open_local(
+        &self,
+        path: &Path,
+    ) -> Result<(std::fs::File, std::fs::Metadata, PathBuf), MediaError> {
+        let (path, roots) = (path.to_path_buf(), self.config.media_roots.clone());
+        let shown = path.display().to_string();
+        tokio::task::spawn_blocking(move || open_local(&path, &roots))
+            .await
+            .map_err(|e| MediaError::Passing(format!("cannot read {shown}: {e}")))?
+    }
+
+    /// The HTTP client downloads use (the address policy's), for the print's requests.
+    pub(crate) fn client(&self) -> &address_policy::Client {
+        &self.client
+    }
+
     /// The entry of the local file `uri`, whether or not it is still good.
     fn local(&self, uri: &str) -> Option<Arc<Entry>> {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -506,6 +544,7 @@ impl Media {
             uri: uri.to_string(),
             held: None,
             stamp: stamp(&meta),
+            identity: MediaIdentity::of_file(&meta),
         })
     }
     async fn download(
@@ -574,6 +613,7 @@ impl Media {
                 messagebus::redact_url(uri)
             ))));
         }
+        let identity = MediaIdentity::from_headers(response.headers());
         if response
             .content_length()
             .is_some_and(|n| n > self.config.max_size)
@@ -608,7 +648,7 @@ impl Media {
             .map_err(|e| Attempt::Final(MediaError::Passing(format!("cache: {e}"))))?;
         let file = file.into_std().await;
         let entry = self
-            .store(uri, part, file, size, hex(&hasher.finalize()))
+            .store(uri, part, file, size, hex(&hasher.finalize()), identity)
             .await
             .map_err(|e| Attempt::Final(MediaError::Passing(format!("cache: {e}"))))?;
         metrics::counter!("archivist_researcher_fetched_bytes_total").increment(size);
@@ -714,13 +754,13 @@ impl Drop for Partial {
 }
 
 /// Where media comes from.
-enum Source {
+pub(crate) enum Source {
     Local(PathBuf),
     Remote(reqwest::Url),
 }
 
 impl Source {
-    fn of(uri: &str) -> Result<Source, MediaError> {
+    pub(crate) fn of(uri: &str) -> Result<Source, MediaError> {
         let lower = uri.to_ascii_lowercase();
         if lower.starts_with("http://") || lower.starts_with("https://") {
             let url = reqwest::Url::parse(uri)
@@ -814,6 +854,7 @@ impl Media {
         file: std::fs::File,
         size: u64,
         sha256: String,
+        identity: MediaIdentity,
     ) -> std::io::Result<Entry> {
         let (dir, key, shown) = (
             self.config.cache_dir.clone(),
@@ -824,6 +865,7 @@ impl Media {
             let path = dir.join(format!("{sha256}.{CACHED}"));
             let held = place(&part.0, &path, file)?;
             drop(part);
+            remember(&dir, &key, &sha256, &identity);
             point(&dir, &key, &sha256)?;
             Ok(Entry {
                 path,
@@ -832,6 +874,7 @@ impl Media {
                 uri: shown,
                 held: Some(held),
                 stamp: None,
+                identity: Some(identity),
             })
         })
         .await
@@ -889,6 +932,7 @@ fn lookup(dir: &Path, key: &str, uri: String, max: u64) -> Option<Entry> {
     let path = dir.join(name);
     let held = acquire(&path).ok()??;
     let size = held.metadata().ok()?.len();
+    let identity = recall(dir, key, sha256);
     (size <= max).then(|| Entry {
         path,
         size,
@@ -896,7 +940,42 @@ fn lookup(dir: &Path, key: &str, uri: String, max: u64) -> Option<Entry> {
         uri,
         held: Some(held),
         stamp: None,
+        identity,
     })
+}
+
+/// What `<key>.identity` keeps: a download's identity, and the bytes it describes.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Remembered {
+    sha256: String,
+    identity: MediaIdentity,
+}
+
+/// Keeps the identity of the download of `<key>.uri` (the bytes `sha256`) beside it, for a
+/// print made from the cache later (replaced atomically; best effort: without it, no print
+/// is made from that download).
+fn remember(dir: &Path, key: &str, sha256: &str, identity: &MediaIdentity) {
+    let body = serde_json::to_vec(&Remembered {
+        sha256: sha256.to_string(),
+        identity: identity.clone(),
+    })
+    .unwrap_or_default();
+    let tmp = dir.join(format!(
+        "{key}.{}.{IDENTITY}.{PARTIAL}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let kept = std::fs::write(&tmp, body)
+        .and_then(|()| std::fs::rename(&tmp, dir.join(format!("{key}.{IDENTITY}"))));
+    if kept.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// The identity kept beside `<key>.uri`, if it describes the bytes `sha256`.
+fn recall(dir: &Path, key: &str, sha256: &str) -> Option<MediaIdentity> {
+    let body = std::fs::read(dir.join(format!("{key}.{IDENTITY}"))).ok()?;
+    let kept: Remembered = serde_json::from_slice(&body).ok()?;
+    (kept.sha256 == sha256).then_some(kept.identity)
 }
 
 /// `path` opened and locked shared, so that no eviction removes it while held; `None` if it
@@ -983,7 +1062,10 @@ fn evict(dir: &Path, limit: u64) {
             let dangling = path.extension().is_some_and(|e| e == POINTER)
                 && std::fs::metadata(&path)
                     .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
-            if dangling {
+            let orphan = path.extension().is_some_and(|e| e == IDENTITY)
+                && std::fs::symlink_metadata(path.with_extension(POINTER))
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+            if dangling || orphan {
                 let _ = std::fs::remove_file(&path);
             }
         }
@@ -1222,6 +1304,7 @@ mod tests {
             uri: "https://example.com/e.mp3".into(),
             held: None,
             stamp: None,
+            identity: None,
         };
         assert_eq!(
             name_uris("the episode: /cache/ab12.media: not audio", [&entry]),

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::analyser::Analyser;
 use crate::handle::{Ended, Report, ResearcherHandle, ERROR_CHANNEL_CAPACITY};
 use crate::media::Media;
+use crate::printing::PrintCounters;
 use crate::status::{SlotState, Status};
 use crate::work;
 use crate::ResearchError;
@@ -71,6 +72,9 @@ pub struct ResearcherSettings {
     /// [`ResearchError::Unreachable`] (`ARCHIVIST_RETRY_BUDGET`). A long-running researcher
     /// keeps trying.
     pub retry_budget: Duration,
+    /// Where the researcher counts what it does with episode prints (an analyser that
+    /// prints counts into it too; the host may read it, for the demo's summary).
+    pub print_counters: Arc<PrintCounters>,
 }
 
 impl Default for ResearcherSettings {
@@ -82,6 +86,7 @@ impl Default for ResearcherSettings {
             later: Later::default(),
             max_receives: 5,
             retry_budget: Duration::from_secs(30),
+            print_counters: Arc::default(),
         }
     }
 }
@@ -120,7 +125,9 @@ impl Counts {
 /// What every slot shares.
 pub(crate) struct Context {
     pub(crate) analyser: Arc<dyn Analyser>,
-    pub(crate) media: Media,
+    pub(crate) media: Arc<Media>,
+    /// What the researcher counts of episode prints.
+    pub(crate) prints: Arc<PrintCounters>,
     pub(crate) results: Arc<dyn Sender>,
     /// Cancelled at the drain timeout after the token (or at once when the researcher stops
     /// for another reason): analysers are stopped, items released.
@@ -188,7 +195,8 @@ pub fn start(
     let status = Status::new(analyser.describe(), concurrency);
     let ctx = Arc::new(Context {
         analyser,
-        media,
+        media: Arc::new(media),
+        prints: settings.print_counters.clone(),
         results,
         hard_stop: CancellationToken::new(),
         stall_timeout: settings.stall_timeout,

@@ -18,6 +18,7 @@ use chrono::Utc;
 use messagebus::{Delivery, Sender};
 
 use crate::analyser::{self, BoxError, Ending, Run};
+use crate::episode::EpisodeMedia;
 use crate::media::{self, Fetched, MediaError};
 use crate::protocol::{self, Line};
 use crate::runtime::{Context, Counts};
@@ -208,31 +209,39 @@ async fn research(
     results.last_try = last_try;
     let stop = &ctx.hard_stop;
 
-    // The episode, once for the whole item.
-    let episode = match ctx
-        .media
-        .fetch_until(&item.episode.media_uri, Some(item.lease_expires_at), stop)
-        .await
-    {
-        Ok(Fetched { entry, cache_hit }) => {
-            tracing::debug!(lease = %item.lease_id, cache_hit, bytes = entry.size, "episode media ready");
-            entry
-        }
-        Err(MediaError::Gone(why)) => {
-            tracing::info!(lease = %item.lease_id, reason = %why, "episode media gone: every pair fails");
-            for clip in &item.clips {
-                if let Err(e) = results.failure(&clip.title, &format!("episode {why}")) {
-                    return results.fail(e).await;
-                }
+    // The episode, once for the whole item; not here when the analyser fetches it itself
+    // (if it needs its audio at all: it may answer from the episode's print).
+    let lazy = ctx.analyser.fetches_episode();
+    let episode = if lazy {
+        None
+    } else {
+        match ctx
+            .media
+            .fetch_until(&item.episode.media_uri, Some(item.lease_expires_at), stop)
+            .await
+        {
+            Ok(Fetched { entry, cache_hit }) => {
+                tracing::debug!(lease = %item.lease_id, cache_hit, bytes = entry.size, "episode media ready");
+                Some(entry)
             }
-            return results.done().await;
+            Err(MediaError::Gone(why)) => {
+                tracing::info!(lease = %item.lease_id, reason = %why, "episode media gone: every pair fails");
+                for clip in &item.clips {
+                    if let Err(e) = results.failure(&clip.title, &format!("episode {why}")) {
+                        return results.fail(e).await;
+                    }
+                }
+                return results.done().await;
+            }
+            Err(MediaError::Passing(why)) => {
+                return results.fail(format!("episode media: {why}")).await
+            }
+            Err(MediaError::Cancelled) => return results.released_at_drain().await,
         }
-        Err(MediaError::Passing(why)) => {
-            return results.fail(format!("episode media: {why}")).await
-        }
-        Err(MediaError::Cancelled) => return results.released_at_drain().await,
     };
-    results.episode_hash = episode.sha256.clone();
+    if let Some(episode) = &episode {
+        results.episode_hash = episode.sha256.clone();
+    }
 
     // The clips, each from the cache when another item fetched it.
     let stamps = ctx
@@ -277,7 +286,11 @@ async fn research(
         .iter()
         .filter_map(|(i, _)| item.clips.get(*i).map(|c| (c.title.clone(), *i)))
         .collect();
-    let input = protocol::analyser_input(item, &episode.path.display().to_string(), &given);
+    let episode_path = episode
+        .as_ref()
+        .map(|e| e.path.display().to_string())
+        .unwrap_or_default();
+    let input = protocol::analyser_input(item, &episode_path, &given);
     // Recorded however the run ends (a crash, a stall, exit 75, the drain), not only when it
     // finishes: the histogram is the time slots spend in analysers.
     let timer = AnalysisTimer(Instant::now());
@@ -286,7 +299,18 @@ async fn research(
     // answers its headers is a stall, and must not hold the slot through a shutdown either.
     let started = tokio::select! {
         _ = stop.cancelled() => return results.released_at_drain().await,
-        started = tokio::time::timeout(ctx.stall_timeout, ctx.analyser.start(input, &lease)) => started,
+        started = tokio::time::timeout(ctx.stall_timeout, if lazy {
+            let media = EpisodeMedia::new(
+                ctx.media.clone(),
+                &item.episode.media_uri,
+                Some(item.lease_expires_at),
+                stop.clone(),
+                ctx.prints.clone(),
+            );
+            ctx.analyser.start_fetching(input, &lease, media)
+        } else {
+            ctx.analyser.start(input, &lease)
+        }) => started,
     };
     let mut run = match started {
         Ok(Ok(run)) => run,
@@ -387,6 +411,11 @@ async fn research(
         };
         if let Some(title) = parsed.clip_title() {
             answered.insert(title.to_string());
+            if results.episode_hash.is_empty() {
+                if let Some(hash) = run.episode_hash() {
+                    results.episode_hash = hash;
+                }
+            }
         }
         let taken = match parsed {
             Line::Progress(text) => {
@@ -396,7 +425,7 @@ async fn research(
             }
             Line::Failure { clip_title, reason } => {
                 // Named by their URIs: the paths are this process's, the reason outlives it.
-                let entries = std::iter::once(&episode).chain(clip_entries.get(&clip_title));
+                let entries = episode.iter().chain(clip_entries.get(&clip_title));
                 results.failure(
                     &clip_title,
                     &media::name_uris(&reason, entries.map(|e| &**e)),
@@ -890,18 +919,21 @@ mod tests {
         let (sent, sends) = unbounded_channel();
         let ctx = Context {
             analyser: Arc::new(Scripted(Mutex::new(Some(lines)), ending)),
-            media: Media::new(MediaConfig {
-                cache_dir: dir.path().join("cache"),
-                cache_size: 1 << 20,
-                max_size: 1 << 20,
-                media_roots: Vec::new(),
-                connect_timeout: Duration::from_secs(1),
-                read_timeout: Duration::from_secs(1),
-                attempts: 1,
-                addresses: Default::default(),
-                min_rate: 0,
-            })
-            .unwrap(),
+            media: Arc::new(
+                Media::new(MediaConfig {
+                    cache_dir: dir.path().join("cache"),
+                    cache_size: 1 << 20,
+                    max_size: 1 << 20,
+                    media_roots: Vec::new(),
+                    connect_timeout: Duration::from_secs(1),
+                    read_timeout: Duration::from_secs(1),
+                    attempts: 1,
+                    addresses: Default::default(),
+                    min_rate: 0,
+                })
+                .unwrap(),
+            ),
+            prints: Arc::default(),
             results: Arc::new(Recording(sent)),
             hard_stop: CancellationToken::new(),
             stall_timeout: Duration::from_secs(60),

@@ -11,6 +11,12 @@ use clap::Args;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use std::sync::Arc;
+
+use research::reference::{analyse_episode, EpisodeOutcome};
+use research::{EpisodeMedia, Media, MediaConfig};
+
+use crate::connect;
 use crate::values::parse_duration;
 use crate::values::parse_size;
 use crate::values::usage;
@@ -60,6 +66,22 @@ pub(crate) struct AnalyseArgs {
     pub(crate) max_media_size: u64,
     #[command(flatten)]
     pub(crate) addresses: crate::values::AddressArgs,
+    /// Where episode prints are kept: with it, the episode is answered from its print when
+    /// the print is of the same media, else analysed in full and printed (the episode is
+    /// then fetched as a researcher fetches media: public addresses only, unless
+    /// --allow-private-addresses). Without it, no print is read or written
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "ARCHIVIST_PRINT_STORE",
+        hide_env_values = true
+    )]
+    pub(crate) print_store: Option<String>,
+    /// The most a directory print store keeps, as 500MB or 10GiB (least recently used
+    /// evicted)
+    #[arg(long, env = "ARCHIVIST_PRINT_STORE_SIZE", hide_env_values = true,
+          default_value = "10GiB", value_parser = parse_size)]
+    pub(crate) print_store_size: u64,
 }
 
 /// A local file for an input, downloaded if it was a URL (the temporary file lives as long).
@@ -87,7 +109,16 @@ pub(crate) async fn run(args: &AnalyseArgs, token: &CancellationToken) -> anyhow
         args,
         token,
     };
-    let episode = fetcher.fetch(&args.episode).await?;
+    let prints = crate::values::PrintStoreArgs {
+        print_store: args.print_store.clone(),
+        print_store_size: args.print_store_size,
+    };
+    let store = connect::print_store(&prints, false).await?;
+    // With prints, the episode is fetched only if its print cannot answer.
+    let episode = match store {
+        None => Some(fetcher.fetch(&args.episode).await?),
+        Some(_) => None,
+    };
     let mut clips = Vec::new();
     for c in &args.clips {
         // A clip that cannot be fetched fails alone, as one that cannot be decoded does.
@@ -106,18 +137,67 @@ pub(crate) async fn run(args: &AnalyseArgs, token: &CancellationToken) -> anyhow
             Err(_) => ClipInput::new(PathBuf::new()),
         })
         .collect();
-    let episode_path = episode.path.clone();
-    let analysis = tokio::task::spawn_blocking(move || {
-        let analyser = Analyser::new(Params::default());
-        analyser.analyse_with_progress(&episode_path, &inputs, &mut |p| {
-            tracing::debug!(decoded_s = p.decoded_ns / 1_000_000_000, "analysing");
-        })
-    });
+    let mut progress = |p: analysis::Progress| {
+        tracing::debug!(decoded_s = p.decoded_ns / 1_000_000_000, "analysing");
+    };
+    // A download for the print's full analysis goes to a cache of this run's own.
+    let cache = tempfile::tempdir().context("cannot make a temporary directory")?;
+    let analysis = match (episode.as_ref(), store) {
+        (Some(episode), _) => {
+            let episode_path = episode.path.clone();
+            tokio::task::spawn_blocking(move || {
+                let analyser = Analyser::new(Params::default());
+                analyser
+                    .analyse_with_progress(&episode_path, &inputs, &mut progress)
+                    .map_err(|e| e.to_string())
+            })
+        }
+        (None, Some(store)) => {
+            let media = Media::new(MediaConfig {
+                cache_dir: cache.path().to_path_buf(),
+                cache_size: u64::MAX,
+                max_size: args.max_media_size,
+                media_roots: Vec::new(),
+                connect_timeout: args.fetch_connect_timeout,
+                read_timeout: args.fetch_read_timeout,
+                attempts: 3,
+                addresses: policy.clone(),
+                min_rate: 0,
+            })
+            .map_err(|e| usage(e.to_string()))?;
+            let episode = EpisodeMedia::new(
+                Arc::new(media),
+                &args.episode,
+                None,
+                token.clone(),
+                Arc::default(),
+            );
+            let shown = args.episode.clone();
+            tokio::task::spawn_blocking(move || {
+                let analyser = Analyser::new(Params::default());
+                let runtime = tokio::runtime::Handle::current();
+                match analyse_episode(
+                    &analyser,
+                    Some(store.as_ref()),
+                    &episode,
+                    &inputs,
+                    &runtime,
+                    &mut progress,
+                ) {
+                    EpisodeOutcome::Analysed { report, .. } => report.map_err(|e| e.to_string()),
+                    EpisodeOutcome::Unfetched(e) => Err(format!("{shown}: {e}")),
+                    EpisodeOutcome::Failed(why) => Err(why),
+                }
+            })
+        }
+        (None, None) => anyhow::bail!("no episode"),
+    };
     let report = tokio::select! {
         r = analysis => r.context("the analysis stopped unexpectedly")?,
         () = token.cancelled() => anyhow::bail!("interrupted"),
     };
-    let report = report.map_err(|e| usage(e.to_string()))?;
+    let report = report.map_err(usage)?;
+    drop(cache);
     print(args, &report, &clips)
 }
 

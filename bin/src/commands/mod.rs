@@ -11,6 +11,7 @@ pub(crate) mod episodes;
 pub(crate) mod matches;
 pub(crate) mod migrate;
 pub(crate) mod pending_research;
+pub(crate) mod prints;
 pub(crate) mod queues;
 pub(crate) mod receive;
 pub(crate) mod redrive;

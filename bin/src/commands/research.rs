@@ -147,6 +147,8 @@ pub(crate) struct ResearchArgs {
     pub(crate) addresses: crate::values::AddressArgs,
     #[command(flatten)]
     pub(crate) remote: RemoteArgs,
+    #[command(flatten)]
+    pub(crate) prints: crate::values::PrintStoreArgs,
     /// When the analyser asks to try an item later (exit 75, HTTP 429 or 503), how long the
     /// item is held before it is released, at its first receive; doubled at each receive
     /// after, up to --later-max-backoff. Each try counts toward ARCHIVIST_MAX_RECEIVES: the
@@ -187,8 +189,14 @@ pub(crate) async fn run(
             (Some(_), Some(_)) => return Err(usage(
                 "give one analyser: --exec CMD or --http URL (ARCHIVIST_ANALYSER_URL), not both",
             )),
-            // The reference analyser (crate `analysis`), in this process.
-            (None, None) => Arc::new(ReferenceAnalyser::new()),
+            // The reference analyser (crate `analysis`), in this process, with its prints.
+            (None, None) => {
+                let store = connect::print_store(&args.prints, true).await?;
+                Arc::new(match store {
+                    Some(store) => ReferenceAnalyser::with_prints(store),
+                    None => ReferenceAnalyser::new(),
+                })
+            }
         };
     let concurrency = args.concurrency.map(|n| n as usize).unwrap_or_else(|| {
         std::thread::available_parallelism()
@@ -233,6 +241,7 @@ pub(crate) async fn run(
             first: args.later_backoff,
             max: args.later_max_backoff,
         },
+        print_counters: Default::default(),
     };
     let outcome = run_on(config, bus.as_ref(), setup, &token).await;
     match tokio::time::timeout(RELEASE_GRACE, bus.close()).await {

@@ -309,6 +309,7 @@ fn spawn_researchers(
         stall_timeout: lease + STALL_MARGIN,
         drain_timeout: DEMO_DRAIN,
         later: Later::default(),
+        print_counters: Default::default(),
     };
     // The demo serves nothing: the researchers' own server stays off.
     let mut config = config.clone();
