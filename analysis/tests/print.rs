@@ -204,8 +204,10 @@ fn every_format_answers_from_its_print_as_in_full_reading_a_small_part_of_it() {
             media.bytes_read(),
             media.requests()
         );
+        // A short episode with several clips: a third at most here (20–28% measured after
+        // issue 32's 4 votes and ±0.5 s search); the benchmark measures an hour's ratio.
         assert!(
-            media.bytes_read() * 4 < size,
+            media.bytes_read() * 3 < size,
             "{what}: read {} of {size} bytes",
             media.bytes_read()
         );
