@@ -328,7 +328,7 @@ const MAX_RANGE: usize = 64 << 20;
 
 /// Reads of byte ranges of remote media, one `Range` request each, through the address
 /// policy's client, from a blocking thread (the analyser's). A server that answers 200 (the
-/// whole body) is noticed ([`range_ignored`](Self::range_ignored)) and its body not read.
+/// whole body) is noticed (counted as a fallback, "range ignored") and its body not read.
 pub struct HttpRanges {
     client: address_policy::Client,
     url: reqwest::Url,

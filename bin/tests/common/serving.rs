@@ -27,7 +27,17 @@ pub(crate) fn start_serving(
     extra: &[(&str, &str)],
     deadline: Duration,
 ) -> (Running, String) {
-    let mut child = super::command(s.path(), args, &s.bus.with(extra))
+    start_serving_in(s.path(), args, &s.bus.with(extra), deadline)
+}
+
+/// [`start_serving`] in `dir` with the environment `env` (a world other than a [`Scenario`]).
+pub(crate) fn start_serving_in(
+    dir: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    deadline: Duration,
+) -> (Running, String) {
+    let mut child = super::command(dir, args, env)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
