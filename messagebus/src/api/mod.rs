@@ -8,7 +8,7 @@
 //!
 //! - The pending-research queue: a [`Receiver`] whose `receive` is `POST /api/v1/work?wait=S`
 //!   (one item a call, however many are asked for; 204: none within the wait). The item's
-//!   receipt stays with its [`Delivery`]: `ack` is `…/work/{receipt}/finish`, `release` is
+//!   receipt stays with its [`Delivery`](crate::Delivery): `ack` is `…/work/{receipt}/finish`, `release` is
 //!   `…/release`, and `dead_letter` is a release too (the API has no dead-letter queue: a
 //!   released item counts one more receive on the server's bus, which sets it aside itself past
 //!   its receive limit, so nothing is lost). While a delivery is held a heartbeat extends it
