@@ -313,7 +313,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0010 browse",
             "0011 clip count",
             "0012 completion claims",
-            "0013 match scores"
+            "0013 match scores",
+            "0014 api access"
         ]
     );
     store.migrate().await.unwrap();
@@ -400,7 +401,8 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
             "0010 browse",
             "0011 clip count",
             "0012 completion claims",
-            "0013 match scores"
+            "0013 match scores",
+            "0014 api access"
         ]
     );
     store.migrate().await.unwrap();

@@ -261,7 +261,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0007 browse",
             "0008 clip count",
             "0009 completion claims",
-            "0010 match scores"
+            "0010 match scores",
+            "0011 api access"
         ]
     );
     store.migrate().await.unwrap();
