@@ -17,7 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
+# Each line says how long the run has taken so far (bash's SECONDS), so that a slow phase shows.
+log() { printf '\033[1m== [%dm%02ds] %s\033[0m\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 cleanup_cmds=()
 cleanup() { for c in "${cleanup_cmds[@]}"; do eval "$c" || true; done; }
 trap cleanup EXIT
@@ -166,10 +167,17 @@ cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings
 # fresh target directory, under a minute afterwards.
 log "cargo doc"
 RUSTDOCFLAGS='-D warnings' cargo doc --no-deps --workspace --all-features --quiet
+# Built first on its own (the same targets nextest builds), so that the log tells the build's
+# time from the tests'.
+log "building the tests"
+cargo test --workspace --all-features --no-run --quiet
 log "tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --all-features --no-fail-fast "$@"
+  log "doc tests"
   cargo test --workspace --all-features --doc --quiet
 else
   cargo test --workspace --all-features --no-fail-fast "$@"
 fi
+log "done"
+

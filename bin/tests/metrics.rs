@@ -397,7 +397,10 @@ fn every_counter_counts_exactly(s: &Scenario) {
     ]
     .into_iter()
     .collect();
-    let (completed, addr) = serve(s, &["completed-research", "--every", "1h"], &[]);
+    // A run drains the queue and ends at its first empty receive (1 s): it runs every second
+    // here, so that the results are recorded whenever they arrive (one run, started before
+    // them, may well find the queue empty), and the counters are checked at 0 before that.
+    let (completed, addr) = serve(s, &["completed-research", "--every", "1s"], &[]);
     assert_counters_start_at_zero(&addr, &expected);
     let work = s.receive_work("2", "5s");
     assert_eq!(work.len(), 2);
