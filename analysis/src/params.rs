@@ -67,6 +67,11 @@ pub struct Params {
     pub peaks_per_window: usize,
     /// See [`Params::peaks_per_window`]. 64 frames ≈ 1 s.
     pub peak_window_frames: usize,
+    /// Frequency bands (equal widths of `min_bin..=max_bin`) for [`Params::peaks_per_band`].
+    pub peak_bands: usize,
+    /// A peak is also kept when it is among the most prominent `peaks_per_band` of its own
+    /// band within `peak_window_frames` (0: no band rule).
+    pub peaks_per_band: usize,
 
     /// Peaks kept per `peak_window_frames` in a clip's own print (the episode keeps
     /// `peaks_per_window`). A clip under speech or a music bed keeps in the mix only those of
@@ -191,6 +196,8 @@ impl Default for Params {
             min_power: 1e-6,
             peaks_per_window: 40,
             peak_window_frames: 64,
+            peak_bands: 1,
+            peaks_per_band: 0,
             fanout: 8,
             clip_peaks_per_window: 40,
             clip_fanout: 8,
