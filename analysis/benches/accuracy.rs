@@ -1015,8 +1015,6 @@ fn tuned() -> Params {
         match k {
             "peaks_per_window" => p.peaks_per_window = f() as usize,
             "fanout" => p.fanout = f() as usize,
-            "peak_bands" => p.peak_bands = f() as usize,
-            "peaks_per_band" => p.peaks_per_band = f() as usize,
             "min_votes" => p.min_votes = f() as u32,
             "min_correlation" => p.min_correlation = f() as f32,
             "pre_emphasis" => p.pre_emphasis = f() as f32,

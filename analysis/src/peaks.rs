@@ -40,9 +40,6 @@ pub struct PeakPicker {
     min_prominence: f32,
     log_floor: f32,
     per_window: usize,
-    /// Bins per band (for [`Params::peaks_per_band`]) and the cap per band.
-    band_bins: usize,
-    per_band: usize,
     half_window: u32,
     frames: VecDeque<Frame>,
     /// Per bin, the sum of the log power of the frames `summed_from..` received so far.
@@ -68,14 +65,6 @@ impl PeakPicker {
             min_prominence: params.min_prominence,
             log_floor: params.min_power.max(1e-30).ln(),
             per_window: params.peaks_per_window,
-            band_bins: (params.max_bin.saturating_sub(params.min_bin) + 1)
-                .div_ceil(params.peak_bands.max(1))
-                .max(1),
-            per_band: if params.peak_bands > 1 {
-                params.peaks_per_band
-            } else {
-                0
-            },
             half_window: (params.peak_window_frames / 2) as u32,
             frames: VecDeque::new(),
             sum: Vec::new(),
@@ -207,25 +196,7 @@ impl PeakPicker {
                             || (o.prominence == c.prominence && *j < self.decided))
                 })
                 .count();
-            // Or among the most prominent of its own frequency band: a quieter source in
-            // another band (a jingle's notes above a voice) keeps some peaks of its own.
-            let band = |f: u16| usize::from(f).saturating_sub(self.min_bin) / self.band_bins;
-            let kept = stronger < self.per_window
-                || (self.per_band > 0
-                    && self
-                        .candidates
-                        .iter()
-                        .enumerate()
-                        .filter(|(j, o)| {
-                            o.t >= lo
-                                && o.t <= hi
-                                && band(o.f) == band(c.f)
-                                && (o.prominence > c.prominence
-                                    || (o.prominence == c.prominence && *j < self.decided))
-                        })
-                        .count()
-                        < self.per_band);
-            if kept {
+            if stronger < self.per_window {
                 out.push(c);
             }
             self.decided += 1;

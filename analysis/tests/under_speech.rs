@@ -198,7 +198,10 @@ fn a_jingle_cut_off_by_the_end_is_found_at_its_offset_or_not_at_all() {
                 );
             }
             if present_s >= 2.0 {
-                assert!(!m.is_empty(), "seed {seed}, {present_s} s present: not found");
+                assert!(
+                    !m.is_empty(),
+                    "seed {seed}, {present_s} s present: not found"
+                );
             }
         }
     }
