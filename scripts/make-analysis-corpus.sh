@@ -290,7 +290,14 @@ for b, minutes in enumerate(bases):
         emit("ogg_q2", "ogg", "-c:a", "libvorbis", "-q:a", "2")
         speech_rms = rms(base)
         noise = f"{work}/noise{b}.wav"
-        sox("-n", "-r", str(RATE), "-c", "1", "-b", "16", noise, "synth", str(duration), "pinknoise", "gain", "-n", "-10")
+        # `sox -R` seeds its generator the same way on every run, so noise synthesised from the
+        # start would repeat the sfx clips' own noise (sfx_whoosh, sfx_riser) sample for sample:
+        # a false "match" made by the generator. The noise classes take the generator's output
+        # from a later point instead (a different stretch per episode), never the clips' first
+        # seconds.
+        skip = 60 + 17 * b
+        sox("-n", "-r", str(RATE), "-c", "1", "-b", "16", noise, "synth", str(duration + skip), "pinknoise",
+            "trim", str(skip), "gain", "-n", "-10")
         noise_rms = rms(noise)
         for snr in (20, 10, 5):
             g = speech_rms / noise_rms * 10 ** (-snr / 20)

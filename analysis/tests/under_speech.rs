@@ -142,3 +142,67 @@ fn a_periodic_sound_effect_is_never_found_a_period_off() {
         }
     }
 }
+
+/// A sawtooth jingle (every note a harmonic-rich tone on one tuning, as the corpus's
+/// `sox synth` jingles) at the end of 60 s of speech, cut off by the episode's end after
+/// `present_s`, at an odd sample offset at 16 kHz (half a sample off the 8 kHz analysis
+/// grid, where a sawtooth's whole-lag correlation falls furthest).
+fn cut_off_jingle(seed: u64, present_s: f64) -> (Vec<Match>, f64) {
+    let mut rng = synth::Rng::new(seed);
+    let tune = 228.0f64;
+    let scale = [0, 2, 4, 7, 9, 12, 14, 16];
+    let mut jingle = Vec::new();
+    while jingle.len() < 4 * RATE as usize {
+        let step = (0.15 + (rng.next_u64() % 100) as f64 / 100.0 * 0.15) * f64::from(RATE);
+        let f = tune * 2f64.powf(f64::from(scale[(rng.next_u64() % 8) as usize]) / 12.0);
+        let n = step as usize;
+        jingle.extend((0..n).map(|i| {
+            let t = i as f64 / f64::from(RATE);
+            let saw = 2.0 * (t * f - (t * f + 0.5).floor());
+            // Each note fades out over its last 40%, as the corpus's do.
+            let fade = ((n - i) as f64 / (0.4 * n as f64)).min(1.0);
+            (saw * fade * 0.3) as f32
+        }));
+    }
+    jingle.truncate(4 * RATE as usize);
+    let (speech, _) = sources(seed);
+    let at = 60 * RATE as usize + 1;
+    let mut mix: Vec<f32> = speech[..at].to_vec();
+    mix.extend_from_slice(&jingle[..(present_s * f64::from(RATE)) as usize]);
+    let params = Params::default();
+    let print = Arc::new(ClipPrint::from_samples(
+        &jingle,
+        RATE,
+        String::new(),
+        &params,
+    ));
+    let mut scan = EpisodeScan::new(&params, &[print], RATE);
+    for chunk in mix.chunks(4_096) {
+        scan.push(chunk);
+    }
+    (scan.finish().remove(0), at as f64 / f64::from(RATE))
+}
+
+/// A clip cut off by the episode's end is found when two seconds of it are there, and is
+/// never reported more than 10 ms off however little of it is left.
+#[test]
+fn a_jingle_cut_off_by_the_end_is_found_at_its_offset_or_not_at_all() {
+    for seed in [1, 2, 3] {
+        for present_s in [1.2, 1.5, 2.0, 3.0] {
+            let (m, at_s) = cut_off_jingle(seed, present_s);
+            for x in &m {
+                let err_ms = (x.offset_ns as f64 / 1e9 - at_s).abs() * 1e3;
+                assert!(
+                    err_ms <= 10.0,
+                    "seed {seed}, {present_s} s present: {x:?} is {err_ms:.1} ms off"
+                );
+            }
+            if present_s >= 2.0 {
+                assert!(
+                    !m.is_empty(),
+                    "seed {seed}, {present_s} s present: not found"
+                );
+            }
+        }
+    }
+}
