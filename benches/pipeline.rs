@@ -1116,9 +1116,9 @@ impl Gaps {
     fn row(&self) -> String {
         use std::sync::atomic::Ordering;
         let runs = self.runs.load(Ordering::Relaxed);
+        let items = self.receive.lock().unwrap().len();
         format!(
-            "{} | {} | {} | {} | {runs} | {:.2}",
-            self.receive.lock().unwrap().len(),
+            "{items} | {} | {} | {} | {runs} | {:.2}",
             Gaps::summary(&self.send),
             Gaps::summary(&self.ack),
             Gaps::summary(&self.receive),

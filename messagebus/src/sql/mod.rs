@@ -1260,7 +1260,7 @@ pub(crate) fn db_error(what: &str, e: sqlx::Error) -> BusError {
 }
 
 /// One error told to several waiters: the same class (passing or not), the same words.
-pub(crate) fn shared_error(e: &BusError) -> BusError {
+fn shared_error(e: &BusError) -> BusError {
     if e.is_retryable() {
         BusError::unavailable(e.to_string())
     } else {

@@ -25,8 +25,8 @@ use uuid::Uuid;
 
 use super::{
     check_bodies, count, db_error, dead_letters, fail_point, migrate_error, millis,
-    over_limit_reason, queue_row, queue_stats, shared_error, Claimed, ClaimedRow, Dialect,
-    QueueRow, SqlBus, SqlBusConfig,
+    over_limit_reason, queue_row, queue_stats, Claimed, ClaimedRow, Dialect, QueueRow, SqlBus,
+    SqlBusConfig,
 };
 use crate::{BusError, DeadLetter, QueueStats, SqlReceipt};
 
@@ -57,16 +57,7 @@ pub type SqliteBus = SqlBus<Lite>;
 pub struct Lite {
     pool: SqlitePool,
     gate: WriteGate,
-    /// Sends waiting for the write lock, committed together by whichever gets it first.
-    sends: Arc<std::sync::Mutex<Vec<QueuedSend>>>,
 }
-
-/// A send waiting for the next durable commit: the queue, the bodies, who waits for the outcome.
-type QueuedSend = (
-    String,
-    Vec<String>,
-    tokio::sync::oneshot::Sender<Result<(), BusError>>,
-);
 
 /// This process's turn at an SQLite file's write lock, taken before `BEGIN IMMEDIATE` by the
 /// bus and the datastore alike (see [`write_gate`]).
@@ -98,11 +89,6 @@ pub fn write_gate(pool: &SqlitePool) -> WriteGate {
 }
 
 impl Lite {
-    fn queued_sends(&self) -> std::sync::MutexGuard<'_, Vec<QueuedSend>> {
-        // No critical section panics part-way, so a poisoned lock still guards a usable list.
-        self.sends.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// A transaction begun with `begin` (a `BEGIN IMMEDIATE`) after this process's turn at the
     /// write lock, which the returned guard holds until it drops (after the commit).
     async fn begin(
@@ -147,14 +133,7 @@ impl SqlBus<Lite> {
     /// A bus on an existing pool (WAL mode and a busy timeout are the caller's to set).
     pub fn from_pool(pool: SqlitePool, config: SqlBusConfig) -> Self {
         let gate = write_gate(&pool);
-        SqlBus::from_dialect(
-            Lite {
-                pool,
-                gate,
-                sends: Arc::default(),
-            },
-            config,
-        )
+        SqlBus::from_dialect(Lite { pool, gate }, config)
     }
 }
 
@@ -269,45 +248,10 @@ impl Dialect for Lite {
             .map_err(|e| db_error("reading a queue", e))
     }
 
-    /// Group commit: a durable commit costs a sync of the file, and this process's senders
-    /// (researcher slots sending results at once) each waiting their turn would pay one each.
-    /// Each send queues itself, then waits for the write lock; whoever gets it first inserts
-    /// every send queued so far in one transaction, and the others find theirs done. The
-    /// commit runs in a task of its own, so a sender given up on (its future dropped) still
-    /// answers the others it took along.
     async fn send(&self, queue: &str, bodies: &[String]) -> Result<(), BusError> {
-        let (done, outcome) = tokio::sync::oneshot::channel();
-        self.queued_sends()
-            .push((queue.to_owned(), bodies.to_vec(), done));
-        let turn = Arc::clone(&self.gate).lock_owned().await;
-        let batch = std::mem::take(&mut *self.queued_sends());
-        if batch.is_empty() {
-            // Another sender committed this one while it waited for the lock.
-            drop(turn);
-        } else {
-            let pool = self.pool.clone();
-            tokio::spawn(async move {
-                let out = async {
-                    let mut tx = pool
-                        .begin_with(BEGIN_DURABLE)
-                        .await
-                        .map_err(|e| db_error("sending", e))?;
-                    for (queue, bodies, _) in &batch {
-                        insert(&mut tx, queue, bodies).await?;
-                    }
-                    tx.commit().await.map_err(|e| db_error("sending", e))
-                }
-                .await;
-                drop(turn);
-                for (_, _, waiter) in batch {
-                    // Whoever waits may have given up (its future dropped): nothing to tell.
-                    let _ = waiter.send(out.as_ref().map(|_| ()).map_err(shared_error));
-                }
-            });
-        }
-        outcome
-            .await
-            .unwrap_or_else(|_| Err(BusError::unavailable("the send's commit ended unanswered")))
+        let (mut tx, _turn) = self.begin(BEGIN_DURABLE, "sending").await?;
+        insert(&mut tx, queue, bodies).await?;
+        tx.commit().await.map_err(|e| db_error("sending", e))
     }
 
     async fn claim(&self, queue: &QueueRow, max: usize) -> Result<Claimed, BusError> {
