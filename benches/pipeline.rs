@@ -8,18 +8,21 @@
 //!     [--no-sqlite] [--no-postgres] [--rabbitmq]
 //!     [--exec-researchers [--exec-concurrency 8] [--shell-analyser] [--archivist PATH]]
 //! cargo bench -p archivist --bench pipeline -- --fixed-time 50ms,2s [--researchers 2,8]
-//!     [--window 30s]
+//!     [--window 30s] [--no-sqlite] [--no-postgres]
 //! ```
 //!
 //! `--fixed-time` measures how busy researchers are while work waits, not throughput: an
-//! analyser that takes a fixed time per item (each given), one-clip items on SQLite, and work
+//! analyser that takes a fixed time per item (each given), one-clip items on the database bus
+//! in the datastore's database (SQLite, then Postgres as above), and work
 //! assignment paced as `archivist run` paces it, two ways in the same run: on the timer alone
 //! with `run`'s former defaults (every 10 s, up to 5 s of start jitter before each run), and
 //! woken when capacity frees (items taken, seen on the queue every 20 ms; leases ended; at
 //! most one woken run per 20 ms; start jitter on the first run only; every 1 s as the
 //! fallback). Each researcher slot takes one
 //! item at a time; the share of the window (from the first item taken, at least the given
-//! `--window` or 20 items' time) that the slots spent analysing is reported.
+//! `--window` or 20 items' time) that the slots spent analysing is reported, and where the
+//! rest went: each item's round trip (sending its result, acknowledging it, waiting for the
+//! next item) and work assignment's runs.
 //!
 //! For each size and backend (SQLite: a file in a temporary directory; Postgres: a fresh
 //! database on `ARCHIVIST_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/test`,
@@ -781,33 +784,66 @@ fn fixed_time_main() {
     let window = value("--window")
         .map(|w| duration(&w))
         .unwrap_or(Duration::from_secs(30));
+    let mut backends = Vec::new();
+    if !args.iter().any(|a| a == "--no-sqlite") {
+        backends.push("sqlite");
+    }
+    if !args.iter().any(|a| a == "--no-postgres") {
+        backends.push("postgres");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    println!("| analysis per item | researchers | window | timer alone (every 10 s, jitter 5 s): busy | woken (every 1 s): busy |");
-    println!("| --- | --- | --- | --- | --- |");
-    for &per_item in &times {
-        for &n in &researchers {
-            let window = window.max(per_item * 20);
-            let old = rt.block_on(fixed_time(per_item, n, false, window));
-            let new = rt.block_on(fixed_time(per_item, n, true, window));
-            println!(
-                "| {per_item:?} | {n} | {window:?} | {:.1}% | **{:.1}%** |",
-                old * 100.0,
-                new * 100.0
-            );
+    println!("| bus | analysis per item | researchers | window | timer alone (every 10 s, jitter 5 s): busy | woken (every 1 s): busy |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    let mut breakdown = Vec::new();
+    for kind in &backends {
+        for &per_item in &times {
+            for &n in &researchers {
+                let window = window.max(per_item * 20);
+                let (old, old_gaps) = rt.block_on(fixed_time(kind, per_item, n, false, window));
+                let (new, new_gaps) = rt.block_on(fixed_time(kind, per_item, n, true, window));
+                println!(
+                    "| {kind} | {per_item:?} | {n} | {window:?} | {:.1}% | **{:.1}%** |",
+                    old * 100.0,
+                    new * 100.0
+                );
+                breakdown.push(format!(
+                    "| {kind} | {per_item:?} | {n} | timer alone | {} |",
+                    old_gaps.row()
+                ));
+                breakdown.push(format!(
+                    "| {kind} | {per_item:?} | {n} | woken | {} |",
+                    new_gaps.row()
+                ));
+            }
         }
+    }
+    println!();
+    println!(
+        "| bus | analysis per item | researchers | assignment | items | send results, ms: mean / median / p90 \
+         | acknowledge, ms | next item's wait, ms | assignment runs | items per run |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for row in breakdown {
+        println!("{row}");
     }
 }
 
 /// One measurement: the share of `window` that `researchers` slots spent analysing.
-async fn fixed_time(per_item: Duration, researchers: usize, woken: bool, window: Duration) -> f64 {
+async fn fixed_time(
+    kind: &str,
+    per_item: Duration,
+    researchers: usize,
+    woken: bool,
+    window: Duration,
+) -> (f64, Gaps) {
     use archivist::{watch_capacity, Pace, Wake};
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
 
-    let (store, bus, _url, _guard) = backend("sqlite", false).await;
+    let (store, bus, _url, _guard) = backend(kind, false).await;
     let queues = Queues::new("");
     for q in queues.all() {
         bus.create_queue(q).await.unwrap();
@@ -852,13 +888,21 @@ async fn fixed_time(per_item: Duration, researchers: usize, woken: bool, window:
     let wake = woken.then(Wake::new);
     let first_taken: Arc<OnceLock<tokio::time::Instant>> = Arc::new(OnceLock::new());
     let busy_ns = Arc::new(AtomicU64::new(0));
+    let gaps = Arc::new(Gaps::default());
     let mut tasks = JoinSet::new();
     // The researchers: each slot one item at a time, the analysis a fixed wait.
     for _ in 0..researchers {
         let rx = bus.receiver(&queues.pending).await.unwrap();
         let tx = bus.sender(&queues.completed).await.unwrap();
-        let (token, first, busy) = (token.clone(), first_taken.clone(), busy_ns.clone());
+        let (token, first, busy, gaps) = (
+            token.clone(),
+            first_taken.clone(),
+            busy_ns.clone(),
+            gaps.clone(),
+        );
         tasks.spawn(async move {
+            // From the end of the last acknowledgement: how long the next item took to come.
+            let mut asked = tokio::time::Instant::now();
             while !token.is_cancelled() {
                 let batch = tokio::select! {
                     _ = token.cancelled() => return,
@@ -868,6 +912,9 @@ async fn fixed_time(per_item: Duration, researchers: usize, woken: bool, window:
                     continue;
                 };
                 let start = tokio::time::Instant::now();
+                if first.get().is_some() {
+                    gaps.receive.lock().unwrap().push(start - asked);
+                }
                 let t0 = *first.get_or_init(|| start);
                 tokio::time::sleep(per_item).await;
                 let end = (start + per_item).min(t0 + window);
@@ -898,9 +945,19 @@ async fn fixed_time(per_item: Duration, researchers: usize, woken: bool, window:
                         })
                     })
                     .collect();
-                if tx.send_batch(answers).await.is_err() || d.ack().await.is_err() {
+                let analysed = tokio::time::Instant::now();
+                if tx.send_batch(answers).await.is_err() {
                     return;
                 }
+                let sent = tokio::time::Instant::now();
+                if d.ack().await.is_err() {
+                    return;
+                }
+                asked = tokio::time::Instant::now();
+                let mut g = gaps.send.lock().unwrap();
+                g.push(sent - analysed);
+                drop(g);
+                gaps.ack.lock().unwrap().push(asked - sent);
             }
         });
     }
@@ -933,6 +990,7 @@ async fn fixed_time(per_item: Duration, researchers: usize, woken: bool, window:
             min_gap: Duration::from_millis(20),
         };
         let (store, token) = (store.clone(), token.clone());
+        let (runs, published) = (gaps.runs.clone(), gaps.published.clone());
         tasks.spawn(async move {
             let mut cause: Option<archivist::Cause> = None;
             loop {
@@ -953,6 +1011,8 @@ async fn fixed_time(per_item: Duration, researchers: usize, woken: bool, window:
                 .await
                 .unwrap();
                 ok(&report);
+                runs.fetch_add(1, Ordering::Relaxed);
+                published.fetch_add(report.published, Ordering::Relaxed);
                 match pace
                     .wait(started, tokio::time::Instant::now(), &token)
                     .await
@@ -1017,7 +1077,54 @@ async fn fixed_time(per_item: Duration, researchers: usize, woken: bool, window:
     token.cancel();
     while tasks.join_next().await.is_some() {}
     let _ = bus.close().await;
-    busy_ns.load(Ordering::Relaxed) as f64 / (researchers as f64 * window.as_nanos() as f64)
+    let busy =
+        busy_ns.load(Ordering::Relaxed) as f64 / (researchers as f64 * window.as_nanos() as f64);
+    (busy, Arc::try_unwrap(gaps).unwrap_or_default())
+}
+
+/// Where a researcher's time between two items goes (`--fixed-time`): each part of every
+/// round trip, and work assignment's runs.
+#[derive(Default)]
+struct Gaps {
+    /// Sending an item's results.
+    send: std::sync::Mutex<Vec<Duration>>,
+    /// Acknowledging the item.
+    ack: std::sync::Mutex<Vec<Duration>>,
+    /// From asking for the next item to having it.
+    receive: std::sync::Mutex<Vec<Duration>>,
+    runs: Arc<std::sync::atomic::AtomicU64>,
+    published: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Gaps {
+    /// `mean / median / p90` in milliseconds of one part.
+    fn summary(part: &std::sync::Mutex<Vec<Duration>>) -> String {
+        let mut v = part.lock().unwrap().clone();
+        if v.is_empty() {
+            return "—".into();
+        }
+        v.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let mean = v.iter().map(|d| ms(*d)).sum::<f64>() / v.len() as f64;
+        format!(
+            "{mean:.1} / {:.1} / {:.1}",
+            ms(v[v.len() / 2]),
+            ms(v[v.len() * 9 / 10])
+        )
+    }
+
+    fn row(&self) -> String {
+        use std::sync::atomic::Ordering;
+        let runs = self.runs.load(Ordering::Relaxed);
+        let items = self.receive.lock().unwrap().len();
+        format!(
+            "{items} | {} | {} | {} | {runs} | {:.2}",
+            Gaps::summary(&self.send),
+            Gaps::summary(&self.ack),
+            Gaps::summary(&self.receive),
+            self.published.load(Ordering::Relaxed) as f64 / runs.max(1) as f64
+        )
+    }
 }
 
 /// A duration as `50ms` or `2s`.

@@ -920,6 +920,10 @@ impl SqliteDataStore {
             messagebus::sql::sqlite::send_in(&mut tx, queue, vec![encode(&lease)]).await?;
         }
         tx.commit().await?;
+        if let Some((bus_id, queue, _)) = publish {
+            // No notification on SQLite: this process's researchers look at once.
+            messagebus::sql::sent_in(bus_id, queue);
+        }
         tracing::debug!(
             %lease_id,
             episode = %lease.episode.title,
