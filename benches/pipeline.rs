@@ -968,12 +968,8 @@ fn idle_polls_main() {
         let started = Instant::now();
         let mut polls = JoinSet::new();
         for i in 0..n {
-            let head = api_gateway::head(
-                addr,
-                "POST",
-                "/api/v1/work?wait=20",
-                Some(&tokens[i / 100]),
-            );
+            let head =
+                api_gateway::head(addr, "POST", "/api/v1/work?wait=20", Some(&tokens[i / 100]));
             polls.spawn(async move {
                 let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
                 stream.write_all(head.as_bytes()).await.unwrap();

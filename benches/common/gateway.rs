@@ -110,7 +110,9 @@ pub fn request(
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .ok()?;
-    stream.write_all(head(addr, method, path, token).as_bytes()).ok()?;
+    stream
+        .write_all(head(addr, method, path, token).as_bytes())
+        .ok()?;
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).ok()?;
     parse(&answer)

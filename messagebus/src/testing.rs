@@ -1112,7 +1112,13 @@ where
     }
     let stats = tx.inspect().await.unwrap();
     assert_eq!((stats.waiting, stats.in_flight), (0, 0));
-    let stats = bus.sender(&elsewhere).await.unwrap().inspect().await.unwrap();
+    let stats = bus
+        .sender(&elsewhere)
+        .await
+        .unwrap()
+        .inspect()
+        .await
+        .unwrap();
     assert_eq!((stats.waiting, stats.in_flight), (0, 0));
 }
 
