@@ -9,7 +9,21 @@
 //!     [--exec-researchers [--exec-concurrency 8] [--shell-analyser] [--archivist PATH]]
 //! cargo bench -p archivist --bench pipeline -- --fixed-time 50ms,2s [--researchers 2,8]
 //!     [--window 30s] [--no-sqlite] [--no-postgres]
+//! cargo bench -p archivist --bench pipeline -- --api [--rounds 2] [--pairs …] [--no-postgres]
+//!     [--researchers 4] [--exec-concurrency 8] [--archivist PATH]
+//! cargo bench -p archivist --bench pipeline -- --idle-polls 1000 [--archivist PATH]
 //! ```
+//!
+//! `--api` compares the researcher processes of `--exec-researchers` (implied) on the bus
+//! itself with the same processes through the API: an `archivist serve --api` gateway on the
+//! run's datastore and bus (plain HTTP on loopback, started before the clock), each researcher
+//! `archivist research --server … --exec …` with a researcher token of its own. Each round
+//! runs both, alternating which goes first, each on fresh databases; each row gives both rates
+//! and their ratio from the same round, the gateway's CPU per 1,000 pairs and peak memory.
+//!
+//! `--idle-polls N` holds N researchers' long polls open at once on a gateway whose work
+//! queue is empty, and reads the gateway's resident memory and open files from `/proc`
+//! before and while they wait (see `idle_polls_main`).
 //!
 //! `--fixed-time` measures how busy researchers are while work waits, not throughput: an
 //! analyser that takes a fixed time per item (each given), one-clip items on the database bus
@@ -91,6 +105,10 @@ use tokio_util::sync::CancellationToken;
 #[path = "../datastore/benches/common/cpu.rs"]
 mod cpu;
 
+/// `archivist serve --api` as a process of its own, for `--api` and `--idle-polls`.
+#[path = "common/gateway.rs"]
+mod api_gateway;
+
 /// The queues of one run: the archivists' names, prefixed on a broker whose queues outlive
 /// the run.
 #[derive(Clone)]
@@ -135,6 +153,10 @@ struct Options {
     shell_analyser: bool,
     /// The `archivist` binary they run, if not the release build beside this one.
     archivist: Option<std::path::PathBuf>,
+    /// `--api`: each run twice, the researchers on the bus and through the gateway.
+    api: bool,
+    /// `--rounds`: how many times each pair of runs (`--api`), alternating which goes first.
+    rounds: usize,
 }
 
 fn options() -> Options {
@@ -186,6 +208,8 @@ fn options() -> Options {
             .then(|| number("--exec-concurrency", 8) as usize),
         shell_analyser: args.iter().any(|a| a == "--shell-analyser"),
         archivist: value("--archivist").map(std::path::PathBuf::from),
+        api: args.iter().any(|a| a == "--api"),
+        rounds: number("--rounds", 2) as usize,
     }
 }
 
@@ -229,11 +253,12 @@ where
         .unwrap()
 }
 
-/// The datastore and the bus of one run, and what keeps their databases alive.
+/// The datastore and the bus of one run, the bus's and the datastore's URLs, and what keeps
+/// their databases alive.
 async fn backend(
     kind: &str,
     separate_bus: bool,
-) -> (Arc<dyn DataStore>, Arc<dyn Bus>, String, Box<dyn Any>) {
+) -> (Arc<dyn DataStore>, Arc<dyn Bus>, Urls, Box<dyn Any>) {
     let config = SqlBusConfig::default();
     match kind {
         "rabbitmq" => {
@@ -243,7 +268,11 @@ async fn backend(
             let bus = RabbitBus::connect(&url, RabbitBusConfig::default())
                 .await
                 .unwrap();
-            (Arc::new(store), Arc::new(bus), url, Box::new(db))
+            let urls = Urls {
+                store: db.url().to_string(),
+                bus: url,
+            };
+            (Arc::new(store), Arc::new(bus), urls, Box::new(db))
         }
         "sqlite" => {
             let dir = tempfile::tempdir().unwrap();
@@ -253,10 +282,14 @@ async fn backend(
             let bus_url = if separate_bus {
                 format!("sqlite://{}", dir.path().join("bus.sqlite").display())
             } else {
-                url
+                url.clone()
             };
             let bus = SqliteBus::connect(&bus_url, config).await.unwrap();
-            (Arc::new(store), Arc::new(bus), bus_url, Box::new(dir))
+            let urls = Urls {
+                store: url,
+                bus: bus_url,
+            };
+            (Arc::new(store), Arc::new(bus), urls, Box::new(dir))
         }
         _ => {
             let (store, db) = datastore::testing_pg::fresh_pg_store().await;
@@ -274,14 +307,20 @@ async fn backend(
                     None,
                 )
             };
-            (
-                Arc::new(store),
-                Arc::new(bus),
-                bus_url,
-                Box::new((db, bus_db)),
-            )
+            let urls = Urls {
+                store: db.url().to_string(),
+                bus: bus_url,
+            };
+            (Arc::new(store), Arc::new(bus), urls, Box::new((db, bus_db)))
         }
     }
+}
+
+/// Where a run's datastore and bus are (the same database unless `--separate-bus`; on
+/// RabbitMQ the bus is the broker's URL).
+struct Urls {
+    store: String,
+    bus: String,
 }
 
 fn ok(report: &Report) {
@@ -343,6 +382,9 @@ struct Figures {
     peak_rss: u64,
     /// `--exec-researchers`: the researcher processes' CPU and the largest peak memory.
     researcher_processes: Option<(Duration, u64)>,
+    /// `--api`: the gateway process's CPU (over the whole run: it is started before the
+    /// clock and idle until the researchers come) and peak memory.
+    gateway: Option<(Duration, u64)>,
 }
 
 const PARTS: [&str; 5] = [
@@ -353,8 +395,10 @@ const PARTS: [&str; 5] = [
     "rest",
 ];
 
-async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
-    let (store, bus, bus_url, _guard) = backend(kind, o.separate_bus).await;
+/// One run of the pipeline; `via_api`: the researcher processes (`--exec-researchers`) take
+/// their work through an `archivist serve --api` gateway, started before the clock starts.
+async fn run(kind: &str, pairs: u64, o: &Options, via_api: bool) -> Figures {
+    let (store, bus, urls, _guard) = backend(kind, o.separate_bus).await;
     // For `--exec-researchers`: a small local file for each episode and clip (each is known
     // by its media, so they cannot share one).
     let media_dir = tempfile::tempdir().unwrap();
@@ -446,6 +490,20 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
         "the load left pairs out: {loaded:?}"
     );
 
+    // The gateway and one researcher token per researcher process (untimed).
+    let gateway = via_api.then(|| {
+        assert!(
+            o.exec_researchers.is_some() && kind != "rabbitmq",
+            "--api runs with --exec-researchers on the database buses"
+        );
+        api_gateway::Process::start(&archivist_bin(o), &urls.store, &urls.bus, "warn")
+    });
+    let tokens: Vec<String> = gateway.as_ref().map_or_else(Vec::new, |g| {
+        (0..o.researchers)
+            .map(|i| g.token(&format!("bench-{i}")))
+            .collect()
+    });
+
     // The pipeline: each part on a thread of its own.
     let token = CancellationToken::new();
     let server_name = match kind {
@@ -466,7 +524,14 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
         );
         for i in 0..o.researchers {
             let cache = media_dir.path().join(format!("cache-{i}"));
-            children.push(spawn_researcher(&bus_url, concurrency, &cache, o));
+            let via = match &gateway {
+                Some(g) => Via::Api {
+                    server: g.url(),
+                    token: &tokens[i],
+                },
+                None => Via::Bus(&urls.bus),
+            };
+            children.push(spawn_researcher(via, concurrency, &cache, o));
         }
     } else {
         let (bus, queues, token, researchers) = (
@@ -597,10 +662,14 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
         let peak = children.iter().map(|c| peak_rss(&c.id().to_string())).max();
         (cpu, peak.unwrap_or(0))
     });
+    let gateway_figures = gateway
+        .as_ref()
+        .map(|g| (cpu::with_children(g.pid()), peak_rss(&g.pid().to_string())));
     for mut c in children {
         let _ = c.kill();
         let _ = c.wait();
     }
+    drop(gateway);
     token.cancel();
     for t in threads {
         t.join().unwrap();
@@ -625,6 +694,7 @@ async fn run(kind: &str, pairs: u64, o: &Options) -> Figures {
         server,
         peak_rss: peak_memory,
         researcher_processes,
+        gateway: gateway_figures,
     }
 }
 
@@ -659,17 +729,19 @@ fn no_op_analyser() {
     std::io::stdout().write_all(&out).unwrap();
 }
 
-/// `archivist research --exec` on the bus at `bus_url`, from `--archivist` or the release
-/// build beside this benchmark's binary, with a cache directory of its own.
-fn spawn_researcher(
-    bus_url: &str,
-    concurrency: usize,
-    cache: &std::path::Path,
-    o: &Options,
-) -> std::process::Child {
+/// How researcher processes reach their work.
+#[derive(Clone, Copy)]
+enum Via<'a> {
+    /// The bus itself, at this URL.
+    Bus(&'a str),
+    /// The API gateway at `server`, with a researcher's token.
+    Api { server: &'a str, token: &'a str },
+}
+
+/// The `archivist` binary: `--archivist`, or the release build beside this benchmark's.
+fn archivist_bin(o: &Options) -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let bin = o
-        .archivist
+    o.archivist
         .clone()
         .or_else(|| {
             exe.parent()
@@ -679,18 +751,40 @@ fn spawn_researcher(
         .filter(|b| b.exists())
         .unwrap_or_else(|| {
             panic!("no archivist binary beside {exe:?}: cargo build --release -p archivist-cli")
-        });
+        })
+}
+
+/// `archivist research --exec` on the bus or through the gateway (`via`), from
+/// [`archivist_bin`], with a cache directory of its own.
+fn spawn_researcher(
+    via: Via<'_>,
+    concurrency: usize,
+    cache: &std::path::Path,
+    o: &Options,
+) -> std::process::Child {
+    let exe = std::env::current_exe().unwrap();
     let analyser: Vec<String> = if o.shell_analyser {
         vec!["sh".into(), "-c".into(), SHELL_ANALYSER.into()]
     } else {
         vec![exe.display().to_string(), BE_ANALYSER.into()]
     };
-    std::process::Command::new(bin)
+    let mut command = std::process::Command::new(archivist_bin(o));
+    command
         .args(["research", "--concurrency", &concurrency.to_string()])
-        .args(["--cache-dir", &cache.display().to_string()])
+        .args(["--cache-dir", &cache.display().to_string()]);
+    match via {
+        Via::Bus(url) => {
+            command.env("DATABASE_URL", url);
+        }
+        Via::Api { server, token } => {
+            command
+                .args(["--server", server])
+                .env("ARCHIVIST_TOKEN", token);
+        }
+    }
+    command
         .arg("--exec")
         .args(analyser)
-        .env("DATABASE_URL", bus_url)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -704,11 +798,17 @@ fn main() {
     if std::env::args().any(|a| a == "--fixed-time") {
         return fixed_time_main();
     }
+    if std::env::args().any(|a| a == "--idle-polls") {
+        return idle_polls_main();
+    }
     let o = options();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
+    if o.api {
+        return api_main(&o, &rt);
+    }
     println!(
         "researchers {}, items in flight {}, {} clips per item, {} recorder(s), \
          hold-back at {} results waiting, bus {}",
@@ -732,7 +832,7 @@ fn main() {
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for &pairs in &o.pairs {
         for backend in &o.backends {
-            let f = rt.block_on(run(backend, pairs, &o));
+            let f = rt.block_on(run(backend, pairs, &o, false));
             let per_1000 = |d: Duration| d.as_secs_f64() * 1e3 / (pairs as f64 / 1e3);
             println!(
                 "| {backend} | {pairs} | {:.2} s | {:.2} s | {:.0} | {:.1} | {} | {} | {:.0} MiB | {} |",
@@ -759,6 +859,180 @@ fn main() {
             );
         }
     }
+}
+
+/// `--api`: for each size and backend, `--rounds` pairs of runs, the researcher processes on
+/// the bus and through the gateway, alternating which goes first.
+fn api_main(o: &Options, rt: &tokio::runtime::Runtime) {
+    let mut o = o.clone();
+    o.exec_researchers.get_or_insert(8);
+    o.backends.retain(|b| *b != "rabbitmq");
+    println!(
+        "{} `archivist research --concurrency {} --exec` processes, items of {} clips, \
+         {} analyser; each round both ways, alternating which goes first",
+        o.researchers,
+        o.exec_researchers.unwrap_or(8),
+        o.max_clips,
+        if o.shell_analyser { "shell" } else { "no-op" },
+    );
+    println!(
+        "| backend | pairs | round | on the bus: pairs/s | through the API: pairs/s | API / bus \
+         | gateway CPU ms / 1,000 pairs | gateway peak RSS \
+         | researcher processes, CPU ms / 1,000 pairs: bus · API |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for &pairs in &o.pairs {
+        for backend in &o.backends {
+            let mut ratios = Vec::new();
+            for round in 0..o.rounds.max(1) {
+                let (direct, via_api) = if round % 2 == 0 {
+                    let d = rt.block_on(run(backend, pairs, &o, false));
+                    (d, rt.block_on(run(backend, pairs, &o, true)))
+                } else {
+                    let a = rt.block_on(run(backend, pairs, &o, true));
+                    (rt.block_on(run(backend, pairs, &o, false)), a)
+                };
+                let rate = |f: &Figures| pairs as f64 / f.elapsed.as_secs_f64();
+                let per_1000 = |d: Duration| d.as_secs_f64() * 1e3 / (pairs as f64 / 1e3);
+                let ratio = rate(&via_api) / rate(&direct);
+                ratios.push(ratio);
+                let researchers = |f: &Figures| {
+                    f.researcher_processes
+                        .map_or_else(|| "—".into(), |(cpu, _)| format!("{:.0}", per_1000(cpu)))
+                };
+                let (gateway_cpu, gateway_rss) = via_api.gateway.unwrap_or_default();
+                println!(
+                    "| {backend} | {pairs} | {} | {:.0} | {:.0} | {ratio:.2} | {:.0} | {:.0} MiB \
+                     | {} · {} |",
+                    round + 1,
+                    rate(&direct),
+                    rate(&via_api),
+                    per_1000(gateway_cpu),
+                    gateway_rss as f64 / (1024.0 * 1024.0),
+                    researchers(&direct),
+                    researchers(&via_api),
+                );
+            }
+            let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
+            println!("| {backend} | {pairs} | mean | | | **{mean:.2}** | | | |");
+        }
+    }
+}
+
+/// `--idle-polls N` (default 1,000): an `archivist serve --api` gateway on SQLite with an
+/// empty work queue, N researchers' long polls (`POST /api/v1/work?wait=20`, each on a
+/// connection of its own, a token per hundred as the per-token request limit allows) held
+/// open at once; the gateway's resident memory and open files before and while they wait,
+/// read from `/proc`. The open-file limit of this process (and so of the gateway it starts) is
+/// raised to its hard limit first: 1,000 connections pass the common soft limit of 1,024.
+fn idle_polls_main() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n: usize = args
+        .iter()
+        .position(|a| a == "--idle-polls")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    let archivist = args
+        .iter()
+        .position(|a| a == "--archivist")
+        .and_then(|i| args.get(i + 1))
+        .map(std::path::PathBuf::from);
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    println!("open-file limit raised from {soft} to {hard} for this benchmark and its gateway");
+    let o = Options {
+        archivist,
+        ..options()
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (_store, bus, urls, _guard) = backend("sqlite", false).await;
+        for q in Queues::new("").all() {
+            bus.create_queue(q).await.unwrap();
+        }
+        let gateway =
+            api_gateway::Process::start(&archivist_bin(&o), &urls.store, &urls.bus, "warn");
+        let tokens: Vec<String> = (0..n.div_ceil(100))
+            .map(|i| gateway.token(&format!("idle-{i}")))
+            .collect();
+        let (addr, pid) = (gateway.addr(), gateway.pid());
+        // One poll first: the gateway's receiver and the token's first use are not the polls'.
+        let first = api_gateway::request(addr, "POST", "/api/v1/work?wait=0", Some(&tokens[0]));
+        assert_eq!(first.map(|(status, _)| status), Some(204));
+        let (rss_before, _) = api_gateway::memory(pid);
+        let (files_before, sockets_before) = api_gateway::open_files(pid);
+        let started = Instant::now();
+        let mut polls = JoinSet::new();
+        for i in 0..n {
+            let head =
+                api_gateway::head(addr, "POST", "/api/v1/work?wait=20", Some(&tokens[i / 100]));
+            polls.spawn(async move {
+                let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+                stream.write_all(head.as_bytes()).await.unwrap();
+                let mut answer = Vec::new();
+                stream.read_to_end(&mut answer).await.unwrap();
+                (api_gateway::parse(&answer).map(|(s, _)| s), Instant::now())
+            });
+        }
+        // Every connection accepted (a socket each in the gateway), then a moment for the
+        // requests to reach their handlers.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while api_gateway::open_files(pid).1 < sockets_before + n {
+            assert!(
+                Instant::now() < deadline,
+                "the gateway holds {} sockets, not {} more than {sockets_before}, after 15 s",
+                api_gateway::open_files(pid).1,
+                n
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let opened = started.elapsed();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (rss_during, _) = api_gateway::memory(pid);
+        let (files_during, sockets_during) = api_gateway::open_files(pid);
+        let mut statuses = std::collections::BTreeMap::new();
+        let mut last = started;
+        while let Some(done) = polls.join_next().await {
+            let (status, at) = done.unwrap();
+            *statuses.entry(status).or_insert(0) += 1;
+            last = last.max(at);
+        }
+        let (rss_after, peak) = api_gateway::memory(pid);
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        println!(
+            "| idle long polls | opened in | gateway RSS before · while waiting · after | per poll \
+             | gateway peak RSS | open files before · while waiting (sockets) | answers |"
+        );
+        println!("| --- | --- | --- | --- | --- | --- | --- |");
+        println!(
+            "| {n} | {:.2} s | {:.1} · {:.1} · {:.1} MiB | {:.1} KiB | {:.1} MiB \
+             | {files_before} · {files_during} ({sockets_during}) | {} (last at {:.1} s) |",
+            opened.as_secs_f64(),
+            mib(rss_before),
+            mib(rss_during),
+            mib(rss_after),
+            rss_during.saturating_sub(rss_before) as f64 / 1024.0 / n as f64,
+            mib(peak),
+            statuses
+                .iter()
+                .map(|(s, k)| format!(
+                    "{k} × {}",
+                    s.map_or_else(|| "none".into(), |s| s.to_string())
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
+            last.duration_since(started).as_secs_f64(),
+        );
+        drop(gateway);
+        let _ = bus.close().await;
+    });
 }
 
 /// `--fixed-time`: for each analysis time and researcher count, the researchers' busy share
@@ -843,7 +1117,7 @@ async fn fixed_time(
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
 
-    let (store, bus, _url, _guard) = backend(kind, false).await;
+    let (store, bus, _urls, _guard) = backend(kind, false).await;
     let queues = Queues::new("");
     for q in queues.all() {
         bus.create_queue(q).await.unwrap();

@@ -2,11 +2,12 @@
 //! finish it or give it back — each by the receipt the item came with.
 //!
 //! A receipt is the bus's own where the bus has durable receipts (the database bus: the
-//! message's row and its delivery's random receipt), so that it outlives the gateway: a
-//! researcher carries on after a restart. On the other buses (in-memory, RabbitMQ, SQS for
-//! now) the delivery stays in this gateway's memory under a random receipt bound to the
-//! token that took it, and a restart loses it (the item comes back when the bus's own
-//! visibility or connection runs out).
+//! message's row and its delivery's random receipt; SQS: the receipt handle), so that it
+//! outlives the gateway: a researcher carries on after a restart. Such receipts are settled
+//! only through the gateway's receiver on the work-item queue, which refuses one of another
+//! queue. On the other buses (in-memory, RabbitMQ) the delivery stays in this gateway's
+//! memory under a random receipt bound to the token that took it, and a restart loses it (the
+//! item comes back when the bus's own visibility or connection runs out).
 //!
 //! Either way the item stays invisible to others for [`ITEM_VISIBILITY`] after it is taken
 //! and after each extension: a researcher that goes away without a word gives its item back

@@ -55,7 +55,9 @@ impl Default for QueueSettings {
 
 /// Generates one `#[tokio::test]` per conformance case, in a module `bus_conformance`
 /// (or the module named first: `bus_conformance_tests!(sqs_suite, fresh)`, to run the suite
-/// twice in one file).
+/// twice in one file). `bus_conformance_tests!(module, fresh, lenient_receipts)` leaves out
+/// [`stale_durable_receipts_settle_nothing`](crate::testing::stale_durable_receipts_settle_nothing),
+/// for a test server that accepts stale receipts.
 ///
 /// `$fresh` is a path to an `async fn(QueueSettings) -> std::sync::Arc<dyn messagebus::Bus>`,
 /// resolved from the module that invokes the macro. See [`crate::testing`].
@@ -65,6 +67,14 @@ macro_rules! bus_conformance_tests {
         $crate::bus_conformance_tests!(bus_conformance, $fresh);
     };
     ($module:ident, $fresh:path) => {
+        $crate::bus_conformance_tests!(@common $module, $fresh; stale_durable_receipts_settle_nothing);
+    };
+    // A server that accepts stale receipts (moto for SQS: see
+    // `testing::stale_durable_receipts_settle_nothing`).
+    ($module:ident, $fresh:path, lenient_receipts) => {
+        $crate::bus_conformance_tests!(@common $module, $fresh;);
+    };
+    (@common $module:ident, $fresh:path; $($extra:ident),* $(,)?) => {
         $crate::bus_conformance_tests!(@cases $module, $fresh;
             round_trip,
             send_batch_many,
@@ -90,6 +100,7 @@ macro_rules! bus_conformance_tests {
             batch_release_redelivers,
             batch_of_part_settles_only_its_own,
             durable_receipts_settle_from_another_receiver,
+            $($extra,)*
         );
     };
     (@cases $module:ident, $fresh:path; $($case:ident),* $(,)?) => {
@@ -1001,9 +1012,9 @@ where
 
 /// Durable receipts ([`Delivery::durable_receipt`]): where a bus has them, a delivery handed
 /// over by its receipt is extended, released and acknowledged through another receiver of the
-/// queue (another process, after a restart); a settled, stale or made-up receipt settles
-/// nothing. A bus without them says so on both sides: no receipt, and
-/// [`Receiver::settle_receipt`] unsupported.
+/// queue (another process, after a restart); a settled or made-up receipt settles nothing, nor
+/// does a receipt offered to a receiver of another queue. A bus without them says so on both
+/// sides: no receipt, and [`Receiver::settle_receipt`] unsupported.
 pub async fn durable_receipts_settle_from_another_receiver<F, Fut>(fresh: F)
 where
     F: FnOnce(QueueSettings) -> Fut,
@@ -1039,23 +1050,103 @@ where
         .await
         .unwrap()
         .is_empty());
-    // Made-up receipts settle nothing.
-    for made_up in ["", "nonsense", "1.2.3", &format!("{receipt}0")] {
+    // Made-up receipts settle nothing, and are no error.
+    let long = "7".repeat(100_000);
+    for made_up in [
+        "",
+        "nonsense",
+        "1.2.3",
+        &format!("{receipt}0"),
+        &long,
+        "a\u{0}b",
+        "é.1",
+        "../../x",
+    ] {
+        for action in [ReceiptAction::Ack, ReceiptAction::Release] {
+            assert!(
+                !other.settle_receipt(made_up, action).await.unwrap(),
+                "{action:?} by {:?}",
+                made_up.chars().take(40).collect::<String>()
+            );
+        }
+    }
+    // A receiver of another queue cannot be made to settle it.
+    let elsewhere = unique_queue_name("receipts_elsewhere");
+    bus.create_queue(&elsewhere).await.unwrap();
+    let foreign = bus.receiver(&elsewhere).await.unwrap();
+    for action in [
+        ReceiptAction::Release,
+        ReceiptAction::Ack,
+        ReceiptAction::Extend(Duration::from_secs(60)),
+    ] {
         assert!(
-            !other
-                .settle_receipt(made_up, ReceiptAction::Ack)
-                .await
-                .unwrap(),
-            "{made_up:?}"
+            !foreign.settle_receipt(&receipt, action).await.unwrap(),
+            "{action:?} through another queue's receiver"
         );
     }
-    // Released by receipt: back at once, under a new receipt; the old one is stale.
+    assert!(rx.receive(1, SHORT_WAIT).await.unwrap().is_empty());
+    // Released by receipt: back at once, under a new receipt.
     assert!(other
         .settle_receipt(&receipt, ReceiptAction::Release)
         .await
         .unwrap());
     let second = receive_n(rx.as_ref(), 1).await.remove(0);
     assert_eq!(second.message_id(), id);
+    // Acknowledged by the new receipt: gone; acknowledging again finds nothing.
+    let fresh_receipt = second.durable_receipt().unwrap();
+    assert_ne!(fresh_receipt, receipt);
+    second.let_expire();
+    assert!(other
+        .settle_receipt(&fresh_receipt, ReceiptAction::Ack)
+        .await
+        .unwrap());
+    for action in [
+        ReceiptAction::Ack,
+        ReceiptAction::Extend(Duration::from_secs(60)),
+        ReceiptAction::Release,
+    ] {
+        assert!(
+            !other.settle_receipt(&fresh_receipt, action).await.unwrap(),
+            "{action:?} after the acknowledgement"
+        );
+    }
+    let stats = tx.inspect().await.unwrap();
+    assert_eq!((stats.waiting, stats.in_flight), (0, 0));
+    let stats = bus
+        .sender(&elsewhere)
+        .await
+        .unwrap()
+        .inspect()
+        .await
+        .unwrap();
+    assert_eq!((stats.waiting, stats.in_flight), (0, 0));
+}
+
+/// A durable receipt whose message was handed out again since (released by it, then received
+/// anew) settles nothing: it cannot extend, release or acknowledge the new holder's delivery.
+///
+/// Not run on SQS: moto, the test server, accepts every receipt handle a message ever had;
+/// SQS itself refuses a visibility change by a receipt handle whose visibility ran out, which
+/// the SQS adapter's `settle_receipt` asks before every action.
+pub async fn stale_durable_receipts_settle_nothing<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let (bus, queue, tx, rx) = setup(fresh, QueueSettings::default(), "stale_receipts").await;
+    tx.send(b"held by receipt".to_vec()).await.unwrap();
+    let first = receive_n(rx.as_ref(), 1).await.remove(0);
+    let Some(receipt) = first.durable_receipt() else {
+        first.ack().await.unwrap();
+        return;
+    };
+    first.let_expire();
+    let other = bus.receiver(&queue).await.unwrap();
+    assert!(other
+        .settle_receipt(&receipt, ReceiptAction::Release)
+        .await
+        .unwrap());
+    let second = receive_n(rx.as_ref(), 1).await.remove(0);
     for action in [
         ReceiptAction::Extend(Duration::from_secs(60)),
         ReceiptAction::Ack,
@@ -1066,18 +1157,9 @@ where
             "{action:?} by a stale receipt"
         );
     }
-    // Acknowledged by the new receipt: gone; acknowledging again finds nothing.
-    let fresh_receipt = second.durable_receipt().unwrap();
-    assert_ne!(fresh_receipt, receipt);
-    second.let_expire();
-    assert!(other
-        .settle_receipt(&fresh_receipt, ReceiptAction::Ack)
-        .await
-        .unwrap());
-    assert!(!other
-        .settle_receipt(&fresh_receipt, ReceiptAction::Ack)
-        .await
-        .unwrap());
+    // Still the second delivery's: not back, and it settles.
+    assert!(rx.receive(1, SHORT_WAIT).await.unwrap().is_empty());
+    second.ack().await.unwrap();
     let stats = tx.inspect().await.unwrap();
     assert_eq!((stats.waiting, stats.in_flight), (0, 0));
 }

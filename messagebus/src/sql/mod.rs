@@ -167,6 +167,16 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// Pushes each row's visibility out to `visibility` from now.
     /// Returns how many deliveries it found still holding their message.
     async fn extend(&self, held: &[(i64, i64, Duration)]) -> Result<u64, BusError>;
+    /// Does `action` to the row of delivery (`id`, `receipt`) if it is a message of `queue`
+    /// (a durable receipt settled by [`Receiver::settle_receipt`]); whether it did. Release
+    /// clears the receipt, as [`release`](Self::release) does.
+    async fn settle_in_queue(
+        &self,
+        queue: &str,
+        id: i64,
+        receipt: i64,
+        action: ReceiptAction,
+    ) -> Result<bool, BusError>;
     /// Waiting rows of `queue`, counted up to `limit`.
     async fn waiting_up_to(&self, queue: &str, limit: u64) -> Result<u64, BusError>;
     /// Waiting, in-flight and dead-letter counts, and consumers seen within `consumer_ttl`.
@@ -941,31 +951,18 @@ impl<D: Dialect> Receiver for SqlReceiver<D> {
         let Some((id, receipt)) = parse_receipt(receipt) else {
             return Ok(false);
         };
-        // Row ids are the bus's, not the queue's: the delivery's random receipt is what
-        // makes a receipt unguessable, whichever queue it came from.
-        match action {
-            ReceiptAction::Extend(visibility) => Ok(self
-                .shared
-                .dialect
-                .extend(&[(id, receipt, visibility)])
-                .await?
-                > 0),
-            ReceiptAction::Ack => Ok(self
-                .shared
-                .dialect
-                .ack(&[(id, receipt)])
-                .await?
-                .first()
-                .copied()
-                .unwrap_or(false)),
-            ReceiptAction::Release => {
-                let done = self.shared.dialect.release(id, receipt).await?;
-                if done {
-                    self.shared.wake(&self.queue.name);
-                }
-                Ok(done)
-            }
+        // Row ids are the bus's, not the queue's: each statement also names this receiver's
+        // queue, so that a receipt of another queue settles nothing here; the delivery's
+        // random receipt is what makes a receipt unguessable.
+        let done = self
+            .shared
+            .dialect
+            .settle_in_queue(&self.queue.name, id, receipt, action)
+            .await?;
+        if done && action == ReceiptAction::Release {
+            self.shared.wake(&self.queue.name);
         }
+        Ok(done)
     }
 }
 

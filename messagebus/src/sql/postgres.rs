@@ -24,7 +24,7 @@ use super::{
     over_limit_reason, queue_row, queue_stats, Claimed, ClaimedRow, Dialect, QueueRow, Shared,
     SqlBus, SqlBusConfig,
 };
-use crate::{BusError, DeadLetter, QueueStats, SqlReceipt};
+use crate::{BusError, DeadLetter, QueueStats, ReceiptAction, SqlReceipt};
 
 /// The bus's migrations; versions from 1000001 so that they never meet the datastore's.
 static MIGRATOR: Migrator = Migrator {
@@ -410,6 +410,51 @@ impl Dialect for Pg {
         .await
         .map_err(|e| db_error("extending visibility", e))?;
         Ok(done.rows_affected())
+    }
+
+    async fn settle_in_queue(
+        &self,
+        queue: &str,
+        id: i64,
+        receipt: i64,
+        action: ReceiptAction,
+    ) -> Result<bool, BusError> {
+        let query = match action {
+            ReceiptAction::Extend(visibility) => sqlx::query(
+                "UPDATE bus_messages
+                 SET visible_at = clock_timestamp() + $4 * interval '1 millisecond'
+                 WHERE id = $1 AND receipt = $2 AND queue = $3",
+            )
+            .bind(id)
+            .bind(receipt)
+            .bind(queue)
+            .bind(millis(visibility) as f64),
+            ReceiptAction::Ack => sqlx::query(
+                "DELETE FROM bus_messages WHERE id = $1 AND receipt = $2 AND queue = $3",
+            )
+            .bind(id)
+            .bind(receipt)
+            .bind(queue),
+            // A new (no) receipt: a heartbeat already under way for the old one extends
+            // nothing.
+            ReceiptAction::Release => sqlx::query(
+                "UPDATE bus_messages SET visible_at = now(), receipt = 0
+                 WHERE id = $1 AND receipt = $2 AND queue = $3",
+            )
+            .bind(id)
+            .bind(receipt)
+            .bind(queue),
+        };
+        let doing = match action {
+            ReceiptAction::Extend(_) => "extending visibility",
+            ReceiptAction::Ack => "acknowledging",
+            ReceiptAction::Release => "releasing",
+        };
+        let done = query
+            .execute(&self.pool)
+            .await
+            .map_err(|e| db_error(doing, e))?;
+        Ok(done.rows_affected() > 0)
     }
 
     async fn waiting_up_to(&self, queue: &str, limit: u64) -> Result<u64, BusError> {

@@ -28,7 +28,7 @@ use super::{
     over_limit_reason, queue_row, queue_stats, Claimed, ClaimedRow, Dialect, QueueRow, SqlBus,
     SqlBusConfig,
 };
-use crate::{BusError, DeadLetter, QueueStats, SqlReceipt};
+use crate::{BusError, DeadLetter, QueueStats, ReceiptAction, SqlReceipt};
 
 /// The bus's migrations; versions from 1000001 so that they never meet the datastore's.
 static MIGRATOR: Migrator = Migrator {
@@ -487,6 +487,49 @@ impl Dialect for Lite {
             .await
             .map_err(|e| db_error("extending visibility", e))?;
         Ok(found)
+    }
+
+    async fn settle_in_queue(
+        &self,
+        queue: &str,
+        id: i64,
+        receipt: i64,
+        action: ReceiptAction,
+    ) -> Result<bool, BusError> {
+        let (doing, statement, at) = match action {
+            ReceiptAction::Extend(visibility) => (
+                "extending visibility",
+                "UPDATE bus_messages SET visible_at = ?4
+                 WHERE id = ?1 AND receipt = ?2 AND queue = ?3",
+                now_micros().saturating_add(micros(visibility)),
+            ),
+            ReceiptAction::Ack => (
+                "acknowledging",
+                "DELETE FROM bus_messages WHERE id = ?1 AND receipt = ?2 AND queue = ?3",
+                0,
+            ),
+            // A new (no) receipt: a heartbeat already under way for the old one extends
+            // nothing.
+            ReceiptAction::Release => (
+                "releasing",
+                "UPDATE bus_messages SET visible_at = ?4, receipt = 0
+                 WHERE id = ?1 AND receipt = ?2 AND queue = ?3",
+                now_micros(),
+            ),
+        };
+        let (mut tx, _turn) = self.begin(BEGIN_SETTLING, doing).await?;
+        // `?4` is unused by the delete; SQLite binds it all the same.
+        let done = sqlx::query(statement)
+            .bind(id)
+            .bind(receipt)
+            .bind(queue)
+            .bind(at)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| db_error(doing, e))?
+            .rows_affected();
+        tx.commit().await.map_err(|e| db_error(doing, e))?;
+        Ok(done > 0)
     }
 
     async fn waiting_up_to(&self, queue: &str, limit: u64) -> Result<u64, BusError> {

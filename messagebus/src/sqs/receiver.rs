@@ -1,7 +1,9 @@
 //! [`SqsReceiver`] (long-polling `ReceiveMessage`, ten per call) and the acknowledger its
 //! deliveries carry: ack through the `DeleteMessageBatch` batcher, release through the
 //! `ChangeMessageVisibilityBatch` batcher (visibility 0), dead-letter by sending the body to
-//! `<queue>_dead_letter` with the reason as a message attribute, then deleting.
+//! `<queue>_dead_letter` with the reason as a message attribute, then deleting. A delivery's
+//! durable receipt is its receipt handle, settled by any receiver of the queue (the API
+//! gateway after a restart) with single `ChangeMessageVisibility` / `DeleteMessage` calls.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,7 +24,10 @@ use super::error::classify_code;
 use super::heartbeat::{self, HeldSet};
 use super::sender::sqs_allows;
 use super::{BusInner, CONNECT_TIMEOUT};
-use crate::{dead_letter_queue_name, Acknowledger, BusError, Delivery, Receiver, MAX_BODY_BYTES};
+use crate::{
+    dead_letter_queue_name, Acknowledger, BusError, Delivery, ReceiptAction, Receiver,
+    MAX_BODY_BYTES,
+};
 
 /// The message attribute carrying the reason of a message set aside with
 /// [`Delivery::dead_letter`].
@@ -34,6 +39,25 @@ const NOT_IN_FLIGHT_CODES: &[&str] = &[
     "AWS.SimpleQueueService.MessageNotInflight",
     "MessageNotInflight",
 ];
+
+/// Codes meaning a receipt handle holds no message of the queue now: made up, of another
+/// queue, of a message deleted since, or expired (SQS refuses a visibility change by a
+/// receipt whose visibility ran out: `InvalidParameterValue`, "not available for visibility
+/// timeout change").
+const NOT_HELD_CODES: &[&str] = &[
+    "ReceiptHandleIsInvalid",
+    "AWS.SimpleQueueService.ReceiptHandleIsInvalid",
+    "InvalidParameterValue",
+    "MessageNotInflight",
+    "AWS.SimpleQueueService.MessageNotInflight",
+];
+
+/// The longest receipt handle sent to SQS by [`Receiver::settle_receipt`]: SQS's are a few
+/// hundred characters; anything longer is not one, and is refused without a request.
+const MAX_RECEIPT_HANDLE: usize = 4096;
+
+/// The longest visibility SQS accepts (12 hours).
+const MAX_VISIBILITY_SECS: i32 = 43_200;
 
 /// Takes messages off one SQS queue. From [`SqsBus::receiver`](crate::Bus::receiver).
 ///
@@ -239,6 +263,76 @@ impl Receiver for SqsReceiver {
     fn queue(&self) -> &str {
         &self.shared.queue
     }
+
+    /// By the receipt handle itself (the durable receipt of an SQS delivery), on this
+    /// receiver's queue only: a handle of another queue, made up, or no longer holding its
+    /// message answers `Ok(false)`. Every action first changes the message's visibility by
+    /// the handle (extend: to the asked visibility; acknowledge: to the queue's, so that the
+    /// message cannot go to another receiver before the delete lands; release: to 0), which
+    /// SQS refuses for a handle that no longer holds its message — the check that a delete,
+    /// which SQS accepts with any handle the message ever had, lacks. Two requests for an
+    /// acknowledgement, one otherwise.
+    async fn settle_receipt(&self, receipt: &str, action: ReceiptAction) -> Result<bool, BusError> {
+        if !plausible_handle(receipt) {
+            return Ok(false);
+        }
+        let shared = &self.shared;
+        let secs = match action {
+            ReceiptAction::Extend(visibility) => secs_ceil(visibility).min(MAX_VISIBILITY_SECS),
+            ReceiptAction::Ack => shared.bus.config.visibility_secs().max(1),
+            ReceiptAction::Release => 0,
+        };
+        let changed = shared
+            .bus
+            .client
+            .change_message_visibility()
+            .queue_url(&shared.url)
+            .receipt_handle(receipt)
+            .visibility_timeout(secs)
+            .send()
+            .await;
+        if let Err(e) = changed {
+            if not_held(&e) {
+                return Ok(false);
+            }
+            return Err(shared
+                .bus
+                .map_err("ChangeMessageVisibility", &shared.queue, e));
+        }
+        if action != ReceiptAction::Ack {
+            return Ok(true);
+        }
+        let deleted = shared
+            .bus
+            .client
+            .delete_message()
+            .queue_url(&shared.url)
+            .receipt_handle(receipt)
+            .send()
+            .await;
+        match deleted {
+            Ok(_) => Ok(true),
+            Err(e) if not_held(&e) => Ok(false),
+            Err(e) => Err(shared.bus.map_err("DeleteMessage", &shared.queue, e)),
+        }
+    }
+}
+
+/// Whether `receipt` could be an SQS receipt handle: not empty, not over
+/// [`MAX_RECEIPT_HANDLE`], printable ASCII. Anything else settles nothing, without a request.
+fn plausible_handle(receipt: &str) -> bool {
+    !receipt.is_empty()
+        && receipt.len() <= MAX_RECEIPT_HANDLE
+        && receipt.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// Whether SQS answered that the receipt handle holds no message (see [`NOT_HELD_CODES`]).
+fn not_held<E: aws_sdk_sqs::error::ProvideErrorMetadata>(
+    e: &aws_sdk_sqs::error::SdkError<E, aws_smithy_runtime_api::http::Response>,
+) -> bool {
+    e.as_service_error()
+        .and_then(|s| s.code())
+        .is_some_and(|c| NOT_HELD_CODES.contains(&c))
 }
 
 impl ReceiverShared {
@@ -493,6 +587,12 @@ impl Acknowledger for SqsAcker {
 
     fn stop_heartbeat(&mut self) {
         self.guard.shared.held.freeze(self.guard.id);
+    }
+
+    /// The receipt handle: SQS's own, good in any process until the message is settled or
+    /// its visibility runs out (see [`SqsReceiver`]'s `settle_receipt`).
+    fn durable_receipt(&self) -> Option<String> {
+        Some(self.receipt.clone())
     }
 
     async fn ack(self: Box<Self>) -> Result<(), BusError> {
