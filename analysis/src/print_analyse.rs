@@ -171,7 +171,8 @@ struct Refiner<'a> {
     packets: Packets<'a>,
     fetched: Fetched<'a>,
     resampler: Resampler,
-    /// Frames of the decoded stream, and samples at the analysis rate.
+    /// The decoded stream's rate, its frames, and its samples at the analysis rate.
+    rate: u32,
     frames: u64,
     analysed: u64,
     correlator: Correlator,
@@ -180,12 +181,15 @@ struct Refiner<'a> {
     /// by first sample; they do not overlap. The speed variants of a clip and the windows
     /// looked at twice (to reject, then to refine) share them.
     plain: BTreeMap<u64, Vec<f32>>,
+    /// Frames of the decoded stream computed (the codec's pre-roll not counted).
+    decoded: u64,
 }
 
 impl<'a> Refiner<'a> {
     fn new(params: &Params, print: &'a EpisodePrint, media: &'a mut dyn ByteSource) -> Self {
         let resampler = Resampler::new(print.rate, params.sample_rate, params);
         Refiner {
+            rate: print.rate,
             params: params.clone(),
             packets: Packets::new(print),
             fetched: Fetched::new(media),
@@ -194,6 +198,7 @@ impl<'a> Refiner<'a> {
             correlator: Correlator::new(params.refine_window, params.refine_search),
             kernel: None,
             plain: BTreeMap::new(),
+            decoded: 0,
             resampler,
         }
     }
@@ -250,6 +255,7 @@ impl<'a> Refiner<'a> {
             screened = counts[1],
             rejected = counts[2],
             refined = counts[3],
+            decoded_ms = self.decoded * 1_000 / u64::from(self.rate.max(1)),
             "candidates from the print"
         );
         Ok(())
@@ -411,6 +417,7 @@ impl<'a> Refiner<'a> {
             let (first, end) = self.resampler.input_span(q, next);
             let (in_from, in_to) = (first.max(0) as u64, (end.max(0) as u64).min(self.frames));
             let input = self.packets.decode(&mut self.fetched, in_from, in_to)?;
+            self.decoded += in_to.saturating_sub(in_from);
             let mut samples = Vec::with_capacity((next - q) as usize);
             self.resampler
                 .outputs(&input, in_from as i64, self.frames, q, next, &mut samples);
