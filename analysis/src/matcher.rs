@@ -575,7 +575,11 @@ pub(crate) fn suppression_radius(duration_ns: u64) -> u64 {
 /// overlapping itself). Ascending offsets.
 pub(crate) fn suppress(mut matches: Vec<Match>, duration_ns: u64) -> Vec<Match> {
     let radius = suppression_radius(duration_ns);
-    matches.sort_by(|a, b| rank(b).total_cmp(&rank(a)).then(a.offset_ns.cmp(&b.offset_ns)));
+    matches.sort_by(|a, b| {
+        rank(b)
+            .total_cmp(&rank(a))
+            .then(a.offset_ns.cmp(&b.offset_ns))
+    });
     let mut kept: Vec<Match> = Vec::new();
     for m in matches {
         if kept

@@ -281,7 +281,11 @@ impl<'a> Refiner<'a> {
         if above.is_empty() {
             return false;
         }
-        above.sort_by(|a, b| rank(b).total_cmp(&rank(a)).then(a.offset_ns.cmp(&b.offset_ns)));
+        above.sort_by(|a, b| {
+            rank(b)
+                .total_cmp(&rank(a))
+                .then(a.offset_ns.cmp(&b.offset_ns))
+        });
         let mut kept: Vec<&Match> = Vec::new();
         for m in above {
             if kept

@@ -132,32 +132,32 @@ fn table(
     if let Some((_, t)) = lock(&TABLES).iter().find(|(k, _)| *k == key) {
         return Arc::clone(t);
     }
-        let taps = 2 * half;
-        let beta = params.resampler_kaiser_beta;
-        let i0_beta = bessel_i0(beta);
-        let mut table = vec![0f32; (phases + 1) * taps];
-        for p in 0..=phases {
-            let frac = p as f64 / phases as f64;
-            let row = &mut table[p * taps..(p + 1) * taps];
-            let mut sum = 0.0;
-            let mut values = vec![0f64; taps];
-            for (j, v) in values.iter_mut().enumerate() {
-                // Tap j is input sample i + j - half + 1; its distance from the instant:
-                let u = frac - (j as f64 - half as f64 + 1.0);
-                let r = u / half as f64;
-                let window = if r.abs() >= 1.0 {
-                    0.0
-                } else {
-                    bessel_i0(beta * (1.0 - r * r).sqrt()) / i0_beta
-                };
-                *v = 2.0 * cutoff * sinc(2.0 * cutoff * u) * window;
-                sum += *v;
-            }
-            // Unity gain at DC for every phase: no ripple in level from phase to phase.
-            for (t, v) in row.iter_mut().zip(&values) {
-                *t = (*v / sum) as f32;
-            }
+    let taps = 2 * half;
+    let beta = params.resampler_kaiser_beta;
+    let i0_beta = bessel_i0(beta);
+    let mut table = vec![0f32; (phases + 1) * taps];
+    for p in 0..=phases {
+        let frac = p as f64 / phases as f64;
+        let row = &mut table[p * taps..(p + 1) * taps];
+        let mut sum = 0.0;
+        let mut values = vec![0f64; taps];
+        for (j, v) in values.iter_mut().enumerate() {
+            // Tap j is input sample i + j - half + 1; its distance from the instant:
+            let u = frac - (j as f64 - half as f64 + 1.0);
+            let r = u / half as f64;
+            let window = if r.abs() >= 1.0 {
+                0.0
+            } else {
+                bessel_i0(beta * (1.0 - r * r).sqrt()) / i0_beta
+            };
+            *v = 2.0 * cutoff * sinc(2.0 * cutoff * u) * window;
+            sum += *v;
         }
+        // Unity gain at DC for every phase: no ripple in level from phase to phase.
+        for (t, v) in row.iter_mut().zip(&values) {
+            *t = (*v / sum) as f32;
+        }
+    }
     let table: Arc<[f32]> = table.into();
     let mut tables = lock(&TABLES);
     if tables.len() >= TABLES_KEPT {
