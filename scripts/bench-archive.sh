@@ -128,8 +128,10 @@ def run_pass(name, clip_paths, prints):
         lines, log = analyse(base + os.path.basename(e["file"]), clip_paths, prints)
         answers.append(lines)
         m = re.search(r"candidates from the print.*?decoded_ms=(\d+)", log)
-        if "answered from the episode's print" in log and m:
-            decoded += int(m.group(1)) / 1000; from_print += 1
+        if "answered from the episode's print" in log:
+            from_print += 1
+            # An analyser that does not log what it decoded: not known (nan).
+            decoded += int(m.group(1)) / 1000 if m else float("nan")
         else:
             decoded += lines[0]["episode_duration_ns"] / 1e9
     cpu, wall = child_cpu() - cpu0, time.monotonic() - t0
