@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo bench -p analysis --bench prints -- [--minutes N] [--dir DIR] [--rounds N]
-//!     [--corpus DIR] [--only NAME] [--profile NAME N]
+//!     [--corpus DIR] [--only NAME] [--profile NAME N [--absent]]
 //! ```
 //!
 //! The episode (synthesised speech over a music bed, `--minutes` long, 30 by default, with
@@ -198,6 +198,13 @@ fn found(r: &EpisodeReport) -> usize {
 }
 
 fn main() {
+    // RUST_LOG=analysis=debug: what the print path decided for each candidate.
+    if let Ok(filter) = std::env::var("RUST_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let args: Vec<String> = std::env::args().collect();
     let value = |name: &str| {
         args.iter()
@@ -261,7 +268,13 @@ fn main() {
         let (_, print) = analyser
             .analyse_printing(episode, &first_clips, String::new(), &mut |_| {})
             .unwrap();
-        let new = [new_clip.clone()];
+        // `--absent`: the clip the episode does not hold.
+        let new = if args.iter().any(|a| a == "--absent") {
+            [absent_clip.clone()]
+        } else {
+            [new_clip.clone()]
+        };
+        analyser.clip(&new[0].path).unwrap();
         let start = cpu();
         for _ in 0..repeat {
             let mut media = FileSource::open(episode).unwrap();

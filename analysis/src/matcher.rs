@@ -126,8 +126,10 @@ pub struct EpisodeScan {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Candidate {
     entry: usize,
-    best: i64,
-    votes: u32,
+    /// The voted offset (frames).
+    pub(crate) best: i64,
+    /// Its votes (± one frame): the match's `votes` if the refinement keeps it.
+    pub(crate) votes: u32,
 }
 
 impl EpisodeScan {
@@ -237,12 +239,13 @@ impl EpisodeScan {
             .unwrap_or_default()
     }
 
-    /// The stretches of the episode (samples at the analysis rate, `from..to`) the
-    /// refinement of `c` reads.
-    pub(crate) fn needs(&self, c: &Candidate) -> Vec<(i64, i64)> {
+    /// The stretches of the episode (samples at the analysis rate, `from..to`) that `c`'s
+    /// windows read when searched `± search` samples around its votes: the refinement reads
+    /// `± max(refine_search, periodic_search)` (its rivals), the tests before it less.
+    pub(crate) fn needs(&self, c: &Candidate, search: usize) -> Vec<(i64, i64)> {
         let entry = &self.entries[c.entry];
         let variant = &self.clips[entry.clip].variants[entry.variant];
-        let (hop, search) = (self.params.hop as i64, self.params.refine_search as i64);
+        let (hop, search) = (self.params.hop as i64, search as i64);
         variant
             .windows
             .iter()
@@ -257,6 +260,17 @@ impl EpisodeScan {
     pub(crate) fn candidate_clip(&self, c: &Candidate) -> (Arc<ClipPrint>, usize, i64) {
         let entry = &self.entries[c.entry];
         (Arc::clone(&self.clips[entry.clip]), entry.variant, c.best)
+    }
+
+    /// The print path: the index (among the scan's clips) of the clip `c` is a candidate of.
+    pub(crate) fn candidate_index(&self, c: &Candidate) -> usize {
+        self.entries[c.entry].clip
+    }
+
+    /// The print path: the matches of clip `clip` recorded so far (before the same
+    /// occurrence found twice is kept once).
+    pub(crate) fn recorded(&self, clip: usize) -> &[Match] {
+        self.found.get(clip).map_or(&[], Vec::as_slice)
     }
 
     /// The print path: refines `c` against `history` (its stretches, decoded), as a full
@@ -600,14 +614,25 @@ impl EpisodeScan {
     }
 }
 
+/// A match's rank among the matches of its clip ([`suppress`]): votes × score (the score
+/// is at most 1, so at most its votes).
+pub(crate) fn rank(m: &Match) -> f32 {
+    m.votes as f32 * m.score
+}
+
+/// Matches of one clip closer than this (ns) are the same occurrence ([`suppress`]).
+pub(crate) fn suppression_radius(duration_ns: u64) -> u64 {
+    duration_ns.max(1_000_000_000)
+}
+
 /// Of matches closer than the clip's length (or one second), keeps the best: the same
 /// occurrence found at two speeds, or a clip's partial self-similarity (a clip cannot occur
 /// overlapping itself). Ascending offsets.
-fn suppress(mut matches: Vec<Match>, duration_ns: u64) -> Vec<Match> {
-    let radius = duration_ns.max(1_000_000_000);
+pub(crate) fn suppress(mut matches: Vec<Match>, duration_ns: u64) -> Vec<Match> {
+    let radius = suppression_radius(duration_ns);
     matches.sort_by(|a, b| {
-        (b.votes as f32 * b.score)
-            .total_cmp(&(a.votes as f32 * a.score))
+        rank(b)
+            .total_cmp(&rank(a))
             .then(a.offset_ns.cmp(&b.offset_ns))
     });
     let mut kept: Vec<Match> = Vec::new();

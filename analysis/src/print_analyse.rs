@@ -12,20 +12,23 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::landmarks::Pairer;
-use crate::matcher::EpisodeScan;
+use crate::matcher::{rank, suppression_radius, Candidate, EpisodeScan, Match};
 use crate::matcher::{SCORE_SLACK, SCORE_STEPS};
 use crate::params::Params;
 use crate::peaks::Peak;
 use crate::print::{self, ByteSource, CodecSpec, EpisodePrint};
 use crate::print_record::PacketLog;
 use crate::print_window::{Fetched, Packets, WindowError};
-use crate::refine::{value_at, Correlator, History, INTERPOLATION_TAPS};
+use crate::refine::{value_at, Correlator, History, RefWindow, INTERPOLATION_TAPS};
 use crate::resample::Resampler;
 use crate::Progress;
 use crate::{Analyser, ClipInput, ClipOutcome, ClipPrint, ClipReport, EpisodeReport, Error};
 
 /// Landmarks voted at a time on the print path.
 const BATCH: usize = 4_096;
+/// How far below [`Params::refine_screen`] a window must correlate for the print path to
+/// reject its candidate on the screen alone.
+const SCREEN_MARGIN: f32 = 1e-3;
 
 /// What the full analysis gathered for the print.
 pub(crate) struct Printed {
@@ -118,6 +121,7 @@ impl Analyser {
         let mut refiner = Refiner::new(&self.params, print, media);
         let mut pairer = Pairer::new(&self.params);
         let mut landmarks = Vec::new();
+        let mut candidates = Vec::new();
         for (i, &(t, f)) in print.peaks.iter().enumerate() {
             pairer.push(
                 Peak {
@@ -133,12 +137,13 @@ impl Analyser {
                 let frontier = pairer.pending_from().map_or(next, |p| p.min(next));
                 scan.push_landmarks(&landmarks, Some(i64::from(frontier)));
                 landmarks.clear();
-                refiner.refine(&mut scan, &name)?;
+                candidates.extend(scan.take_candidates());
             }
         }
         pairer.finish(&mut landmarks);
         scan.push_landmarks(&landmarks, None);
-        refiner.refine(&mut scan, &name)?;
+        candidates.extend(scan.take_candidates());
+        refiner.refine(&mut scan, candidates, &name)?;
 
         let mut found = scan.matches().into_iter();
         let clips = prints
@@ -166,7 +171,8 @@ struct Refiner<'a> {
     packets: Packets<'a>,
     fetched: Fetched<'a>,
     resampler: Resampler,
-    /// Frames of the decoded stream, and samples at the analysis rate.
+    /// The decoded stream's rate, its frames, and its samples at the analysis rate.
+    rate: u32,
     frames: u64,
     analysed: u64,
     correlator: Correlator,
@@ -175,12 +181,15 @@ struct Refiner<'a> {
     /// by first sample; they do not overlap. The speed variants of a clip and the windows
     /// looked at twice (to reject, then to refine) share them.
     plain: BTreeMap<u64, Vec<f32>>,
+    /// Frames of the decoded stream computed (the codec's pre-roll not counted).
+    decoded: u64,
 }
 
 impl<'a> Refiner<'a> {
     fn new(params: &Params, print: &'a EpisodePrint, media: &'a mut dyn ByteSource) -> Self {
         let resampler = Resampler::new(print.rate, params.sample_rate, params);
         Refiner {
+            rate: print.rate,
             params: params.clone(),
             packets: Packets::new(print),
             fetched: Fetched::new(media),
@@ -189,12 +198,24 @@ impl<'a> Refiner<'a> {
             correlator: Correlator::new(params.refine_window, params.refine_search),
             kernel: None,
             plain: BTreeMap::new(),
+            decoded: 0,
             resampler,
         }
     }
 
-    /// Refines every candidate the scan has closed.
-    fn refine(&mut self, scan: &mut EpisodeScan, name: &Path) -> Result<(), Error> {
+    /// Refines the scan's candidates, most votes first, with as little of the media as
+    /// decides each: a candidate whose match would be suppressed by one already kept is
+    /// not refined at all ([`Refiner::surely_suppressed`]); one the full analysis's screen
+    /// rejects is rejected from its loudest window alone ([`Refiner::screened_out`]); one
+    /// whose windows prove it below the bar is rejected from those
+    /// ([`Refiner::surely_rejected`]); the rest are refined as in a full analysis, on
+    /// their windows and the rival search around them.
+    fn refine(
+        &mut self,
+        scan: &mut EpisodeScan,
+        mut candidates: Vec<Candidate>,
+        name: &Path,
+    ) -> Result<(), Error> {
         let error = |e| match e {
             WindowError::Io(source) => Error::Io {
                 path: name.to_owned(),
@@ -202,15 +223,124 @@ impl<'a> Refiner<'a> {
             },
             WindowError::Unusable(reason) => unusable(name.to_owned(), &reason),
         };
-        for c in scan.take_candidates() {
-            let needs = scan.needs(&c);
-            if self.surely_rejected(scan, &c, &needs).map_err(error)? {
+        // Stable: candidates of equal votes stay in episode order.
+        candidates.sort_by_key(|c| std::cmp::Reverse(c.votes));
+        let (near, wide) = (
+            self.params.refine_search,
+            self.params.refine_search.max(self.params.periodic_search),
+        );
+        let mut counts = [0usize; 4];
+        for c in candidates {
+            if self.surely_suppressed(scan, &c) {
+                counts[0] += 1;
                 continue;
             }
-            let history = self.history(&needs).map_err(error)?;
+            if self.screened_out(scan, &c).map_err(error)? {
+                counts[1] += 1;
+                continue;
+            }
+            if self
+                .surely_rejected(scan, &c, &scan.needs(&c, near))
+                .map_err(error)?
+            {
+                counts[2] += 1;
+                continue;
+            }
+            counts[3] += 1;
+            let history = self.history(&scan.needs(&c, wide)).map_err(error)?;
             scan.refine_with(c, history);
         }
+        tracing::debug!(
+            suppressed = counts[0],
+            screened = counts[1],
+            rejected = counts[2],
+            refined = counts[3],
+            decoded_ms = self.decoded * 1_000 / u64::from(self.rate.max(1)),
+            "candidates from the print"
+        );
         Ok(())
+    }
+
+    /// Whether `c`'s match, whatever its score, would be dropped as the same occurrence as
+    /// a match already recorded ([`crate::matcher::suppress`]: of a clip's matches closer
+    /// than its length, the highest votes × score is kept). Candidates come most votes
+    /// first, so every candidate still to come ranks at most `c.votes`; the recorded
+    /// matches ranked above that are kept or dropped whatever comes later. If one of
+    /// those kept lies nearer than the radius to every offset `c` could refine to (within
+    /// the search around its votes), `c` cannot be kept, and a match not kept suppresses
+    /// nothing. Typically a true occurrence's other speed variants.
+    fn surely_suppressed(&self, scan: &EpisodeScan, c: &Candidate) -> bool {
+        let (clip, _, _) = scan.candidate_clip(c);
+        let radius = suppression_radius(clip.duration_ns());
+        let bound = c.votes as f32;
+        let mut above: Vec<&Match> = scan
+            .recorded(scan.candidate_index(c))
+            .iter()
+            .filter(|m| rank(m) > bound)
+            .collect();
+        if above.is_empty() {
+            return false;
+        }
+        above.sort_by(|a, b| {
+            rank(b)
+                .total_cmp(&rank(a))
+                .then(a.offset_ns.cmp(&b.offset_ns))
+        });
+        let mut kept: Vec<&Match> = Vec::new();
+        for m in above {
+            if kept
+                .iter()
+                .all(|k| k.offset_ns.abs_diff(m.offset_ns) >= radius)
+            {
+                kept.push(m);
+            }
+        }
+        // The refined start lies within the search of the votes (and half a sample).
+        let centre = (c.best * self.params.hop as i64) as f64;
+        let reach = self.params.refine_search as f64 + 2.0;
+        let ns = |samples: f64| samples.max(0.0) * 1e9 / f64::from(self.params.sample_rate);
+        let (lo, hi) = (
+            ns(centre - reach).floor() as u64,
+            ns(centre + reach).ceil() as u64,
+        );
+        kept.iter()
+            .any(|k| k.offset_ns.abs_diff(lo) < radius && k.offset_ns.abs_diff(hi) < radius)
+    }
+
+    /// The full analysis's screen, from the one window it looks at: whether `c`'s loudest
+    /// window (of those inside the episode) correlates below [`Params::refine_screen`] at
+    /// every lag near its votes. Only that window is fetched, with the search around it;
+    /// a margin covers the rounding of a transform over a shorter stretch than the full
+    /// analysis's (a candidate within it goes on to the tests after).
+    fn screened_out(&mut self, scan: &EpisodeScan, c: &Candidate) -> Result<bool, WindowError> {
+        let (clip, variant, best) = scan.candidate_clip(c);
+        let Some(variant) = clip.variants.get(variant) else {
+            return Ok(false);
+        };
+        let hop = self.params.hop as i64;
+        let inside: Vec<&RefWindow> = variant
+            .windows
+            .iter()
+            .filter(|w| best * hop + (w.start + w.samples.len()) as i64 <= self.analysed as i64)
+            .collect();
+        // As the full analysis picks it (the last of equally loud ones).
+        let Some(w) = inside.iter().max_by(|a, b| a.norm.total_cmp(&b.norm)) else {
+            // No window inside: the refinement records nothing.
+            return Ok(true);
+        };
+        let near = self.params.refine_search;
+        let expected = best * hop + w.start as i64;
+        let need = (
+            expected - near as i64,
+            expected + (w.samples.len() + near) as i64,
+        );
+        let history = self.history(&[need])?;
+        let Some(curve) = self.correlator.curve(w, &history, expected, near) else {
+            // A silent or empty window: the full analysis stops there too.
+            return Ok(true);
+        };
+        let top = curve.iter().copied().fold(f32::MIN, f32::max);
+        Ok(top < self.params.refine_screen - SCREEN_MARGIN)
     }
 
     /// Whether the refinement would reject `c` whatever its other windows hold, from as few
@@ -222,7 +352,7 @@ impl<'a> Refiner<'a> {
     fn surely_rejected(
         &mut self,
         scan: &EpisodeScan,
-        c: &crate::matcher::Candidate,
+        c: &Candidate,
         needs: &[(i64, i64)],
     ) -> Result<bool, WindowError> {
         let (clip, variant, best) = scan.candidate_clip(c);
@@ -291,6 +421,7 @@ impl<'a> Refiner<'a> {
             let (first, end) = self.resampler.input_span(q, next);
             let (in_from, in_to) = (first.max(0) as u64, (end.max(0) as u64).min(self.frames));
             let input = self.packets.decode(&mut self.fetched, in_from, in_to)?;
+            self.decoded += in_to.saturating_sub(in_from);
             let mut samples = Vec::with_capacity((next - q) as usize);
             self.resampler
                 .outputs(&input, in_from as i64, self.frames, q, next, &mut samples);

@@ -7,6 +7,8 @@
 //! resamplers, and any delay would be an offset error. The start is padded with silence, and
 //! [`Resampler::finish`] pads the end, so output `n` exists for every input instant.
 
+use std::sync::Arc;
+
 use crate::params::Params;
 
 /// Converts a stream of samples at one rate to another.
@@ -17,7 +19,7 @@ pub struct Resampler {
     half: usize,
     phases: usize,
     /// `(phases + 1)` rows of `2 · half` taps.
-    table: Vec<f32>,
+    table: Arc<[f32]>,
     /// Input not yet consumed; `buf[0]` is input sample `buf_start` (negative: padding).
     buf: Vec<f32>,
     buf_start: i64,
@@ -36,32 +38,7 @@ impl Resampler {
         let zero_crossings = params.resampler_zero_crossings.max(1) as f64;
         let half = (zero_crossings / (2.0 * cutoff)).ceil().max(1.0) as usize;
         let phases = params.resampler_phases.max(1);
-        let taps = 2 * half;
-        let beta = params.resampler_kaiser_beta;
-        let i0_beta = bessel_i0(beta);
-        let mut table = vec![0f32; (phases + 1) * taps];
-        for p in 0..=phases {
-            let frac = p as f64 / phases as f64;
-            let row = &mut table[p * taps..(p + 1) * taps];
-            let mut sum = 0.0;
-            let mut values = vec![0f64; taps];
-            for (j, v) in values.iter_mut().enumerate() {
-                // Tap j is input sample i + j - half + 1; its distance from the instant:
-                let u = frac - (j as f64 - half as f64 + 1.0);
-                let r = u / half as f64;
-                let window = if r.abs() >= 1.0 {
-                    0.0
-                } else {
-                    bessel_i0(beta * (1.0 - r * r).sqrt()) / i0_beta
-                };
-                *v = 2.0 * cutoff * sinc(2.0 * cutoff * u) * window;
-                sum += *v;
-            }
-            // Unity gain at DC for every phase: no ripple in level from phase to phase.
-            for (t, v) in row.iter_mut().zip(&values) {
-                *t = (*v / sum) as f32;
-            }
-        }
+        let table = table(in_rate, out_rate, cutoff, half, phases, params);
         Resampler {
             in_rate,
             out_rate,
@@ -121,6 +98,73 @@ impl Resampler {
             self.buf_start += drop as i64;
         }
     }
+}
+
+/// Kernel tables made so far, by what they depend on: the print path makes resamplers for
+/// every episode it answers from (tens of milliseconds of work against one clip), and the
+/// table (257 phases of up to ~150 Kaiser-windowed taps) was a tenth of it.
+type TableKey = (u64, u64, usize, u64, u64, usize);
+static TABLES: std::sync::Mutex<Vec<(TableKey, Arc<[f32]>)>> = std::sync::Mutex::new(Vec::new());
+/// Tables kept (a process resamples from a few rates).
+const TABLES_KEPT: usize = 16;
+
+/// The kernel's `(phases + 1)` rows of `2 · half` taps, made once per process for each set
+/// of rates and parameters.
+fn table(
+    in_rate: u64,
+    out_rate: u64,
+    cutoff: f64,
+    half: usize,
+    phases: usize,
+    params: &Params,
+) -> Arc<[f32]> {
+    let key = (
+        in_rate,
+        out_rate,
+        params.resampler_zero_crossings,
+        params.resampler_cutoff.to_bits(),
+        params.resampler_kaiser_beta.to_bits(),
+        phases,
+    );
+    // A poisoned lock only means another thread panicked while holding it: the list is
+    // still whole (entries are pushed complete).
+    let lock = |m: &'static std::sync::Mutex<_>| m.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, t)) = lock(&TABLES).iter().find(|(k, _)| *k == key) {
+        return Arc::clone(t);
+    }
+    let taps = 2 * half;
+    let beta = params.resampler_kaiser_beta;
+    let i0_beta = bessel_i0(beta);
+    let mut table = vec![0f32; (phases + 1) * taps];
+    for p in 0..=phases {
+        let frac = p as f64 / phases as f64;
+        let row = &mut table[p * taps..(p + 1) * taps];
+        let mut sum = 0.0;
+        let mut values = vec![0f64; taps];
+        for (j, v) in values.iter_mut().enumerate() {
+            // Tap j is input sample i + j - half + 1; its distance from the instant:
+            let u = frac - (j as f64 - half as f64 + 1.0);
+            let r = u / half as f64;
+            let window = if r.abs() >= 1.0 {
+                0.0
+            } else {
+                bessel_i0(beta * (1.0 - r * r).sqrt()) / i0_beta
+            };
+            *v = 2.0 * cutoff * sinc(2.0 * cutoff * u) * window;
+            sum += *v;
+        }
+        // Unity gain at DC for every phase: no ripple in level from phase to phase.
+        for (t, v) in row.iter_mut().zip(&values) {
+            *t = (*v / sum) as f32;
+        }
+    }
+    let table: Arc<[f32]> = table.into();
+    let mut tables = lock(&TABLES);
+    if tables.len() >= TABLES_KEPT {
+        tables.remove(0);
+    }
+    tables.push((key, Arc::clone(&table)));
+    table
 }
 
 /// Resamples a whole (short) signal.

@@ -276,6 +276,65 @@ fn file_urls_are_read_and_http_urls_downloaded() {
     server.join().unwrap();
 }
 
+#[test]
+fn with_a_print_store_the_first_run_prints_and_the_second_answers_from_the_print() {
+    let f = files();
+    // The test's own store (never the user's), in a directory of its own.
+    let own = tempfile::tempdir().unwrap();
+    let store = own.path().join("prints");
+    let store_arg = store.display().to_string();
+    for episode in ["episode.mp3", "episode.m4a"] {
+        let mut args = vec![episode];
+        args.extend(&f.clips);
+        args.extend(["--json", "--print-store", &store_arg]);
+        let first = analyse(&f.dir, &args).expect_code(0);
+        assert!(
+            first.stderr.contains("episode print written"),
+            "{episode}: {}",
+            first.stderr
+        );
+        check_json(f, episode, &first.json_lines());
+        let second = analyse(&f.dir, &args).expect_code(0);
+        assert!(
+            second.stderr.contains("answered from the episode's print")
+                && !second.stderr.contains("episode print written"),
+            "{episode}: {}",
+            second.stderr
+        );
+        // The same answers: the same offsets, scores within 0.01 (the analyser's promise
+        // for a print; measured identical or within 2·10⁻⁷).
+        let (a, b) = (first.json_lines(), second.json_lines());
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x["clip_offsets_ns"], y["clip_offsets_ns"], "{episode}");
+            assert_eq!(x["episode_hash"], y["episode_hash"], "{episode}");
+            assert_eq!(x["episode_duration_ns"], y["episode_duration_ns"]);
+            let scores = |v: &Value| -> Vec<f64> {
+                v["matches"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| m["score"].as_f64().unwrap())
+                    .collect()
+            };
+            for (s, t) in scores(x).iter().zip(scores(y)) {
+                assert!((s - t).abs() <= 0.01, "{episode}: {x} vs {y}");
+            }
+        }
+    }
+    // One print per episode, in the store given; none in the user's (the test's) cache.
+    let listed = common::command(
+        &f.dir,
+        &["prints", "--print-store", &store_arg, "list", "--json"],
+        &[],
+    )
+    .output()
+    .unwrap();
+    let listed = Run::from_output(listed).expect_code(0);
+    assert_eq!(listed.json_lines().len(), 2, "{}", listed.stdout);
+    assert!(!f.dir.join(".cache/archivist/prints").exists());
+}
+
 /// A server on an ephemeral port that answers each of `requests` connections with `answer`
 /// (given the stream), then ends.
 fn serve(

@@ -45,8 +45,10 @@ pub enum MediaIdentity {
     File {
         /// Its size in bytes.
         size: u64,
-        /// Its modification time, nanoseconds since 1970.
-        modified_ns: i128,
+        /// Its modification time, nanoseconds since 1970 (64 bits: serde's internally
+        /// tagged enums cannot read 128-bit integers back, so an `i128` here made every
+        /// local file's print unreadable).
+        modified_ns: i64,
     },
 }
 
@@ -72,8 +74,8 @@ impl MediaIdentity {
     pub fn of_file(meta: &std::fs::Metadata) -> Option<MediaIdentity> {
         let modified = meta.modified().ok()?;
         let modified_ns = match modified.duration_since(std::time::UNIX_EPOCH) {
-            Ok(after) => i128::try_from(after.as_nanos()).ok()?,
-            Err(before) => -i128::try_from(before.duration().as_nanos()).ok()?,
+            Ok(after) => i64::try_from(after.as_nanos()).ok()?,
+            Err(before) => -i64::try_from(before.duration().as_nanos()).ok()?,
         };
         Some(MediaIdentity::File {
             size: meta.len(),
@@ -557,6 +559,20 @@ mod tests {
     use axum::http::HeaderMap as AxumHeaders;
     use axum::response::IntoResponse;
     use net::address_policy::{AddressPolicy, Redirects};
+
+    #[test]
+    fn a_files_identity_reads_back_as_written() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let meta = std::fs::metadata(file.path()).unwrap();
+        let identity = MediaIdentity::of_file(&meta).unwrap();
+        assert_eq!(MediaIdentity::parse(&identity.to_text()), Some(identity));
+        let http = MediaIdentity::Http {
+            etag: Some("\"e1\"".into()),
+            last_modified: None,
+            content_length: Some(36),
+        };
+        assert_eq!(MediaIdentity::parse(&http.to_text()), Some(http));
+    }
 
     /// Serves `BODY` at `/m` with ETag `"e1"`: conditional requests, ranges (unless `/plain`,
     /// which ignores Range) and `If-Range` as a server should.
