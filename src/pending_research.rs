@@ -143,8 +143,8 @@ async fn assign(
     let presence = match store.api_access() {
         None => Presence::default(),
         Some(access) => {
-            let since = Utc::now()
-                - chrono::Duration::from_std(config.presence_window).unwrap_or_default();
+            let since =
+                Utc::now() - chrono::Duration::from_std(config.presence_window).unwrap_or_default();
             match run
                 .retrying("presence", DataStoreError::is_retryable, || {
                     access.presence(since)

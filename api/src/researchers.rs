@@ -45,7 +45,9 @@ const PRESENCE_EVERY: Duration = Duration::from_secs(10);
 /// How often presence is written within `window`: [`PRESENCE_EVERY`] or a quarter of the
 /// window, whichever is shorter (a presence must be written again before it lapses).
 fn presence_every(window: Duration) -> Duration {
-    PRESENCE_EVERY.min(window / 4).max(Duration::from_millis(10))
+    PRESENCE_EVERY
+        .min(window / 4)
+        .max(Duration::from_millis(10))
 }
 
 /// The header a researcher may name itself with (one researcher of several behind one
@@ -131,12 +133,9 @@ async fn present(gateway: &Gateway, caller: &Caller, headers: &HeaderMap) {
         let Ok(mut written) = gateway.work.written.lock() else {
             return;
         };
-        if written
-            .get(&id)
-            .is_some_and(|&at| {
-                now.duration_since(at) < presence_every(gateway.limits.presence_window)
-            })
-        {
+        if written.get(&id).is_some_and(|&at| {
+            now.duration_since(at) < presence_every(gateway.limits.presence_window)
+        }) {
             return;
         }
         written.insert(id.clone(), now);

@@ -176,8 +176,8 @@ async fn connection<S>(
         hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             request.extensions_mut().insert(ClientAddr(peer));
             let router = router.clone();
-            let admitted = !request.uri().path().starts_with("/api/v1/")
-                || admit(&held, &api_slots);
+            let admitted =
+                !request.uri().path().starts_with("/api/v1/") || admit(&held, &api_slots);
             async move {
                 if !admitted {
                     tracing::debug!(%peer, "too many API connections: 503 and closed");

@@ -469,7 +469,14 @@ fn health_and_pages_answer_while_the_api_is_flooded() {
     let researcher = {
         let run = s
             .run(
-                &["token", "create", "--scope", "researcher", "--name", "flood"],
+                &[
+                    "token",
+                    "create",
+                    "--scope",
+                    "researcher",
+                    "--name",
+                    "flood",
+                ],
                 &[],
             )
             .expect_code(0);
@@ -485,7 +492,8 @@ fn health_and_pages_answer_while_the_api_is_flooded() {
     let _slow: Vec<std::net::TcpStream> = (0..8)
         .map(|_| {
             let mut c = std::net::TcpStream::connect(&addr).unwrap();
-            c.write_all(b"GET /api/v1/status HTTP/1.1\r\nHost: ").unwrap();
+            c.write_all(b"GET /api/v1/status HTTP/1.1\r\nHost: ")
+                .unwrap();
             c
         })
         .collect();

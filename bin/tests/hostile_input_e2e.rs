@@ -353,7 +353,19 @@ fn hostile_corpus_through_the_api() {
         assert_eq!(s.queue_depths()[cq]["waiting"], 0, "{cq}: nothing sent");
         let mut accepted = Vec::new();
         let mut refused = 0;
-        for case in &cases {
+        let mut poison_accepted = 0;
+        let mut phase0_stored = false;
+        // Phase by phase, as the corpus is sent on the buses: a case of phase 1 may be poison
+        // only against what phase 0 stored.
+        for case in cases
+            .iter()
+            .filter(|c| c.phase == 0)
+            .chain(cases.iter().filter(|c| c.phase == 1))
+        {
+            if case.phase == 1 && !phase0_stored {
+                s.run(archivist_for(cq), &[]).expect_code(0);
+                phase0_stored = true;
+            }
             let (code, answer) = rt.block_on(post(&base, path, &token, case.body(&leases)));
             let http_media = serde_json::from_slice::<serde_json::Value>(&case.body(&leases))
                 .ok()
@@ -369,6 +381,12 @@ fn hostile_corpus_through_the_api() {
                 {
                     refused += 1
                 }
+                // Poison only against what is stored (a conflict with a stored episode):
+                // the API cannot know; the archivist sets it aside with its reason.
+                (202, corpus::Expect::Poison(_)) => {
+                    poison_accepted += 1;
+                    accepted.push(*case)
+                }
                 (400 | 413 | 422, corpus::Expect::Poison(want)) => {
                     refused += 1;
                     let reasons = texts(&serde_json::from_str(&answer).unwrap_or_default());
@@ -378,7 +396,10 @@ fn hostile_corpus_through_the_api() {
                         answer.contains("line 1") || code == 413
                     };
                     if !with_reason {
-                        problems.push(format!("{}: {code} without its reason ({want}): {answer}", case.name));
+                        problems.push(format!(
+                            "{}: {code} without its reason ({want}): {answer}",
+                            case.name
+                        ));
                     }
                 }
                 _ => problems.push(format!(
@@ -389,7 +410,8 @@ fn hostile_corpus_through_the_api() {
         }
         assert!(problems.is_empty(), "{problems:#?}");
         println!(
-            "API {cq}: {} cases, {} accepted, {refused} refused with their reasons",
+            "API {cq}: {} cases, {} accepted ({poison_accepted} poison only against what is \
+             stored), {refused} refused with their reasons",
             cases.len(),
             accepted.len()
         );

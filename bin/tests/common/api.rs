@@ -59,14 +59,19 @@ pub(crate) fn spawn_remote_researcher(
 /// Who counts for the work-assignment rule in the datastore at `url`: presence seen within
 /// `window`.
 pub(crate) fn presence(url: &str, window: Duration) -> datastore::Presence {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let store = datastore::connect(url).await.unwrap();
-            let since = chrono::Utc::now() - chrono::Duration::from_std(window).unwrap();
-            let presence = store.api_access().unwrap().presence(since).await.unwrap();
-            presence
-        })
+    let url = url.to_string();
+    // On a thread of its own: the caller may be inside a runtime (an async test).
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let store = datastore::connect(&url).await.unwrap();
+                let since = chrono::Utc::now() - chrono::Duration::from_std(window).unwrap();
+                store.api_access().unwrap().presence(since).await.unwrap()
+            })
+    })
+    .join()
+    .unwrap()
 }
