@@ -62,6 +62,11 @@ pub struct PendingResearchConfig {
     /// When set, a run leases nothing while as many results as it says wait to be recorded.
     /// `None` (the default): work is assigned by the capacity rule alone.
     pub hold_back: Option<HoldBack>,
+    /// A remote researcher (through the API gateway) counts while it was seen within this
+    /// long; also how long a gateway's own receivers count. [`datastore::PRESENCE_WINDOW`]
+    /// unless configured (`ARCHIVIST_PRESENCE_WINDOW`), and the same for every archivist and
+    /// gateway.
+    pub presence_window: Duration,
 }
 
 impl Default for PendingResearchConfig {
@@ -73,6 +78,7 @@ impl Default for PendingResearchConfig {
             start_jitter: Duration::from_secs(5),
             retry: RetryPolicy::default(),
             hold_back: None,
+            presence_window: datastore::PRESENCE_WINDOW,
         }
     }
 }
@@ -137,8 +143,8 @@ async fn assign(
     let presence = match store.api_access() {
         None => Presence::default(),
         Some(access) => {
-            let since = Utc::now()
-                - chrono::Duration::from_std(datastore::PRESENCE_WINDOW).unwrap_or_default();
+            let since =
+                Utc::now() - chrono::Duration::from_std(config.presence_window).unwrap_or_default();
             match run
                 .retrying("presence", DataStoreError::is_retryable, || {
                     access.presence(since)

@@ -38,6 +38,7 @@ fn config() -> PendingResearchConfig {
         start_jitter: Duration::ZERO,
         retry: RetryPolicy::within(Duration::from_secs(5)),
         hold_back: None,
+        presence_window: datastore::PRESENCE_WINDOW,
     }
 }
 

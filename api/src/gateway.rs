@@ -45,6 +45,10 @@ pub struct Limits {
     pub requests_per_second: u32,
     /// Trust `X-Forwarded-For` for the client's address (behind a reverse proxy only).
     pub trust_proxy: bool,
+    /// A researcher counts for the work-assignment rule while it was seen within this long
+    /// (the same window every archivist's `pending-research` reads presence with); the
+    /// gateway writes presence well within it.
+    pub presence_window: Duration,
 }
 
 impl Default for Limits {
@@ -57,6 +61,7 @@ impl Default for Limits {
             failure_window: Duration::from_secs(60),
             requests_per_second: 200,
             trust_proxy: false,
+            presence_window: datastore::PRESENCE_WINDOW,
         }
     }
 }

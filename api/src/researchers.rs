@@ -39,8 +39,17 @@ use crate::{lines, ApiError};
 /// How long a taken item stays invisible to others without an extension.
 pub const ITEM_VISIBILITY: Duration = Duration::from_secs(60);
 
-/// A researcher's presence is written at most this often (each request shows it is there).
+/// A researcher's presence is written at most this often (each request shows it is there),
+/// or a quarter of the presence window when that is shorter.
 const PRESENCE_EVERY: Duration = Duration::from_secs(10);
+
+/// How often presence is written within `window`: [`PRESENCE_EVERY`] or a quarter of the
+/// window, whichever is shorter (a presence must be written again before it lapses).
+fn presence_every(window: Duration) -> Duration {
+    PRESENCE_EVERY
+        .min(window / 4)
+        .max(Duration::from_millis(10))
+}
 
 /// The header a researcher may name itself with (one researcher of several behind one
 /// address and token); otherwise it is its token and address.
@@ -125,10 +134,9 @@ async fn present(gateway: &Gateway, caller: &Caller, headers: &HeaderMap) {
         let Ok(mut written) = gateway.work.written.lock() else {
             return;
         };
-        if written
-            .get(&id)
-            .is_some_and(|&at| now.duration_since(at) < PRESENCE_EVERY)
-        {
+        if written.get(&id).is_some_and(|&at| {
+            now.duration_since(at) < presence_every(gateway.limits.presence_window)
+        }) {
             return;
         }
         written.insert(id.clone(), now);
@@ -208,7 +216,10 @@ pub(crate) async fn take(
         .wait
         .filter(|w| w.is_finite() && *w > 0.0)
         .map_or(Duration::ZERO, Duration::from_secs_f64)
-        .min(gateway.limits.max_wait);
+        .min(gateway.limits.max_wait)
+        // A researcher shows it is there with each request: it must poll again well within
+        // the presence window (a third of the default window is the 20 s maximum).
+        .min(gateway.limits.presence_window / 3);
     let Ok(_poll) = gateway.long_polls.clone().try_acquire_owned() else {
         return Err(ApiError::Unavailable(
             "too many researchers are waiting for work at once: try again in a moment".into(),
@@ -461,7 +472,7 @@ pub(crate) async fn release(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// How often the keeper runs.
+/// How often the keeper runs (or more often: see [`presence_every`]).
 const KEEPER_EVERY: Duration = Duration::from_secs(10);
 
 /// Until `token` is cancelled: gives back deliveries held in memory whose visibility ran out,
@@ -469,7 +480,8 @@ const KEEPER_EVERY: Duration = Duration::from_secs(10);
 /// does not count them as researchers), and forgets presence long gone. On the way out, the
 /// gateway's presence is removed and what it holds in memory released.
 pub(crate) async fn keep(gateway: Arc<Gateway>, token: CancellationToken) {
-    let mut tick = tokio::time::interval(KEEPER_EVERY);
+    let every = KEEPER_EVERY.min(presence_every(gateway.limits.presence_window));
+    let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -497,7 +509,7 @@ pub(crate) async fn keep(gateway: Arc<Gateway>, token: CancellationToken) {
             }
         }
         if let Ok(mut written) = gateway.work.written.lock() {
-            written.retain(|_, at| at.elapsed() < datastore::PRESENCE_WINDOW);
+            written.retain(|_, at| at.elapsed() < gateway.limits.presence_window);
         }
         let Ok(access) = gateway.access() else {
             continue;

@@ -217,6 +217,7 @@ pub(crate) fn pending_config(config: &Config, retry: RetryPolicy) -> PendingRese
         start_jitter: config.start_jitter,
         retry,
         hold_back: None,
+        presence_window: config.presence_window,
     }
 }
 

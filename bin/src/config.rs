@@ -318,6 +318,8 @@ pub(crate) struct Config {
     pub(crate) start_jitter: Duration,
     /// Where to serve /metrics, /healthz and /readyz (ARCHIVIST_METRICS_ADDR), if anywhere.
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+    /// ARCHIVIST_PRESENCE_WINDOW: how long remote researchers count after they were seen.
+    pub(crate) presence_window: Duration,
 }
 
 impl Config {
@@ -522,6 +524,7 @@ impl Config {
             shutdown_timeout,
             retry_budget,
             start_jitter,
+            presence_window: presence_window()?,
         })
     }
 
@@ -567,6 +570,30 @@ fn or_default<'a>(value: &'a str, default: &'a str) -> &'a str {
         default
     } else {
         v
+    }
+}
+
+/// ARCHIVIST_PRESENCE_WINDOW: how long a remote researcher (and a gateway's own receivers)
+/// count for the work-assignment rule after they were last seen. An environment variable
+/// only (no option): every gateway and every `pending-research` must agree on it, and tests
+/// shorten it rather than wait a minute.
+fn presence_window() -> Result<Duration, UsageError> {
+    const NAME: &str = "ARCHIVIST_PRESENCE_WINDOW";
+    match std::env::var(NAME) {
+        Err(std::env::VarError::NotPresent) => Ok(datastore::PRESENCE_WINDOW),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(UsageError(format!("invalid {NAME}: not UTF-8")))
+        }
+        Ok(value) if value.trim().is_empty() => Ok(datastore::PRESENCE_WINDOW),
+        Ok(value) => {
+            let window = duration(NAME, value.trim(), Duration::from_secs(3600))?;
+            if window < Duration::from_secs(1) {
+                return Err(UsageError(format!(
+                    "invalid {NAME} {value:?}: at least 1s allowed"
+                )));
+            }
+            Ok(window)
+        }
     }
 }
 

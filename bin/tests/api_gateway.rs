@@ -387,7 +387,10 @@ async fn researchers_work_by_receipts_that_outlive_the_gateway() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_researchers_count_for_the_work_assignment_rule() {
-    let s = scenario();
+    let mut s = scenario();
+    // Every gateway and work-assignment run agrees on the window; a short one for the test.
+    let window = Duration::from_secs(6);
+    s.bus.set("ARCHIVIST_PRESENCE_WINDOW", "6s");
     s.curate();
     let researcher = create_token(&s, "researcher", "pool");
     let (_gateway, base) = serve_api(&s);
@@ -420,30 +423,111 @@ async fn remote_researchers_count_for_the_work_assignment_rule() {
         .await;
         assert_eq!(code, 204);
     }
-    // Within a minute they stop counting: a run then counts no researcher (and, nothing
+    // Within the window they stop counting: a run then counts no researcher (and, nothing
     // waiting, publishes the one item the rule gives an idle pipeline).
-    let started = Instant::now();
+    let url = s.database_url();
+    let until = Instant::now() + DEADLINE;
+    while common::api::presence(&url, window).researchers > 0 {
+        assert!(Instant::now() < until, "remote researchers never lapsed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let run = s.run(&["pending-research"], &jitter).expect_code(0);
+    assert!(run.stderr.contains("researchers=0"), "{}", run.stderr);
+    assert_eq!(s.queue_depths()["pending_research"]["waiting"], 1);
+}
+
+/// One request on a connection of its own, with `headers` (each ending in CRLF): the status
+/// and the body.
+fn raw_request(addr: &str, method: &str, path: &str, headers: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    // A connection closed at once (no room for it) reads as nothing.
+    let _ = stream.read_to_string(&mut response);
+    let Some((head, body)) = response.split_once("\r\n\r\n") else {
+        return (0, response);
+    };
+    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (code, body.to_string())
+}
+
+/// While the API is flooded — as many long polls as it takes connections (held open), more
+/// API requests, and slow clients that never finish their request head — `/healthz`, the
+/// status page and `/metrics` on the same address still answer, and the API's own refusal
+/// says why.
+#[test]
+fn health_and_pages_answer_while_the_api_is_flooded() {
+    use std::io::Write;
+    const API: usize = 16;
+    let s = scenario();
+    let researcher = {
+        let run = s
+            .run(
+                &[
+                    "token",
+                    "create",
+                    "--scope",
+                    "researcher",
+                    "--name",
+                    "flood",
+                ],
+                &[],
+            )
+            .expect_code(0);
+        run.stdout.trim().to_string()
+    };
+    let (_gateway, addr) = start_serving(
+        &s,
+        &["serve", "--api", "--addr", "127.0.0.1:0"],
+        &[("ARCHIVIST_API_MAX_CONNECTIONS", &API.to_string())],
+        DEADLINE,
+    );
+    // Slow clients: half a request head each, then nothing.
+    let _slow: Vec<std::net::TcpStream> = (0..8)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(&addr).unwrap();
+            c.write_all(b"GET /api/v1/status HTTP/1.1\r\nHost: ")
+                .unwrap();
+            c
+        })
+        .collect();
+    // Long polls on keep-alive connections, never read: every API connection taken.
+    let auth = format!("Authorization: Bearer {researcher}\r\n");
+    let _polls: Vec<std::net::TcpStream> = (0..API)
+        .map(|i| {
+            let mut c = std::net::TcpStream::connect(&addr).unwrap();
+            write!(
+                c,
+                "POST /api/v1/work?wait=20 HTTP/1.1\r\nHost: {addr}\r\n{auth}\
+                 X-Archivist-Researcher: flood-{i}\r\nContent-Length: 0\r\n\r\n"
+            )
+            .unwrap();
+            c
+        })
+        .collect();
+    // Once they are all in, one more API request is refused, saying why.
+    let until = Instant::now() + DEADLINE;
     loop {
-        let run = s.run(&["pending-research"], &jitter).expect_code(0);
-        if run.stderr.contains("researchers=0") {
+        let (code, body) = raw_request(&addr, "POST", "/api/v1/work?wait=0", &auth);
+        if code == 503 {
+            assert!(body.contains("too many API connections"), "{body}");
             break;
         }
-        assert!(
-            run.stderr.contains("researchers=3"),
-            "the three still count until they lapse: {}",
-            run.stderr
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "remote researchers still counted two minutes after they went away"
-        );
-        // Polling a condition with a deadline: the presence lapses on the clock.
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(code, 204, "{body}");
+        assert!(Instant::now() < until, "the API never filled up");
     }
-    assert!(
-        s.queue_depths()["pending_research"]["waiting"]
-            .as_u64()
-            .unwrap()
-            <= 1 + 3
-    );
+    // The rest of `serve` answers all the same.
+    for path in ["/healthz", "/", "/metrics"] {
+        let (code, body) = raw_request(&addr, "GET", path, "");
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+    // The readers' JSON is not the API: it answers too.
+    let (code, body) = raw_request(&addr, "GET", "/api/status", "");
+    assert_eq!(code, 200, "{body}");
 }

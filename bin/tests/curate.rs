@@ -1723,3 +1723,102 @@ fn a_link_loop_named_like_audio_is_skipped_with_its_reason() {
         run.stderr
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Through the API.
+
+/// A remote curator with no bus of its own (a datastore that does not exist) and a
+/// curator's token: `curate feed --server` on a served feed and `curate clips --server
+/// --base-url` send through the real gateway (`serve --api`), and what they sent arrives in
+/// the datastore; `curate clips --server` without `--base-url` is a usage error saying so.
+#[test]
+fn a_remote_curator_sends_a_feed_and_clips_through_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    archivist(dir.path(), &["migrate"], &[]).expect_code(0);
+    archivist(dir.path(), &["queues"], &[]).expect_code(0);
+    let token = archivist(
+        dir.path(),
+        &["token", "create", "--scope", "curator", "--name", "fan"],
+        &[],
+    )
+    .expect_code(0)
+    .stdout
+    .trim()
+    .to_string();
+    let (_gateway, addr) = common::serving::start_serving_in(
+        dir.path(),
+        &["serve", "--api", "--addr", "127.0.0.1:0"],
+        &[],
+        Duration::from_secs(60),
+    );
+    let server = format!("http://{addr}");
+    let curator = tempfile::tempdir().unwrap();
+    let remote = [
+        ("ARCHIVIST_TOKEN", token.as_str()),
+        ("DATABASE_URL", common::api::NO_DATABASE),
+    ];
+    let feeds = FeedServer::start();
+    feeds.feed("/show.xml", rss(&[item(1), item(2), item(3)]));
+    let run = archivist(
+        curator.path(),
+        &[
+            "curate",
+            "feed",
+            "--server",
+            &server,
+            &feeds.url("/show.xml"),
+            "--json",
+        ],
+        &remote,
+    )
+    .expect_code(0);
+    assert_eq!(summary(&run)["feeds"][0]["sent"], 3, "{run:?}");
+    let clips = curator.path().join("clips");
+    write(&clips.join("Intro.mp3"), b"intro");
+    write(&clips.join("sub/Outro.wav"), b"outro");
+    let folder = clips.to_str().unwrap();
+    // Without --base-url the clips would be file:// URLs of the curator's machine.
+    let refused = archivist(
+        curator.path(),
+        &["curate", "clips", "--server", &server, folder],
+        &remote,
+    )
+    .expect_code(2);
+    assert!(refused.stderr.contains("--base-url"), "{}", refused.stderr);
+    let run = archivist(
+        curator.path(),
+        &[
+            "curate",
+            "clips",
+            "--server",
+            &server,
+            "--base-url",
+            "https://media.example/clips/",
+            folder,
+            "--json",
+        ],
+        &remote,
+    )
+    .expect_code(0);
+    assert_eq!(summary(&run)["sent"], 2, "{run:?}");
+    for run in [&run, &refused] {
+        assert!(!run.stderr.contains(&token) && !run.stdout.contains(&token));
+    }
+    // The archivists, where the bus is, store what arrived.
+    archivist(dir.path(), &["episodes", "--once"], &[]).expect_code(0);
+    archivist(dir.path(), &["clips", "--once"], &[]).expect_code(0);
+    let status = archivist(dir.path(), &["status", "--json"], &[]).expect_code(0);
+    let status: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(status["episodes"], 3, "{status}");
+    assert_eq!(status["clips"], 2, "{status}");
+    assert_eq!(status["research_pairs"], 6, "{status}");
+    for q in ["curated_episodes", "curated_clips"] {
+        let dead = archivist(
+            dir.path(),
+            &["receive", q, "--dead-letters", "--wait", "0s"],
+            &[],
+        )
+        .expect_code(0);
+        assert!(dead.stdout.is_empty(), "{q}: {}", dead.stdout);
+    }
+}

@@ -275,6 +275,187 @@ fn bodies_put_on_the_sqlite_bus_by_other_programs() {
     println!("SQLite bus, bodies inserted with SQL: 3 dead-lettered with their reasons, 1 stored");
 }
 
+/// Every string in `v`, one a line: the reasons of an error answer, unescaped.
+fn texts(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => format!("{s}\n"),
+        serde_json::Value::Array(a) => a.iter().map(texts).collect(),
+        serde_json::Value::Object(o) => o.values().map(texts).collect(),
+        _ => String::new(),
+    }
+}
+
+/// One request to the gateway at `base`: status and body.
+async fn post(base: &str, path: &str, token: &str, body: Vec<u8>) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .bearer_auth(token)
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
+/// The curated cases of the corpus POSTed to the gateway (`serve --api`) by a curator, each
+/// in a request of its own: a case the archivists would set aside is refused (422, or 400
+/// when it is not JSON, 413 when it is too large) with its reason, and nothing of it is
+/// sent; a valid case arrives and is stored (one of a group of repeats), and nothing a
+/// curator sent validly is dead-lettered. The whole corpus in one request is refused whole.
+#[test]
+fn hostile_corpus_through_the_api() {
+    let s = Scenario::database(None);
+    s.run(&["migrate"], &[]).expect_code(0);
+    s.run(&["queues"], &[]).expect_code(0);
+    let token = s
+        .run(
+            &["token", "create", "--scope", "curator", "--name", "corpus"],
+            &[],
+        )
+        .expect_code(0)
+        .stdout
+        .trim()
+        .to_string();
+    let (_gateway, addr) = common::serving::start_serving(
+        &s,
+        &["serve", "--api", "--addr", "127.0.0.1:0"],
+        &[],
+        std::time::Duration::from_secs(60),
+    );
+    let base = format!("http://{addr}");
+    let leases = Leases::default();
+    let cases = corpus::load();
+    let rt = runtime();
+    let mut problems = Vec::new();
+    let (mut accepted_cases, mut accepted_outcomes) = (Vec::new(), Vec::new());
+    for cq in ["curated_episodes", "curated_clips"] {
+        let path = match cq {
+            "curated_episodes" => "/api/v1/episodes",
+            _ => "/api/v1/clips",
+        };
+        let cases: Vec<&Case> = cases.iter().filter(|c| c.queue == cq).collect();
+        // All at once: a poison line among them refuses the request whole.
+        let all: Vec<u8> = cases
+            .iter()
+            .flat_map(|c| {
+                let mut b = c.body(&leases);
+                b.push(b'\n');
+                b
+            })
+            .collect();
+        let (code, answer) = rt.block_on(post(&base, path, &token, all));
+        assert!(
+            [400, 413, 422].contains(&code),
+            "{cq}: the whole corpus in one request: {code} {answer}"
+        );
+        assert_eq!(s.queue_depths()[cq]["waiting"], 0, "{cq}: nothing sent");
+        let mut accepted = Vec::new();
+        let mut refused = 0;
+        let mut poison_accepted = 0;
+        let mut phase0_stored = false;
+        // Phase by phase, as the corpus is sent on the buses: a case of phase 1 may be poison
+        // only against what phase 0 stored.
+        for case in cases
+            .iter()
+            .filter(|c| c.phase == 0)
+            .chain(cases.iter().filter(|c| c.phase == 1))
+        {
+            if case.phase == 1 && !phase0_stored {
+                s.run(archivist_for(cq), &[]).expect_code(0);
+                phase0_stored = true;
+            }
+            let (code, answer) = rt.block_on(post(&base, path, &token, case.body(&leases)));
+            let http_media = serde_json::from_slice::<serde_json::Value>(&case.body(&leases))
+                .ok()
+                .and_then(|v| v["media_uri"].as_str().map(str::to_string))
+                .is_some_and(|u| u.starts_with("http://") || u.starts_with("https://"));
+            match (code, &case.expect) {
+                (202, corpus::Expect::Stored | corpus::Expect::OneStored { .. }) => {
+                    accepted.push(*case)
+                }
+                // A valid message whose media is not http(s): the API takes none of those.
+                (422, corpus::Expect::Stored | corpus::Expect::OneStored { .. })
+                    if !http_media && answer.contains("http") =>
+                {
+                    refused += 1
+                }
+                // Poison only against what is stored (a conflict with a stored episode):
+                // the API cannot know; the archivist sets it aside with its reason.
+                (202, corpus::Expect::Poison(_)) => {
+                    poison_accepted += 1;
+                    accepted.push(*case)
+                }
+                (400 | 413 | 422, corpus::Expect::Poison(want)) => {
+                    refused += 1;
+                    let reasons = texts(&serde_json::from_str(&answer).unwrap_or_default());
+                    let with_reason = if code == 422 {
+                        reasons.contains(want.as_str()) || (!http_media && reasons.contains("http"))
+                    } else {
+                        answer.contains("line 1") || code == 413
+                    };
+                    if !with_reason {
+                        problems.push(format!(
+                            "{}: {code} without its reason ({want}): {answer}",
+                            case.name
+                        ));
+                    }
+                }
+                _ => problems.push(format!(
+                    "{}: {code} {answer}, expected {:?}",
+                    case.name, case.expect
+                )),
+            }
+        }
+        assert!(problems.is_empty(), "{problems:#?}");
+        println!(
+            "API {cq}: {} cases, {} accepted ({poison_accepted} poison only against what is \
+             stored), {refused} refused with their reasons",
+            cases.len(),
+            accepted.len()
+        );
+        s.run(archivist_for(cq), &[]).expect_code(0);
+        let depth = &s.queue_depths()[cq];
+        let count = depth["dead_letters"].as_u64().unwrap();
+        let dead: Vec<(Vec<u8>, String)> = if count == 0 {
+            Vec::new()
+        } else {
+            s.run(
+                &[
+                    "receive",
+                    cq,
+                    "--dead-letters",
+                    "--max",
+                    &count.to_string(),
+                    "--wait",
+                    "60s",
+                ],
+                &[],
+            )
+            .expect_code(0)
+            .json_lines()
+            .into_iter()
+            .map(|l| {
+                (
+                    l["body"].as_str().unwrap().as_bytes().to_vec(),
+                    l["reason"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+        };
+        // Only repeats of a group are set aside (the API cannot know what is stored).
+        let outcomes = corpus::outcomes(&accepted, &leases, dead, &BTreeSet::new());
+        corpus::check(&format!("API {cq}"), &accepted, &outcomes, false);
+        accepted_cases.extend(accepted);
+        accepted_outcomes.extend(outcomes);
+    }
+    let want = corpus::expected_state(&accepted_cases, &accepted_outcomes, &leases);
+    let status = s.status();
+    assert_eq!(status["episodes"].as_u64(), Some(want.episodes), "{status}");
+    assert_eq!(status["clips"].as_u64(), Some(want.clips), "{status}");
+}
+
 // One line per bus (and datastore).
 
 #[test]

@@ -85,8 +85,9 @@ pub struct TokenInfo {
     pub last_used: Option<DateTime<Utc>>,
 }
 
-/// How long a presence counts after it was last written: a remote researcher that goes away
-/// stops counting for the work-assignment rule within this.
+/// How long a presence counts after it was last written, by default: a remote researcher that
+/// goes away stops counting for the work-assignment rule within this (the binary's
+/// `ARCHIVIST_PRESENCE_WINDOW` sets another, the same for every gateway and every run).
 pub const PRESENCE_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What a presence row stands for.

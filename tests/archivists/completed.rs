@@ -136,6 +136,7 @@ async fn a_revoke_that_arrives_first_keeps_the_other_pairs_held_until_their_resu
             start_jitter: Duration::ZERO,
             retry: fast_retry(5),
             hold_back: None,
+            presence_window: datastore::PRESENCE_WINDOW,
         },
     ))
     .await;

@@ -24,6 +24,7 @@ fn config(researchers: Option<u64>) -> PendingResearchConfig {
         start_jitter: Duration::ZERO,
         retry: fast_retry(5),
         hold_back: None,
+        presence_window: datastore::PRESENCE_WINDOW,
     }
 }
 

@@ -90,6 +90,7 @@ async fn round_trip(backend: Backend, bus: MemoryBusConfig) {
                 start_jitter: Duration::ZERO,
                 retry: fast_retry(20),
                 hold_back: None,
+                presence_window: datastore::PRESENCE_WINDOW,
             },
         ))
         .await;

@@ -54,7 +54,22 @@ pub(crate) struct ServeArgs {
     /// With --api: the certificate's private key (PEM), read again on SIGHUP
     #[arg(long, env = "ARCHIVIST_TLS_KEY", requires_all = ["api", "tls_cert"])]
     pub(crate) tls_key: Option<std::path::PathBuf>,
+    /// With --api: the most connections the API holds at once (long polls and keep-alive
+    /// clients), and the most long polls; 64 more are kept for the pages, /metrics and the
+    /// health checks, so that they answer however the API is flooded
+    #[arg(
+        long,
+        env = "ARCHIVIST_API_MAX_CONNECTIONS",
+        hide_env_values = true,
+        requires = "api",
+        default_value_t = DEFAULT_API_CONNECTIONS,
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000)
+    )]
+    pub(crate) max_api_connections: u32,
 }
+
+/// `--max-api-connections` unless given.
+const DEFAULT_API_CONNECTIONS: u32 = 1984;
 
 /// Parses HOST:PORT, resolving a host name.
 fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
@@ -207,6 +222,10 @@ async fn run_api(
     };
     let limits = api::Limits {
         trust_proxy: args.trust_proxy,
+        presence_window: config.presence_window,
+        max_long_polls: api::Limits::default()
+            .max_long_polls
+            .min(args.max_api_connections as usize),
         ..api::Limits::default()
     };
     let gateway = api::Gateway::new(store.clone(), bus.clone(), queues, limits)
@@ -225,7 +244,7 @@ async fn run_api(
     let bound = api::server::spawn(
         listener,
         router,
-        api::server::ServerLimits::default(),
+        api::server::ServerLimits::for_api(args.max_api_connections as usize),
         tls.clone(),
         token,
     )?;

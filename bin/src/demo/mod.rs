@@ -183,6 +183,7 @@ pub(crate) async fn run(
             start_jitter: Duration::ZERO,
             retry: RetryPolicy::default(),
             hold_back: None,
+            presence_window: datastore::PRESENCE_WINDOW,
         },
         completed: CompletedResearchConfig {
             batch_size: 100,

@@ -11,7 +11,9 @@ carrying its token.
 A mode as the first argument makes it misbehave, for the tests of what the researcher does
 then: `crash-after N` (exit 3 after N answers; with `MARKER` in the environment, only when
 that file does not exist yet, creating it: the next try runs normally), `hang` (a progress line, then sleep),
-`hang-after N` (N answers, then sleep: an analyser quiet between two clips), `fail` (a line
+`hang-after N` (N answers, then sleep: an analyser quiet between two clips), `wait-after N`
+(N answers, then wait until the file `GATE` in the environment names exists: the test opens
+the gate when it is ready), `fail` (a line
 on standard error, then exit 1), `latin1-stderr` (a Latin-1 line and a `\r` progress bar on
 standard error, a pause, more of them, then a normal run: its standard error must be read to
 the end whatever it holds),
@@ -132,6 +134,9 @@ def main():
             return 3
         if mode[0] == "hang-after" and answered == int(mode[1]):
             time.sleep(3600)
+        if mode[0] == "wait-after" and answered == int(mode[1]):
+            while not os.path.exists(os.environ["GATE"]):
+                time.sleep(0.05)
         if mode[0] == "progress":
             say({"progress": f"looking for {clip['title']}"})
         token, clip_duration = read_clip(clip["media_path"])

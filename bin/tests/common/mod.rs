@@ -3,6 +3,7 @@
 //! queue names of a test's own, and fresh Postgres databases.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 
+pub(crate) mod api;
 pub(crate) mod audio;
 pub(crate) mod cluster;
 pub(crate) mod pipeline;
@@ -43,6 +44,8 @@ const OUR_VARS: &[&str] = &[
     "ARCHIVIST_LATER_BACKOFF",
     "ARCHIVIST_LATER_MAX_BACKOFF",
     "ARCHIVIST_SERVER",
+    "ARCHIVIST_PRESENCE_WINDOW",
+    "ARCHIVIST_API_MAX_CONNECTIONS",
     "ARCHIVIST_TOKEN",
     "RUST_LOG",
 ];
