@@ -524,12 +524,12 @@ async fn run(kind: &str, pairs: u64, o: &Options, via_api: bool) -> Figures {
         );
         for i in 0..o.researchers {
             let cache = media_dir.path().join(format!("cache-{i}"));
-            let via = match &gateway {
-                Some(g) => Via::Api {
+            let via = match (&gateway, tokens.get(i)) {
+                (Some(g), Some(token)) => Via::Api {
                     server: g.url(),
-                    token: &tokens[i],
+                    token,
                 },
-                None => Via::Bus(&urls.bus),
+                _ => Via::Bus(&urls.bus),
             };
             children.push(spawn_researcher(via, concurrency, &cache, o));
         }

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running gateway.
-pub struct Process {
+pub(crate) struct Process {
     child: Child,
     addr: SocketAddr,
     url: String,
@@ -20,7 +20,7 @@ pub struct Process {
 impl Process {
     /// `bin serve --api` on the datastore at `store_url` and the bus at `bus_url` (the same
     /// database, or the bus's own), logging at `log`; returns once `/readyz` answers 200.
-    pub fn start(bin: &Path, store_url: &str, bus_url: &str, log: &str) -> Process {
+    pub(crate) fn start(bin: &Path, store_url: &str, bus_url: &str, log: &str) -> Process {
         // A free port: taken, read, let go (another process could take it in between; this
         // is a benchmark on a quiet loopback).
         let port = TcpListener::bind("127.0.0.1:0")
@@ -62,7 +62,7 @@ impl Process {
     }
 
     /// A new researcher token named `name` (`archivist token create`).
-    pub fn token(&self, name: &str) -> String {
+    pub(crate) fn token(&self, name: &str) -> String {
         let out = Command::new(&self.bin)
             .args(["token", "create", "--scope", "researcher", "--name", name])
             .env("DATABASE_URL", &self.store_url)
@@ -78,15 +78,15 @@ impl Process {
     }
 
     /// `http://127.0.0.1:PORT`.
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 }
@@ -100,7 +100,7 @@ impl Drop for Process {
 
 /// The HTTP/1.1 request `method path` with no body (and a bearer token), the connection
 /// closed after it: the answer's status and body, or `None` when nothing answered.
-pub fn request(
+pub(crate) fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -119,7 +119,7 @@ pub fn request(
 }
 
 /// A request head without a body, `Connection: close`.
-pub fn head(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> String {
+pub(crate) fn head(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> String {
     let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
     format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\n\
@@ -128,7 +128,7 @@ pub fn head(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> 
 }
 
 /// The status and body of a whole answer.
-pub fn parse(answer: &[u8]) -> Option<(u16, String)> {
+pub(crate) fn parse(answer: &[u8]) -> Option<(u16, String)> {
     let text = String::from_utf8_lossy(answer);
     let status = text.split(' ').nth(1)?.parse().ok()?;
     let body = text
@@ -138,7 +138,7 @@ pub fn parse(answer: &[u8]) -> Option<(u16, String)> {
 }
 
 /// A process's resident memory now (`VmRSS`) and at its peak (`VmHWM`), in bytes.
-pub fn memory(pid: u32) -> (u64, u64) {
+pub(crate) fn memory(pid: u32) -> (u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
         status
@@ -151,7 +151,7 @@ pub fn memory(pid: u32) -> (u64, u64) {
 }
 
 /// A process's open file descriptors, and how many of them are sockets.
-pub fn open_files(pid: u32) -> (usize, usize) {
+pub(crate) fn open_files(pid: u32) -> (usize, usize) {
     let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return (0, 0);
     };
