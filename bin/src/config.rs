@@ -586,7 +586,9 @@ fn presence_window() -> Result<Duration, UsageError> {
         }
         Ok(value) if value.trim().is_empty() => Ok(datastore::PRESENCE_WINDOW),
         Ok(value) => {
-            let window = duration(NAME, value.trim(), Duration::from_secs(3600))?;
+            // At most the contract's minute: a remote researcher that went away stops
+            // counting within a minute.
+            let window = duration(NAME, value.trim(), datastore::PRESENCE_WINDOW)?;
             if window < Duration::from_secs(1) {
                 return Err(UsageError(format!(
                     "invalid {NAME} {value:?}: at least 1s allowed"
