@@ -519,7 +519,9 @@ fn health_and_pages_answer_while_the_api_is_flooded() {
             assert!(body.contains("too many API connections"), "{body}");
             break;
         }
-        assert_eq!(code, 204, "{body}");
+        // 204 until the long polls are all in; 429 when these tries outrun the token's
+        // request rate, which they may while the gateway is still taking the polls.
+        assert!(code == 204 || code == 429, "{code}: {body}");
         assert!(Instant::now() < until, "the API never filled up");
     }
     // The rest of `serve` answers all the same.
