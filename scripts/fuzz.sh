@@ -4,7 +4,7 @@
 # Installs cargo-afl if missing (it builds AFL++ on first use), builds fuzz/ (a crate outside
 # the workspace) into $CARGO_TARGET_DIR/fuzz, runs afl-fuzz from the seeds in
 # fuzz/corpus/decode/, prints the executions and paths found, and copies any crash into
-# fuzz/crashes/decode/, which `tests/fuzz_replay.rs` replays in every test run.
+# fuzz/crashes/decode/, which `tests/suite/fuzz_replay.rs` replays in every test run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_TO_RUN=${1:-300}

@@ -127,7 +127,7 @@ fi
 log "RabbitMQ at ${ARCHIVIST_TEST_AMQP_URL%%//*}//…@${ARCHIVIST_TEST_AMQP_URL#*@}"
 
 # ---------------------------------------------------------------- a browser
-# The status page is tested in a real headless browser (bin/tests/status_page.rs): Debian's
+# The status page is tested in a real headless browser (bin/tests/e2e/status_page.rs): Debian's
 # Chromium, installed when missing. Without it that test fails; it never skips.
 if ! command -v chromium >/dev/null; then
   log "installing Chromium (apt)"
@@ -136,7 +136,7 @@ fi
 log "$(chromium --version 2>/dev/null | head -n 1)"
 
 # ---------------------------------------------------------------- ffmpeg
-# The analyser's tests (analysis/tests/formats.rs, bin/tests/analyse.rs) encode their
+# The analyser's tests (analysis/tests/formats.rs, bin/tests/e2e/analyse.rs) encode their
 # generated audio with ffmpeg. Without it those tests fail; they never skip.
 if ! command -v ffmpeg >/dev/null; then
   log "installing ffmpeg (apt)"
@@ -146,7 +146,7 @@ log "$(ffmpeg -version 2>/dev/null | head -n 1)"
 
 # ---------------------------------------------------------------- the book
 # docs/ is an mdBook; it is built here (into a temporary directory) so that a chapter that no
-# longer renders fails the run. Its links are checked by tests/book_links.rs.
+# longer renders fails the run. Its links are checked by tests/suite/book_links.rs.
 if ! command -v mdbook >/dev/null; then
   log "installing mdBook (cargo install)"
   cargo install mdbook --locked --version 0.5.4 --quiet

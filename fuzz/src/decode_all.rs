@@ -1,5 +1,5 @@
 //! What the fuzz target does with one input, shared with the test that replays the corpus and
-//! every saved crash (`tests/fuzz_replay.rs`): decode it as each message type the archivists
+//! every saved crash (`tests/suite/fuzz_replay.rs`): decode it as each message type the archivists
 //! take off a bus. Decoding must never panic; a rejection must say why.
 
 use archivist::messages::{

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A researcher in another language on the Postgres database bus: the SQL the book documents
 # ("The database bus from other languages"), read out of docs/src/buses.md (book_sql.py) and run
-# from psql, its $1, $2 given as psql variables. Tested by messagebus/tests/sql_postgres.rs.
+# from psql, its $1, $2 given as psql variables. Tested by messagebus/tests/buses/sql_postgres.rs.
 # Usage: postgres.sh POSTGRES_URL
 set -euo pipefail
 url=$1

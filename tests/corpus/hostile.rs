@@ -11,8 +11,8 @@
 //! count]` pieces; then `pad_to` pads with spaces to that many bytes; then `$LEASE_ACTIVE`,
 //! `$LEASE_EXPIRED` and `$LEASE_REVOKED` become the ids of leases the harness made.
 //!
-//! Shared by the in-process test on the memory bus (`tests/hostile_input.rs`) and the one
-//! through the binary on the other buses (`bin/tests/hostile_input_e2e.rs`).
+//! Shared by the in-process test on the memory bus (`tests/suite/hostile_input.rs`) and the one
+//! through the binary on the other buses (`bin/tests/e2e/hostile_input_e2e.rs`).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
