@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
-use analysis::synth::{self, EpisodeSynth, Insertion, Speech, Voice};
 use crate::common::audio::write_wav;
 use crate::common::Run;
+use analysis::synth::{self, EpisodeSynth, Insertion, Speech, Voice};
 use serde_json::Value;
 
 const RATE: u32 = 22_050;
@@ -701,7 +701,7 @@ fn analyse_measured(dir: &Path, args: &[&str]) -> (Run, i64) {
     }
     let wrapper = Command::new(std::env::current_exe().unwrap())
         .args([
-            "helper_runs_one_analyser_and_reports_its_peak_memory",
+            "analyse::helper_runs_one_analyser_and_reports_its_peak_memory",
             "--exact",
             "--test-threads=1",
         ])

@@ -17,7 +17,9 @@ use crate::common;
 
 use std::collections::BTreeMap;
 
-use crate::common::pipeline::{clip_json, results_for, Scenario, CLIPS, EPISODES, FOUND, MAX_CLIPS};
+use crate::common::pipeline::{
+    clip_json, results_for, Scenario, CLIPS, EPISODES, FOUND, MAX_CLIPS,
+};
 use crate::common::PgDatabase;
 use serde_json::Value;
 

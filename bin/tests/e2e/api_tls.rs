@@ -3,8 +3,6 @@
 //! the pages and `/metrics` need a reader token (`/healthz` does not).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -13,8 +13,8 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, TimeZone, Utc};
 use crate::common::serving::{get, Running};
+use chrono::{DateTime, TimeZone, Utc};
 use datastore::{ClipInfo, DataStore, EpisodeInfo, EpisodeKey, ResearchResult};
 use serde_json::Value;
 

@@ -13,11 +13,11 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common::{archivist, Run};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use crate::common::{archivist, Run};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
-#[path = "../../tests/corpus/hostile.rs"]
+#[path = "../../../tests/corpus/hostile.rs"]
 mod corpus;
 
 use std::collections::BTreeSet;

@@ -10,8 +10,6 @@
 //! a CI run) for a longer soak outside CI, with a workload growing with it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
 use std::process::{Child, Stdio};

@@ -7,9 +7,9 @@
 //! the redirects' targets on 127.0.0.1 are refused.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common;
-
-use crate::common::research::{clip_audio, episode_audio, python, Answer, Kind, MediaServer, World};
+use crate::common::research::{
+    clip_audio, episode_audio, python, Answer, Kind, MediaServer, World,
+};
 use crate::common::BusEnv;
 
 const NO_FLAG: (&str, &str) = ("ARCHIVIST_ALLOW_PRIVATE_ADDRESSES", "false");

@@ -7,7 +7,9 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use crate::common::pipeline::{clip_json, episode_json, results_for, Scenario, CLIPS, EPISODES, POISON};
+use crate::common::pipeline::{
+    clip_json, episode_json, results_for, Scenario, CLIPS, EPISODES, POISON,
+};
 use crate::common::serving::{get, start_serving};
 
 /// How long the process may take to do what the test waits for (a loaded machine).

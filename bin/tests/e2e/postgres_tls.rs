@@ -4,8 +4,6 @@
 //! authority's certificate (`sslrootcert=`) checks it; without it the certificate is refused.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common;
-
 use crate::common::archivist;
 use crate::common::cluster::Cluster;
 

@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
+use crate::common::pipeline::Scenario;
 use analysis::synth::{self, EpisodeSynth, Insertion, Speech, Voice};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use crate::common::pipeline::Scenario;
 use serde_json::{json, Value};
 
 const RATE: u32 = 22_050;

@@ -3,8 +3,6 @@
 //! named by `--print-store`), JSON output, and usage errors (exit 2).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common;
-
 use std::path::Path;
 
 use crate::common::archivist;

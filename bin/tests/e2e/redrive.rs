@@ -14,7 +14,9 @@ use crate::common;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use crate::common::pipeline::{assert_depth, clip_json, episode_json, results_for, Scenario, CLIPS};
+use crate::common::pipeline::{
+    assert_depth, clip_json, episode_json, results_for, Scenario, CLIPS,
+};
 use crate::common::PgDatabase;
 use serde_json::{json, Value};
 

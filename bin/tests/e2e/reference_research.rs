@@ -9,8 +9,8 @@ use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 
-use analysis::synth::{self, EpisodeSynth, Insertion, Speech, Voice};
 use crate::common::pipeline::Scenario;
+use analysis::synth::{self, EpisodeSynth, Insertion, Speech, Voice};
 use serde_json::{json, Value};
 
 const RATE: u32 = 16_000;

@@ -10,7 +10,9 @@ use crate::common;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::research::{clip_audio, clip_title, episode_audio, episode_title, offsets, shell};
+use crate::common::research::{
+    clip_audio, clip_title, episode_audio, episode_title, offsets, shell,
+};
 use crate::common::{archivist, archivist_with_input, Run};
 use messagebus::api::fake::FakeGateway;
 use serde_json::{json, Value};

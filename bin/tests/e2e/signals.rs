@@ -2,8 +2,6 @@
 //! `scripts/test.sh` starts; the tests fail without it) stops cleanly and exits 0.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common;
-
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 

@@ -20,12 +20,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::{archivist, serving::Running};
 use analysis::synth::{self, EpisodeSynth, Insertion, Speech, Voice};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use crate::common::{archivist, serving::Running};
 use serde_json::Value;
 
 /// The analyser's own rate: nothing is lost to resampling, and the files stay small.

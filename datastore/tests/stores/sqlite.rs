@@ -165,7 +165,7 @@ async fn processes_on_one_file_lease_concurrently() {
         .map(|_| {
             tokio::process::Command::new(&exe)
                 .args([
-                    "child_process_leaser",
+                    "sqlite::child_process_leaser",
                     "--exact",
                     "--nocapture",
                     "--test-threads=1",
