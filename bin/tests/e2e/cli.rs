@@ -787,7 +787,7 @@ fn secrets_never_reach_any_output() {
     sqs.push(("ARCHIVIST_BUS", "sqs"));
     sqs.push(("AWS_ENDPOINT_URL", "http://127.0.0.1:1"));
     check("queues on sqs", &archivist(dir.path(), &["queues"], &sqs));
-    let refused = url.replacen("5432", "1", 1);
+    let refused = common::with_refused_port(&url);
     let mut down = env.to_vec();
     down[0] = ("DATABASE_URL", refused.as_str());
     check(

@@ -464,3 +464,16 @@ pub(crate) fn kill_at_point(dir: &Path, args: &[&str], env: &[(&str, &str)], poi
         seen.join("\n")
     );
 }
+
+/// `url` (a `scheme://[user[:password]@]host:port/...` URL) with its port replaced by 1, where
+/// nothing listens: a refused connection to the same host.
+pub(crate) fn with_refused_port(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (auth, host) = match authority.rsplit_once('@') {
+        Some((a, h)) => (format!("{a}@"), h),
+        None => (String::new(), authority),
+    };
+    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    format!("{scheme}://{auth}{host}:1/{path}")
+}
