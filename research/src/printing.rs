@@ -595,6 +595,17 @@ mod tests {
         assert_eq!(MediaIdentity::parse(&http.to_text()), Some(http));
     }
 
+    #[test]
+    fn what_items_decoded_and_read_adds_up() {
+        let counters = PrintCounters::default();
+        counters.analysed(60_000_000_000, 960_044);
+        counters.analysed(2_500_000_000, 40_960);
+        let counts = counters.snapshot();
+        assert_eq!(counts.audio_decoded_ns, 62_500_000_000);
+        assert_eq!(counts.media_bytes_read, 1_001_004);
+        assert_eq!((counts.used, counts.written), (0, 0));
+    }
+
     /// Serves `BODY` at `/m` with ETag `"e1"`: conditional requests, ranges (unless `/plain`,
     /// which ignores Range) and `If-Range` as a server should.
     const BODY: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
