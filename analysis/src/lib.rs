@@ -134,6 +134,10 @@ impl ClipInput {
 pub struct EpisodeReport {
     /// The episode's duration (nanoseconds), from the samples decoded.
     pub duration_ns: u64,
+    /// The episode's audio decoded to make this report (nanoseconds): all of it for a full
+    /// analysis; for one from a print, the stretches its refinement needed (the codec's
+    /// pre-roll before each not counted).
+    pub decoded_ns: u64,
     /// The episode file's SHA-256 (lower-case hex).
     pub hash: String,
     /// One outcome per clip, in the order given.
@@ -302,6 +306,7 @@ impl Analyser {
         Ok((
             EpisodeReport {
                 duration_ns,
+                decoded_ns: duration_ns,
                 hash,
                 clips: outcomes,
             },
@@ -321,6 +326,6 @@ impl Analyser {
 }
 
 /// `frames` at `rate` Hz in nanoseconds.
-fn ns(frames: u64, rate: u32) -> u64 {
+pub(crate) fn ns(frames: u64, rate: u32) -> u64 {
     (u128::from(frames) * 1_000_000_000 / u128::from(rate.max(1))) as u64
 }

@@ -159,6 +159,7 @@ impl Analyser {
             .collect();
         Ok(EpisodeReport {
             duration_ns: print.duration_ns,
+            decoded_ns: crate::ns(refiner.decoded, print.rate),
             hash: print.hash.clone(),
             clips,
         })

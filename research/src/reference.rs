@@ -228,8 +228,16 @@ pub fn analyse_episode(
         .identity
         .clone()
         .filter(MediaIdentity::can_be_checked);
+    // A full analysis reads the whole file and decodes all of it.
+    let counted = |report: &Result<analysis::EpisodeReport, analysis::Error>| {
+        if let Ok(report) = report {
+            let bytes = std::fs::metadata(&fetched.path).map_or(0, |m| m.len());
+            episode.counters().analysed(report.decoded_ns, bytes);
+        }
+    };
     let (Some(store), Some(identity)) = (store, identity) else {
         let report = analyser.analyse_with_progress(&fetched.path, clips, progress);
+        counted(&report);
         return EpisodeOutcome::Analysed { report, hash };
     };
     let printed = analyser.analyse_printing(&fetched.path, clips, identity.to_text(), progress);
@@ -245,7 +253,26 @@ pub fn analyse_episode(
         }
         report
     });
+    counted(&report);
     EpisodeOutcome::Analysed { report, hash }
+}
+
+/// A [`analysis::ByteSource`] that counts the bytes read through it.
+struct Counted<'a> {
+    inner: &'a mut dyn analysis::ByteSource,
+    bytes: u64,
+}
+
+impl analysis::ByteSource for Counted<'_> {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    fn read_at(&mut self, start: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        let read = self.inner.read_at(start, len)?;
+        self.bytes += read.len() as u64;
+        Ok(read)
+    }
 }
 
 /// Tries to answer from the episode's print.
@@ -301,9 +328,16 @@ fn from_print(
         Ok(None) => return Tried::None,
         Err(e) => return Tried::Done(EpisodeOutcome::Unfetched(e)),
     };
-    match analyser.analyse_from_print(&print, &mut ranges, clips) {
+    let mut counted = Counted {
+        inner: &mut ranges,
+        bytes: 0,
+    };
+    let answered = analyser.analyse_from_print(&print, &mut counted, clips);
+    let read = counted.bytes;
+    match answered {
         Ok(report) => {
             counters.used(&shown);
+            counters.analysed(report.decoded_ns, read);
             Tried::Done(EpisodeOutcome::Analysed {
                 report: Ok(report),
                 hash: print.hash().to_string(),

@@ -19,7 +19,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use crate::demo::audio::{self, EpisodePlan};
-use crate::demo::clips::{spec, ClipKind, ClipSpec, CLIPS};
+use crate::demo::clips::{self, spec, ClipKind, ClipSpec, CLIPS, NEW_CLIPS, NEW_CLIP_EPISODES};
 
 /// The show's name and curator.
 const SHOW: &str = "The Daily Archive";
@@ -92,8 +92,9 @@ pub(crate) struct DataSet {
     pub(crate) episodes: Vec<EpisodeInfo>,
     /// Each episode's audio: its length and which clips go where (same order as `episodes`).
     pub(crate) plans: Vec<EpisodePlan>,
-    /// Every clip, once, in the order of [`CLIPS`]; the last [`LATE_CLIPS`] are sent after the
-    /// episodes.
+    /// Every clip, once, in the order of [`CLIPS`]: of the first pass's, the last
+    /// [`LATE_CLIPS`] are sent after the episodes; the last [`NEW_CLIPS`] are the new ones,
+    /// sent after the first pass ([`curate_new`]).
     pub(crate) clips: Vec<ClipInfo>,
     /// Episodes sent a second time with a later `last_date_curated` (updates, no new pairs).
     pub(crate) recurated: Vec<EpisodeInfo>,
@@ -106,6 +107,16 @@ impl DataSet {
     /// The research pairs the data set makes.
     pub(crate) fn pairs(&self) -> u64 {
         self.episodes.len() as u64 * self.clips.len() as u64
+    }
+
+    /// The clips of the first pass (all but the new ones).
+    pub(crate) fn first_clips(&self) -> &[ClipInfo] {
+        &self.clips[..self.clips.len().saturating_sub(NEW_CLIPS)]
+    }
+
+    /// The new clips, curated after the first pass.
+    pub(crate) fn new_clips(&self) -> &[ClipInfo] {
+        &self.clips[self.first_clips().len()..]
     }
 
     /// Poison messages sent in all.
@@ -132,7 +143,7 @@ pub(crate) fn data_set(media_dir: &Path) -> DataSet {
         if !matches!(day.weekday(), Weekday::Sat | Weekday::Sun) {
             episodes.push(episode(&mut rng, number, day, media_dir));
             plans.push(audio::plan(u64::from(number), |clip| {
-                occurrences(&mut rng, clip, day)
+                occurrences(&mut rng, clip, number, day)
             }));
             number += 1;
         }
@@ -169,8 +180,13 @@ pub(crate) fn data_set(media_dir: &Path) -> DataSet {
     }
 }
 
-/// How many times clip `clip` (an index into [`CLIPS`]) occurs in the episode aired on `day`.
-fn occurrences(rng: &mut StdRng, clip: usize, day: NaiveDate) -> u32 {
+/// How many times clip `clip` (an index into [`CLIPS`]) occurs in episode `number`, aired on
+/// `day`. The new clip's places are fixed, drawing nothing: the rest of the data set is the
+/// same as before it was added.
+fn occurrences(rng: &mut StdRng, clip: usize, number: u32, day: NaiveDate) -> u32 {
+    if clips::is_new(clip) {
+        return u32::from(NEW_CLIP_EPISODES.contains(&number));
+    }
     let Some(s) = CLIPS.get(clip) else { return 0 };
     let percent = match s.title {
         "Holiday Jingle" if day.day() >= 15 => 85,
@@ -258,18 +274,20 @@ pub(crate) struct Sent {
     pub(crate) poison: u64,
 }
 
-/// Sends the data set: most clips, the episodes in batches, the late clips, the re-curated
-/// episodes, and the poison messages among them.
+/// Sends the first pass's data set: most clips, the episodes in batches, the late clips, the
+/// re-curated episodes, and the poison messages among them. The new clips wait
+/// ([`curate_new`]).
 pub(crate) async fn curate(
     data: Arc<DataSet>,
     episodes: Arc<dyn Sender>,
     clips: Arc<dyn Sender>,
 ) -> anyhow::Result<Sent> {
     let mut sent = Sent::default();
-    let early = data.clips.len().saturating_sub(LATE_CLIPS);
+    let first = data.first_clips();
+    let early = first.len().saturating_sub(LATE_CLIPS);
     let bodies = |items: &[ClipInfo]| items.iter().map(encode).collect::<Vec<_>>();
     clips
-        .send_batch(bodies(&data.clips[..early]))
+        .send_batch(bodies(&first[..early]))
         .await
         .context("curators: sending clips")?;
     sent.clips += early as u64;
@@ -291,10 +309,10 @@ pub(crate) async fn curate(
         tokio::time::sleep(EPISODE_PACE).await;
     }
     clips
-        .send_batch(bodies(&data.clips[early..]))
+        .send_batch(bodies(&first[early..]))
         .await
         .context("curators: sending clips")?;
-    sent.clips += (data.clips.len() - early) as u64;
+    sent.clips += (first.len() - early) as u64;
     clips
         .send_batch(data.poison_clips.clone())
         .await
@@ -312,6 +330,19 @@ pub(crate) async fn curate(
         "curators done"
     );
     Ok(sent)
+}
+
+/// Sends the new clips: a curator adds them once the archive is researched.
+pub(crate) async fn curate_new(data: &DataSet, clips: &dyn Sender) -> anyhow::Result<()> {
+    clips
+        .send_batch(data.new_clips().iter().map(encode).collect())
+        .await
+        .context("curators: sending the new clip")?;
+    tracing::info!(
+        clips = data.new_clips().len(),
+        "curators: a new clip, after every pair of the others was researched"
+    );
+    Ok(())
 }
 
 #[cfg(test)]
@@ -344,6 +375,14 @@ mod tests {
         }
         for c in &a.clips {
             c.validate().unwrap();
+        }
+        // The new clip is in the episodes named for it, once each, and in no other.
+        assert_eq!(a.new_clips().len(), NEW_CLIPS);
+        assert_eq!(a.first_clips().len() + NEW_CLIPS, a.clips.len());
+        let new = a.clips.len() - 1;
+        for plan in &a.plans {
+            let want = usize::from(NEW_CLIP_EPISODES.contains(&(plan.number as u32)));
+            assert_eq!(plan.truth()[new].len(), want, "episode {}", plan.number);
         }
         assert!(decode::<EpisodeInfo>(&a.poison_episodes[0]).is_err());
         let poison: ClipInfo = decode(&a.poison_clips[0]).unwrap();

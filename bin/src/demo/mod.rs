@@ -3,11 +3,15 @@
 //! in the process), with built-in curators and researchers, ending with a summary and an
 //! exactly-once check.
 //!
-//! - `curators.rs`: the data set (a month of a daily show, a dozen clips, poison).
+//! - `curators.rs`: the data set (a month of a daily show, a dozen clips, poison, and a new
+//!   clip curated once the others are researched).
 //! - `clips.rs`: the data set's clips (their kinds, lengths, how often they occur).
 //! - `audio.rs`: the data set's audio, synthesised, with the truth of where each clip is.
 //! - `researchers.rs`: `research`'s runtime with the reference analyser, wrapped to keep the
 //!   [`Ledger`] of answers per pair and to stage one analyser that stops answering mid-item.
+//!   Its episode prints go to a store of the demo's own, `prints/` beside the audio (emptied
+//!   at the start, never the user's store): the first pass prints every episode, and the new
+//!   clip's pass is answered from the prints.
 //! - `truth.rs`: the recorded matches against the truth (recall, false matches, offset error).
 //! - `progress.rs`: the progress bar or log lines, and the [`Summary`].
 //!
@@ -18,6 +22,10 @@
 //! analyser's work comes back quickly. The audio is written beside an SQLite datastore
 //! (`archivist-demo-media/` for `archivist.sqlite`), or in the working directory, and stays:
 //! the matches point into it.
+//!
+//! Two passes: the first researches every pair of the first clips; once all are researched
+//! and the work queue is empty, the curator sends the new clip, and the second researches its
+//! pairs. The summary says what each pass decoded and read ([`PrintCounters`]).
 
 mod audio;
 mod clips;
@@ -37,6 +45,7 @@ use archivist::pending_research::PendingResearchConfig;
 use archivist::RetryPolicy;
 use datastore::{redact_url, DataStore, Status};
 use messagebus::{Bus, MemoryBusConfig, Sender};
+use research::printing::{PrintCounters, PrintCounts};
 use research::reference::ReferenceAnalyser;
 use research::{Later, Media, MediaConfig};
 use tokio::task::JoinSet;
@@ -50,7 +59,7 @@ use crate::tasks::{self, Totals};
 use crate::values::usage;
 
 use self::curators::DataSet;
-use self::progress::{Progress, Summary};
+use self::progress::{Pass, Progress, Summary};
 use self::researchers::{Ledger, StagedAnalyser};
 
 /// The demo's lease when ARCHIVIST_LEASE_DURATION is not set.
@@ -87,6 +96,22 @@ pub(crate) struct Settings {
 enum Outcome {
     Running,
     Done,
+}
+
+/// What the researchers had done when a pass ended.
+#[derive(Debug, Clone, Default)]
+struct Mark {
+    prints: PrintCounts,
+    items: u64,
+    /// Since the pipeline started.
+    at: Duration,
+}
+
+/// The ends of the two passes, as the monitor saw them.
+#[derive(Debug, Default)]
+struct Marks {
+    first: Option<Mark>,
+    second: Option<Mark>,
 }
 
 /// Runs the demo. Exit 0 only when every pair was researched exactly once.
@@ -158,6 +183,9 @@ pub(crate) async fn run(
         );
         seconds
     };
+    let print_store = demo_prints(&media_dir).await?;
+    let counters = Arc::new(PrintCounters::default());
+    let marks = Arc::new(Mutex::new(Marks::default()));
     let ledger = Arc::new(Ledger::default());
     let totals = AllTotals::default();
     let outcome = Arc::new(Mutex::new(Outcome::Running));
@@ -172,8 +200,13 @@ pub(crate) async fn run(
         config,
         args,
         lease,
-        &ledger,
+        Research {
+            ledger: ledger.clone(),
+            prints: print_store,
+            counters: counters.clone(),
+        },
     )?;
+    let pipeline_started = Instant::now();
     let pipeline = Pipeline {
         every: DEMO_EVERY,
         pending: PendingResearchConfig {
@@ -212,20 +245,26 @@ pub(crate) async fn run(
     let episodes = connect::sender(&*bus, &config.queues.episodes).await?;
     let clips = connect::sender(&*bus, &config.queues.clips).await?;
     let curator_data = data.clone();
+    let curator_clips = clips.clone();
     set.spawn(async move {
-        curators::curate(curator_data, episodes, clips)
+        curators::curate(curator_data, episodes, curator_clips)
             .await
             .map(|_| ())
     });
     let work_queue = connect::sender(&*bus, &config.queues.pending_research).await?;
-    set.spawn(monitor(
-        pipeline_token.clone(),
-        store.clone(),
+    set.spawn(monitor(Watch {
+        token: pipeline_token.clone(),
+        store: store.clone(),
         work_queue,
-        data.clone(),
-        outcome.clone(),
-        args.timeout,
-    ));
+        clips,
+        data: data.clone(),
+        outcome: outcome.clone(),
+        timeout: args.timeout,
+        counters: counters.clone(),
+        ledger: ledger.clone(),
+        marks: marks.clone(),
+        started: pipeline_started,
+    }));
 
     tasks::supervise(&pipeline_token, set, config.shutdown_timeout).await?;
     if *outcome.lock().unwrap_or_else(|p| p.into_inner()) != Outcome::Done {
@@ -240,8 +279,20 @@ pub(crate) async fn run(
         .matches(&datastore::MatchFilter::default())
         .await
         .context("cannot read the matches")?;
+    let marks = std::mem::take(&mut *marks.lock().unwrap_or_else(|p| p.into_inner()));
+    let first = marks.first.unwrap_or_default();
+    let second = marks.second.unwrap_or_else(|| first.clone());
     let summary = summarize(SummaryInput {
         analysis: truth::check(&data, &matches),
+        first_pass: pass(
+            &data,
+            &matches,
+            &Mark::default(),
+            &first,
+            data.first_clips(),
+            false,
+        ),
+        new_clip_pass: pass(&data, &matches, &first, &second, data.new_clips(), true),
         audio_seconds,
         media_dir: &media_dir,
         config,
@@ -268,8 +319,37 @@ pub(crate) async fn run(
     }
 }
 
+/// What the demo's researchers keep and count.
+struct Research {
+    ledger: Arc<Ledger>,
+    /// The demo's own print store.
+    prints: Arc<dyn prints::PrintStore>,
+    counters: Arc<PrintCounters>,
+}
+
+/// The demo's print store, `prints/` beside its audio (never the user's store), emptied of
+/// an earlier demo's prints: the first pass prints every episode.
+async fn demo_prints(media_dir: &Path) -> anyhow::Result<Arc<dyn prints::PrintStore>> {
+    let dir = media_dir.join("prints");
+    let store: Arc<dyn prints::PrintStore> = Arc::new(
+        prints::DirStore::new(&dir, prints::DEFAULT_MAX_BYTES)
+            .with_context(|| format!("the demo's print store in {}", dir.display()))?,
+    );
+    let earlier = store
+        .list()
+        .await
+        .with_context(|| format!("listing the demo's prints in {}", dir.display()))?;
+    for print in earlier {
+        store
+            .remove(&print.key)
+            .await
+            .with_context(|| format!("removing an earlier demo's print in {}", dir.display()))?;
+    }
+    Ok(store)
+}
+
 /// The researchers: `research`'s runtime on the demo's bus, one slot per `--researcher-tasks`,
-/// with the reference analyser (one stall staged).
+/// with the reference analyser (one stall staged) and the demo's print store.
 fn spawn_researchers(
     set: &mut JoinSet<anyhow::Result<()>>,
     token: &CancellationToken,
@@ -277,7 +357,7 @@ fn spawn_researchers(
     config: &Config,
     args: &Settings,
     lease: Duration,
-    ledger: &Arc<Ledger>,
+    research: Research,
 ) -> anyhow::Result<()> {
     // The demo's media are local files, never downloaded: its cache stays empty, and goes
     // with the researchers (a folder of the temporary directory, removed when they end).
@@ -298,8 +378,8 @@ fn spawn_researchers(
         min_rate: 0,
     })?;
     let analyser = StagedAnalyser::new(
-        Arc::new(ReferenceAnalyser::new()),
-        ledger.clone(),
+        Arc::new(ReferenceAnalyser::with_prints(research.prints)),
+        research.ledger,
         STALL_ON_ITEM,
     );
     let setup = crate::researcher::Setup {
@@ -310,7 +390,7 @@ fn spawn_researchers(
         stall_timeout: lease + STALL_MARGIN,
         drain_timeout: DEMO_DRAIN,
         later: Later::default(),
-        print_counters: Default::default(),
+        print_counters: research.counters,
     };
     // The demo serves nothing: the researchers' own server stays off.
     let mut config = config.clone();
@@ -346,23 +426,46 @@ fn media_dir(url: &str) -> anyhow::Result<PathBuf> {
     })
 }
 
-/// Watches the datastore until every pair of the data set is researched and the work queue
-/// is empty (then cancels the pipeline), showing progress. Fails when `timeout` passes first.
-async fn monitor(
+/// What the monitor watches and where it says what it saw.
+struct Watch {
     token: CancellationToken,
     store: Arc<dyn DataStore>,
     work_queue: Arc<dyn Sender>,
+    /// Where the curator sends the new clip.
+    clips: Arc<dyn Sender>,
     data: Arc<DataSet>,
     outcome: Arc<Mutex<Outcome>>,
     timeout: Duration,
-) -> anyhow::Result<()> {
-    let total = data.pairs();
-    let mut progress = Progress::new(total);
-    let deadline = tokio::time::Instant::now() + timeout;
+    counters: Arc<PrintCounters>,
+    ledger: Arc<Ledger>,
+    marks: Arc<Mutex<Marks>>,
+    /// When the pipeline started.
+    started: Instant,
+}
+
+impl Watch {
+    fn mark(&self) -> Mark {
+        Mark {
+            prints: self.counters.snapshot(),
+            items: self.ledger.items.load(Ordering::Relaxed),
+            at: self.started.elapsed(),
+        }
+    }
+}
+
+/// Watches the datastore until every pair of the first clips is researched and the work
+/// queue is empty, then has the curator send the new clip, and watches again until its pairs
+/// are researched too (then cancels the pipeline), showing progress. Fails when the timeout
+/// passes first.
+async fn monitor(w: Watch) -> anyhow::Result<()> {
+    let first_pairs = w.data.episodes.len() as u64 * w.data.first_clips().len() as u64;
+    let mut progress = Progress::new(first_pairs);
+    let deadline = tokio::time::Instant::now() + w.timeout;
     let mut ticker = tokio::time::interval(POLL);
+    let mut new_clip_sent = false;
     loop {
         tokio::select! {
-            _ = token.cancelled() => {
+            _ = w.token.cancelled() => {
                 progress.finish();
                 return Ok(());
             }
@@ -370,12 +473,12 @@ async fn monitor(
                 progress.finish();
                 return Err(anyhow!(
                     "the demo did not finish within {} (demo --timeout)",
-                    humantime::format_duration(timeout)
+                    humantime::format_duration(w.timeout)
                 ));
             }
             _ = ticker.tick() => {}
         }
-        let status = match store.status(chrono::Utc::now()).await {
+        let status = match w.store.status(chrono::Utc::now()).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!("cannot read progress: {e}");
@@ -383,32 +486,80 @@ async fn monitor(
             }
         };
         progress.update(&status);
-        // Done when every pair is researched and no work item is left on the bus: the stalled
-        // one is released at its stall timeout and then skipped as expired.
-        let work_left = match work_queue.inspect().await {
+        // A pass is done when its pairs are researched and no work item is left on the bus:
+        // the stalled one is released at its stall timeout and then skipped as expired.
+        let work_left = match w.work_queue.inspect().await {
             Ok(q) => q.waiting + q.in_flight,
             Err(e) => {
                 tracing::warn!("cannot read the work queue: {e}");
                 continue;
             }
         };
-        if is_done(&status, &data) && work_left == 0 {
+        if work_left > 0 {
+            continue;
+        }
+        if !new_clip_sent {
+            if is_done(&status, &w.data, w.data.first_clips().len()) {
+                let mark = w.mark();
+                tracing::info!(
+                    "all {first_pairs} pairs of the first pass researched ({} items from \
+                     prints, {} prints written); a curator adds a new clip",
+                    mark.prints.used,
+                    mark.prints.written
+                );
+                w.marks.lock().unwrap_or_else(|p| p.into_inner()).first = Some(mark);
+                curators::curate_new(&w.data, w.clips.as_ref()).await?;
+                new_clip_sent = true;
+                progress.set_total(w.data.pairs());
+            }
+        } else if is_done(&status, &w.data, w.data.clips.len()) {
+            let mark = w.mark();
             progress.finish();
-            *outcome.lock().unwrap_or_else(|p| p.into_inner()) = Outcome::Done;
+            w.marks.lock().unwrap_or_else(|p| p.into_inner()).second = Some(mark);
+            *w.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Outcome::Done;
             tracing::info!(
                 "all {} pairs researched; stopping the archivists and researchers",
-                total
+                w.data.pairs()
             );
-            token.cancel();
+            w.token.cancel();
             return Ok(());
         }
     }
 }
 
-fn is_done(s: &Status, data: &DataSet) -> bool {
+/// Whether every pair of the data set's first `clips` clips is researched.
+fn is_done(s: &Status, data: &DataSet, clips: usize) -> bool {
     s.episodes == data.episodes.len() as u64
-        && s.clips == data.clips.len() as u64
-        && s.researched_pairs >= data.pairs()
+        && s.clips == clips as u64
+        && s.researched_pairs >= data.episodes.len() as u64 * clips as u64
+}
+
+/// A pass, from what the researchers had done at its start (`from`) and at its end (`to`),
+/// and the matches of its `clips` against the truth.
+fn pass(
+    data: &DataSet,
+    matches: &[datastore::Match],
+    from: &Mark,
+    to: &Mark,
+    clips: &[archivist::messages::ClipInfo],
+    new: bool,
+) -> Pass {
+    let (a, b) = (&from.prints, &to.prints);
+    let fallbacks = |c: &PrintCounts| c.fallbacks.values().sum::<u64>();
+    Pass {
+        clips: clips.iter().map(|c| c.title.clone()).collect(),
+        research_pairs: data.episodes.len() as u64 * clips.len() as u64,
+        work_items: to.items.saturating_sub(from.items),
+        items_from_prints: b.used.saturating_sub(a.used),
+        prints_written: b.written.saturating_sub(a.written),
+        print_fallbacks: fallbacks(b).saturating_sub(fallbacks(a)),
+        audio_decoded_seconds: (b.audio_decoded_ns.saturating_sub(a.audio_decoded_ns) as f64 / 1e7)
+            .round()
+            / 100.0,
+        media_bytes_read: b.media_bytes_read.saturating_sub(a.media_bytes_read),
+        elapsed_ms: to.at.saturating_sub(from.at).as_millis() as u64,
+        analysis: truth::check_clips(data, matches, |i| clips::is_new(i) == new),
+    }
 }
 
 /// The commands that show what the demo left in the datastore. They read DATABASE_URL as the
@@ -431,6 +582,8 @@ fn explore_commands(config: &Config) -> Vec<String> {
 
 struct SummaryInput<'a> {
     analysis: truth::Check,
+    first_pass: Pass,
+    new_clip_pass: Pass,
     audio_seconds: f64,
     media_dir: &'a Path,
     config: &'a Config,
@@ -537,6 +690,8 @@ async fn summarize(i: SummaryInput<'_>) -> Summary {
         media: i.media_dir.display().to_string(),
         audio_minutes: (i.audio_seconds / 6.0).round() / 10.0,
         analysis: i.analysis,
+        first_pass: i.first_pass,
+        new_clip_pass: i.new_clip_pass,
         explore: explore_commands(i.config),
         episodes: i.status.episodes,
         clips: i.status.clips,

@@ -68,6 +68,14 @@ impl Progress {
         }
     }
 
+    /// Now `total` pairs (a new clip made more).
+    pub(crate) fn set_total(&mut self, total: u64) {
+        self.total = total;
+        if let Some(bar) = &self.bar {
+            bar.set_length(total);
+        }
+    }
+
     /// Removes the bar.
     pub(crate) fn finish(&self) {
         if let Some(bar) = &self.bar {
@@ -77,6 +85,30 @@ impl Progress {
     }
 }
 
+/// One pass of research: the first (every clip but the new one), or the new clip's, curated
+/// once the first was done. What the researchers did in it, from their counters.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Pass {
+    /// The clips curated for it.
+    pub(crate) clips: Vec<String>,
+    /// The research pairs its clips made.
+    pub(crate) research_pairs: u64,
+    /// Work items the researchers took.
+    pub(crate) work_items: u64,
+    /// Of those, answered from the episode's print.
+    pub(crate) items_from_prints: u64,
+    pub(crate) prints_written: u64,
+    /// Prints there but not used (changed media, damaged…): analysed in full.
+    pub(crate) print_fallbacks: u64,
+    /// Episode audio decoded.
+    pub(crate) audio_decoded_seconds: f64,
+    /// Bytes of episode media read: whole files in full analyses, ranges from prints.
+    pub(crate) media_bytes_read: u64,
+    pub(crate) elapsed_ms: u64,
+    /// Its clips' matches against the truth.
+    pub(crate) analysis: Check,
+}
+
 /// What the demo did, as `demo --json` prints it.
 #[derive(Debug, Serialize)]
 pub(crate) struct Summary {
@@ -84,8 +116,13 @@ pub(crate) struct Summary {
     /// Where the demo's audio is (it stays: the matches point into it).
     pub(crate) media: String,
     pub(crate) audio_minutes: f64,
-    /// The reference analyser's answers against the truth of the generated audio.
+    /// The reference analyser's answers against the truth of the generated audio (every
+    /// clip, the new one's included).
     pub(crate) analysis: Check,
+    /// The first pass: every clip but the new one, every episode analysed (and printed).
+    pub(crate) first_pass: Pass,
+    /// The new clip's pass, answered from the episodes' prints.
+    pub(crate) new_clip_pass: Pass,
     pub(crate) episodes: u64,
     pub(crate) clips: u64,
     pub(crate) research_pairs: u64,
@@ -177,6 +214,56 @@ impl Summary {
             "                   offset error median {:.2} ms, p95 {:.2} ms, max {:.2} ms",
             a.offset_error_ms_median, a.offset_error_ms_p95, a.offset_error_ms_max
         )?;
+        let (f, n) = (&self.first_pass, &self.new_clip_pass);
+        writeln!(
+            out,
+            "  first pass       {} clips, {} pairs in {} work items: {} answered from prints, \
+             {} prints written",
+            f.clips.len(),
+            f.research_pairs,
+            f.work_items,
+            f.items_from_prints,
+            f.prints_written
+        )?;
+        writeln!(
+            out,
+            "                   {} of audio decoded, {} of media read, in {:.1}s",
+            audio(f.audio_decoded_seconds),
+            bytes(f.media_bytes_read),
+            f.elapsed_ms as f64 / 1000.0
+        )?;
+        writeln!(
+            out,
+            "  new clip         {} curated after the first pass: {} pairs in {} work items, \
+             {} answered from prints",
+            n.clips
+                .iter()
+                .map(|c| format!("{c:?}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            n.research_pairs,
+            n.work_items,
+            n.items_from_prints
+        )?;
+        writeln!(
+            out,
+            "                   {} of audio decoded ({} of the first pass's), {} of media \
+             read ({}), in {:.1}s",
+            audio(n.audio_decoded_seconds),
+            share(n.audio_decoded_seconds, f.audio_decoded_seconds),
+            bytes(n.media_bytes_read),
+            share(n.media_bytes_read as f64, f.media_bytes_read as f64),
+            n.elapsed_ms as f64 / 1000.0
+        )?;
+        writeln!(
+            out,
+            "                   found {} of {} occurrences put in, {} false matches, offset \
+             error max {:.2} ms",
+            n.analysis.found,
+            n.analysis.occurrences,
+            n.analysis.false_matches,
+            n.analysis.offset_error_ms_max
+        )?;
         writeln!(
             out,
             "  leases           {} created ({} lease), {} expired, {} pairs reclaimed",
@@ -223,5 +310,35 @@ impl Summary {
             writeln!(out, "  {command}")?;
         }
         Ok(())
+    }
+}
+
+/// Seconds of audio for people: `42.0 s`, `23.5 minutes`.
+fn audio(seconds: f64) -> String {
+    if seconds < 120.0 {
+        format!("{seconds:.1} s")
+    } else {
+        format!("{:.1} minutes", seconds / 60.0)
+    }
+}
+
+/// Bytes for people: `812 B`, `40.2 kB`, `23.4 MB`.
+fn bytes(n: u64) -> String {
+    let n = n as f64;
+    if n < 1e3 {
+        format!("{n} B")
+    } else if n < 1e6 {
+        format!("{:.1} kB", n / 1e3)
+    } else {
+        format!("{:.1} MB", n / 1e6)
+    }
+}
+
+/// `part` as a percentage of `whole`.
+fn share(part: f64, whole: f64) -> String {
+    if whole > 0.0 {
+        format!("{:.1}%", 100.0 * part / whole)
+    } else {
+        "-".to_string()
     }
 }

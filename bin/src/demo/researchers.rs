@@ -5,7 +5,8 @@
 //! analyser stops answering halfway through. The researcher's stall timeout stops it and
 //! releases the item; by then its lease has expired and the pending-research archivist has
 //! handed the unanswered pairs to another researcher, so the item, when it comes back, is
-//! skipped as expired.
+//! skipped as expired. The reference analyser keeps episode prints in the demo's own store
+//! (beside its media): the new clip's pass is answered from them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +16,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use research::{Analyser, BoxError, Ending, Run};
+use research::{Analyser, BoxError, Ending, EpisodeMedia, Run};
 
 /// A research pair: episode title, episode air date, clip title.
 pub(crate) type Pair = (String, DateTime<Utc>, String);
@@ -103,10 +104,9 @@ struct Answer {
     clip_offsets_ns: Vec<i64>,
 }
 
-#[async_trait]
-impl Analyser for StagedAnalyser {
-    async fn start(&self, input: Vec<u8>, lease: &str) -> Result<Box<dyn Run>, BoxError> {
-        let item: Input = serde_json::from_slice(&input)?;
+impl StagedAnalyser {
+    /// Wraps the inner analyser's `run` of `item`.
+    fn staged(&self, item: Input, run: Box<dyn Run>) -> Box<dyn Run> {
         self.ledger.items.fetch_add(1, Ordering::Relaxed);
         let stall_after = if item.clips.len() >= 2 {
             let n = self.taken.fetch_add(1, Ordering::Relaxed) + 1;
@@ -114,8 +114,7 @@ impl Analyser for StagedAnalyser {
         } else {
             None
         };
-        let run = self.inner.start(input, lease).await?;
-        Ok(Box::new(StagedRun {
+        Box::new(StagedRun {
             run,
             ledger: self.ledger.clone(),
             lease_id: item.lease_id,
@@ -125,11 +124,35 @@ impl Analyser for StagedAnalyser {
             answered: 0,
             stall_after,
             stalled: false,
-        }))
+        })
+    }
+}
+
+#[async_trait]
+impl Analyser for StagedAnalyser {
+    async fn start(&self, input: Vec<u8>, lease: &str) -> Result<Box<dyn Run>, BoxError> {
+        let item: Input = serde_json::from_slice(&input)?;
+        let run = self.inner.start(input, lease).await?;
+        Ok(self.staged(item, run))
     }
 
     fn describe(&self) -> String {
         self.inner.describe()
+    }
+
+    fn fetches_episode(&self) -> bool {
+        self.inner.fetches_episode()
+    }
+
+    async fn start_fetching(
+        &self,
+        input: Vec<u8>,
+        lease: &str,
+        episode: EpisodeMedia,
+    ) -> Result<Box<dyn Run>, BoxError> {
+        let item: Input = serde_json::from_slice(&input)?;
+        let run = self.inner.start_fetching(input, lease, episode).await?;
+        Ok(self.staged(item, run))
     }
 }
 
@@ -197,5 +220,9 @@ impl Run for StagedRun {
 
     async fn stop(self: Box<Self>) {
         self.run.stop().await
+    }
+
+    fn episode_hash(&self) -> Option<String> {
+        self.run.episode_hash()
     }
 }

@@ -8,9 +8,10 @@ use std::path::Path;
 
 use crate::common::{archivist, PgDatabase};
 
-/// The demo's data set: the weekday episodes of a December and 14 clips.
+/// The demo's data set: the weekday episodes of a December and 15 clips, the last of them
+/// curated after the first pass (every pair of the other 14 researched).
 const EPISODES: u64 = 23;
-const CLIPS: u64 = 14;
+const CLIPS: u64 = 15;
 
 /// Runs the demo on `url` with ARCHIVIST_BUS=`bus` (None: the default, the database bus in
 /// `url`'s database) and checks everything the datastore and the queues then answer.
@@ -43,6 +44,44 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
         assert_eq!(a["false_matches"], 0, "{s}");
         assert_eq!(a["absent_pairs_matched"], 0, "{s}");
         assert!(a["offset_error_ms_p95"].as_f64().unwrap() <= 10.0, "{s}");
+        // The first pass analysed (and printed) every episode; the new clip's was answered
+        // from those prints, decoding and reading a small part of what the first did.
+        let (first, new) = (&s["first_pass"], &s["new_clip_pass"]);
+        let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap();
+        let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+        assert_eq!(n(first, "research_pairs"), EPISODES * (CLIPS - 1), "{s}");
+        assert_eq!(n(new, "research_pairs"), EPISODES, "{s}");
+        assert_eq!(new["clips"].as_array().unwrap().len(), 1, "{s}");
+        assert!(n(first, "prints_written") >= EPISODES, "{s}");
+        assert!(n(new, "items_from_prints") > 0, "{s}");
+        assert_eq!(n(new, "items_from_prints"), n(new, "work_items"), "{s}");
+        assert_eq!(n(new, "prints_written"), 0, "{s}");
+        assert_eq!(
+            n(new, "print_fallbacks") + n(first, "print_fallbacks"),
+            0,
+            "{s}"
+        );
+        assert!(f(new, "audio_decoded_seconds") > 0.0, "{s}");
+        assert!(
+            f(new, "audio_decoded_seconds") * 10.0 < f(first, "audio_decoded_seconds"),
+            "{s}"
+        );
+        assert!(n(new, "media_bytes_read") > 0, "{s}");
+        assert!(
+            n(new, "media_bytes_read") * 10 < n(first, "media_bytes_read"),
+            "{s}"
+        );
+        // The new clip's answers against the truth, counted in the whole check too.
+        let na = &new["analysis"];
+        assert!(na["occurrences"].as_u64().unwrap() > 0, "{s}");
+        assert_eq!(na["found"], na["occurrences"], "{s}");
+        assert_eq!(na["false_matches"], 0, "{s}");
+        assert_eq!(na["absent_pairs_matched"], 0, "{s}");
+        assert_eq!(
+            n(a, "occurrences"),
+            n(&first["analysis"], "occurrences") + n(na, "occurrences"),
+            "{s}"
+        );
         let media = Path::new(s["media"].as_str().unwrap());
         assert!(
             media.is_absolute() && media.join("episodes").is_dir(),
@@ -55,7 +94,18 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
             "{}",
             demo.stdout
         );
-        assert!(demo.stdout.contains("322 of 322 pairs"), "{}", demo.stdout);
+        assert!(demo.stdout.contains("345 of 345 pairs"), "{}", demo.stdout);
+        let new_clip = demo
+            .stdout
+            .lines()
+            .find(|l| l.contains("new clip"))
+            .unwrap_or_default();
+        assert!(
+            new_clip.contains("curated after the first pass: 23 pairs in")
+                && !new_clip.contains(" 0 answered from prints"),
+            "{}",
+            demo.stdout
+        );
         assert!(
             demo.stdout.contains("dead-lettered    2 messages"),
             "{}",
@@ -92,7 +142,7 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
 
     let table = archivist(dir, &["status"], env).expect_code(0);
     assert!(table.stdout.contains("research pairs"), "{}", table.stdout);
-    assert!(table.stdout.contains("322"), "{}", table.stdout);
+    assert!(table.stdout.contains("345"), "{}", table.stdout);
 
     let all = archivist(dir, &["matches"], env)
         .expect_code(0)
