@@ -112,20 +112,25 @@ if [ -z "${ARCHIVIST_TEST_AMQP_URL:-}" ]; then
   log "starting a RabbitMQ node of this run's own on 127.0.0.1:$RMQ_PORT"
   cleanup_cmds+=("[ -f '$RMQ_DIR/pid' ] && kill -9 \$(cat '$RMQ_DIR/pid') 2>/dev/null; rm -rf '$RMQ_DIR'")
   "${rmq_env[@]}" "$RMQ_BIN/rabbitmq-server" -detached >"$RMQ_DIR/start.log" 2>&1 || true
-  # -detached returns at once; the node registers a moment later (rabbitmqctl fails at once
-  # on a node not registered yet), and its AMQP port opens last.
-  for _ in $(seq 1 240); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$RMQ_PORT") 2>/dev/null && break
-    sleep 0.5
-  done
-  if ! "${rmq_env[@]}" timeout 120 "$RMQ_BIN/rabbitmqctl" -n "$RMQ_NODE" await_startup >>"$RMQ_DIR/start.log" 2>&1; then
-    cat "$RMQ_DIR/start.log" "$RMQ_DIR"/log/*.log >&2 2>/dev/null || true
-    echo "RabbitMQ did not start on 127.0.0.1:$RMQ_PORT" >&2
-    exit 1
-  fi
   export ARCHIVIST_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:$RMQ_PORT/%2f
+  # The node boots (about 20 s) while the checks and the build run; awaited before the tests.
+  await_rabbitmq() {
+    # -detached returns at once; the node registers a moment later (rabbitmqctl fails at once
+    # on a node not registered yet), and its AMQP port opens last.
+    for _ in $(seq 1 240); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$RMQ_PORT") 2>/dev/null && break
+      sleep 0.5
+    done
+    if ! "${rmq_env[@]}" timeout 120 "$RMQ_BIN/rabbitmqctl" -n "$RMQ_NODE" await_startup >>"$RMQ_DIR/start.log" 2>&1; then
+      cat "$RMQ_DIR/start.log" "$RMQ_DIR"/log/*.log >&2 2>/dev/null || true
+      echo "RabbitMQ did not start on 127.0.0.1:$RMQ_PORT" >&2
+      exit 1
+    fi
+    log "RabbitMQ up at 127.0.0.1:$RMQ_PORT"
+  }
+else
+  await_rabbitmq() { log "RabbitMQ at ${ARCHIVIST_TEST_AMQP_URL#*@}"; }
 fi
-log "RabbitMQ at ${ARCHIVIST_TEST_AMQP_URL%%//*}//…@${ARCHIVIST_TEST_AMQP_URL#*@}"
 
 # ---------------------------------------------------------------- a browser
 # The status page is tested in a real headless browser (bin/tests/e2e/status_page.rs): Debian's
@@ -172,6 +177,7 @@ RUSTDOCFLAGS='-D warnings' cargo doc --no-deps --workspace --all-features --quie
 # time from the tests'.
 log "building the tests"
 cargo test --workspace --all-features --no-run --quiet
+await_rabbitmq
 log "tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --all-features --no-fail-fast "$@"
