@@ -1220,6 +1220,18 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn every_clip_answered_ends_the_lease_whatever_the_exit() {
+        let mut h = harness_ending(2, Ending::TryLater("busy".into()));
+        h.write.send(answer(1)).unwrap();
+        h.write.send(answer(2)).unwrap();
+        drop(h.write);
+        let outcome = research(&h.ctx, 0, &h.item, None).await;
+        assert!(matches!(outcome, Outcome::Later(_)), "{outcome:?}");
+        assert_eq!(h.sends.recv().await.unwrap(), ["Clip 1", "Clip 2*"]);
+        assert!(h.sends.try_recv().is_err(), "nothing else was sent");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_last_answer_ends_the_lease_before_the_exit() {
         let mut h = harness_ending(3, Ending::Failed("the analyser exited with code 1".into()));
         for i in 1..=3 {
