@@ -8,7 +8,7 @@
 //!     [--no-sqlite] [--no-postgres] [--rabbitmq]
 //!     [--exec-researchers [--exec-concurrency 8] [--shell-analyser] [--archivist PATH]]
 //! cargo bench -p archivist --bench pipeline -- --fixed-time 50ms,2s [--researchers 2,8]
-//!     [--window 30s] [--no-sqlite] [--no-postgres]
+//!     [--window 30s] [--look 20ms] [--no-sqlite] [--no-postgres]
 //! cargo bench -p archivist --bench pipeline -- --api [--rounds 2] [--pairs …] [--no-postgres]
 //!     [--researchers 4] [--exec-concurrency 8] [--archivist PATH]
 //! cargo bench -p archivist --bench pipeline -- --idle-polls 1000 [--archivist PATH]
@@ -1063,6 +1063,11 @@ fn fixed_time_main() {
     let window = value("--window")
         .map(|w| duration(&w))
         .unwrap_or(Duration::from_secs(30));
+    // `run`'s look at the work queue and shortest gap between woken runs (20 ms in `run`):
+    // another value measures what they cost.
+    let look = value("--look")
+        .map(|w| duration(&w))
+        .unwrap_or(Duration::from_millis(20));
     let mut backends = Vec::new();
     if !args.iter().any(|a| a == "--no-sqlite") {
         backends.push("sqlite");
@@ -1085,7 +1090,7 @@ fn fixed_time_main() {
             for &n in &researchers {
                 let window = window.max(per_item * 20);
                 let (old, old_gaps) =
-                    rt.block_on(fixed_time(kind, per_item, n, false, false, window));
+                    rt.block_on(fixed_time(kind, per_item, n, false, false, window, look));
                 // The two researchers alternate which goes first from one cell to the next.
                 let order = if breakdown.len() % 6 == 0 {
                     [false, true]
@@ -1095,7 +1100,7 @@ fn fixed_time_main() {
                 let mut woken = Vec::new();
                 for beside in order {
                     let (busy, gaps) =
-                        rt.block_on(fixed_time(kind, per_item, n, true, beside, window));
+                        rt.block_on(fixed_time(kind, per_item, n, true, beside, window, look));
                     woken.push((beside, busy, gaps));
                 }
                 woken.sort_by_key(|(beside, _, _)| *beside);
@@ -1142,6 +1147,7 @@ async fn fixed_time(
     woken: bool,
     beside: bool,
     window: Duration,
+    look: Duration,
 ) -> (f64, Gaps) {
     use archivist::{watch_capacity, Pace, Wake};
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -1316,7 +1322,7 @@ async fn fixed_time(
                 token.clone(),
                 tx.clone(),
                 Some(researchers as u64),
-                Duration::from_millis(20),
+                look,
                 wake.clone(),
             ));
         }
@@ -1329,7 +1335,7 @@ async fn fixed_time(
         let pace = Pace {
             every,
             wake: wake.clone(),
-            min_gap: Duration::from_millis(20),
+            min_gap: look,
         };
         let (store, token) = (store.clone(), token.clone());
         let (runs, published) = (gaps.runs.clone(), gaps.published.clone());
