@@ -8,7 +8,7 @@
 //!     [--no-sqlite] [--no-postgres] [--rabbitmq]
 //!     [--exec-researchers [--exec-concurrency 8] [--shell-analyser] [--archivist PATH]]
 //! cargo bench -p archivist --bench pipeline -- --fixed-time 50ms,2s [--researchers 2,8]
-//!     [--window 30s] [--no-sqlite] [--no-postgres]
+//!     [--window 30s] [--look 20ms] [--no-sqlite] [--no-postgres]
 //! cargo bench -p archivist --bench pipeline -- --api [--rounds 2] [--pairs …] [--no-postgres]
 //!     [--researchers 4] [--exec-concurrency 8] [--archivist PATH]
 //! cargo bench -p archivist --bench pipeline -- --idle-polls 1000 [--archivist PATH]
@@ -33,10 +33,15 @@
 //! woken when capacity frees (items taken, seen on the queue every 20 ms; leases ended; at
 //! most one woken run per 20 ms; start jitter on the first run only; every 1 s as the
 //! fallback). Each researcher slot takes one
-//! item at a time; the share of the window (from the first item taken, at least the given
-//! `--window` or 20 items' time) that the slots spent analysing is reported, and where the
-//! rest went: each item's round trip (sending its result, acknowledging it, waiting for the
-//! next item) and work assignment's runs.
+//! item at a time; woken, two ways in the same run: the slot answers its item in line
+//! (sends the result, acknowledges the item, then asks for the next: `archivist research`
+//! before issue 33) or beside (asks for the next item at once, while the result and the
+//! acknowledgement go out in one step, `Sender::send_and_ack`: `archivist research` now).
+//! The share of the window (from the
+//! first item taken, at least the given `--window` or 20 items' time) that the slots spent
+//! analysing is reported, and where the rest went: each item's round trip (sending its
+//! result, acknowledging it, waiting for the next item from when the slot was free) and work
+//! assignment's runs.
 //!
 //! For each size and backend (SQLite: a file in a temporary directory; Postgres: a fresh
 //! database on `ARCHIVIST_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/test`,
@@ -1058,6 +1063,11 @@ fn fixed_time_main() {
     let window = value("--window")
         .map(|w| duration(&w))
         .unwrap_or(Duration::from_secs(30));
+    // `run`'s look at the work queue and shortest gap between woken runs (20 ms in `run`):
+    // another value measures what they cost.
+    let look = value("--look")
+        .map(|w| duration(&w))
+        .unwrap_or(Duration::from_millis(20));
     let mut backends = Vec::new();
     if !args.iter().any(|a| a == "--no-sqlite") {
         backends.push("sqlite");
@@ -1069,34 +1079,58 @@ fn fixed_time_main() {
         .enable_all()
         .build()
         .unwrap();
-    println!("| bus | analysis per item | researchers | window | timer alone (every 10 s, jitter 5 s): busy | woken (every 1 s): busy |");
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| bus | analysis per item | researchers | window | timer alone (every 10 s, jitter 5 s): busy \
+         | woken (every 1 s), result and acknowledgement in line: busy | woken, answer beside the next receive: busy |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     let mut breakdown = Vec::new();
     for kind in &backends {
         for &per_item in &times {
             for &n in &researchers {
                 let window = window.max(per_item * 20);
-                let (old, old_gaps) = rt.block_on(fixed_time(kind, per_item, n, false, window));
-                let (new, new_gaps) = rt.block_on(fixed_time(kind, per_item, n, true, window));
+                let (old, old_gaps) =
+                    rt.block_on(fixed_time(kind, per_item, n, false, false, window, look));
+                // The two researchers alternate which goes first from one cell to the next.
+                let order = if breakdown.len() % 6 == 0 {
+                    [false, true]
+                } else {
+                    [true, false]
+                };
+                let mut woken = Vec::new();
+                for beside in order {
+                    let (busy, gaps) =
+                        rt.block_on(fixed_time(kind, per_item, n, true, beside, window, look));
+                    woken.push((beside, busy, gaps));
+                }
+                woken.sort_by_key(|(beside, _, _)| *beside);
                 println!(
-                    "| {kind} | {per_item:?} | {n} | {window:?} | {:.1}% | **{:.1}%** |",
+                    "| {kind} | {per_item:?} | {n} | {window:?} | {:.1}% | **{:.1}%** | **{:.1}%** |",
                     old * 100.0,
-                    new * 100.0
+                    woken[0].1 * 100.0,
+                    woken[1].1 * 100.0
                 );
                 breakdown.push(format!(
                     "| {kind} | {per_item:?} | {n} | timer alone | {} |",
                     old_gaps.row()
                 ));
-                breakdown.push(format!(
-                    "| {kind} | {per_item:?} | {n} | woken | {} |",
-                    new_gaps.row()
-                ));
+                for (beside, _, gaps) in &woken {
+                    let how = if *beside {
+                        "woken, answer beside"
+                    } else {
+                        "woken, in line"
+                    };
+                    breakdown.push(format!(
+                        "| {kind} | {per_item:?} | {n} | {how} | {} |",
+                        gaps.row()
+                    ));
+                }
             }
         }
     }
     println!();
     println!(
-        "| bus | analysis per item | researchers | assignment | items | send results, ms: mean / median / p90 \
+        "| bus | analysis per item | researchers | assignment, researcher | items | send results (beside: and acknowledge, in one), ms: mean / median / p90 \
          | acknowledge, ms | next item's wait, ms | assignment runs | items per run |"
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
@@ -1111,7 +1145,9 @@ async fn fixed_time(
     per_item: Duration,
     researchers: usize,
     woken: bool,
+    beside: bool,
     window: Duration,
+    look: Duration,
 ) -> (f64, Gaps) {
     use archivist::{watch_capacity, Pace, Wake};
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -1164,7 +1200,11 @@ async fn fixed_time(
     let busy_ns = Arc::new(AtomicU64::new(0));
     let gaps = Arc::new(Gaps::default());
     let mut tasks = JoinSet::new();
-    // The researchers: each slot one item at a time, the analysis a fixed wait.
+    // The researchers: each slot one item at a time, the analysis a fixed wait. `beside`:
+    // as `archivist research` now, the finished item's result and its acknowledgement go
+    // out in one step (`Sender::send_and_ack`: one transaction on the database bus) while the
+    // slot asks for its next item (at most one under way); otherwise in line, as before: the
+    // result sent, then the item acknowledged, then the next item asked for.
     for _ in 0..researchers {
         let rx = bus.receiver(&queues.pending).await.unwrap();
         let tx = bus.sender(&queues.completed).await.unwrap();
@@ -1175,63 +1215,97 @@ async fn fixed_time(
             gaps.clone(),
         );
         tasks.spawn(async move {
-            // From the end of the last acknowledgement: how long the next item took to come.
+            // When the slot was last free (beside: its analysis done; in line: its item's result
+            // sent and acknowledged): from then, how long the next item took to come.
             let mut asked = tokio::time::Instant::now();
+            let mut answering: Option<(messagebus::Delivery, Vec<Vec<u8>>)> = None;
             while !token.is_cancelled() {
-                let batch = tokio::select! {
-                    _ = token.cancelled() => return,
-                    b = rx.receive(1, Duration::from_millis(200)) => b.unwrap(),
+                let answer = answering.take();
+                let settle = async {
+                    let Some((d, answers)) = answer else {
+                        return true;
+                    };
+                    let analysed = tokio::time::Instant::now();
+                    let Ok(acked) = tx.send_and_ack(answers, d).await else {
+                        return false;
+                    };
+                    gaps.send.lock().unwrap().push(analysed.elapsed());
+                    acked.is_ok()
                 };
-                let Some(d) = batch.into_iter().next() else {
+                let step = async {
+                    let batch = tokio::select! {
+                        _ = token.cancelled() => return Err(()),
+                        b = rx.receive(1, Duration::from_millis(200)) => b.unwrap(),
+                    };
+                    let Some(d) = batch.into_iter().next() else {
+                        return Ok(None);
+                    };
+                    let start = tokio::time::Instant::now();
+                    let t0 = *first.get_or_init(|| start);
+                    // From the slot's second item: the first one's wait is the start (the
+                    // first run's jitter), not a round trip.
+                    if asked >= t0 {
+                        gaps.receive.lock().unwrap().push(start - asked);
+                    }
+                    tokio::time::sleep(per_item).await;
+                    // The analysis's nominal time (a timer that wakes late counts against
+                    // the researcher), up to the window's end.
+                    let end = (start + per_item).min(t0 + window);
+                    busy.fetch_add(
+                        end.saturating_duration_since(start).as_nanos() as u64,
+                        Ordering::Relaxed,
+                    );
+                    let item: PendingResearchItem = decode(d.body()).unwrap();
+                    let n = item.clips.len();
+                    let answers = item
+                        .clips
+                        .iter()
+                        .enumerate()
+                        .map(|(i, clip)| {
+                            encode(&CompletedResearchItem {
+                                lease_id: item.lease_id,
+                                revoke_lease: i + 1 == n,
+                                research_date: Utc::now(),
+                                episode: item.episode.clone(),
+                                clip: clip.clone(),
+                                episode_duration_ns: 3_600_000_000_000,
+                                episode_hash: "sha256:e".into(),
+                                clip_duration_ns: 4_000_000_000,
+                                clip_hash: "sha256:c".into(),
+                                clip_offsets_ns: vec![],
+                                clip_match_scores: None,
+                                failure: None,
+                            })
+                        })
+                        .collect::<Vec<_>>();
+                    Ok(Some((d, answers)))
+                };
+                let (acked, step) = tokio::join!(settle, step);
+                let Ok(done) = step else {
+                    return;
+                };
+                if !acked {
+                    return;
+                }
+                let Some((d, answers)) = done else {
                     continue;
                 };
-                let start = tokio::time::Instant::now();
-                if first.get().is_some() {
-                    gaps.receive.lock().unwrap().push(start - asked);
+                if beside {
+                    answering = Some((d, answers));
+                    asked = tokio::time::Instant::now();
+                } else {
+                    let analysed = tokio::time::Instant::now();
+                    if tx.send_batch(answers).await.is_err() {
+                        return;
+                    }
+                    let sent = tokio::time::Instant::now();
+                    gaps.send.lock().unwrap().push(sent - analysed);
+                    if d.ack().await.is_err() {
+                        return;
+                    }
+                    asked = tokio::time::Instant::now();
+                    gaps.ack.lock().unwrap().push(asked - sent);
                 }
-                let t0 = *first.get_or_init(|| start);
-                tokio::time::sleep(per_item).await;
-                let end = (start + per_item).min(t0 + window);
-                busy.fetch_add(
-                    end.saturating_duration_since(start).as_nanos() as u64,
-                    Ordering::Relaxed,
-                );
-                let item: PendingResearchItem = decode(d.body()).unwrap();
-                let n = item.clips.len();
-                let answers = item
-                    .clips
-                    .iter()
-                    .enumerate()
-                    .map(|(i, clip)| {
-                        encode(&CompletedResearchItem {
-                            lease_id: item.lease_id,
-                            revoke_lease: i + 1 == n,
-                            research_date: Utc::now(),
-                            episode: item.episode.clone(),
-                            clip: clip.clone(),
-                            episode_duration_ns: 3_600_000_000_000,
-                            episode_hash: "sha256:e".into(),
-                            clip_duration_ns: 4_000_000_000,
-                            clip_hash: "sha256:c".into(),
-                            clip_offsets_ns: vec![],
-                            clip_match_scores: None,
-                            failure: None,
-                        })
-                    })
-                    .collect();
-                let analysed = tokio::time::Instant::now();
-                if tx.send_batch(answers).await.is_err() {
-                    return;
-                }
-                let sent = tokio::time::Instant::now();
-                if d.ack().await.is_err() {
-                    return;
-                }
-                asked = tokio::time::Instant::now();
-                let mut g = gaps.send.lock().unwrap();
-                g.push(sent - analysed);
-                drop(g);
-                gaps.ack.lock().unwrap().push(asked - sent);
             }
         });
     }
@@ -1248,7 +1322,7 @@ async fn fixed_time(
                 token.clone(),
                 tx.clone(),
                 Some(researchers as u64),
-                Duration::from_millis(20),
+                look,
                 wake.clone(),
             ));
         }
@@ -1261,7 +1335,7 @@ async fn fixed_time(
         let pace = Pace {
             every,
             wake: wake.clone(),
-            min_gap: Duration::from_millis(20),
+            min_gap: look,
         };
         let (store, token) = (store.clone(), token.clone());
         let (runs, published) = (gaps.runs.clone(), gaps.published.clone());

@@ -107,6 +107,25 @@ pub trait Sender: Send + Sync {
         max_body_bytes: usize,
     ) -> Result<Option<Vec<DeadLetter>>, BusError>;
 
+    /// Sends every body as [`send_batch`](Self::send_batch) does, and acknowledges
+    /// `answered`, the delivery (taken off another queue of this bus) that these messages
+    /// answer: as one step where the bus can (the database bus: one transaction, so that
+    /// neither happens without the other, and a commit lost in a power cut loses both: the
+    /// message comes back and is answered again), otherwise the send, then the
+    /// acknowledgement ([`send_then_ack`]).
+    ///
+    /// When the send failed, `answered` comes back unsettled in [`Unsent`], for the caller to
+    /// try again or to release. Once the messages are sent, an acknowledgement that failed is
+    /// only reported, as the inner error: the message comes back after its visibility
+    /// timeout and is answered again, as after any lost acknowledgement.
+    async fn send_and_ack(
+        &self,
+        bodies: Vec<Vec<u8>>,
+        answered: Delivery,
+    ) -> Result<Result<(), BusError>, Unsent> {
+        send_then_ack(self, bodies, answered).await
+    }
+
     /// The queue's name.
     fn queue(&self) -> &str;
 
@@ -115,6 +134,31 @@ pub trait Sender: Send + Sync {
     fn sql_bus_id(&self) -> Option<&str> {
         None
     }
+}
+
+/// A [`Sender::send_and_ack`] whose send failed: nothing was acknowledged.
+#[derive(Debug)]
+pub struct Unsent {
+    /// Why the send failed.
+    pub error: BusError,
+    /// The delivery the messages answered, not settled.
+    pub delivery: Delivery,
+}
+
+/// [`Sender::send_and_ack`] as two steps: the send, then (only once it succeeded) the
+/// acknowledgement. What buses that cannot do both in one step do.
+pub async fn send_then_ack<S: Sender + ?Sized>(
+    sender: &S,
+    bodies: Vec<Vec<u8>>,
+    answered: Delivery,
+) -> Result<Result<(), BusError>, Unsent> {
+    if let Err(error) = sender.send_batch(bodies).await {
+        return Err(Unsent {
+            error,
+            delivery: answered,
+        });
+    }
+    Ok(answered.ack().await)
 }
 
 /// Takes messages off one queue.

@@ -72,8 +72,8 @@ pub mod testing;
 mod url;
 
 pub use bus::{
-    dead_letter_queue_name, Bus, DeadLetter, QueueStats, ReceiptAction, Receiver, Sender,
-    MAX_BODY_BYTES, REDRIVE_BATCH,
+    dead_letter_queue_name, send_then_ack, Bus, DeadLetter, QueueStats, ReceiptAction, Receiver,
+    Sender, Unsent, MAX_BODY_BYTES, REDRIVE_BATCH,
 };
 pub use delivery::{
     ack_all, release_all, Acknowledger, BatchSettler, Delivery, Settlement, SqlReceipt,

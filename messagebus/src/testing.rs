@@ -82,6 +82,7 @@ macro_rules! bus_conformance_tests {
             waiting_receiver_gets_later_send,
             empty_queue_returns_empty,
             ack_removes,
+            send_and_ack_answers,
             release_redelivers,
             visibility_timeout_redelivers,
             dead_letter_with_reason,
@@ -354,6 +355,60 @@ where
         "acknowledged message came back: {again:?}"
     );
     assert_counts(tx.as_ref(), (0, 0, 0)).await;
+}
+
+/// `send_and_ack` sends the answers and acknowledges the message they answer (another
+/// queue's); a send that fails acknowledges nothing and gives the delivery back unsettled.
+pub async fn send_and_ack_answers<F, Fut>(fresh: F)
+where
+    F: FnOnce(QueueSettings) -> Fut,
+    Fut: Future<Output = Arc<dyn Bus>>,
+{
+    let settings = QueueSettings {
+        visibility_timeout: Duration::from_secs(1),
+        ..QueueSettings::default()
+    };
+    let (bus, _queue, tx, rx) = setup(fresh, settings, "question").await;
+    let answers = unique_queue_name("answers");
+    bus.create_queue(&answers).await.unwrap();
+    let answers_tx = bus.sender(&answers).await.unwrap();
+    let answers_rx = bus.receiver(&answers).await.unwrap();
+    tx.send(b"question 1".to_vec()).await.unwrap();
+    let question = receive_n(rx.as_ref(), 1).await.remove(0);
+    answers_tx
+        .send_and_ack(vec![b"answer a".to_vec(), b"answer b".to_vec()], question)
+        .await
+        .unwrap()
+        .unwrap();
+    // Two seconds is twice the visibility timeout: an unacknowledged question would be back.
+    let again = rx.receive(10, Duration::from_secs(2)).await.unwrap();
+    assert!(again.is_empty(), "answered message came back: {again:?}");
+    assert_counts(tx.as_ref(), (0, 0, 0)).await;
+    let got = receive_n(answers_rx.as_ref(), 2).await;
+    assert_eq!(
+        body_set(&got),
+        HashSet::from([b"answer a".to_vec(), b"answer b".to_vec()])
+    );
+    ack_all(got).await;
+
+    tx.send(b"question 2".to_vec()).await.unwrap();
+    let question = receive_n(rx.as_ref(), 1).await.remove(0);
+    let big = vec![b'x'; MAX_BODY_BYTES + 1];
+    let unsent = answers_tx
+        .send_and_ack(vec![b"small".to_vec(), big], question)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(unsent.error, BusError::BodyTooLarge { .. }),
+        "{:?}",
+        unsent.error
+    );
+    assert_eq!(unsent.delivery.body(), b"question 2");
+    unsent.delivery.release().await.unwrap();
+    let back = receive_n(rx.as_ref(), 1).await;
+    assert_eq!(back[0].body(), b"question 2");
+    ack_all(back).await;
+    assert_empty(answers_rx.as_ref()).await;
 }
 
 /// A released message comes back at once, same id and body, with receive count 2.

@@ -17,7 +17,7 @@ use crate::handle::{Ended, Report, ResearcherHandle, ERROR_CHANNEL_CAPACITY};
 use crate::media::Media;
 use crate::printing::PrintCounters;
 use crate::status::{SlotState, Status};
-use crate::work;
+use crate::work::{self, Answer, Handled};
 use crate::ResearchError;
 
 /// How long an item whose analyser asked for a later try is held before it is released.
@@ -311,6 +311,12 @@ impl Drop for DropGuard {
 
 /// One slot: receives one item when free, handles it, and again, until the token is
 /// cancelled (or with `once`, until a receive finds nothing).
+///
+/// A finished item's last results and its acknowledgement (one transaction on the database
+/// bus) go on while the slot asks for its next item and starts on it: the slot is free once
+/// its analyser is done, and the round trip of its answer stays off the path between two
+/// items. A slot still runs one item at a time in its analyser, and has at most one answer
+/// under way: the next waits for it. The slot ends only once it is done.
 async fn run_slot(
     ctx: &Context,
     slot: usize,
@@ -319,63 +325,126 @@ async fn run_slot(
     once: bool,
     retry_budget: Duration,
 ) -> Result<(), ResearchError> {
-    let wait = if once { ONCE_WAIT } else { RECEIVE_WAIT };
-    let mut backoff = Duration::from_millis(200);
-    let mut failing_since: Option<tokio::time::Instant> = None;
-    let mut pause = Duration::ZERO;
+    let mut state = SlotRun {
+        wait: if once { ONCE_WAIT } else { RECEIVE_WAIT },
+        backoff: Duration::from_millis(200),
+        failing_since: None,
+        pause: Duration::ZERO,
+    };
+    let mut answering: Option<Answer> = None;
     loop {
+        let answer = answering.take();
+        let (_, step) = tokio::join!(
+            async {
+                if let Some(answer) = answer {
+                    work::answer_and_ack(ctx, answer).await;
+                }
+            },
+            state.step(ctx, slot, &*receiver, token, once, retry_budget)
+        );
+        match step {
+            Step::End(ended) => return ended,
+            Step::Next => {}
+            Step::Answer(answer) => answering = Some(answer),
+        }
+    }
+}
+
+/// What a slot keeps from one item to the next.
+struct SlotRun {
+    /// How long one receive waits.
+    wait: Duration,
+    /// The wait before the next receive after one failed.
+    backoff: Duration,
+    /// Since when receives have been failing.
+    failing_since: Option<tokio::time::Instant>,
+    /// The pause after an item went back to the queue.
+    pause: Duration,
+}
+
+/// How one step of a slot ended.
+enum Step {
+    /// The slot ends.
+    End(Result<(), ResearchError>),
+    /// On to the next item.
+    Next,
+    /// An item is done: send its last results and acknowledge it (while the slot takes the
+    /// next).
+    Answer(Answer),
+}
+
+impl SlotRun {
+    /// One receive, and the item it brought if any.
+    async fn step(
+        &mut self,
+        ctx: &Context,
+        slot: usize,
+        receiver: &dyn Receiver,
+        token: &CancellationToken,
+        once: bool,
+        retry_budget: Duration,
+    ) -> Step {
         if token.is_cancelled() {
-            return Ok(());
+            return Step::End(Ok(()));
         }
         let received = tokio::select! {
-            _ = token.cancelled() => return Ok(()),
-            r = receiver.receive(1, wait) => r,
+            _ = token.cancelled() => return Step::End(Ok(())),
+            r = receiver.receive(1, self.wait) => r,
         };
         let deliveries = match received {
             Ok(d) => {
-                failing_since = None;
-                backoff = Duration::from_millis(200);
+                self.failing_since = None;
+                self.backoff = Duration::from_millis(200);
                 d
             }
             Err(e) if e.is_retryable() => {
-                let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+                let since = *self
+                    .failing_since
+                    .get_or_insert_with(tokio::time::Instant::now);
                 if once && since.elapsed() >= retry_budget {
-                    return Err(ResearchError::Unreachable {
+                    return Step::End(Err(ResearchError::Unreachable {
                         queue: receiver.queue().to_string(),
                         source: e,
-                    });
+                    }));
                 }
-                tracing::warn!(slot, error = %e, retry_in = ?backoff, "cannot receive work items; trying again");
+                tracing::warn!(slot, error = %e, retry_in = ?self.backoff, "cannot receive work items; trying again");
                 ctx.report(ResearchError::Bus(e));
                 tokio::select! {
-                    _ = token.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = token.cancelled() => return Step::End(Ok(())),
+                    _ = tokio::time::sleep(self.backoff) => {}
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(10));
-                continue;
+                self.backoff = (self.backoff * 2).min(Duration::from_secs(10));
+                return Step::Next;
             }
             Err(e) => {
-                return Err(ResearchError::Receive {
+                return Step::End(Err(ResearchError::Receive {
                     queue: receiver.queue().to_string(),
                     source: e,
-                })
+                }))
             }
         };
         let Some(delivery) = deliveries.into_iter().next() else {
-            if once {
-                return Ok(());
-            }
-            continue;
+            return if once { Step::End(Ok(())) } else { Step::Next };
         };
-        if work::handle(ctx, slot, delivery).await {
-            pause = Duration::ZERO;
-        } else {
-            // What went back would come straight back to this free slot: give it (and a
-            // busy analyser asking for later) a moment, longer after each failure in a row.
-            pause = (pause * 2).clamp(FIRST_PAUSE, MAX_PAUSE);
-            tokio::select! {
-                _ = token.cancelled() => return Ok(()),
-                _ = tokio::time::sleep(pause) => {}
+        match work::handle(ctx, slot, delivery).await {
+            Handled::Answer(answer) => {
+                self.pause = Duration::ZERO;
+                Step::Answer(answer)
+            }
+            Handled::Settled => {
+                self.pause = Duration::ZERO;
+                Step::Next
+            }
+            Handled::WentBack => {
+                // What went back would come straight back to this free slot: give it (and
+                // a busy analyser asking for later) a moment, longer after each failure in
+                // a row.
+                self.pause = (self.pause * 2).clamp(FIRST_PAUSE, MAX_PAUSE);
+                tokio::select! {
+                    _ = token.cancelled() => return Step::End(Ok(())),
+                    _ = tokio::time::sleep(self.pause) => {}
+                }
+                Step::Next
             }
         }
     }

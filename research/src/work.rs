@@ -1,6 +1,7 @@
 //! One work item, start to end: decode it, skip it if its lease expired, fetch its media, run
 //! the analyser, send one result per clip as each arrives (the last one revoking the lease),
-//! then acknowledge the item, or release it for another try when something failed. Results
+//! then acknowledge the item (the last results with it, see [`answer_and_ack`]), or release it
+//! for another try when something failed. Results
 //! the analyser wrote together go out together: one send for every line already written.
 //!
 //! An analyser that asks for a later try (exit 75, HTTP 429/503) has the item held for the
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use archivist::messages::{decode, encode, CompletedResearchItem, Message, PendingResearchItem};
 use chrono::Utc;
-use messagebus::{Delivery, Sender};
+use messagebus::{Delivery, Sender, Unsent};
 
 use crate::analyser::{self, BoxError, Ending, Run};
 use crate::episode::EpisodeMedia;
@@ -28,8 +29,9 @@ use crate::ResearchError;
 /// How an item ended, for the log, the metrics and what happens to its delivery.
 #[derive(Debug)]
 enum Outcome {
-    /// Every result sent: acknowledged.
-    Finished,
+    /// Every result sent but these (the last ending the lease, unless it was ended already),
+    /// which go out with the item's acknowledgement ([`answer_and_ack`]).
+    Finished(Vec<CompletedResearchItem>),
     /// Released at once for another try, not a failure (shutdown).
     Released(String),
     /// The analyser asked for a later try (exit 75, HTTP 429/503): held for a while, then
@@ -53,10 +55,29 @@ const HOLD: Duration = Duration::from_secs(1);
 /// still has its results sent as they come, a batch at a time.
 const MAX_BATCH: usize = 500;
 
-/// Handles one delivery of `pending_research` on slot `slot`. Returns `false` when the item
-/// went back to the queue (failed or released), so that the slot pauses before it takes
-/// another: the item would otherwise come straight back to it.
-pub(crate) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bool {
+/// What is left to do with an item once [`handle`] returns.
+pub(crate) enum Handled {
+    /// Done (analysed, or its lease expired before it started): the delivery is the slot's
+    /// to acknowledge with the results not sent yet ([`answer_and_ack`]), which it does
+    /// while it asks for its next item.
+    Answer(Answer),
+    /// Settled already (set aside as poison, or released after a hold the analyser asked
+    /// for): the next item.
+    Settled,
+    /// Went back to the queue (failed or released): the slot pauses before it takes
+    /// another, which would otherwise be this one again.
+    WentBack,
+}
+
+/// A finished item: its delivery and the results that go out with its acknowledgement.
+pub(crate) struct Answer {
+    delivery: Delivery,
+    lease_id: uuid::Uuid,
+    results: Vec<CompletedResearchItem>,
+}
+
+/// Handles one delivery of `pending_research` on slot `slot`.
+pub(crate) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> Handled {
     Counts::add(&ctx.counts.received, 1);
     let item: PendingResearchItem = match decode(delivery.body()) {
         Ok(item) => item,
@@ -76,7 +97,7 @@ pub(crate) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
                     ctx.report(ResearchError::Bus(e));
                 }
             }
-            return true;
+            return Handled::Settled;
         }
     };
     let lease = item.lease_id.to_string();
@@ -87,8 +108,11 @@ pub(crate) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
         metrics::counter!("archivist_researcher_items_total", "outcome" => "skipped_expired")
             .increment(1);
         Counts::add(&ctx.counts.skipped, 1);
-        settle_ack(ctx, delivery, &lease).await;
-        return true;
+        return Handled::Answer(Answer {
+            delivery,
+            lease_id: item.lease_id,
+            results: Vec::new(),
+        });
     }
     let receive = delivery.receive_count();
     let last_try = ctx.max_receives > 0 && receive >= ctx.max_receives;
@@ -102,20 +126,23 @@ pub(crate) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
     ctx.set_slot(slot, SlotState::Idle);
     let took = humantime::format_duration(Duration::from_secs(started.elapsed().as_secs()));
     match outcome {
-        Outcome::Finished => {
+        Outcome::Finished(results) => {
             tracing::info!(slot, lease = %lease, took = %took, "work item finished");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "finished")
                 .increment(1);
             Counts::add(&ctx.counts.finished, 1);
-            settle_ack(ctx, delivery, &lease).await;
-            true
+            Handled::Answer(Answer {
+                delivery,
+                lease_id: item.lease_id,
+                results,
+            })
         }
         Outcome::Released(why) => {
             tracing::info!(slot, lease = %lease, reason = %why, "work item released for later");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "released")
                 .increment(1);
             settle_release(ctx, delivery, &lease).await;
-            false
+            Handled::WentBack
         }
         Outcome::Later(why) => {
             let wait = ctx.later.wait(receive);
@@ -132,14 +159,14 @@ pub(crate) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
             tracing::info!(slot, lease = %lease, "work item released for later");
             settle_release(ctx, delivery, &lease).await;
             // The wait was the pause.
-            true
+            Handled::Settled
         }
         Outcome::Failed(why) if last_try => {
             tracing::warn!(slot, lease = %lease, receive, reason = %why, "work item failed on its last allowed try (ARCHIVIST_MAX_RECEIVES): dead-lettered");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "gave_up")
                 .increment(1);
             settle_dead_letter(ctx, delivery, &lease, why).await;
-            false
+            Handled::WentBack
         }
         Outcome::Failed(why) => {
             tracing::warn!(slot, lease = %lease, receive, reason = %why, "work item failed; released for another try");
@@ -150,14 +177,14 @@ pub(crate) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> bo
                 reason: why,
             });
             settle_release(ctx, delivery, &lease).await;
-            false
+            Handled::WentBack
         }
         Outcome::GaveUp(why) => {
             tracing::warn!(slot, lease = %lease, receive, reason = %why, "the analyser failed on the work item's last allowed try (ARCHIVIST_MAX_RECEIVES): its unanswered pairs are failed research, the item dead-lettered");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "gave_up")
                 .increment(1);
             settle_dead_letter(ctx, delivery, &lease, why).await;
-            false
+            Handled::WentBack
         }
     }
 }
@@ -175,6 +202,62 @@ async fn settle_dead_letter(ctx: &Context, delivery: Delivery, lease: &str, why:
         Err(e) => {
             tracing::warn!(lease = %lease, error = %e, "could not dead-letter the work item; it comes back, and the bus sets it aside at its next receive");
             ctx.report(ResearchError::Bus(e));
+        }
+    }
+}
+
+/// Sends a finished item's last results and acknowledges it, in one step where the bus can
+/// (the database bus: one transaction), retrying passing bus failures for up to
+/// [`SEND_PATIENCE`]; if they cannot be sent, the item is released for another try (its
+/// results come again).
+pub(crate) async fn answer_and_ack(ctx: &Context, answer: Answer) {
+    let Answer {
+        mut delivery,
+        lease_id,
+        results,
+    } = answer;
+    let lease = lease_id.to_string();
+    if results.is_empty() {
+        settle_ack(ctx, delivery, &lease).await;
+        return;
+    }
+    let bodies: Vec<Vec<u8>> = results.iter().map(encode).collect();
+    let deadline = Instant::now() + SEND_PATIENCE;
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match ctx.results.send_and_ack(bodies.clone(), delivery).await {
+            Ok(acked) => {
+                Counts::add(&ctx.counts.results_sent, results.len() as u64);
+                if let Err(e) = acked {
+                    // It comes back after its visibility timeout; its results are recorded
+                    // once anyway.
+                    tracing::warn!(lease = %lease, error = %e, "could not acknowledge the work item");
+                    ctx.report(ResearchError::Bus(e));
+                }
+                return;
+            }
+            Err(Unsent {
+                error,
+                delivery: back,
+            }) if error.is_retryable() && Instant::now() + backoff < deadline => {
+                tracing::warn!(lease = %lease, error = %error, retry_in = ?backoff, "could not send results; trying again");
+                delivery = back;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(Unsent {
+                error,
+                delivery: back,
+            }) => {
+                let why = format!("cannot send results: {error}");
+                tracing::warn!(lease = %lease, reason = %why, "work item failed; released for another try");
+                ctx.report(ResearchError::ItemFailed {
+                    lease_id,
+                    reason: why,
+                });
+                settle_release(ctx, back, &lease).await;
+                return;
+            }
         }
     }
 }
@@ -231,7 +314,7 @@ async fn research(
                         return results.fail(e).await;
                     }
                 }
-                return results.done().await;
+                return results.done();
             }
             Err(MediaError::Passing(why)) => {
                 return results.fail(format!("episode media: {why}")).await
@@ -278,7 +361,7 @@ async fn research(
         }
     }
     if given.is_empty() {
-        return results.done().await;
+        return results.done();
     }
 
     // The analyser.
@@ -336,6 +419,10 @@ async fn research(
     // The stall timeout counts from the last line, whatever else happens in between.
     let mut stall_at = tokio::time::Instant::now() + ctx.stall_timeout;
     loop {
+        // Every clip answered: what was not sent yet is held together, to go out with the
+        // item's acknowledgement when the analyser exits within the hold, or at its end,
+        // ending the lease, if it does not.
+        let all_answered = answered.len() == titles.len();
         // A line written already joins the results not yet sent; when none is, they go out,
         // all but the last (held back), in one send.
         let ready = if results.backlog() && !results.batch_full() {
@@ -346,9 +433,11 @@ async fn research(
         let next = match ready {
             Some(next) => Ok(next),
             None => {
-                if let Err(e) = results.send_backlog().await {
-                    run.stop().await;
-                    return results.fail(e).await;
+                if !all_answered {
+                    if let Err(e) = results.send_backlog().await {
+                        run.stop().await;
+                        return results.fail(e).await;
+                    }
                 }
                 tokio::select! {
                     _ = stop.cancelled() => {
@@ -356,7 +445,7 @@ async fn research(
                         return results.released_at_drain().await;
                     }
                     _ = results.hold_over(), if results.holding() => {
-                        if let Err(e) = results.flush(false).await {
+                        if let Err(e) = results.hold_ended(all_answered).await {
                             run.stop().await;
                             return results.fail(e).await;
                         }
@@ -449,31 +538,50 @@ async fn research(
             run.stop().await;
             return results.analyser_failed(e, &titles, &answered).await;
         }
-        if answered.len() == titles.len() && !results.ended() {
-            // Every clip answered: the results go out now, the last one ending the lease,
-            // without waiting for the exit. An exit that then fails the item leaves every
-            // pair researched; its next try, if any, records them once more, harmlessly.
-            if let Err(e) = results.end_lease().await {
-                run.stop().await;
-                return results.fail(e).await;
-            }
-        }
     }
     // The output ended; the exit follows (a program that closed its output and then hangs
-    // is stopped as a stall would be).
-    let ending = tokio::select! {
-        _ = stop.cancelled() => None,
-        ending = tokio::time::timeout(ctx.stall_timeout, run.finish()) => Some(ending.unwrap_or_else(|_| {
-            Ending::Failed(format!(
-                "the analyser closed its output but did not exit within {} (--stall-timeout): stopped",
-                humantime::format_duration(ctx.stall_timeout)
-            ))
-        })),
+    // is stopped as a stall would be). Results held back go out when the hold ends.
+    let all_answered = answered.len() == titles.len();
+    let waited = {
+        let finish = tokio::time::timeout(ctx.stall_timeout, run.finish());
+        tokio::pin!(finish);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break Exit::Stopped,
+                _ = results.hold_over(), if results.holding() => {
+                    if let Err(e) = results.hold_ended(all_answered).await {
+                        break Exit::SendFailed(e);
+                    }
+                }
+                ending = &mut finish => break Exit::Ended(ending.unwrap_or_else(|_| {
+                    Ending::Failed(format!(
+                        "the analyser closed its output but did not exit within {} (--stall-timeout): stopped",
+                        humantime::format_duration(ctx.stall_timeout)
+                    ))
+                })),
+            }
+        }
     };
-    let Some(ending) = ending else {
-        run.stop().await;
-        return results.released_at_drain().await;
+    let ending = match waited {
+        Exit::Ended(ending) => ending,
+        Exit::Stopped => {
+            run.stop().await;
+            return results.released_at_drain().await;
+        }
+        Exit::SendFailed(e) => {
+            run.stop().await;
+            return results.fail(e).await;
+        }
     };
+    if all_answered && !results.ended() && !matches!(ending, Ending::Done) {
+        // Every clip was answered: the results go out now, the last one ending the lease,
+        // whatever the exit. An exit that fails the item leaves every pair researched; its
+        // next try, if any, records them once more, harmlessly.
+        if let Err(e) = results.end_lease().await {
+            run.stop().await;
+            return results.fail(e).await;
+        }
+    }
     if matches!(ending, Ending::Failed(_)) {
         // Stopped if it still runs (the wait above gave up on it).
         run.stop().await;
@@ -486,11 +594,20 @@ async fn research(
             if unanswered > 0 {
                 tracing::info!(lease = %lease, unanswered, "the analyser left clips unanswered: they are researched again after the lease expires");
             }
-            results.done().await
+            results.done()
         }
         Ending::TryLater(why) => results.later(why, &titles, &answered).await,
         Ending::Failed(why) => results.analyser_failed(why, &titles, &answered).await,
     }
+}
+
+/// How the wait for the analyser's exit ended.
+enum Exit {
+    Ended(Ending),
+    /// The drain timeout.
+    Stopped,
+    /// Results held back could not be sent.
+    SendFailed(String),
 }
 
 /// The analyser's next line if it is there to be read now (`None` if reading it would wait).
@@ -517,9 +634,12 @@ impl Drop for AnalysisTimer {
 /// analyser has no further line written (one send for all of them), except the latest, which
 /// is held back until the next arrives, the item ends or [`HOLD`] passes, so that the last
 /// one sent can carry `revoke_lease` when the item finished (and does not when it failed: the
-/// lease then stays with the item's next try). The answer to the last clip ends the lease at
-/// once, before the analyser exits. When the last answer was sent before the item ended, it is
-/// sent again with `revoke_lease`: a result is recorded once however often it is delivered.
+/// lease then stays with the item's next try). Once every clip is answered, what was not sent
+/// is held together: when the analyser exits (successfully) within the hold, it goes out with
+/// the item's acknowledgement, in one transaction on the database bus, while the slot takes
+/// its next item; otherwise it goes out at the end of the hold, ending the lease, before the
+/// exit. When the last answer was sent before the item ended, it is sent again with
+/// `revoke_lease`: a result is recorded once however often it is delivered.
 struct Results<'a> {
     ctx: &'a Context,
     item: &'a PendingResearchItem,
@@ -634,6 +754,16 @@ impl<'a> Results<'a> {
         tokio::time::sleep_until(self.held_since + HOLD).await;
     }
 
+    /// The hold is over: with every clip answered, every result not sent yet goes out, the
+    /// last ending the lease; otherwise the one held back goes out as it is.
+    async fn hold_ended(&mut self, all_answered: bool) -> Result<(), String> {
+        if all_answered && !self.lease_ended {
+            self.end_lease().await
+        } else {
+            self.flush(false).await
+        }
+    }
+
     /// Sends the results not sent yet but the one held back.
     async fn send_backlog(&mut self) -> Result<(), String> {
         if let Some(held) = self.unsent.pop() {
@@ -684,14 +814,23 @@ impl<'a> Results<'a> {
         Ok(())
     }
 
-    async fn done(mut self) -> Outcome {
+    /// The item finished: the results not sent yet, the last ending the lease (or, if all
+    /// were sent, the last again, ending it), to go out with the item's acknowledgement;
+    /// none when the lease was ended already.
+    fn done(mut self) -> Outcome {
         if self.lease_ended {
-            return Outcome::Finished;
+            return Outcome::Finished(Vec::new());
         }
-        match self.end_lease().await {
-            Ok(()) => Outcome::Finished,
-            Err(e) => Outcome::Failed(e),
+        if self.unsent.is_empty() {
+            if let Some(last) = self.last_sent.as_mut() {
+                last.revoke_lease = true;
+            }
+            return Outcome::Finished(self.last_sent.take().into_iter().collect());
         }
+        if let Some(last) = self.unsent.last_mut() {
+            last.revoke_lease = true;
+        }
+        Outcome::Finished(std::mem::take(&mut self.unsent))
     }
 
     async fn released(mut self, why: String) -> Outcome {
@@ -975,6 +1114,18 @@ mod tests {
         }
     }
 
+    /// The results a finished item sends with its acknowledgement, named as
+    /// [`Recording`] names them.
+    fn finished(outcome: Outcome) -> Vec<String> {
+        let Outcome::Finished(results) = outcome else {
+            panic!("not finished: {outcome:?}")
+        };
+        results
+            .iter()
+            .map(|r| format!("{}{}", r.clip.title, if r.revoke_lease { "*" } else { "" }))
+            .collect()
+    }
+
     fn titles(range: std::ops::RangeInclusive<u32>) -> Vec<String> {
         range.map(|i| format!("Clip {i}")).collect()
     }
@@ -994,10 +1145,9 @@ mod tests {
         h.write.send(answer(4)).unwrap();
         h.write.send(answer(5)).unwrap();
         drop(h.write);
-        assert!(matches!(research.await, Outcome::Finished));
         let mut last = titles(3..=5);
         last[2].push('*');
-        assert_eq!(h.sends.recv().await.unwrap(), last);
+        assert_eq!(finished(research.await), last, "with the acknowledgement");
         assert!(h.sends.try_recv().is_err(), "nothing else was sent");
     }
 
@@ -1008,16 +1158,15 @@ mod tests {
             h.write.send(answer(i)).unwrap();
         }
         drop(h.write);
-        assert!(matches!(
-            research(&h.ctx, 0, &h.item, None).await,
-            Outcome::Finished
-        ));
+        let last = finished(research(&h.ctx, 0, &h.item, None).await);
         let mut sizes = Vec::new();
         let mut all = Vec::new();
         while let Ok(sent) = h.sends.try_recv() {
             sizes.push(sent.len());
             all.extend(sent);
         }
+        sizes.push(last.len());
+        all.extend(last);
         assert_eq!(sizes, [MAX_BATCH, MAX_BATCH, 1_200 - 2 * MAX_BATCH]);
         let mut expected = titles(1..=1_200);
         expected[1_199].push('*');
@@ -1035,8 +1184,8 @@ mod tests {
         assert_eq!(first, titles(1..=1));
         h.write.send(answer(2)).unwrap();
         drop(h.write);
-        assert!(matches!(research.await, Outcome::Finished));
-        assert_eq!(h.sends.recv().await.unwrap(), ["Clip 2*"]);
+        assert_eq!(finished(research.await), ["Clip 2*"]);
+        assert!(h.sends.try_recv().is_err(), "nothing else was sent");
     }
 
     #[tokio::test(start_paused = true)]
@@ -1068,6 +1217,18 @@ mod tests {
             ["Clip 1"],
             "the lease stands"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_clip_answered_ends_the_lease_whatever_the_exit() {
+        let mut h = harness_ending(2, Ending::TryLater("busy".into()));
+        h.write.send(answer(1)).unwrap();
+        h.write.send(answer(2)).unwrap();
+        drop(h.write);
+        let outcome = research(&h.ctx, 0, &h.item, None).await;
+        assert!(matches!(outcome, Outcome::Later(_)), "{outcome:?}");
+        assert_eq!(h.sends.recv().await.unwrap(), ["Clip 1", "Clip 2*"]);
+        assert!(h.sends.try_recv().is_err(), "nothing else was sent");
     }
 
     #[tokio::test(start_paused = true)]

@@ -49,7 +49,7 @@ use uuid::Uuid;
 
 use crate::{
     dead_letter_queue_name, Acknowledger, BatchSettler, Bus, BusError, DeadLetter, Delivery,
-    QueueStats, ReceiptAction, Receiver, Sender, Settlement, SqlReceipt, MAX_BODY_BYTES,
+    QueueStats, ReceiptAction, Receiver, Sender, Settlement, SqlReceipt, Unsent, MAX_BODY_BYTES,
 };
 
 #[cfg(feature = "postgres")]
@@ -135,6 +135,18 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     async fn queue(&self, name: &str) -> Result<Option<QueueRow>, BusError>;
     /// Inserts one row per body, durably, and wakes the queue's listeners.
     async fn send(&self, queue: &str, bodies: &[String]) -> Result<(), BusError>;
+    /// Inserts one row per body on `queue` and deletes the row of delivery (`id`,
+    /// `receipt`) in one transaction, and wakes the queue's listeners; whether the row was
+    /// deleted (a stale receipt deletes nothing, and the rows are sent all the same). The
+    /// commit need not wait for the disk: a commit lost in a crash loses the
+    /// acknowledgement with the rows, so the message comes back and is answered again.
+    async fn send_and_ack(
+        &self,
+        queue: &str,
+        bodies: &[String],
+        id: i64,
+        receipt: i64,
+    ) -> Result<bool, BusError>;
     /// Claims up to `max` visible rows of `queue`.
     async fn claim(&self, queue: &QueueRow, max: usize) -> Result<Claimed, BusError>;
     /// Deletes the rows of these deliveries (id, receipt) in one statement; a stale receipt
@@ -807,6 +819,52 @@ impl<D: Dialect> Sender for SqlSender<D> {
         self.shared.dialect.send(&self.queue.name, &bodies).await?;
         self.shared.wake(&self.queue.name);
         Ok(())
+    }
+
+    async fn send_and_ack(
+        &self,
+        bodies: Vec<Vec<u8>>,
+        answered: Delivery,
+    ) -> Result<Result<(), BusError>, Unsent> {
+        // A delivery of this bus, with its receipt: one transaction. Any other (another bus,
+        // another database): two steps.
+        let Some(receipt) = answered.sql_receipt().filter(|r| *r.bus_id == *self.bus_id) else {
+            return crate::send_then_ack(self, bodies, answered).await;
+        };
+        let bodies = match check_bodies(bodies) {
+            Ok(bodies) => bodies,
+            Err(error) => {
+                return Err(Unsent {
+                    error,
+                    delivery: answered,
+                })
+            }
+        };
+        match self
+            .shared
+            .dialect
+            .send_and_ack(
+                &self.queue.name,
+                &bodies,
+                receipt.message_id,
+                receipt.receipt,
+            )
+            .await
+        {
+            Ok(_) => {
+                // A stale receipt deleted nothing: the message is its new holder's to settle,
+                // as with `Delivery::ack`.
+                answered.settled_elsewhere();
+                if !bodies.is_empty() {
+                    self.shared.wake(&self.queue.name);
+                }
+                Ok(Ok(()))
+            }
+            Err(error) => Err(Unsent {
+                error,
+                delivery: answered,
+            }),
+        }
     }
 
     async fn inspect(&self) -> Result<QueueStats, BusError> {

@@ -244,6 +244,53 @@ impl Dialect for Pg {
         Ok(())
     }
 
+    async fn send_and_ack(
+        &self,
+        queue: &str,
+        bodies: &[String],
+        id: i64,
+        receipt: i64,
+    ) -> Result<bool, BusError> {
+        // Settling (`synchronous_commit = off`, the bus's connections' setting), not durable:
+        // the acknowledgement commits with the rows, so a crash that loses this commit loses
+        // both, and the message comes back to be answered again.
+        let done: i64 = if chunk_end(bodies, 0) == bodies.len() {
+            // One statement: its own transaction, one round trip.
+            sqlx::query_scalar(SEND_AND_ACK)
+                .bind(queue)
+                .bind(bodies)
+                .bind(id)
+                .bind(receipt)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| db_error("sending", e))?
+        } else {
+            let mut tx = self
+                .pool
+                .begin()
+                .await
+                .map_err(|e| db_error("sending", e))?;
+            insert(&mut tx, queue, bodies).await?;
+            let done = sqlx::query("DELETE FROM bus_messages WHERE id = $1 AND receipt = $2")
+                .bind(id)
+                .bind(receipt)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| db_error("acknowledging", e))?
+                .rows_affected();
+            tx.commit().await.map_err(|e| db_error("sending", e))?;
+            i64::try_from(done).unwrap_or(1)
+        };
+        // As after a send: the rows are committed, a notification that fails only delays a
+        // receiver in another process until its next poll.
+        if !bodies.is_empty() {
+            if let Err(e) = notify(&self.pool, queue).await {
+                tracing::debug!(%queue, error = %e, "sent, but could not notify other processes; their receivers find the messages at their next poll");
+            }
+        }
+        Ok(done > 0)
+    }
+
     async fn claim(&self, queue: &QueueRow, max: usize) -> Result<Claimed, BusError> {
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let max_receives = i32::try_from(queue.max_receives).unwrap_or(i32::MAX);
@@ -574,6 +621,16 @@ WITH sent AS (
     INSERT INTO bus_messages (queue, body) SELECT $1, b FROM unnest($2::text[]) AS b
 )
 SELECT set_config('synchronous_commit', 'on', true)";
+
+/// The rows of a send and the acknowledgement of the message they answer, in one statement
+/// (its own transaction, committed as the bus's settlements are); how many rows it deleted.
+const SEND_AND_ACK: &str = "\
+WITH sent AS (
+    INSERT INTO bus_messages (queue, body) SELECT $1, b FROM unnest($2::text[]) AS b
+), done AS (
+    DELETE FROM bus_messages WHERE id = $3 AND receipt = $4 RETURNING 1
+)
+SELECT count(*) FROM done";
 
 /// Where the statement that starts at `start` ends: at most [`SEND_CHUNK_ROWS`] rows and
 /// about [`SEND_CHUNK_BYTES`] (always at least one row).

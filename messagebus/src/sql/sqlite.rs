@@ -254,6 +254,29 @@ impl Dialect for Lite {
         tx.commit().await.map_err(|e| db_error("sending", e))
     }
 
+    async fn send_and_ack(
+        &self,
+        queue: &str,
+        bodies: &[String],
+        id: i64,
+        receipt: i64,
+    ) -> Result<bool, BusError> {
+        // Settling, not durable: the acknowledgement commits with the rows, so a power cut
+        // that loses this commit loses both (WAL commits are lost from the last one back),
+        // and the message comes back to be answered again.
+        let (mut tx, _turn) = self.begin(BEGIN_SETTLING, "sending").await?;
+        insert(&mut tx, queue, bodies).await?;
+        let done = sqlx::query("DELETE FROM bus_messages WHERE id = ?1 AND receipt = ?2")
+            .bind(id)
+            .bind(receipt)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| db_error("acknowledging", e))?
+            .rows_affected();
+        tx.commit().await.map_err(|e| db_error("sending", e))?;
+        Ok(done > 0)
+    }
+
     async fn claim(&self, queue: &QueueRow, max: usize) -> Result<Claimed, BusError> {
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let (mut tx, _turn) = self.begin(BEGIN_SETTLING, "receiving").await?;
