@@ -121,38 +121,30 @@ impl PairZone {
 
     /// The landmarks anchored at `peaks[a]` (`(frame, bin)`, in time order), as
     /// [`Pairer`] makes them once every peak of its zone has come: those whose hash `keep`
-    /// accepts are appended to `out`. `hint(bin)`, for the anchor's bin, has bit `df + 64`
-    /// set for every bin difference `df` whose hashes `keep` may accept (a first test that
-    /// needs no memory). Returns how many it made, kept or not.
+    /// accepts are appended to `out`. Returns how many it made, kept or not.
     #[inline]
     pub(crate) fn anchor(
         &self,
         peaks: &[(u32, u16)],
         a: usize,
-        hint: impl Fn(u16) -> u128,
         keep: impl Fn(u32) -> bool,
         out: &mut Vec<Landmark>,
     ) -> usize {
         let Some(&(at, af)) = peaks.get(a) else {
             return 0;
         };
-        let hint = hint(af);
         let mut n = 0;
         for &(bt, bf) in &peaks[a + 1..] {
             if n == self.fanout || bt > at + self.max_dt {
                 break;
             }
             // Without a branch on whether the pair is in the zone (about half are not, at
-            // random), nor on the hint (most fail it): only a pair that passes both is
-            // looked up.
+            // random): the filter is asked either way, and kept only counts for one that is.
             let df = i32::from(bf) - i32::from(af);
             let pair = (bt != at) & (df.abs() <= self.max_df);
-            let hinted = (hint >> ((df + 64) as u32 & 0x7f)) & 1 == 1;
-            if pair & hinted {
-                let hash = hash(af, df, bt - at);
-                if keep(hash) {
-                    out.push(Landmark { hash, t: at });
-                }
+            let hash = hash(af, df, bt - at);
+            if pair & keep(hash) {
+                out.push(Landmark { hash, t: at });
             }
             n += usize::from(pair);
         }
@@ -322,16 +314,13 @@ mod tests {
         pairer.finish(&mut expected);
         let zone = PairZone::new(&p);
         let (mut all, mut kept, mut made) = (Vec::new(), Vec::new(), 0);
-        let keep = |h: u32| h.is_multiple_of(3) && (h >> 6) & 1 == 0;
         for a in 0..peaks.len() {
-            made += zone.anchor(&peaks, a, |_| u128::MAX, |_| true, &mut all);
-            // A hint that turns away only what the filter would (odd bin differences).
-            let even = (0..128).step_by(2).fold(0u128, |m, d| m | 1 << d);
-            zone.anchor(&peaks, a, |_| even, keep, &mut kept);
+            made += zone.anchor(&peaks, a, |_| true, &mut all);
+            zone.anchor(&peaks, a, |h| h % 3 == 0, &mut kept);
         }
         assert_eq!(all, expected);
         assert_eq!(made, expected.len());
-        let filtered: Vec<Landmark> = expected.into_iter().filter(|l| keep(l.hash)).collect();
+        let filtered: Vec<Landmark> = expected.into_iter().filter(|l| l.hash % 3 == 0).collect();
         assert_eq!(kept, filtered);
     }
 

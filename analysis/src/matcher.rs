@@ -105,10 +105,6 @@ pub struct EpisodeScan {
     /// One bit per hash (21 bits): whether any clip has it. Most of an episode's landmarks
     /// are in no clip; this spares them the index's binary search.
     present: Vec<u64>,
-    /// Per anchor bin (a hash's top 8 bits), one bit per bin difference + 64 (its next 7):
-    /// whether any clip has a hash with both. 4 KB, where `present` is 256 KB: most of an
-    /// episode's pairs are turned away here, without a memory access.
-    pair_hints: Vec<u128>,
     entries: Vec<Entry>,
     resampler: Resampler,
     fingerprinter: Fingerprinter,
@@ -179,14 +175,7 @@ impl EpisodeScan {
             + params.fft_size
             + 2 * params.refine_search.max(params.periodic_search)
             + params.refine_window;
-        let mut pair_hints = vec![0u128; 256];
-        for &(h, _, _) in &index {
-            if let Some(hint) = pair_hints.get_mut(((h >> 13) & 0xff) as usize) {
-                *hint |= 1 << ((h >> 6) & 0x7f);
-            }
-        }
         EpisodeScan {
-            pair_hints,
             resampler: Resampler::new(in_rate, params.sample_rate, params),
             fingerprinter: Fingerprinter::new(params),
             history: History::new(cap, params.pre_emphasis),
@@ -247,16 +236,6 @@ impl EpisodeScan {
         self.present
             .get((hash >> 6) as usize)
             .is_some_and(|w| (w >> (hash & 63)) & 1 == 1)
-    }
-
-    /// For anchor bin `f1`: bit `df + 64` set if some clip has a hash of that anchor bin and
-    /// bin difference ([`EpisodeScan::may_vote`] is false for every other pair).
-    #[inline]
-    pub(crate) fn pair_hint(&self, f1: u16) -> u128 {
-        self.pair_hints
-            .get(usize::from(f1 & 0xff))
-            .copied()
-            .unwrap_or(0)
     }
 
     /// The print path: the candidates closed so far.

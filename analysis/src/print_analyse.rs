@@ -131,13 +131,7 @@ impl Analyser {
         let (mut front, mut made) = (0, 0);
         for (i, &(t, _)) in peaks.iter().enumerate() {
             while front <= i && zone.closed(peaks[front].0, t) {
-                made += zone.anchor(
-                    peaks,
-                    front,
-                    |f| scan.pair_hint(f),
-                    |h| scan.may_vote(h),
-                    &mut landmarks,
-                );
+                made += zone.anchor(peaks, front, |h| scan.may_vote(h), &mut landmarks);
                 front += 1;
             }
             if made >= BATCH {
@@ -155,13 +149,7 @@ impl Analyser {
             }
         }
         for a in front..peaks.len() {
-            zone.anchor(
-                peaks,
-                a,
-                |f| scan.pair_hint(f),
-                |h| scan.may_vote(h),
-                &mut landmarks,
-            );
+            zone.anchor(peaks, a, |h| scan.may_vote(h), &mut landmarks);
         }
         scan.push_landmarks(&landmarks, None);
         candidates.extend(scan.take_candidates());
