@@ -316,11 +316,14 @@ mod tests {
         let (mut all, mut kept, mut made) = (Vec::new(), Vec::new(), 0);
         for a in 0..peaks.len() {
             made += zone.anchor(&peaks, a, |_| true, &mut all);
-            zone.anchor(&peaks, a, |h| h % 3 == 0, &mut kept);
+            zone.anchor(&peaks, a, |h| h.is_multiple_of(3), &mut kept);
         }
         assert_eq!(all, expected);
         assert_eq!(made, expected.len());
-        let filtered: Vec<Landmark> = expected.into_iter().filter(|l| l.hash % 3 == 0).collect();
+        let filtered: Vec<Landmark> = expected
+            .into_iter()
+            .filter(|l| l.hash.is_multiple_of(3))
+            .collect();
         assert_eq!(kept, filtered);
     }
 
