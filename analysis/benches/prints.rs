@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo bench -p analysis --bench prints -- [--minutes N] [--dir DIR] [--rounds N]
-//!     [--corpus DIR] [--only NAME] [--profile NAME N [--absent]]
+//!     [--corpus DIR] [--only NAME] [--profile NAME N [--absent] [--episode PATH] [--clip PATH]]
 //! ```
 //!
 //! The episode (synthesised speech over a music bed, `--minutes` long, 30 by default, with
@@ -260,34 +260,50 @@ fn main() {
         None => episodes,
     };
     if let Some(name) = profile {
-        let episode = episodes
-            .iter()
-            .find(|e| e.to_string_lossy().contains(&name))
-            .unwrap();
+        // `--episode PATH`: that episode instead (an archive corpus's, say).
+        let given = value("--episode").map(PathBuf::from);
+        let episode = given.as_ref().unwrap_or_else(|| {
+            episodes
+                .iter()
+                .find(|e| e.to_string_lossy().contains(&name))
+                .unwrap()
+        });
         let analyser = Analyser::new(Params::default());
         let (_, print) = analyser
             .analyse_printing(episode, &first_clips, String::new(), &mut |_| {})
             .unwrap();
-        // `--absent`: the clip the episode does not hold.
-        let new = if args.iter().any(|a| a == "--absent") {
-            [absent_clip.clone()]
-        } else {
-            [new_clip.clone()]
+        let bytes = print.to_bytes();
+        // `--clip PATH`: the clip looked for; `--absent`: the clip the episode does not hold.
+        let new = match value("--clip") {
+            Some(clip) => [ClipInput::new(clip)],
+            None if args.iter().any(|a| a == "--absent") => [absent_clip.clone()],
+            None => [new_clip.clone()],
         };
         analyser.clip(&new[0].path).unwrap();
-        let start = cpu();
+        // Each pass reads the print from its bytes, as a researcher does.
+        let (mut reading, start) = (Duration::ZERO, cpu());
+        let mut hits = 0;
         for _ in 0..repeat {
+            let read_from = cpu();
+            let print = EpisodePrint::from_bytes(&bytes, analyser.params()).unwrap();
+            reading += cpu() - read_from;
             let mut media = FileSource::open(episode).unwrap();
-            analyser
+            let report = analyser
                 .analyse_from_print(&print, &mut media, &new)
                 .unwrap();
+            hits = found(&report);
         }
+        let hours = print.duration_ns() as f64 / 3.6e12;
+        let each = (cpu() - start).as_secs_f64() / repeat as f64;
         println!(
-            "{} from its print: {:.4} s CPU each; print {} bytes, {:.0} an hour",
+            "{} from its print: {:.4} s CPU each ({:.4} s an hour; reading the print {:.4} s); \
+             found {hits}; print {} bytes, {:.0} an hour",
             episode.display(),
-            (cpu() - start).as_secs_f64() / repeat as f64,
-            print.to_bytes().len(),
-            print.to_bytes().len() as f64 * 3.6e12 / print.duration_ns() as f64
+            each,
+            each / hours,
+            reading.as_secs_f64() / repeat as f64,
+            bytes.len(),
+            bytes.len() as f64 / hours
         );
         return;
     }

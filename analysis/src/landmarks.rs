@@ -93,6 +93,65 @@ impl Pairer {
     }
 }
 
+/// [`Pairer`]'s target zone over a whole run of peaks at once (a print's): the same
+/// landmarks, anchor by anchor, without moving the peaks through a queue, and only those a
+/// filter keeps (the print path drops every hash no clip has: it cannot vote).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PairZone {
+    fanout: usize,
+    max_dt: u32,
+    max_df: i32,
+}
+
+impl PairZone {
+    /// The zone of `params`, as [`Pairer::new`] takes it.
+    pub(crate) fn new(params: &Params) -> PairZone {
+        PairZone {
+            fanout: params.fanout,
+            max_dt: params.pair_max_dt.clamp(1, 63),
+            max_df: params.pair_max_df.min(63) as i32,
+        }
+    }
+
+    /// Whether the anchor at frame `anchor` is complete once a peak at frame `t` has come:
+    /// [`Pairer::push`]'s test (peaks come in time order).
+    pub(crate) fn closed(&self, anchor: u32, t: u32) -> bool {
+        anchor + self.max_dt < t
+    }
+
+    /// The landmarks anchored at `peaks[a]` (`(frame, bin)`, in time order), as
+    /// [`Pairer`] makes them once every peak of its zone has come: those whose hash `keep`
+    /// accepts are appended to `out`. Returns how many it made, kept or not.
+    #[inline]
+    pub(crate) fn anchor(
+        &self,
+        peaks: &[(u32, u16)],
+        a: usize,
+        keep: impl Fn(u32) -> bool,
+        out: &mut Vec<Landmark>,
+    ) -> usize {
+        let Some(&(at, af)) = peaks.get(a) else {
+            return 0;
+        };
+        let mut n = 0;
+        for &(bt, bf) in &peaks[a + 1..] {
+            if n == self.fanout || bt > at + self.max_dt {
+                break;
+            }
+            // Without a branch on whether the pair is in the zone (about half are not, at
+            // random): the filter is asked either way, and kept only counts for one that is.
+            let df = i32::from(bf) - i32::from(af);
+            let pair = (bt != at) & (df.abs() <= self.max_df);
+            let hash = hash(af, df, bt - at);
+            if pair & keep(hash) {
+                out.push(Landmark { hash, t: at });
+            }
+            n += usize::from(pair);
+        }
+        n
+    }
+}
+
 /// Samples at the analysis rate in, landmarks out: spectrogram, peaks, pairs.
 pub struct Fingerprinter {
     spectrogram: Spectrogram,
@@ -223,6 +282,49 @@ mod tests {
         assert_eq!(first[..2], [hash(50, 5, 4), hash(50, -5, 8)]);
         // The last peak has no partner within 10 frames.
         assert!(out.iter().all(|l| l.t != 30));
+    }
+
+    #[test]
+    fn a_zone_over_a_run_of_peaks_pairs_as_the_pairer_does() {
+        let p = Params::default();
+        let mut seed = 3u64;
+        let mut t = 0u32;
+        let peaks: Vec<(u32, u16)> = (0..5_000)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                // Several peaks a frame at times, gaps longer than the zone at others.
+                t += [0, 0, 1, 1, 2, 3, 7, 70][(seed >> 61) as usize];
+                (t, ((seed >> 20) % 256) as u16)
+            })
+            .collect();
+        let mut pairer = Pairer::new(&p);
+        let mut expected = Vec::new();
+        for &(t, f) in &peaks {
+            pairer.push(
+                Peak {
+                    t,
+                    f,
+                    prominence: 0.0,
+                },
+                &mut expected,
+            );
+        }
+        pairer.finish(&mut expected);
+        let zone = PairZone::new(&p);
+        let (mut all, mut kept, mut made) = (Vec::new(), Vec::new(), 0);
+        for a in 0..peaks.len() {
+            made += zone.anchor(&peaks, a, |_| true, &mut all);
+            zone.anchor(&peaks, a, |h| h.is_multiple_of(3), &mut kept);
+        }
+        assert_eq!(all, expected);
+        assert_eq!(made, expected.len());
+        let filtered: Vec<Landmark> = expected
+            .into_iter()
+            .filter(|l| l.hash.is_multiple_of(3))
+            .collect();
+        assert_eq!(kept, filtered);
     }
 
     #[test]

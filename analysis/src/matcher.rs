@@ -109,7 +109,9 @@ pub struct EpisodeScan {
     resampler: Resampler,
     fingerprinter: Fingerprinter,
     history: History,
-    correlator: Correlator,
+    /// Made for the first candidate refined (its buffers are ~0.4 MB; most passes from a
+    /// print have none).
+    correlator: Option<Correlator>,
     analysed: Vec<f32>,
     landmarks: Vec<Landmark>,
     found: Vec<Vec<Match>>,
@@ -177,10 +179,7 @@ impl EpisodeScan {
             resampler: Resampler::new(in_rate, params.sample_rate, params),
             fingerprinter: Fingerprinter::new(params),
             history: History::new(cap, params.pre_emphasis),
-            correlator: Correlator::new(
-                params.refine_window,
-                params.refine_search.max(params.periodic_search),
-            ),
+            correlator: None,
             params: params.clone(),
             clips: clips.to_vec(),
             index,
@@ -229,6 +228,14 @@ impl EpisodeScan {
         for e in 0..self.entries.len() {
             self.finalise(e, frontier);
         }
+    }
+
+    /// Whether some clip has landmark hash `hash`: a landmark without one votes for nothing.
+    #[inline]
+    pub(crate) fn may_vote(&self, hash: u32) -> bool {
+        self.present
+            .get((hash >> 6) as usize)
+            .is_some_and(|w| (w >> (hash & 63)) & 1 == 1)
     }
 
     /// The print path: the candidates closed so far.
@@ -456,10 +463,15 @@ impl EpisodeScan {
         let variant = &self.clips[c].variants[v];
         let hop = self.params.hop as i64;
         let end = self.history.end() as i64;
-        let (history, correlator) = (&self.history, &mut self.correlator);
         // Searched wide, for rivals; the offset itself must lie near the votes.
         let near = self.params.refine_search;
         let search = near.max(self.params.periodic_search);
+        let window = self.params.refine_window;
+        let (history, correlator) = (
+            &self.history,
+            self.correlator
+                .get_or_insert_with(|| Correlator::new(window, search)),
+        );
         // Each window the episode covers (a clip cut off by the end loses its last ones),
         // correlated at every lag around the voted offset.
         let inside: Vec<&RefWindow> = variant

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::landmarks::Pairer;
+use crate::landmarks::PairZone;
 use crate::matcher::{rank, suppression_radius, Candidate, EpisodeScan, Match};
 use crate::matcher::{SCORE_SLACK, SCORE_STEPS};
 use crate::params::Params;
@@ -119,28 +119,38 @@ impl Analyser {
 
         let mut scan = EpisodeScan::deferring(&self.params, &usable);
         let mut refiner = Refiner::new(&self.params, print, media);
-        let mut pairer = Pairer::new(&self.params);
+        // The peaks are paired as a full analysis's `Pairer` pairs them, anchor by anchor
+        // once its zone is complete, and voted in the same batches (of BATCH landmarks
+        // made); only the landmarks whose hash some clip has are kept, the rest (most of
+        // them) could not vote.
+        let zone = PairZone::new(&self.params);
+        let peaks = &print.peaks;
         let mut landmarks = Vec::new();
         let mut candidates = Vec::new();
-        for (i, &(t, f)) in print.peaks.iter().enumerate() {
-            pairer.push(
-                Peak {
-                    t,
-                    f,
-                    prominence: 0.0,
-                },
-                &mut landmarks,
-            );
-            if landmarks.len() >= BATCH {
+        // The first anchor not yet paired, and the landmarks made since the last batch.
+        let (mut front, mut made) = (0, 0);
+        for (i, &(t, _)) in peaks.iter().enumerate() {
+            while front <= i && zone.closed(peaks[front].0, t) {
+                made += zone.anchor(peaks, front, |h| scan.may_vote(h), &mut landmarks);
+                front += 1;
+            }
+            if made >= BATCH {
                 // Every landmark to come is anchored at a waiting peak or a later one.
-                let next = print.peaks.get(i + 1).map_or(t, |p| p.0);
-                let frontier = pairer.pending_from().map_or(next, |p| p.min(next));
+                let next = peaks.get(i + 1).map_or(t, |p| p.0);
+                let frontier = if front <= i {
+                    peaks[front].0.min(next)
+                } else {
+                    next
+                };
                 scan.push_landmarks(&landmarks, Some(i64::from(frontier)));
                 landmarks.clear();
+                made = 0;
                 candidates.extend(scan.take_candidates());
             }
         }
-        pairer.finish(&mut landmarks);
+        for a in front..peaks.len() {
+            zone.anchor(peaks, a, |h| scan.may_vote(h), &mut landmarks);
+        }
         scan.push_landmarks(&landmarks, None);
         candidates.extend(scan.take_candidates());
         refiner.refine(&mut scan, candidates, &name)?;
@@ -169,14 +179,18 @@ impl Analyser {
 /// Refines the print path's candidates on their stretches of the episode.
 struct Refiner<'a> {
     params: Params,
-    packets: Packets<'a>,
+    print: &'a EpisodePrint,
+    /// The packet table's index, made when a first stretch is decoded (most episodes,
+    /// against a clip they do not hold, have no candidate to refine).
+    packets: Option<Packets<'a>>,
     fetched: Fetched<'a>,
     resampler: Resampler,
     /// The decoded stream's rate, its frames, and its samples at the analysis rate.
     rate: u32,
     frames: u64,
     analysed: u64,
-    correlator: Correlator,
+    /// Made for the first candidate screened.
+    correlator: Option<Correlator>,
     kernel: Option<Kernel>,
     /// Stretches of the episode at the analysis rate (not pre-emphasised) computed so far,
     /// by first sample; they do not overlap. The speed variants of a clip and the windows
@@ -192,11 +206,12 @@ impl<'a> Refiner<'a> {
         Refiner {
             rate: print.rate,
             params: params.clone(),
-            packets: Packets::new(print),
+            print,
+            packets: None,
             fetched: Fetched::new(media),
             analysed: resampler.output_len(print.frames),
             frames: print.frames,
-            correlator: Correlator::new(params.refine_window, params.refine_search),
+            correlator: None,
             kernel: None,
             plain: BTreeMap::new(),
             decoded: 0,
@@ -336,7 +351,7 @@ impl<'a> Refiner<'a> {
             expected + (w.samples.len() + near) as i64,
         );
         let history = self.history(&[need])?;
-        let Some(curve) = self.correlator.curve(w, &history, expected, near) else {
+        let Some(curve) = self.correlator().curve(w, &history, expected, near) else {
             // A silent or empty window: the full analysis stops there too.
             return Ok(true);
         };
@@ -390,7 +405,7 @@ impl<'a> Refiner<'a> {
             let w = &variant.windows[i];
             let history = self.history(&needs[i..=i])?;
             let expected = best * hop + w.start as i64;
-            let Some(curve) = self.correlator.curve(w, &history, expected, search) else {
+            let Some(curve) = self.correlator().curve(w, &history, expected, search) else {
                 return Ok(false);
             };
             if self.best_anywhere_below(&curve, search, bar) {
@@ -401,6 +416,12 @@ impl<'a> Refiner<'a> {
             }
         }
         Ok(false)
+    }
+
+    fn correlator(&mut self) -> &mut Correlator {
+        let (window, search) = (self.params.refine_window, self.params.refine_search);
+        self.correlator
+            .get_or_insert_with(|| Correlator::new(window, search))
     }
 
     /// The episode's samples `a..b` at the analysis rate, from those computed before and the
@@ -421,7 +442,11 @@ impl<'a> Refiner<'a> {
             let next = self.plain.range(q..).next().map_or(b, |(&s, _)| s.min(b));
             let (first, end) = self.resampler.input_span(q, next);
             let (in_from, in_to) = (first.max(0) as u64, (end.max(0) as u64).min(self.frames));
-            let input = self.packets.decode(&mut self.fetched, in_from, in_to)?;
+            let print = self.print;
+            let input = self
+                .packets
+                .get_or_insert_with(|| Packets::new(print))
+                .decode(&mut self.fetched, in_from, in_to)?;
             self.decoded += in_to.saturating_sub(in_from);
             let mut samples = Vec::with_capacity((next - q) as usize);
             self.resampler

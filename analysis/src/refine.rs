@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use realfft::num_complex::Complex;
-use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
+use realfft::{ComplexToReal, RealToComplex};
 
 use crate::params::Params;
 
@@ -198,9 +198,10 @@ impl Correlator {
     /// A correlator for windows of up to `window` samples searched `± search`.
     pub fn new(window: usize, search: usize) -> Correlator {
         let n = (window + 2 * search + 1).next_power_of_two();
-        let mut planner = RealFftPlanner::<f32>::new();
-        let forward = planner.plan_fft_forward(n);
-        let inverse = planner.plan_fft_inverse(n);
+        let (forward, inverse) = {
+            let mut planner = crate::spectrum::planner();
+            (planner.plan_fft_forward(n), planner.plan_fft_inverse(n))
+        };
         let scratch_len = forward.get_scratch_len().max(inverse.get_scratch_len());
         Correlator {
             n,

@@ -4,12 +4,24 @@
 //! Frame `t` covers samples `t·hop .. t·hop + fft_size`: a clip and an episode are framed
 //! from their own sample 0, so an offset of `k` frames is `k · hop` samples.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use realfft::num_complex::Complex;
 use realfft::{RealFftPlanner, RealToComplex};
 
 use crate::params::Params;
+
+/// realfft's planner, one for the process: it keeps every plan it made. Planning a
+/// transform (its twiddle factors: sines and cosines) was a fifth of a pass from a print,
+/// where every episode made three plans again. A plan is the same whoever asks for it.
+static PLANNER: LazyLock<Mutex<RealFftPlanner<f32>>> =
+    LazyLock::new(|| Mutex::new(RealFftPlanner::new()));
+
+/// The process's FFT planner (a poisoned lock only means another thread panicked while
+/// planning: the plans kept are whole).
+pub(crate) fn planner() -> MutexGuard<'static, RealFftPlanner<f32>> {
+    PLANNER.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A streaming spectrogram.
 pub struct Spectrogram {
@@ -33,7 +45,7 @@ impl Spectrogram {
     /// A spectrogram with the frame, hop and band of `params`.
     pub fn new(params: &Params) -> Spectrogram {
         let n = params.fft_size.max(2);
-        let fft = RealFftPlanner::<f32>::new().plan_fft_forward(n);
+        let fft = planner().plan_fft_forward(n);
         let window = (0..n)
             .map(|i| {
                 let x = std::f64::consts::PI * 2.0 * i as f64 / n as f64;

@@ -21,6 +21,7 @@ use crate::values::parse_duration;
 use crate::values::parse_size;
 use crate::values::usage;
 use net::address_policy::{self, AddressPolicy, Redirects};
+use nix::sys::resource::{getrusage, UsageWho};
 
 pub(crate) const ABOUT: &str = "Where each clip occurs in an episode, found from the audio by \
 the reference analyser: landmark fingerprints voted into an offset histogram per clip in one \
@@ -115,10 +116,12 @@ pub(crate) async fn run(args: &AnalyseArgs, token: &CancellationToken) -> anyhow
     };
     let store = connect::print_store(&prints, false).await?;
     // With prints, the episode is fetched only if its print cannot answer.
+    let fetching = process_cpu();
     let episode = match store {
         None => Some(fetcher.fetch(&args.episode).await?),
         Some(_) => None,
     };
+    let fetch_cpu = process_cpu().saturating_sub(fetching);
     let mut clips = Vec::new();
     for c in &args.clips {
         // A clip that cannot be fetched fails alone, as one that cannot be decoded does.
@@ -147,9 +150,12 @@ pub(crate) async fn run(args: &AnalyseArgs, token: &CancellationToken) -> anyhow
             let episode_path = episode.path.clone();
             tokio::task::spawn_blocking(move || {
                 let analyser = Analyser::new(Params::default());
-                analyser
+                let start = fingerprint(&analyser, &inputs);
+                let report = analyser
                     .analyse_with_progress(&episode_path, &inputs, &mut progress)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| e.to_string());
+                episode_cost(fetch_cpu + process_cpu().saturating_sub(start));
+                report
             })
         }
         (None, Some(store)) => {
@@ -176,14 +182,17 @@ pub(crate) async fn run(args: &AnalyseArgs, token: &CancellationToken) -> anyhow
             tokio::task::spawn_blocking(move || {
                 let analyser = Analyser::new(Params::default());
                 let runtime = tokio::runtime::Handle::current();
-                match analyse_episode(
+                let start = fingerprint(&analyser, &inputs);
+                let outcome = analyse_episode(
                     &analyser,
                     Some(store.as_ref()),
                     &episode,
                     &inputs,
                     &runtime,
                     &mut progress,
-                ) {
+                );
+                episode_cost(process_cpu().saturating_sub(start));
+                match outcome {
                     EpisodeOutcome::Analysed { report, .. } => report.map_err(|e| e.to_string()),
                     EpisodeOutcome::Unfetched(e) => Err(format!("{shown}: {e}")),
                     EpisodeOutcome::Failed(why) => Err(why),
@@ -199,6 +208,40 @@ pub(crate) async fn run(args: &AnalyseArgs, token: &CancellationToken) -> anyhow
     let report = report.map_err(usage)?;
     drop(cache);
     print(args, &report, &clips)
+}
+
+/// This process's CPU time so far (user + system, every thread); zero where unknown.
+fn process_cpu() -> Duration {
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return Duration::ZERO;
+    };
+    let time = |v: nix::sys::time::TimeVal| {
+        let micros = v
+            .tv_sec()
+            .saturating_mul(1_000_000)
+            .saturating_add(v.tv_usec());
+        Duration::from_micros(u64::try_from(micros).unwrap_or(0))
+    };
+    time(usage.user_time()) + time(usage.system_time())
+}
+
+/// Fingerprints the clips before the episode (each is cached in `analyser`; one that fails
+/// fails again in the analysis), so that the episode's cost is measured without them, as a
+/// researcher pays them once for many episodes. The CPU time when done.
+fn fingerprint(analyser: &Analyser, clips: &[ClipInput]) -> Duration {
+    for clip in clips {
+        let _ = analyser.clip(&clip.path);
+    }
+    process_cpu()
+}
+
+/// Says what fetching and analysing the episode cost this process (`scripts/bench-archive.sh`
+/// reads it).
+fn episode_cost(cpu: Duration) {
+    tracing::debug!(
+        episode_cpu_ms = cpu.as_secs_f64() * 1e3,
+        "the episode's cost (its clips fingerprinted before)"
+    );
 }
 
 /// Prints the report; an error (exit 2) if any clip failed, after every line is out.
