@@ -29,9 +29,7 @@ pub fn hash(f1: u16, df: i32, dt: u32) -> u32 {
 
 /// Pairs peaks as they come, in time order.
 pub struct Pairer {
-    fanout: usize,
-    max_dt: u32,
-    max_df: i32,
+    zone: PairZone,
     peaks: VecDeque<Peak>,
 }
 
@@ -39,9 +37,7 @@ impl Pairer {
     /// A pairer with the fan-out and target zone of `params`.
     pub fn new(params: &Params) -> Pairer {
         Pairer {
-            fanout: params.fanout,
-            max_dt: params.pair_max_dt.clamp(1, 63),
-            max_df: params.pair_max_df.min(63) as i32,
+            zone: PairZone::new(params),
             peaks: VecDeque::new(),
         }
     }
@@ -58,7 +54,7 @@ impl Pairer {
         while self
             .peaks
             .front()
-            .is_some_and(|a| a.t + self.max_dt < peak.t)
+            .is_some_and(|a| self.zone.closed(a.t, peak.t))
         {
             self.emit_front(out);
         }
@@ -75,27 +71,15 @@ impl Pairer {
         let Some(a) = self.peaks.pop_front() else {
             return;
         };
-        let mut n = 0;
-        for b in &self.peaks {
-            if n == self.fanout || b.t > a.t + self.max_dt {
-                break;
-            }
-            let df = i32::from(b.f) - i32::from(a.f);
-            if b.t == a.t || df.abs() > self.max_df {
-                continue;
-            }
-            out.push(Landmark {
-                hash: hash(a.f, df, b.t - a.t),
-                t: a.t,
-            });
-            n += 1;
-        }
+        let later = self.peaks.iter().map(|b| (b.t, b.f));
+        self.zone.pair((a.t, a.f), later, |_| true, out);
     }
 }
 
-/// [`Pairer`]'s target zone over a whole run of peaks at once (a print's): the same
-/// landmarks, anchor by anchor, without moving the peaks through a queue, and only those a
-/// filter keeps (the print path drops every hash no clip has: it cannot vote).
+/// The target zone: which later peaks an anchor pairs with (the first `fanout` within
+/// `pair_max_dt` frames and `pair_max_df` bins). The one rule both [`Pairer`] (peaks as they
+/// come) and the print path go through; the print path pairs a whole run of peaks at once,
+/// anchor by anchor, without a queue, keeping only the hashes a clip has (no other can vote).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PairZone {
     fanout: usize,
@@ -130,11 +114,25 @@ impl PairZone {
         keep: impl Fn(u32) -> bool,
         out: &mut Vec<Landmark>,
     ) -> usize {
-        let Some(&(at, af)) = peaks.get(a) else {
-            return 0;
-        };
+        match (peaks.get(a), peaks.get(a + 1..)) {
+            (Some(&anchor), Some(later)) => self.pair(anchor, later.iter().copied(), keep, out),
+            _ => 0,
+        }
+    }
+
+    /// The rule itself: `anchor` (`(frame, bin)`) paired with the first `fanout` of the
+    /// `later` peaks (time order) that lie in its zone; those whose hash `keep` accepts are
+    /// appended to `out`. Returns how many pairs it made, kept or not.
+    #[inline]
+    pub(crate) fn pair(
+        &self,
+        (at, af): (u32, u16),
+        later: impl Iterator<Item = (u32, u16)>,
+        keep: impl Fn(u32) -> bool,
+        out: &mut Vec<Landmark>,
+    ) -> usize {
         let mut n = 0;
-        for &(bt, bf) in &peaks[a + 1..] {
+        for (bt, bf) in later {
             if n == self.fanout || bt > at + self.max_dt {
                 break;
             }

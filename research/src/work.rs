@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use archivist::messages::{decode, encode, CompletedResearchItem, Message, PendingResearchItem};
 use chrono::Utc;
-use messagebus::{Delivery, Sender, Unsent};
+use messagebus::{BusError, Delivery, Sender, Unsent};
 
 use crate::analyser::{self, BoxError, Ending, Run};
 use crate::episode::EpisodeMedia;
@@ -222,8 +222,7 @@ pub(crate) async fn answer_and_ack(ctx: &Context, answer: Answer) {
         return;
     }
     let bodies: Vec<Vec<u8>> = results.iter().map(encode).collect();
-    let deadline = Instant::now() + SEND_PATIENCE;
-    let mut backoff = Duration::from_millis(200);
+    let mut patience = Patience::new();
     loop {
         match ctx.results.send_and_ack(bodies.clone(), delivery).await {
             Ok(acked) => {
@@ -239,11 +238,10 @@ pub(crate) async fn answer_and_ack(ctx: &Context, answer: Answer) {
             Err(Unsent {
                 error,
                 delivery: back,
-            }) if error.is_retryable() && Instant::now() + backoff < deadline => {
-                tracing::warn!(lease = %lease, error = %error, retry_in = ?backoff, "could not send results; trying again");
+            }) if patience.allows(&error) => {
+                tracing::warn!(lease = %lease, error = %error, retry_in = ?patience.pause, "could not send results; trying again");
                 delivery = back;
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                patience.wait().await;
             }
             Err(Unsent {
                 error,
@@ -926,18 +924,44 @@ impl<'a> Results<'a> {
 /// Sends results, retrying passing bus failures for up to [`SEND_PATIENCE`] (a result sent
 /// twice by a retry after a failure mid-way is recorded once).
 async fn send_patiently(sender: &dyn Sender, bodies: Vec<Vec<u8>>) -> Result<(), String> {
-    let deadline = Instant::now() + SEND_PATIENCE;
-    let mut backoff = Duration::from_millis(200);
+    let mut patience = Patience::new();
     loop {
         match sender.send_batch(bodies.clone()).await {
             Ok(()) => return Ok(()),
-            Err(e) if e.is_retryable() && Instant::now() + backoff < deadline => {
-                tracing::warn!(error = %e, retry_in = ?backoff, "could not send results; trying again");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+            Err(e) if patience.allows(&e) => {
+                tracing::warn!(error = %e, retry_in = ?patience.pause, "could not send results; trying again");
+                patience.wait().await;
             }
             Err(e) => return Err(format!("cannot send results: {e}")),
         }
+    }
+}
+
+/// The retry schedule of a result's send: passing bus failures are tried again after 200 ms,
+/// doubling to at most 5 s, for up to [`SEND_PATIENCE`] in all.
+struct Patience {
+    deadline: Instant,
+    pause: Duration,
+}
+
+impl Patience {
+    fn new() -> Patience {
+        Patience {
+            deadline: Instant::now() + SEND_PATIENCE,
+            pause: Duration::from_millis(200),
+        }
+    }
+
+    /// Whether a send that failed with `error` is to be tried again: the failure passes, and
+    /// the next try comes before the deadline.
+    fn allows(&self, error: &BusError) -> bool {
+        error.is_retryable() && Instant::now() + self.pause < self.deadline
+    }
+
+    /// Waits before the next try; the one after waits twice as long.
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(Duration::from_secs(5));
     }
 }
 
