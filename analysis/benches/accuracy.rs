@@ -1031,6 +1031,7 @@ fn tuned() -> Params {
             "refine_screen" => p.refine_screen = f() as f32,
             "periodic_search" => p.periodic_search = f() as usize,
             "periodic_lobe" => p.periodic_lobe = f() as usize,
+            "vote_agreement" => p.vote_agreement = f() as usize,
             _ => panic!("ACCURACY_PARAMS: no parameter {k} here"),
         }
     }
@@ -1064,7 +1065,13 @@ fn main() {
             .with_env_filter("analysis=debug")
             .with_writer(std::io::stderr)
             .init();
-        let analyser = Analyser::new(tuned());
+        let params = tuned();
+        let clip = analysis::ClipPrint::from_file(Path::new(&args[2]), &params).unwrap();
+        eprintln!(
+            "clip: {} landmarks a second",
+            clip.landmark_count() as f64 / (clip.duration_ns() as f64 / 1e9)
+        );
+        let analyser = Analyser::new(params);
         let report = analyser
             .analyse(Path::new(&args[1]), &[ClipInput::new(&args[2])])
             .unwrap();
@@ -1076,6 +1083,16 @@ fn main() {
             }
         }
         return;
+    }
+    // --peaks EPISODE CLIP AT_S: which of the clip's own peaks the episode has where the
+    // clip was placed (the same bin ± 1, the same frame ± 1), and whose peaks those frames
+    // kept instead.
+    if args.first().map(String::as_str) == Some("--peaks") {
+        return peaks_at(
+            Path::new(&args[1]),
+            Path::new(&args[2]),
+            args[3].parse().unwrap(),
+        );
     }
     let flag = |f: &str| args.iter().any(|a| a == f);
     let value = |f: &str| {
@@ -1332,4 +1349,91 @@ fn main() {
         }
     }
     overlay_tables(&corpus, &overlay);
+}
+
+/// The peaks of `samples` (at the analysis rate) with `params`.
+fn peaks_of(samples: &[f32], params: &Params) -> Vec<analysis::peaks::Peak> {
+    let mut spectrogram = analysis::spectrum::Spectrogram::new(params);
+    let mut picker = analysis::peaks::PeakPicker::new(params);
+    let mut out = Vec::new();
+    let mut frames: Vec<(u32, Vec<f32>)> = Vec::new();
+    spectrogram.push(samples, &mut |t, power| frames.push((t, power.to_vec())));
+    spectrogram.finish(&mut |t, power| frames.push((t, power.to_vec())));
+    for (t, power) in frames {
+        picker.push_frame(t, &power, &mut out);
+    }
+    picker.finish(&mut out);
+    out
+}
+
+fn peaks_at(episode: &Path, clip: &Path, at_s: f64) {
+    let params = tuned();
+    let rate = params.sample_rate;
+    let ep = decode(episode, rate, at_s + 60.0);
+    let clip_samples = decode(clip, rate, 600.0);
+    let dense = Params {
+        peaks_per_window: params.clip_peaks_per_window,
+        ..params.clone()
+    };
+    let own = peaks_of(&clip_samples, &dense);
+    // The episode's peaks over the clip's span, with 2 s of context either side.
+    let hop = params.hop as f64;
+    let from = ((at_s - 2.0) * f64::from(rate)).max(0.0) as usize;
+    let to = (from + clip_samples.len() + 4 * rate as usize).min(ep.len());
+    let theirs = peaks_of(&ep[from..to], &params);
+    let shift = (at_s * f64::from(rate) - from as f64) / hop;
+    let frames = clip_samples.len() as f64 / hop;
+    let inside: Vec<_> = theirs
+        .iter()
+        .filter(|p| f64::from(p.t) >= shift && f64::from(p.t) < shift + frames)
+        .collect();
+    let kept = own
+        .iter()
+        .filter(|c| {
+            inside.iter().any(|p| {
+                (f64::from(p.t) - shift - f64::from(c.t)).abs() <= 1.5 && p.f.abs_diff(c.f) <= 1
+            })
+        })
+        .count();
+    println!(
+        "clip: {} peaks over {:.2} s ({:.0} a second); the episode over that span: {} peaks; \
+         the clip's found there: {kept}",
+        own.len(),
+        frames * hop / f64::from(rate),
+        own.len() as f64 / (frames * hop / f64::from(rate)),
+        inside.len()
+    );
+    let hist = |ps: &[&analysis::peaks::Peak]| {
+        let mut h = [0usize; 8];
+        for p in ps {
+            h[(usize::from(p.f) * 8 / 257).min(7)] += 1;
+        }
+        h
+    };
+    if std::env::var_os("ACCURACY_LIST").is_some() {
+        for p in &own {
+            println!("clip {:4} {:4} {:.2}", p.t, p.f, p.prominence);
+        }
+        for p in &inside {
+            println!(
+                "mix  {:4.0} {:4} {:.2}",
+                f64::from(p.t) - shift,
+                p.f,
+                p.prominence
+            );
+        }
+    }
+    let own_refs: Vec<_> = own.iter().collect();
+    println!("bins by eighth of 0-4 kHz, clip:    {:?}", hist(&own_refs));
+    println!("bins by eighth of 0-4 kHz, episode: {:?}", hist(&inside));
+    let prom = |ps: &[&analysis::peaks::Peak]| {
+        let mut v: Vec<f32> = ps.iter().map(|p| p.prominence).collect();
+        v.sort_by(f32::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    println!(
+        "median prominence: clip {:.2}, episode {:.2}",
+        prom(&own_refs),
+        prom(&inside)
+    );
 }

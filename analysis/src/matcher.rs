@@ -495,7 +495,8 @@ impl EpisodeScan {
             let Some(first) = curve(inside[i]) else {
                 return;
             };
-            let around_votes = &first[search - near..=search + near];
+            let agree = self.params.agreement();
+            let around_votes = &first[search - agree..=search + agree];
             if around_votes.iter().copied().fold(f32::MIN, f32::max) < self.params.refine_screen {
                 return;
             }
@@ -566,7 +567,7 @@ impl EpisodeScan {
         // episode's last) are lost, and what votes remain can pile up on a repeat of its
         // melody (a jingle's votes 291 ms off, its windows' summit at its true place).
         let cut_off = inside.len() < variant.windows.len();
-        let off_votes = !cut_off && from_votes.abs() > near as f64;
+        let off_votes = !cut_off && from_votes.abs() > self.params.agreement() as f64;
         if off_votes || rival_mean >= best_mean - self.params.periodic_margin {
             tracing::debug!(clip = c, frame = cluster.best, "periodic: refused");
             return;

@@ -107,7 +107,11 @@ pub struct Params {
     /// only a few of its landmarks: on the issue-32 classes 5 → 4 found 304 → 322 of 640
     /// placements (3: 326, for more chance clusters to refine), with no false match. Chance
     /// clusters come by the thousand in an hour against 50 clips; most are rejected by the
-    /// screen ([`Params::refine_screen`]) at a quarter of a full refinement.
+    /// screen ([`Params::refine_screen`]) at a quarter of a full refinement. Measured again
+    /// (2026-11-26, periodic margin 0.01): 3 votes found 365 of 640 where 4 found 359, for
+    /// 1.4× the benchmark's time; 2 votes only for clips with fewer than 200 landmarks a
+    /// second of their own found 363, and answered a look-alike of a voice tag (the same
+    /// words in the same voice, score 0.36, 2 votes) in 9 old-class episode files.
     pub min_votes: u32,
     /// The least score for a match: the median, over the clip's refinement windows, of the
     /// normalised cross-correlation at the clip's one common offset. A second test,
@@ -152,18 +156,28 @@ pub struct Params {
     /// corpus settled on a neighbour 76 ms off. Searched this wide, a candidate is refused
     /// when its best lag is not near its votes or has a rival ([`Params::periodic_margin`]).
     pub periodic_search: usize,
+    /// Samples either side of the voted offset within which the best lag of the wide
+    /// search must lie (at least [`Params::refine_search`], at most
+    /// [`Params::periodic_search`]). A periodic clip's votes can pile up a period or more
+    /// off (a beep train's, a held chord's), while its windows, correlated over ±0.5 s,
+    /// find it at its place; the rival test ([`Params::periodic_margin`]) then decides
+    /// whether that place is unambiguous. 320, as the near search: on the issue-32 classes
+    /// 4,000 (anywhere in the wide search) found the same 341 of 640 placements at margin
+    /// 0.04 and answered one a period off (more than 100 ms, a false match), at margin 0.02
+    /// three; with 2 votes 357 against 356, and four.
+    pub vote_agreement: usize,
     /// A candidate is refused when, more than `periodic_lobe` samples away from its best
     /// lag, another local maximum of the windows' mean correlation comes within this much of
     /// the best: the clip is then periodic enough that the offset could be a period off,
-    /// and a match at a wrong offset is worse than none. 0.04: with 0.02 one match was
-    /// 17.5 ms off (a 4 s jingle cut off by the episode's end after 2 s: its rival 0.025
-    /// below the best, in every distortion class); 0.03 still left it in one class (0.036
-    /// below); 0.04 refuses it everywhere. On the issue-32 classes: 0.02 found 350 of 640
-    /// placements, 0.03 343, 0.04 335, 0.05 329, none of them more than 10 ms off. (Those
-    /// were measured comparing the curve at whole lags; that 17.5 ms was the sampling grid,
-    /// not a period: the jingle lies half a sample off the 8 kHz grid, 0.66 at both whole
-    /// lags, and the lags are now compared by their interpolated summits, 0.9987 against its
-    /// neighbour's 0.938.)
+    /// and a match at a wrong offset is worse than none. 0.01: the lags are compared by
+    /// their interpolated summits (a tonal clip half a sample off the 8 kHz grid correlated
+    /// 0.66 at both whole lags and lost to a neighbour 17.5 ms off on the grid, which took a
+    /// margin of 0.04 to refuse; its summit is 0.9987 against the neighbour's 0.938).
+    /// Measured on the whole corpus (2026-11-26): 0.04 found 341 of the issue-32 classes'
+    /// 640 placements, 0.03 344, 0.02 348, **0.01 359**, 0.005 361 but 2 answers half a
+    /// second off (a tremolo ping, 0.499 s, in both codecs), 0 361 and 4; at 0.01 no answer
+    /// more than 10 ms off and no false match anywhere (4,398 absent pairs, 96 near misses),
+    /// and every old class 42 of 42.
     pub periodic_margin: f32,
     /// Samples (at the analysis rate) around the best lag within which another maximum is
     /// not a rival: 80 (10 ms), the offset error that is still right.
@@ -174,6 +188,15 @@ pub struct Params {
     pub max_clip_seconds: f64,
     /// Bytes of clip fingerprints kept between calls ([`crate::Analyser`]'s cache).
     pub cache_bytes: usize,
+}
+
+impl Params {
+    /// How far from its votes a candidate's answer may lie: [`Params::vote_agreement`]
+    /// within the searches' bounds.
+    pub(crate) fn agreement(&self) -> usize {
+        let wide = self.refine_search.max(self.periodic_search);
+        self.vote_agreement.clamp(self.refine_search, wide)
+    }
 }
 
 impl Default for Params {
@@ -210,7 +233,8 @@ impl Default for Params {
             refine_window: 8000,
             refine_search: 320,
             periodic_search: 4000,
-            periodic_margin: 0.04,
+            vote_agreement: 320,
+            periodic_margin: 0.01,
             periodic_lobe: 80,
             max_clip_seconds: 600.0,
             cache_bytes: 64 << 20,

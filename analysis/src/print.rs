@@ -79,6 +79,7 @@ pub fn params_version(params: &Params) -> u64 {
         refine_windows: 0,
         refine_window: 0,
         refine_search: 0,
+        vote_agreement: 0,
         max_clip_seconds: 0.0,
         cache_bytes: 0,
         ..params.clone()

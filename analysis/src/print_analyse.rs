@@ -241,10 +241,7 @@ impl<'a> Refiner<'a> {
         };
         // Stable: candidates of equal votes stay in episode order.
         candidates.sort_by_key(|c| std::cmp::Reverse(c.votes));
-        let (near, wide) = (
-            self.params.refine_search,
-            self.params.refine_search.max(self.params.periodic_search),
-        );
+        let wide = self.params.refine_search.max(self.params.periodic_search);
         let mut counts = [0usize; 4];
         for c in candidates {
             if self.surely_suppressed(scan, &c) {
@@ -255,8 +252,9 @@ impl<'a> Refiner<'a> {
                 counts[1] += 1;
                 continue;
             }
+            let reach = self.reach(scan, &c);
             if self
-                .surely_rejected(scan, &c, &scan.needs(&c, near))
+                .surely_rejected(scan, &c, reach, &scan.needs(&c, reach))
                 .map_err(error)?
             {
                 counts[2] += 1;
@@ -344,7 +342,7 @@ impl<'a> Refiner<'a> {
             // No window inside: the refinement records nothing.
             return Ok(true);
         };
-        let near = self.params.refine_search;
+        let near = self.params.agreement();
         let expected = best * hop + w.start as i64;
         let need = (
             expected - near as i64,
@@ -359,6 +357,24 @@ impl<'a> Refiner<'a> {
         Ok(top < self.params.refine_screen - SCREEN_MARGIN)
     }
 
+    /// How far from `c`'s votes the refinement may answer (samples): as far as the votes
+    /// may disagree ([`Params::vote_agreement`]), or the whole wide search for a clip cut
+    /// off by the episode's end (answered at its summit wherever its votes are).
+    fn reach(&self, scan: &EpisodeScan, c: &Candidate) -> usize {
+        let (clip, variant, best) = scan.candidate_clip(c);
+        let hop = self.params.hop as i64;
+        let cut_off = clip.variants.get(variant).is_some_and(|v| {
+            v.windows
+                .iter()
+                .any(|w| best * hop + (w.start + w.samples.len()) as i64 > self.analysed as i64)
+        });
+        if cut_off {
+            self.params.refine_search.max(self.params.periodic_search)
+        } else {
+            self.params.agreement()
+        }
+    }
+
     /// Whether the refinement would reject `c` whatever its other windows hold, from as few
     /// of its windows as prove it: its score is the median window's correlation (at the
     /// windows' common lag), so once more than half of them correlate below the bar at
@@ -369,13 +385,14 @@ impl<'a> Refiner<'a> {
         &mut self,
         scan: &EpisodeScan,
         c: &Candidate,
+        search: usize,
         needs: &[(i64, i64)],
     ) -> Result<bool, WindowError> {
         let (clip, variant, best) = scan.candidate_clip(c);
         let Some(variant) = clip.variants.get(variant) else {
             return Ok(false);
         };
-        let (hop, search) = (self.params.hop as i64, self.params.refine_search);
+        let hop = self.params.hop as i64;
         // The windows the refinement uses: inside the episode, and not silent.
         let inside: Vec<usize> = variant
             .windows
