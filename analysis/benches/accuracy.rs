@@ -667,10 +667,14 @@ fn overlay_score(
             a.window
                 .is_none_or(|(lo, hi)| o >= lo - 1e-6 && o + d <= hi + 1e-6)
         };
+        // Every placement of the clip the searched span holds any of: one cut off by a
+        // window's edge is still there, and an answer at it is not a false match (it counts
+        // for recall only as its window's target).
+        let overlaps = |o: f64| a.window.is_none_or(|(lo, hi)| o < hi && o + d > lo);
         let truths: Vec<&Item> = ep
             .items
             .iter()
-            .filter(|i| i.clip == a.clip && i.offset_s.is_some_and(inside))
+            .filter(|i| i.clip == a.clip && i.offset_s.is_some_and(overlaps))
             .collect();
         let mut used = vec![false; a.offsets.len()];
         for t in &truths {
