@@ -4,7 +4,12 @@
 //! core, decoding included), time per extra clip and peak memory — side by side, in the same
 //! run, with a brute-force baseline doing what the original analyser did (time-domain
 //! cosine similarity at every sample offset at 22,050 Hz), on a subset, and with the peers
-//! a user would pick instead (audio-offset-finder, audalign), on a smaller subset.
+//! a user would pick instead (audio-offset-finder, audalign), on a smaller subset. On the
+//! clips placed under speech and music beds, all four (ours, the baseline, the peers) also
+//! search the same windows of the MP3 episodes, 5 s either side of each placement and near
+//! miss (each placement's window searched for an absent clip of the same kind too);
+//! `--overlay-only` runs only those episodes and windows (`--no-baseline`, `--no-peers` still
+//! leave systems out).
 //!
 //! ```text
 //! cargo bench -p analysis --bench accuracy -- [--corpus DIR] [--no-baseline] [--no-peers]
@@ -267,7 +272,10 @@ fn pct(v: &mut [f64], q: f64) -> f64 {
 
 fn table(title: &str, rows: &BTreeMap<String, Tally>, speed: bool) {
     println!("\n{title}\n");
-    println!("| class | recall | recall, clips ≥ 5 s | false matches | absent pairs matched | offset error median / p95 / max (ms) |{}", if speed { " × real time |" } else { "" });
+    println!(
+        "| class | recall | recall, clips ≥ 5 s | false matches | absent pairs matched | offset error median / p95 / max (ms) |{}",
+        if speed { " × real time |" } else { "" }
+    );
     println!(
         "|---|---|---|---|---|---|{}",
         if speed { "---|" } else { "" }
@@ -580,14 +588,23 @@ fn peers(corpus: &Corpus, venv: &Path, tool: &str, episodes: &[usize]) -> Vec<An
 }
 
 /// One system's answer for one (episode, clip) pair: the offsets it reported (s). A system
-/// given only a stretch of the episode (the baseline and the peers, which are too slow for
-/// whole episodes) answers for `window` (s), around the placement `target`.
+/// given only a stretch of the episode (an overlay [`Window`]) answers for `window` (s), around
+/// the placement `target` (none for a near-miss or absent pair).
 struct PairAnswer {
     episode: usize,
     clip: String,
     window: Option<(f64, f64)>,
     target: Option<f64>,
     offsets: Vec<f64>,
+}
+
+/// One system's answers on the episodes under speech or music, and the time it took for how
+/// much audio (a window or episode counted once per clip searched in it).
+struct System {
+    name: String,
+    answers: Vec<PairAnswer>,
+    seconds: f64,
+    audio_s: f64,
 }
 
 #[derive(Default, Clone)]
@@ -604,8 +621,6 @@ struct OTally {
     near_matched: usize,
     absent_pairs: usize,
     absent_matched: usize,
-    seconds: f64,
-    audio_s: f64,
 }
 
 impl OTally {
@@ -620,8 +635,6 @@ impl OTally {
         self.near_matched += o.near_matched;
         self.absent_pairs += o.absent_pairs;
         self.absent_matched += o.absent_matched;
-        self.seconds += o.seconds;
-        self.audio_s += o.audio_s;
     }
 }
 
@@ -654,10 +667,14 @@ fn overlay_score(
             a.window
                 .is_none_or(|(lo, hi)| o >= lo - 1e-6 && o + d <= hi + 1e-6)
         };
+        // Every placement of the clip the searched span holds any of: one cut off by a
+        // window's edge is still there, and an answer at it is not a false match (it counts
+        // for recall only as its window's target).
+        let overlaps = |o: f64| a.window.is_none_or(|(lo, hi)| o < hi && o + d > lo);
         let truths: Vec<&Item> = ep
             .items
             .iter()
-            .filter(|i| i.clip == a.clip && i.offset_s.is_some_and(inside))
+            .filter(|i| i.clip == a.clip && i.offset_s.is_some_and(overlaps))
             .collect();
         let mut used = vec![false; a.offsets.len()];
         for t in &truths {
@@ -750,44 +767,34 @@ fn errors(e: &[f64]) -> String {
     )
 }
 
-/// The placements of the episodes under speech or music that `answers` covers, in order.
-fn by_ratio(e: &Episode, i: &Item) -> String {
-    format!(
-        "{} {:+} dB",
-        e.background.as_deref().unwrap_or("?"),
-        i.ratio_db
-    )
-}
+const RATIOS: [i64; 4] = [6, 0, -6, -12];
+const OVERLAY_KINDS: [&str; 4] = ["jingle", "sting", "sfx", "voice_tag"];
 
-fn overlay_tables(corpus: &Corpus, systems: &[(String, Vec<PairAnswer>)]) {
-    let mut keys: Vec<(String, String)> = Vec::new();
-    for bg in ["speech", "music"] {
-        for r in [6, 0, -6, -12] {
-            keys.push((bg.to_owned(), format!("{bg} {r:+} dB")));
-        }
-    }
-    let scored: Vec<(String, BTreeMap<String, OTally>, OTally)> = systems
+/// Prints one recall table: a row per key in `keys` (as `key` names the placements, `rows`
+/// says what they are), two columns (clips ≥ 2 s, 1–2 s) per system.
+fn recall_table(
+    corpus: &Corpus,
+    heading: &str,
+    rows_are: &str,
+    systems: &[System],
+    keys: &[String],
+    key: &dyn Fn(&Episode, &Item) -> String,
+) {
+    let rows: Vec<BTreeMap<String, OTally>> = systems
         .iter()
-        .map(|(name, a)| {
-            let (rows, total) = overlay_score(corpus, a, &by_ratio);
-            (name.clone(), rows, total)
-        })
+        .map(|s| overlay_score(corpus, &s.answers, key).0)
         .collect();
-    println!("\n### Clips under speech and music: recall by clip-to-background ratio (clips ≥ 2 s; 1–2 s)\n");
-    print!("| background, ratio |");
-    for (name, _, _) in &scored {
-        print!(" {name}: ≥ 2 s | 1–2 s |");
+    println!("\n{heading}\n");
+    print!("| {rows_are} |");
+    for s in systems {
+        print!(" {}: ≥ 2 s | 1–2 s |", s.name);
     }
     println!();
-    print!("|---|");
-    for _ in &scored {
-        print!("---|---|");
-    }
-    println!();
-    for (_, k) in &keys {
+    println!("|---|{}", "---|---|".repeat(systems.len()));
+    for k in keys {
         print!("| {k} |");
-        for (_, rows, _) in &scored {
-            let t = rows.get(k).cloned().unwrap_or_default();
+        for r in &rows {
+            let t = r.get(k).cloned().unwrap_or_default();
             print!(
                 " {} | {} |",
                 frac(t.hits_long, t.pos_long),
@@ -796,12 +803,65 @@ fn overlay_tables(corpus: &Corpus, systems: &[(String, Vec<PairAnswer>)]) {
         }
         println!();
     }
-    println!("\n### Clips under speech and music: false matches and offset errors\n");
-    println!("| system | placements found | false matches | near-miss pairs matched | absent pairs matched | offset error median / p95 / max (ms) | matches > 10 ms off | × real time |");
+}
+
+/// The tables comparing `systems` on the clips under speech and music: recall by background
+/// and ratio, by clip kind, by clip kind and ratio (clips ≥ 2 s and 1–2 s apart), then false
+/// matches, offset errors and speed.
+fn overlay_tables(corpus: &Corpus, title: &str, systems: &[System]) {
+    let ratio = |r: i64| format!("{r:+} dB");
+    let by_ratio: Vec<String> = ["speech", "music"]
+        .iter()
+        .flat_map(|bg| RATIOS.map(|r| format!("{bg} {}", ratio(r))))
+        .collect();
+    recall_table(
+        corpus,
+        &format!("### Clips under speech and music, {title}: recall by clip-to-background ratio"),
+        "background, ratio",
+        systems,
+        &by_ratio,
+        &|e, i| {
+            format!(
+                "{} {}",
+                e.background.as_deref().unwrap_or("?"),
+                ratio(i.ratio_db)
+            )
+        },
+    );
+    let kind = |i: &Item| corpus.clip_kinds[&i.clip].clone();
+    let kinds: Vec<String> = OVERLAY_KINDS.map(str::to_owned).to_vec();
+    recall_table(
+        corpus,
+        &format!("### Clips under speech and music, {title}: recall by clip kind"),
+        "clip kind",
+        systems,
+        &kinds,
+        &|_, i| kind(i),
+    );
+    let by_kind_ratio: Vec<String> = OVERLAY_KINDS
+        .iter()
+        .flat_map(|k| RATIOS.map(|r| format!("{k} {}", ratio(r))))
+        .collect();
+    recall_table(
+        corpus,
+        &format!(
+            "### Clips under speech and music, {title}: recall by clip kind and ratio (both backgrounds)"
+        ),
+        "clip kind, ratio",
+        systems,
+        &by_kind_ratio,
+        &|_, i| format!("{} {}", kind(i), ratio(i.ratio_db)),
+    );
+    println!("\n### Clips under speech and music, {title}: false matches and offset errors\n");
+    println!(
+        "| system | placements found | false matches | near-miss pairs matched | absent pairs matched | offset error median / p95 / max (ms) | matches > 10 ms off | × real time per clip |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
-    for (name, _, t) in &scored {
+    for s in systems {
+        let (_, t) = overlay_score(corpus, &s.answers, &|_, _| String::new());
         println!(
-            "| {name} | {} | {} | {}/{} | {}/{} | {} | {} |",
+            "| {} | {} | {} | {}/{} | {}/{} | {} | {} |",
+            s.name,
             frac(t.hits_long + t.hits_short, t.pos_long + t.pos_short),
             t.false_matches,
             t.near_matched,
@@ -809,8 +869,8 @@ fn overlay_tables(corpus: &Corpus, systems: &[(String, Vec<PairAnswer>)]) {
             t.absent_matched,
             t.absent_pairs,
             errors(&t.errors_ms),
-            if t.seconds > 0.0 {
-                format!("{:.0}", t.audio_s / t.seconds)
+            if s.seconds > 0.0 {
+                format!("{:.0}", s.audio_s / s.seconds)
             } else {
                 "–".into()
             }
@@ -828,7 +888,9 @@ fn overlay_detail(corpus: &Corpus, name: &str, answers: &[PairAnswer]) {
         )
     });
     println!("\n### {name}: clips under speech and music by ratio and clip kind\n");
-    println!("| background, ratio, clip kind | recall, clips ≥ 2 s | recall, 1–2 s | offset error median / p95 / max (ms) | matches > 10 ms off |");
+    println!(
+        "| background, ratio, clip kind | recall, clips ≥ 2 s | recall, 1–2 s | offset error median / p95 / max (ms) | matches > 10 ms off |"
+    );
     println!("|---|---|---|---|---|");
     let order = |k: &String| {
         let bg = usize::from(!k.starts_with("speech"));
@@ -851,108 +913,213 @@ fn overlay_detail(corpus: &Corpus, name: &str, answers: &[PairAnswer]) {
     }
 }
 
-/// Every placement (and near miss) of the MP3 episodes under speech or music, as
-/// (episode, clip, window, target) with a window of 5 s either side.
-/// An overlay pair's window: the episode, the clip, the span searched, and the true offset
-/// (none for an absent pair).
-type Window = (usize, String, (f64, f64), Option<f64>);
+/// The sample rate of the overlay windows' WAV files, the baseline's rate.
+const WINDOW_RATE: u32 = 22_050;
+/// How far an overlay window reaches either side of its placement or near miss (s).
+const WINDOW_MARGIN_S: f64 = 5.0;
 
-fn overlay_windows(corpus: &Corpus) -> Vec<Window> {
+/// A stretch of an MP3 episode under speech or music, `WINDOW_MARGIN_S` either side of a
+/// placement or a near miss, written once as a WAV file that every system searches: for the
+/// clip placed there (its true offset the target) or near-missed there (no target), and, for
+/// a placement, also for a clip of the same kind that the episode neither contains nor
+/// near-misses (an absent pair, over the same audio).
+struct Window {
+    episode: usize,
+    /// The span of the episode the file holds (s).
+    lo: f64,
+    hi: f64,
+    wav: PathBuf,
+    /// The clips searched in it, each with its true offset if it is placed there.
+    pairs: Vec<(String, Option<f64>)>,
+}
+
+/// The overlay windows, and the temporary directory holding their files.
+struct Windows {
+    list: Vec<Window>,
+    dir: tempfile::TempDir,
+}
+
+impl Windows {
+    /// What the systems search: each window's length once per clip searched in it (s).
+    fn audio_s(&self) -> f64 {
+        self.list
+            .iter()
+            .map(|w| (w.hi - w.lo) * w.pairs.len() as f64)
+            .sum()
+    }
+}
+
+fn write_wav(path: &Path, samples: &[f32], rate: u32) {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    for &x in samples {
+        w.write_sample((x * 32767.0).clamp(-32768.0, 32767.0) as i16)
+            .unwrap();
+    }
+    w.finalize().unwrap();
+}
+
+/// Every placement and near miss of the MP3 episodes under speech or music, as windows.
+fn overlay_windows(corpus: &Corpus) -> Windows {
     let duration: BTreeMap<&str, f64> =
         corpus.clips.iter().map(|(f, d)| (f.as_str(), *d)).collect();
-    let mut out = Vec::new();
+    // The clips placed or near-missed under a background, by kind: the absent pairs' pool.
+    let mut pool: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for ep in corpus.episodes.iter().filter(|e| e.background.is_some()) {
+        for i in &ep.items {
+            let v = pool.entry(corpus.clip_kinds[&i.clip].as_str()).or_default();
+            if !v.contains(&i.clip.as_str()) {
+                v.push(&i.clip);
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut list = Vec::new();
     for (e, ep) in corpus.episodes.iter().enumerate() {
         if ep.background.is_none() || !ep.class.ends_with("mp3_64k") {
             continue;
         }
-        for i in &ep.items {
+        let samples = decode(&corpus.dir.join(&ep.file), WINDOW_RATE, 1e9);
+        let rate = f64::from(WINDOW_RATE);
+        let absent: BTreeMap<&str, Vec<&str>> = pool
+            .iter()
+            .map(|(k, v)| {
+                let v = v
+                    .iter()
+                    .copied()
+                    .filter(|c| ep.items.iter().all(|i| i.clip != *c))
+                    .collect();
+                (*k, v)
+            })
+            .collect();
+        for (k, i) in ep.items.iter().enumerate() {
             let start = i.offset_s.or(i.at_s).unwrap_or_default();
             let d = duration[i.clip.as_str()];
-            let w = ((start - 5.0).max(0.0), (start + d + 5.0).min(ep.duration_s));
-            out.push((e, i.clip.clone(), w, i.offset_s));
+            let a = (((start - WINDOW_MARGIN_S).max(0.0) * rate) as usize).min(samples.len());
+            let b = (((start + d + WINDOW_MARGIN_S) * rate) as usize).min(samples.len());
+            let wav = dir.path().join(format!("w{}.wav", list.len()));
+            write_wav(&wav, &samples[a..b], WINDOW_RATE);
+            let mut pairs = vec![(i.clip.clone(), i.offset_s)];
+            let others = &absent[corpus.clip_kinds[&i.clip].as_str()];
+            if i.offset_s.is_some() && !others.is_empty() {
+                pairs.push((others[k % others.len()].to_owned(), None));
+            }
+            list.push(Window {
+                episode: e,
+                lo: a as f64 / rate,
+                hi: b as f64 / rate,
+                wav,
+                pairs,
+            });
         }
     }
-    out
+    eprintln!(
+        "{} windows under speech and music, {} pairs",
+        list.len(),
+        list.iter().map(|w| w.pairs.len()).sum::<usize>()
+    );
+    Windows { list, dir }
 }
 
-fn overlay_baseline(corpus: &Corpus) -> Vec<PairAnswer> {
-    const RATE: u32 = 22_050;
-    let windows = overlay_windows(corpus);
-    let mut clips: BTreeMap<String, Vec<f32>> = BTreeMap::new();
-    let mut decoded: Option<(usize, Vec<f32>)> = None;
-    let mut out = Vec::new();
-    for (e, clip, (lo, hi), target) in windows {
-        if decoded.as_ref().is_none_or(|d| d.0 != e) {
-            decoded = Some((
-                e,
-                decode(&corpus.dir.join(&corpus.episodes[e].file), RATE, 1e9),
-            ));
-        }
-        let samples = &decoded.as_ref().unwrap().1;
-        let c = clips
-            .entry(clip.clone())
-            .or_insert_with(|| decode(&corpus.dir.join(&clip), RATE, 600.0));
-        let a = ((lo * f64::from(RATE)) as usize).min(samples.len());
-        let b = ((hi * f64::from(RATE)) as usize).min(samples.len());
-        let offsets = brute_force(&samples[a..b], c, RATE)
-            .into_iter()
-            .map(|o| o + a as f64 / f64::from(RATE))
+/// Ours on the overlay windows' files (the clip cache warm, as in a researcher).
+fn overlay_ours(corpus: &Corpus, analyser: &Analyser, windows: &Windows) -> System {
+    let mut answers = Vec::new();
+    let mut seconds = 0.0;
+    for w in &windows.list {
+        let inputs: Vec<ClipInput> = w
+            .pairs
+            .iter()
+            .map(|(c, _)| ClipInput::new(corpus.dir.join(c)))
             .collect();
-        out.push(PairAnswer {
-            episode: e,
-            clip,
-            window: Some((a as f64 / f64::from(RATE), hi)),
-            target,
-            offsets,
-        });
+        let start = Instant::now();
+        let report = analyser.analyse(&w.wav, &inputs).unwrap();
+        seconds += start.elapsed().as_secs_f64();
+        for ((clip, target), outcome) in w.pairs.iter().zip(&report.clips) {
+            let offsets = match outcome {
+                ClipOutcome::Found(r) => r
+                    .matches
+                    .iter()
+                    .map(|m| w.lo + m.offset_ns as f64 / 1e9)
+                    .collect(),
+                ClipOutcome::Failed(e) => panic!("{clip}: {e}"),
+            };
+            answers.push(PairAnswer {
+                episode: w.episode,
+                clip: clip.clone(),
+                window: Some((w.lo, w.hi)),
+                target: *target,
+                offsets,
+            });
+        }
     }
-    eprintln!("baseline: {} windows under speech and music", out.len());
-    out
+    eprintln!("ours: {} windows in {seconds:.1} s", windows.list.len());
+    System {
+        name: "ours".into(),
+        answers,
+        seconds,
+        audio_s: windows.audio_s(),
+    }
 }
 
-fn overlay_peers(corpus: &Corpus, venv: &Path, tool: &str) -> Vec<PairAnswer> {
-    const RATE: u32 = 22_050;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks/analysis/peers.py");
-    let windows = overlay_windows(corpus);
-    let dir = tempfile::tempdir().unwrap();
-    let mut decoded: Option<(usize, Vec<f32>)> = None;
-    let mut jobs = String::new();
-    let mut keys = Vec::new();
-    for (k, (e, clip, (lo, hi), _)) in windows.iter().enumerate() {
-        if decoded.as_ref().is_none_or(|d| d.0 != *e) {
-            decoded = Some((
-                *e,
-                decode(&corpus.dir.join(&corpus.episodes[*e].file), RATE, 1e9),
-            ));
+/// The brute-force baseline on the overlay windows' files (each clip decoded once).
+fn overlay_baseline(corpus: &Corpus, windows: &Windows) -> System {
+    let mut clips: BTreeMap<String, Vec<f32>> = BTreeMap::new();
+    let mut answers = Vec::new();
+    let mut seconds = 0.0;
+    for w in &windows.list {
+        let start = Instant::now();
+        let samples = decode(&w.wav, WINDOW_RATE, 1e9);
+        for (clip, target) in &w.pairs {
+            let c = clips
+                .entry(clip.clone())
+                .or_insert_with(|| decode(&corpus.dir.join(clip), WINDOW_RATE, 600.0));
+            let offsets = brute_force(&samples, c, WINDOW_RATE)
+                .into_iter()
+                .map(|o| o + w.lo)
+                .collect();
+            answers.push(PairAnswer {
+                episode: w.episode,
+                clip: clip.clone(),
+                window: Some((w.lo, w.hi)),
+                target: *target,
+                offsets,
+            });
         }
-        let samples = &decoded.as_ref().unwrap().1;
-        let a = ((lo * f64::from(RATE)) as usize).min(samples.len());
-        let b = ((hi * f64::from(RATE)) as usize).min(samples.len());
-        let path = dir.path().join(format!("w{k}.wav"));
-        let mut w = hound::WavWriter::create(
-            &path,
-            hound::WavSpec {
-                channels: 1,
-                sample_rate: RATE,
-                bits_per_sample: 16,
-                sample_format: hound::SampleFormat::Int,
-            },
-        )
-        .unwrap();
-        for &x in &samples[a..b] {
-            w.write_sample((x * 32767.0).clamp(-32768.0, 32767.0) as i16)
-                .unwrap();
-        }
-        w.finalize().unwrap();
-        let p = path.display().to_string();
-        jobs.push_str(
-            &serde_json::json!({"episode": p, "clips": [corpus.dir.join(clip).display().to_string()]})
-                .to_string(),
-        );
-        jobs.push('\n');
-        keys.push((p, a as f64 / f64::from(RATE)));
+        seconds += start.elapsed().as_secs_f64();
     }
-    let list = dir.path().join("pairs.jsonl");
+    eprintln!("baseline: {} windows in {seconds:.1} s", windows.list.len());
+    System {
+        name: "brute-force baseline".into(),
+        answers,
+        seconds,
+        audio_s: windows.audio_s(),
+    }
+}
+
+/// A peer on the overlay windows' files, in one run of `peers.py --pairs`; nothing (said on
+/// stderr) if it fails. For audio-offset-finder also its best lag whatever its score (a second
+/// system, which answers every pair), to tell its threshold from its method.
+fn overlay_peers(corpus: &Corpus, venv: &Path, tool: &str, windows: &Windows) -> Vec<System> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks/analysis/peers.py");
+    let clip_path = |c: &str| corpus.dir.join(c).display().to_string();
+    let mut jobs = String::new();
+    // (window file, clip file) as the script names them → (window, pair).
+    let mut keys: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
+    for (k, w) in windows.list.iter().enumerate() {
+        let wav = w.wav.display().to_string();
+        let clips: Vec<String> = w.pairs.iter().map(|(c, _)| clip_path(c)).collect();
+        for (p, c) in clips.iter().enumerate() {
+            keys.insert((wav.clone(), c.clone()), (k, p));
+        }
+        jobs.push_str(&serde_json::json!({"episode": wav, "clips": clips}).to_string());
+        jobs.push('\n');
+    }
+    let list = windows.dir.path().join(format!("pairs-{tool}.jsonl"));
     std::fs::write(&list, jobs).unwrap();
     let out = Command::new(venv.join("bin/python"))
         .arg(&script)
@@ -969,37 +1136,135 @@ fn overlay_peers(corpus: &Corpus, venv: &Path, tool: &str) -> Vec<PairAnswer> {
         return Vec::new();
     }
     let mut answers = Vec::new();
+    let mut best = Vec::new();
+    let mut seconds = 0.0;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // audalign prints its progress on standard output too: not JSON, skipped.
         let Ok(v) = serde_json::from_str::<Value>(line) else {
             continue;
         };
-        let Some(ep) = v["episode"].as_str() else {
+        if let Some(s) = v["seconds"].as_f64() {
+            seconds = s;
+            continue;
+        }
+        let (Some(ep), Some(clip)) = (v["episode"].as_str(), v["clip"].as_str()) else {
             continue;
         };
-        let Some(k) = keys.iter().position(|x| x.0 == ep) else {
+        let Some(&(k, p)) = keys.get(&(ep.to_owned(), clip.to_owned())) else {
             continue;
         };
-        let (e, clip, window, target) = &windows[k];
-        let lo = keys[k].1;
+        let w = &windows.list[k];
         let offsets = v["offsets_s"].as_array().cloned().unwrap_or_default();
         let scores = v["scores"].as_array().cloned().unwrap_or_default();
+        // audalign reports every chance alignment with its confidence; a user keeps the
+        // confident ones (20, as on the whole episodes).
         let offsets = offsets
             .iter()
             .zip(&scores)
             .filter(|(_, s)| tool != "audalign" || s.as_f64().unwrap_or(0.0) >= 20.0)
             .filter_map(|(o, _)| o.as_f64())
-            .map(|o| o + lo)
+            .map(|o| o + w.lo)
             .collect();
-        answers.push(PairAnswer {
-            episode: *e,
-            clip: clip.clone(),
-            window: Some((lo, window.1)),
-            target: *target,
+        let answer = |offsets| PairAnswer {
+            episode: w.episode,
+            clip: w.pairs[p].0.clone(),
+            window: Some((w.lo, w.hi)),
+            target: w.pairs[p].1,
             offsets,
-        });
+        };
+        if let Some(o) = v["best_s"].as_f64() {
+            best.push(answer(vec![o + w.lo]));
+        }
+        answers.push(answer(offsets));
     }
-    eprintln!("{tool}: {} windows under speech and music", answers.len());
-    answers
+    eprintln!(
+        "{tool}: {} of {} pairs answered in {seconds:.1} s",
+        answers.len(),
+        keys.len()
+    );
+    let name = if tool == "aof" {
+        "audio-offset-finder 0.5.5"
+    } else {
+        "audalign 1.3.1"
+    };
+    let system = |name: String, answers| System {
+        name,
+        answers,
+        seconds,
+        audio_s: windows.audio_s(),
+    };
+    let mut out = vec![system(name.into(), answers)];
+    if !best.is_empty() {
+        out.push(system(format!("{name}, best lag at any score"), best));
+    }
+    out
+}
+
+/// The clips under speech and music: ours on the whole episodes (`answers`, from `ours`), by
+/// codec, and by ratio and clip kind; then ours, the baseline and the peers (with `venv`) on
+/// the same windows of the MP3 episodes.
+fn overlay_report(
+    corpus: &Corpus,
+    analyser: &Analyser,
+    answers: &[Answer],
+    baseline: bool,
+    venv: Option<&Path>,
+) {
+    let pairs = |codec: &str| -> Vec<PairAnswer> {
+        answers
+            .iter()
+            .filter(|a| {
+                let ep = &corpus.episodes[a.episode];
+                ep.background.is_some() && ep.class.ends_with(codec)
+            })
+            .flat_map(|a| {
+                a.found.iter().map(move |(c, o)| PairAnswer {
+                    episode: a.episode,
+                    clip: c.clone(),
+                    window: None,
+                    target: None,
+                    offsets: o.clone(),
+                })
+            })
+            .collect()
+    };
+    overlay_detail(corpus, "Ours (MP3 64k and AAC 96k)", &pairs(""));
+    let whole: Vec<System> = [("ours, MP3 64k", "mp3_64k"), ("ours, AAC 96k", "aac_96k")]
+        .into_iter()
+        .map(|(name, codec)| {
+            let timed: Vec<&Answer> = answers
+                .iter()
+                .filter(|a| corpus.episodes[a.episode].class.ends_with(codec))
+                .filter(|a| corpus.episodes[a.episode].background.is_some())
+                .collect();
+            System {
+                name: name.into(),
+                answers: pairs(codec),
+                seconds: timed.iter().map(|a| a.seconds).sum(),
+                audio_s: timed.iter().map(|a| a.audio_s * a.found.len() as f64).sum(),
+            }
+        })
+        .collect();
+    overlay_tables(corpus, "whole episodes", &whole);
+
+    let windows = overlay_windows(corpus);
+    let windows = &windows;
+    // The peers take the longest: each runs in a process of its own while ours and the
+    // baseline run here (their × real time is therefore taken beside them).
+    let systems = std::thread::scope(|s| {
+        let peers: Vec<_> = venv
+            .into_iter()
+            .flat_map(|v| ["aof", "audalign"].map(|t| (v, t)))
+            .map(|(v, tool)| s.spawn(move || overlay_peers(corpus, v, tool, windows)))
+            .collect();
+        let mut systems = vec![overlay_ours(corpus, analyser, windows)];
+        if baseline {
+            systems.push(overlay_baseline(corpus, windows));
+        }
+        systems.extend(peers.into_iter().flat_map(|p| p.join().unwrap()));
+        systems
+    });
+    overlay_tables(corpus, "MP3 64k, ±5 s windows", &systems);
 }
 
 /// The analyser's parameters: the defaults, with any of `ACCURACY_PARAMS` (`name=value,…`,
@@ -1125,7 +1390,28 @@ fn main() {
     let every: Vec<usize> = (0..corpus.episodes.len())
         .filter(|&e| corpus.episodes[e].file.contains(&only))
         .collect();
-    // --overlay-only: ours on the episodes under speech and music alone, their tables only.
+    // The peers' virtualenv, unless --no-peers (or it is missing, which is said).
+    let venv = (!flag("--no-peers"))
+        .then(|| {
+            PathBuf::from(value("--peers-venv").unwrap_or_else(|| {
+                format!(
+                    "{}/.cache/archivist/analysis-peers-venv",
+                    std::env::var("HOME").unwrap_or_default()
+                )
+            }))
+        })
+        .filter(|v| {
+            let there = v.join("bin/python").exists();
+            if !there {
+                println!(
+                    "\n(peers skipped: no virtualenv at {}; see the README)",
+                    v.display()
+                );
+            }
+            there
+        });
+    // --overlay-only: ours on the episodes under speech and music alone, then ours, the
+    // baseline and the peers on windows of them; their tables only.
     if flag("--overlay-only") {
         let some: Vec<usize> = every
             .iter()
@@ -1133,20 +1419,13 @@ fn main() {
             .filter(|&e| corpus.episodes[e].background.is_some())
             .collect();
         let answers = ours(&corpus, &analyser, &some, &all_clips);
-        let pairs: Vec<PairAnswer> = answers
-            .iter()
-            .flat_map(|a| {
-                a.found.iter().map(move |(c, o)| PairAnswer {
-                    episode: a.episode,
-                    clip: c.clone(),
-                    window: None,
-                    target: None,
-                    offsets: o.clone(),
-                })
-            })
-            .collect();
-        overlay_detail(&corpus, "Ours (MP3 64k and AAC 96k)", &pairs);
-        overlay_tables(&corpus, &[("ours".to_owned(), pairs)]);
+        overlay_report(
+            &corpus,
+            &analyser,
+            &answers,
+            !flag("--no-baseline"),
+            venv.as_deref(),
+        );
         return;
     }
     let answers = ours(&corpus, &analyser, &every, &all_clips);
@@ -1155,37 +1434,6 @@ fn main() {
         &score(&corpus, &answers, &|e, _, _| e.class.clone()),
         true,
     );
-    let ours_pairs: Vec<PairAnswer> = answers
-        .iter()
-        .filter(|a| corpus.episodes[a.episode].background.is_some())
-        .flat_map(|a| {
-            a.found.iter().map(move |(c, o)| PairAnswer {
-                episode: a.episode,
-                clip: c.clone(),
-                window: None,
-                target: None,
-                offsets: o.clone(),
-            })
-        })
-        .collect();
-    let mut overlay: Vec<(String, Vec<PairAnswer>)> = Vec::new();
-    for (name, codec) in [("ours, MP3 64k", "mp3_64k"), ("ours, AAC 96k", "aac_96k")] {
-        overlay.push((
-            name.to_owned(),
-            ours_pairs
-                .iter()
-                .filter(|p| corpus.episodes[p.episode].class.ends_with(codec))
-                .map(|p| PairAnswer {
-                    episode: p.episode,
-                    clip: p.clip.clone(),
-                    window: None,
-                    target: None,
-                    offsets: p.offsets.clone(),
-                })
-                .collect(),
-        ));
-    }
-    overlay_detail(&corpus, "Ours (MP3 64k and AAC 96k)", &ours_pairs);
     table(
         "### Ours, by placement (all classes)",
         &score(&corpus, &answers, &|_, kind, _| {
@@ -1226,7 +1474,12 @@ fn main() {
     let cold_n = time(&Analyser::new(tuned()), n);
     println!("\n### Speed and memory (one thread)\n");
     println!("| measure | value |\n|---|---|");
-    println!("| {} ({:.1} min) against {n} clips, clip fingerprints cached | {warm_n:.2} s = {:.0}× real time |", ep.file, ep.duration_s / 60.0, ep.duration_s / warm_n);
+    println!(
+        "| {} ({:.1} min) against {n} clips, clip fingerprints cached | {warm_n:.2} s = {:.0}× real time |",
+        ep.file,
+        ep.duration_s / 60.0,
+        ep.duration_s / warm_n
+    );
     println!(
         "| the same, clips fingerprinted first (cold cache) | {cold_n:.2} s = {:.0}× real time |",
         ep.duration_s / cold_n
@@ -1258,7 +1511,10 @@ fn main() {
         let rss = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
             .unwrap()
             .max_rss();
-        println!("| 2-hour MP3 against {n} clips, a process of its own, cold | {secs:.1} s = {:.0}× real time |", dur / secs);
+        println!(
+            "| 2-hour MP3 against {n} clips, a process of its own, cold | {secs:.1} s = {:.0}× real time |",
+            dur / secs
+        );
         println!(
             "| its peak resident memory | {:.0} MB |",
             rss as f64 / 1024.0
@@ -1274,32 +1530,17 @@ fn main() {
             .collect();
         let base = baseline(&corpus, &subset);
         table(
-            &format!("### Brute-force baseline (the original analyser), first {BASELINE_SECONDS:.0} s of {} episode files, the clips inside plus 4 absent; × real time per clip", subset.len()),
+            &format!(
+                "### Brute-force baseline (the original analyser), first {BASELINE_SECONDS:.0} s of {} episode files, the clips inside plus 4 absent; × real time per clip",
+                subset.len()
+            ),
             &score(&corpus, &base, &|e, _, _| e.class.clone()),
             true,
         );
-        overlay.push((
-            "baseline, MP3 64k (±5 s windows)".to_owned(),
-            overlay_baseline(&corpus),
-        ));
     }
 
     // The peers, on a smaller subset: one episode's files, its clips plus 8 absent.
-    if !flag("--no-peers") {
-        let venv = PathBuf::from(value("--peers-venv").unwrap_or_else(|| {
-            format!(
-                "{}/.cache/archivist/analysis-peers-venv",
-                std::env::var("HOME").unwrap_or_default()
-            )
-        }));
-        if !venv.join("bin/python").exists() {
-            println!(
-                "\n(peers skipped: no virtualenv at {}; see the README)",
-                venv.display()
-            );
-            overlay_tables(&corpus, &overlay);
-            return;
-        }
+    if let Some(venv) = &venv {
         let subset: Vec<usize> = every
             .iter()
             .copied()
@@ -1331,7 +1572,7 @@ fn main() {
             true,
         );
         for tool in ["aof", "audalign"] {
-            let answers = peers(&corpus, &venv, tool, &subset);
+            let answers = peers(&corpus, venv, tool, &subset);
             let name = if tool == "aof" {
                 "audio-offset-finder 0.5.5"
             } else {
@@ -1342,13 +1583,15 @@ fn main() {
                 &score(&corpus, &answers, &label),
                 true,
             );
-            overlay.push((
-                format!("{name}, MP3 64k (±5 s windows)"),
-                overlay_peers(&corpus, &venv, tool),
-            ));
         }
     }
-    overlay_tables(&corpus, &overlay);
+    overlay_report(
+        &corpus,
+        &analyser,
+        &answers,
+        !flag("--no-baseline"),
+        venv.as_deref(),
+    );
 }
 
 /// The peaks of `samples` (at the analysis rate) with `params`.

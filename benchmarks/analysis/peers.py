@@ -10,7 +10,8 @@ prints one JSON object a line per clip, in the order given: {"clip", "offsets_s"
 included}.
 
 - aof: audio-offset-finder (BBC), MFCC cross-correlation; one offset per pair, kept when its
-  standard score is above 10 (the tool's documented "good probability" mark). Driven
+  standard score is above 10 (the tool's documented "good probability" mark); its best lag and
+  score whatever the score, as "best_s" and "best_score". Driven
   through its Python API with the episode decoded once per episode (its command line decodes
   the episode again for every clip), at its defaults (8 kHz, hop 128).
 - audalign: audalign's fingerprint recognizer at its defaults, each clip recognised against
@@ -58,7 +59,8 @@ def run_aof(episode, clips):
             r = aof.find_offset_between_buffers(ep, load(c), 8000)
             found = r["standard_score"] > 10 and r["time_offset"] >= -0.05
             out.append({"clip": c, "offsets_s": [max(0.0, r["time_offset"])] if found else [],
-                        "scores": [float(r["standard_score"])] if found else []})
+                        "scores": [float(r["standard_score"])] if found else [],
+                        "best_s": float(r["time_offset"]), "best_score": float(r["standard_score"])})
         except Exception as e:  # too short, undecodable: reported, not fatal
             out.append({"clip": c, "offsets_s": [], "scores": [], "error": str(e)})
     return out
