@@ -67,6 +67,15 @@ pub struct Params {
     pub peaks_per_window: usize,
     /// See [`Params::peaks_per_window`]. 64 frames ≈ 1 s.
     pub peak_window_frames: usize,
+    /// Bands the peak selection ranks apart: the bins `min_bin..=max_bin` are split into
+    /// this many bands, a peak competes only with the peaks of its own band, and each band
+    /// keeps `peaks_per_window / peak_bands` (rounded up; the clip's print likewise
+    /// `clip_peaks_per_window / peak_bands`). 1: one band, every peak ranked against every
+    /// other. MEASUREMENT PENDING.
+    pub peak_bands: usize,
+    /// Whether the bands of [`Params::peak_bands`] are equal in the ratio of their edge
+    /// frequencies (log-spaced) rather than equal in width.
+    pub peak_bands_log: bool,
 
     /// Peaks kept per `peak_window_frames` in a clip's own print (the episode keeps
     /// `peaks_per_window`). A clip under speech or a music bed keeps in the mix only those of
@@ -195,6 +204,8 @@ impl Default for Params {
             min_power: 1e-6,
             peaks_per_window: 40,
             peak_window_frames: 64,
+            peak_bands: 1,
+            peak_bands_log: false,
             fanout: 8,
             clip_peaks_per_window: 40,
             clip_fanout: 8,
