@@ -79,7 +79,8 @@ pub struct Params {
     /// found 344/340/342/339; with 3 votes, 1/2/3/4/6 bands 344/345/348/346/344, and with 3
     /// votes and the denser clip print 1 and 3 bands both 351. No false match and no match
     /// more than 0.03 ms off in any; the full bench with 3 bands kept every old class at
-    /// 42/42 (25/25 for clips ≥ 5 s) with no false match. The cap is not what loses these
+    /// 42/42 (25/25 for clips ≥ 5 s) with no false match, but 3 votes (1 or 3 bands) made a
+    /// false match in the ±1% speed class. The cap is not what loses these
     /// clips: with no cap at all (episode and clip) 346 were found; with 1 vote 369, with a
     /// score bar of 0.15 370, with no periodic test 361. Peaks a second (ep0, MP3 64k): 35.9
     /// with 1 band, 35.4/35.9/34.6/34.7 with 2/3/4/6; 3 bands cost 1.04× the CPU of 1.
