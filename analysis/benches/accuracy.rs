@@ -15,6 +15,7 @@
 //! cargo bench -p analysis --bench accuracy -- [--corpus DIR] [--no-baseline] [--no-peers]
 //!     [--peers-venv DIR] [--overlay-only]
 //! cargo bench -p analysis --bench accuracy -- --probe EPISODE CLIP
+//! cargo bench -p analysis --bench accuracy -- --print-size EPISODE...
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -1297,6 +1298,8 @@ fn tuned() -> Params {
             "periodic_search" => p.periodic_search = f() as usize,
             "periodic_lobe" => p.periodic_lobe = f() as usize,
             "vote_agreement" => p.vote_agreement = f() as usize,
+            "peak_bands" => p.peak_bands = f() as usize,
+            "peak_bands_log" => p.peak_bands_log = f() != 0.0,
             _ => panic!("ACCURACY_PARAMS: no parameter {k} here"),
         }
     }
@@ -1323,6 +1326,24 @@ fn main() {
         .collect();
     if args.first().map(String::as_str) == Some("--child") {
         return child(&args[1..]);
+    }
+    // --print-size EPISODE...: each episode's print (no clips), its peaks and bytes an hour.
+    if args.first().map(String::as_str) == Some("--print-size") {
+        let analyser = Analyser::new(tuned());
+        for episode in &args[1..] {
+            let (_, print) = analyser
+                .analyse_printing(Path::new(episode), &[], String::new(), &mut |_| {})
+                .unwrap();
+            let hours = print.duration_ns() as f64 / 3.6e12;
+            let bytes = print.to_bytes().len();
+            println!(
+                "{episode}: {} peaks ({:.1} a second), {bytes} bytes, {:.0} bytes an hour",
+                print.peak_count(),
+                print.peak_count() as f64 / (hours * 3600.0),
+                bytes as f64 / hours
+            );
+        }
+        return;
     }
     // --probe EPISODE CLIP: one pair, every candidate refined (the analyser's debug log).
     if args.first().map(String::as_str) == Some("--probe") {

@@ -5,8 +5,12 @@
 //! ± `peak_time_radius` frames), louder than the absolute floor, and above its bin's mean
 //! over ± `contrast_frames` frames by `min_prominence` (a centred window: the same sound
 //! gives the same peaks in a clip and in an episode, whatever came before it); of those, a peak is kept when it is among the
-//! `peaks_per_window` most prominent within `peak_window_frames` frames centred on it. Peaks
-//! come out in time order, each as soon as no later frame can change its fate.
+//! `peaks_per_window` most prominent within `peak_window_frames` frames centred on it. With
+//! `peak_bands` above 1 the bins are split into that many bands and a peak is ranked only
+//! against the peaks of its own band, each band keeping `peaks_per_window / peak_bands`
+//! (rounded up): a loud, dense source in one band (a voice's harmonics, a bed's chords) no
+//! longer takes the places of a quieter source's peaks in another. Peaks come out in time
+//! order, each as soon as no later frame can change its fate.
 
 use std::collections::VecDeque;
 
@@ -39,8 +43,11 @@ pub struct PeakPicker {
     contrast: usize,
     min_prominence: f32,
     log_floor: f32,
+    /// Peaks kept per band within a selection window.
     per_window: usize,
     half_window: u32,
+    /// The band of each bin, relative to `min_bin` (all 0 with one band).
+    band_of: Vec<u8>,
     frames: VecDeque<Frame>,
     /// Per bin, the sum of the log power of the frames `summed_from..` received so far.
     sum: Vec<f64>,
@@ -57,6 +64,8 @@ pub struct PeakPicker {
 impl PeakPicker {
     /// A peak picker with the parameters of `params`.
     pub fn new(params: &Params) -> PeakPicker {
+        let bands = band_of_bins(params);
+        let count = bands.last().map_or(1, |&b| usize::from(b) + 1);
         PeakPicker {
             min_bin: params.min_bin,
             freq_radius: params.peak_freq_radius,
@@ -64,8 +73,9 @@ impl PeakPicker {
             contrast: params.contrast_frames.max(params.peak_time_radius),
             min_prominence: params.min_prominence,
             log_floor: params.min_power.max(1e-30).ln(),
-            per_window: params.peaks_per_window,
+            per_window: params.peaks_per_window.div_ceil(count),
             half_window: (params.peak_window_frames / 2) as u32,
+            band_of: bands,
             frames: VecDeque::new(),
             sum: Vec::new(),
             summed_from: 0,
@@ -185,6 +195,7 @@ impl PeakPicker {
             }
             let lo = c.t.saturating_sub(self.half_window);
             let hi = c.t + self.half_window;
+            let band = self.band(c.f);
             let stronger = self
                 .candidates
                 .iter()
@@ -192,6 +203,7 @@ impl PeakPicker {
                 .filter(|(j, o)| {
                     o.t >= lo
                         && o.t <= hi
+                        && self.band(o.f) == band
                         && (o.prominence > c.prominence
                             || (o.prominence == c.prominence && *j < self.decided))
                 })
@@ -212,6 +224,38 @@ impl PeakPicker {
             self.decided -= 1;
         }
     }
+
+    fn band(&self, f: u16) -> u8 {
+        self.band_of
+            .get(usize::from(f).saturating_sub(self.min_bin))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// The band of each bin `min_bin..=max_bin` (index 0 is `min_bin`): `peak_bands` bands (at
+/// least 1, at most one per bin), equal in width or, with `peak_bands_log`, in ratio of
+/// their edge frequencies.
+fn band_of_bins(params: &Params) -> Vec<u8> {
+    let n = params.max_bin.saturating_sub(params.min_bin) + 1;
+    let bands = params.peak_bands.clamp(1, n.min(256));
+    if bands == 1 {
+        return vec![0; n];
+    }
+    let lo = params.min_bin.max(1) as f64;
+    let hi = (params.max_bin + 1).max(params.min_bin + 1) as f64;
+    (0..n)
+        .map(|i| {
+            let band = if params.peak_bands_log {
+                // Edges lo·(hi/lo)^(k/bands); a bin belongs where its centre lies.
+                let x = ((params.min_bin + i) as f64 + 0.5).max(lo);
+                ((x / lo).ln() / (hi / lo).ln() * bands as f64) as usize
+            } else {
+                i * bands / n
+            };
+            band.min(bands - 1) as u8
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -284,5 +328,80 @@ mod tests {
             assert!(n <= 6, "window {w}: {n}");
         }
         assert!(out.len() >= 30 && out.windows(2).all(|w| w[0].t <= w[1].t));
+    }
+
+    /// A loud source offering 16 peaks a window in bins 0–31 and a quiet one offering 8 in
+    /// bins 40–60, with 8 kept a window.
+    fn loud_and_quiet(bands: usize) -> Vec<Peak> {
+        let p = Params {
+            peaks_per_window: 8,
+            peak_window_frames: 64,
+            peak_bands: bands,
+            ..params()
+        };
+        let mut picker = PeakPicker::new(&p);
+        let mut out = Vec::new();
+        for t in 0..640u32 {
+            let mut frame = vec![-5.0f32; 64];
+            if t % 4 == 0 {
+                frame[[2, 12, 22][(t as usize / 4) % 3]] = 6.0 + (t % 7) as f32 * 0.1;
+            }
+            if t % 8 == 2 {
+                frame[[40, 50, 60][(t as usize / 8) % 3]] = 0.0 + (t % 5) as f32 * 0.1;
+            }
+            picker.push_frame(t, &frame, &mut out);
+        }
+        picker.finish(&mut out);
+        out
+    }
+
+    #[test]
+    fn a_loud_source_in_one_band_leaves_a_quiet_one_its_peaks_in_another() {
+        let quiet = |out: &[Peak]| out.iter().filter(|k| k.f >= 32).count();
+        // One band: the loud source's 16 a window outrank all of the quiet one's.
+        let one = loud_and_quiet(1);
+        assert_eq!(quiet(&one), 0, "{one:?}");
+        // Two bands: each keeps 4 a window, so the quiet source keeps about half its 80.
+        let two = loud_and_quiet(2);
+        assert!(quiet(&two) >= 30, "{}", quiet(&two));
+        assert!(two.len() <= one.len() + 8, "{} vs {}", two.len(), one.len());
+        for w in 0..10u32 {
+            let (lo, hi) = (w * 64 + 32, w * 64 + 96);
+            let n = |b: bool| {
+                two.iter()
+                    .filter(|k| k.t >= lo && k.t < hi && (k.f >= 32) == b)
+                    .count()
+            };
+            assert!(
+                n(false) <= 6 && n(true) <= 6,
+                "window {w}: {} {}",
+                n(false),
+                n(true)
+            );
+        }
+        assert!(two.windows(2).all(|w| w[0].t <= w[1].t));
+    }
+
+    #[test]
+    fn bands_cover_every_bin_in_order() {
+        for log in [false, true] {
+            for bands in [1, 2, 3, 4, 6] {
+                let p = Params {
+                    peak_bands: bands,
+                    peak_bands_log: log,
+                    ..Params::default()
+                };
+                let of = band_of_bins(&p);
+                assert_eq!(of.len(), p.max_bin - p.min_bin + 1);
+                assert_eq!(of[0], 0);
+                assert_eq!(usize::from(of[of.len() - 1]), bands - 1, "{log} {bands}");
+                assert!(of.windows(2).all(|w| w[1] == w[0] || w[1] == w[0] + 1));
+            }
+        }
+        let none = Params {
+            peak_bands: 0,
+            ..Params::default()
+        };
+        assert!(band_of_bins(&none).iter().all(|&b| b == 0));
     }
 }
