@@ -1300,6 +1300,10 @@ fn tuned() -> Params {
             "vote_agreement" => p.vote_agreement = f() as usize,
             "peak_bands" => p.peak_bands = f() as usize,
             "peak_bands_log" => p.peak_bands_log = f() != 0.0,
+            "peak_hit_min" => p.peak_hit_min = f() as u32,
+            "peak_hit_fraction" => p.peak_hit_fraction = f() as f32,
+            "peak_hit_bins" => p.peak_hit_bins = f() as u16,
+            "min_correlation_weak" => p.min_correlation_weak = f() as f32,
             _ => panic!("ACCURACY_PARAMS: no parameter {k} here"),
         }
     }

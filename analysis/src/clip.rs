@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::decode;
 use crate::error::Error;
-use crate::landmarks::{fingerprint_all, Landmark};
+use crate::landmarks::{fingerprint_with_peaks, Landmark};
 use crate::params::Params;
 use crate::refine::{choose_windows, pre_emphasize, RefWindow};
 use crate::resample::resample_all;
@@ -26,6 +26,9 @@ pub(crate) struct Variant {
     pub(crate) speed: f64,
     /// Landmarks, in anchor order.
     pub(crate) landmarks: Vec<Landmark>,
+    /// Peaks `(frame, bin)` in time order, for the peak coincidences (the clip as is only:
+    /// empty at other speeds).
+    pub(crate) peaks: Vec<(u32, u16)>,
     /// Length in frames.
     pub(crate) frames: u32,
     /// Length in samples at the analysis rate.
@@ -63,12 +66,18 @@ impl ClipPrint {
                     params.sample_rate.saturating_mul(1000),
                     params,
                 );
-                let (landmarks, frames) = fingerprint_all(&analysed, &dense);
+                let (landmarks, peaks, frames) = fingerprint_with_peaks(&analysed, &dense);
+                let peaks = if speed == 1.0 {
+                    peaks.iter().map(|p| (p.t, p.f)).collect()
+                } else {
+                    Vec::new()
+                };
                 let windows =
                     choose_windows(&pre_emphasize(&analysed, params.pre_emphasis), params);
                 Variant {
                     speed,
                     landmarks,
+                    peaks,
                     frames,
                     samples: analysed.len(),
                     windows,
@@ -117,6 +126,7 @@ impl ClipPrint {
                 .map(|v| {
                     std::mem::size_of::<Variant>()
                         + v.landmarks.len() * std::mem::size_of::<Landmark>()
+                        + v.peaks.len() * std::mem::size_of::<(u32, u16)>()
                         + v.windows.iter().map(RefWindow::bytes).sum::<usize>()
                 })
                 .sum::<usize>()

@@ -158,6 +158,8 @@ pub struct Fingerprinter {
     peaks: Vec<Peak>,
     /// Printing: every peak found, kept (see `print.rs`).
     kept: Option<Vec<Peak>>,
+    /// The scan's peak coincidences: the peaks found since they were last taken.
+    fresh: Option<Vec<Peak>>,
 }
 
 impl Fingerprinter {
@@ -169,6 +171,7 @@ impl Fingerprinter {
             pairer: Pairer::new(params),
             peaks: Vec::new(),
             kept: None,
+            fresh: None,
         }
     }
 
@@ -214,9 +217,24 @@ impl Fingerprinter {
         self.kept.take().unwrap_or_default()
     }
 
+    /// Hands out every peak from now on, as it is found ([`Fingerprinter::take_fresh`]).
+    pub(crate) fn hand_out_peaks(&mut self) {
+        self.fresh.get_or_insert_with(Vec::new);
+    }
+
+    /// The peaks found since the last call (time order), appended to `into`.
+    pub(crate) fn take_fresh(&mut self, into: &mut Vec<Peak>) {
+        if let Some(fresh) = &mut self.fresh {
+            into.append(fresh);
+        }
+    }
+
     fn pair(&mut self, out: &mut Vec<Landmark>) {
         if let Some(kept) = &mut self.kept {
             kept.extend_from_slice(&self.peaks);
+        }
+        if let Some(fresh) = &mut self.fresh {
+            fresh.extend_from_slice(&self.peaks);
         }
         for p in self.peaks.drain(..) {
             self.pairer.push(p, out);
@@ -226,11 +244,19 @@ impl Fingerprinter {
 
 /// The landmarks of a whole (short) signal at the analysis rate, sorted by anchor time.
 pub fn fingerprint_all(samples: &[f32], params: &Params) -> (Vec<Landmark>, u32) {
+    let (landmarks, _, frames) = fingerprint_with_peaks(samples, params);
+    (landmarks, frames)
+}
+
+/// [`fingerprint_all`], and the signal's peaks (time order).
+pub fn fingerprint_with_peaks(samples: &[f32], params: &Params) -> (Vec<Landmark>, Vec<Peak>, u32) {
     let mut f = Fingerprinter::new(params);
+    f.keep_peaks();
     let mut out = Vec::new();
     f.push(samples, &mut out);
     f.finish(&mut out);
-    (out, f.frames())
+    let peaks = f.take_peaks();
+    (out, peaks, f.frames())
 }
 
 #[cfg(test)]

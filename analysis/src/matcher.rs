@@ -80,6 +80,10 @@ struct Cluster {
     last: i64,
     best: i64,
     best_votes: u32,
+    /// Peak coincidences at `best` (a cluster of them: see [`Params::peak_hit_min`]).
+    best_hits: u32,
+    /// Whether the cluster is of peak coincidences, not of landmark votes.
+    weak: bool,
 }
 
 /// One clip at one speed: its votes and its open cluster.
@@ -90,10 +94,23 @@ struct Entry {
     /// Votes per offset, densely, from offset `base` on: the live window only (offsets not
     /// yet final), so its length stays about a clip's frames plus the pipeline's lookahead.
     votes: VecDeque<u16>,
+    /// Peak coincidences per offset, from `base` on, as `votes`.
+    hits: VecDeque<u16>,
     base: i64,
     prev: Option<(i64, u32)>,
+    prev_hits: Option<(i64, u32)>,
     cluster: Option<Cluster>,
+    /// The open cluster of peak coincidences.
+    weak: Option<Cluster>,
+    /// The coincidences an offset needs to be a candidate (0: this entry has none).
+    hit_bar: u32,
+    /// The latest landmark clusters' offsets (`first..=last`): a cluster of coincidences
+    /// they cover was refined with them.
+    spans: VecDeque<(i64, i64)>,
 }
+
+/// Landmark clusters remembered per entry ([`Entry::spans`]).
+const SPANS: usize = 8;
 
 /// One pass over an episode against a set of clips. Feed it the episode's samples in order
 /// ([`EpisodeScan::push`]) and [`EpisodeScan::finish`] it.
@@ -102,6 +119,12 @@ pub struct EpisodeScan {
     clips: Vec<Arc<ClipPrint>>,
     /// `(hash, entry, frame)`, sorted.
     index: Vec<(u32, u32, u32)>,
+    /// The clips' peaks for the coincidences: `(entry, frame)` by bin, bin `b`'s at
+    /// `peak_index[peak_from[b]..peak_from[b + 1]]`. Empty when they are off.
+    peak_index: Vec<(u32, u32)>,
+    peak_from: Vec<u32>,
+    /// The episode's peaks found in the current step.
+    fresh: Vec<Peak>,
     /// One bit per hash (21 bits): whether any clip has it. Most of an episode's landmarks
     /// are in no clip; this spares them the index's binary search.
     present: Vec<u64>,
@@ -132,6 +155,10 @@ pub(crate) struct Candidate {
     pub(crate) best: i64,
     /// Its votes (± one frame): the match's `votes` if the refinement keeps it.
     pub(crate) votes: u32,
+    /// Peak coincidences at `best`.
+    hits: u32,
+    /// A cluster of peak coincidences, not of votes.
+    pub(crate) weak: bool,
 }
 
 impl EpisodeScan {
@@ -139,24 +166,50 @@ impl EpisodeScan {
     pub fn new(params: &Params, clips: &[Arc<ClipPrint>], in_rate: u32) -> EpisodeScan {
         let mut entries = Vec::new();
         let mut index = Vec::new();
+        let mut by_bin: Vec<(u16, u32, u32)> = Vec::new();
         let mut longest = 0usize;
+        let hits_on = params.peak_hit_min > 0;
         for (c, clip) in clips.iter().enumerate() {
             for (v, variant) in clip.variants.iter().enumerate() {
                 let e = entries.len() as u32;
                 index.extend(variant.landmarks.iter().map(|l| (l.hash, e, l.t)));
                 longest = longest.max(variant.samples);
+                let hit_bar = if hits_on && !variant.peaks.is_empty() {
+                    let share = params.peak_hit_fraction * variant.peaks.len() as f32;
+                    params.peak_hit_min.max(share.ceil() as u32)
+                } else {
+                    0
+                };
+                if hit_bar > 0 {
+                    by_bin.extend(variant.peaks.iter().map(|&(t, f)| (f, e, t)));
+                }
                 entries.push(Entry {
                     clip: c,
                     variant: v,
                     frames: i64::from(variant.frames),
                     votes: VecDeque::new(),
+                    hits: VecDeque::new(),
                     base: -i64::from(variant.frames) - 1,
                     prev: None,
+                    prev_hits: None,
                     cluster: None,
+                    weak: None,
+                    hit_bar,
+                    spans: VecDeque::new(),
                 });
             }
         }
         index.sort_unstable();
+        by_bin.sort_unstable();
+        let bins = by_bin.last().map_or(0, |p| usize::from(p.0) + 1);
+        let mut peak_from = vec![0u32; bins + 1];
+        for &(f, _, _) in &by_bin {
+            peak_from[usize::from(f) + 1] += 1;
+        }
+        for b in 0..bins {
+            peak_from[b + 1] += peak_from[b];
+        }
+        let peak_index: Vec<(u32, u32)> = by_bin.into_iter().map(|(_, e, t)| (e, t)).collect();
         let mut present = vec![0u64; 1 << 15];
         for &(h, _, _) in &index {
             if let Some(word) = present.get_mut((h >> 6) as usize) {
@@ -175,14 +228,21 @@ impl EpisodeScan {
             + params.fft_size
             + 2 * params.refine_search.max(params.periodic_search)
             + params.refine_window;
+        let mut fingerprinter = Fingerprinter::new(params);
+        if !peak_index.is_empty() {
+            fingerprinter.hand_out_peaks();
+        }
         EpisodeScan {
             resampler: Resampler::new(in_rate, params.sample_rate, params),
-            fingerprinter: Fingerprinter::new(params),
+            fingerprinter,
             history: History::new(cap, params.pre_emphasis),
             correlator: None,
             params: params.clone(),
             clips: clips.to_vec(),
             index,
+            peak_index,
+            peak_from,
+            fresh: Vec::new(),
             present,
             entries,
             analysed: Vec::new(),
@@ -218,12 +278,26 @@ impl EpisodeScan {
         scan
     }
 
-    /// The print path: the episode's next landmarks (anchor order); every landmark to come
-    /// is anchored at `frontier` or later (`None`: none comes).
-    pub(crate) fn push_landmarks(&mut self, landmarks: &[Landmark], frontier: Option<i64>) {
+    /// The print path: the episode's next landmarks (anchor order) and peaks (time order);
+    /// every landmark and peak to come is at `frontier` or later (`None`: none comes).
+    pub(crate) fn push_landmarks(
+        &mut self,
+        landmarks: &[Landmark],
+        peaks: &[(u32, u16)],
+        frontier: Option<i64>,
+    ) {
         self.landmarks.clear();
         self.landmarks.extend_from_slice(landmarks);
         self.vote();
+        if !self.peak_index.is_empty() {
+            self.fresh.clear();
+            self.fresh.extend(peaks.iter().map(|&(t, f)| Peak {
+                t,
+                f,
+                prominence: 0.0,
+            }));
+            self.vote_peaks();
+        }
         let frontier = frontier.unwrap_or(i64::MAX / 4);
         for e in 0..self.entries.len() {
             self.finalise(e, frontier);
@@ -284,14 +358,14 @@ impl EpisodeScan {
     /// analysis would have against the episode's recent samples.
     pub(crate) fn refine_with(&mut self, c: Candidate, history: History) {
         self.history = history;
-        self.entries[c.entry].cluster = Some(Cluster {
+        let cluster = Cluster {
             last: c.best,
             best: c.best,
             best_votes: c.votes,
-        });
-        let deferred = self.deferred.take();
-        self.close(c.entry);
-        self.deferred = deferred;
+            best_hits: c.hits,
+            weak: c.weak,
+        };
+        self.refine(c.entry, &cluster);
     }
 
     /// Per clip, the matches recorded, the same occurrence found twice kept once.
@@ -346,6 +420,11 @@ impl EpisodeScan {
             self.fingerprinter.finish(&mut self.landmarks);
         }
         self.vote();
+        if !self.peak_index.is_empty() {
+            self.fresh.clear();
+            self.fingerprinter.take_fresh(&mut self.fresh);
+            self.vote_peaks();
+        }
         let frontier = if last {
             i64::MAX / 4
         } else {
@@ -388,6 +467,32 @@ impl EpisodeScan {
         }
     }
 
+    /// Each peak in `self.fresh` counts, for every clip peak within `peak_hit_bins` bins of
+    /// it, for the offset that lines the two up.
+    fn vote_peaks(&mut self) {
+        let reach = i32::from(self.params.peak_hit_bins);
+        let bins = self.peak_from.len().saturating_sub(1) as i32;
+        for p in &self.fresh {
+            let f = i32::from(p.f);
+            for b in (f - reach).max(0)..=(f + reach).min(bins - 1) {
+                let b = b as usize;
+                let (from, to) = (self.peak_from[b] as usize, self.peak_from[b + 1] as usize);
+                for &(e, tc) in &self.peak_index[from..to] {
+                    let entry = &mut self.entries[e as usize];
+                    let at = i64::from(p.t) - i64::from(tc) - entry.base;
+                    if at < 0 {
+                        continue;
+                    }
+                    let at = at as usize;
+                    if at >= entry.hits.len() {
+                        entry.hits.resize(at + 1, 0);
+                    }
+                    entry.hits[at] = entry.hits[at].saturating_add(1);
+                }
+            }
+        }
+    }
+
     /// Finalises entry `e`'s offsets that no landmark to come can vote for.
     fn finalise(&mut self, e: usize, frontier: i64) {
         // A vote for offset o comes from an anchor at o + tc, tc < frames: offsets below
@@ -398,39 +503,62 @@ impl EpisodeScan {
             if entry.base >= limit {
                 break;
             }
-            let Some(count) = entry.votes.pop_front() else {
-                // No votes waiting: everything below the limit is final, and empty.
+            if entry.votes.is_empty() && entry.hits.is_empty() {
+                // Nothing waiting: everything below the limit is final, and empty.
                 entry.base = limit;
                 break;
-            };
+            }
             let o = entry.base;
             entry.base += 1;
-            let count = u32::from(count);
-            if count == 0 {
-                entry.prev = None;
-                continue;
+            let sum = window_sum(&mut entry.votes, &mut entry.prev, o);
+            let hits = window_sum(&mut entry.hits, &mut entry.prev_hits, o);
+            if hits >= entry.hit_bar && entry.hit_bar > 0 {
+                match &mut entry.weak {
+                    Some(c) if o - c.last <= CLUSTER_GAP => {
+                        c.last = o;
+                        if hits > c.best_hits {
+                            (c.best, c.best_votes, c.best_hits) = (o, sum, hits);
+                        }
+                    }
+                    _ => {
+                        self.close_weak(e);
+                        self.entries[e].weak = Some(Cluster {
+                            last: o,
+                            best: o,
+                            best_votes: sum,
+                            best_hits: hits,
+                            weak: true,
+                        });
+                    }
+                }
             }
-            let before = entry.prev.filter(|p| p.0 == o - 1).map_or(0, |p| p.1);
-            let after = u32::from(entry.votes.front().copied().unwrap_or(0));
-            entry.prev = Some((o, count));
-            let sum = before + count + after;
             if sum < self.params.min_votes {
                 continue;
             }
+            let entry = &mut self.entries[e];
             match &mut entry.cluster {
                 Some(c) if o - c.last <= CLUSTER_GAP => {
                     c.last = o;
+                    if let Some(span) = entry.spans.back_mut() {
+                        span.1 = o;
+                    }
                     if sum > c.best_votes {
-                        c.best = o;
-                        c.best_votes = sum;
+                        (c.best, c.best_votes, c.best_hits) = (o, sum, hits);
                     }
                 }
                 _ => {
                     self.close(e);
-                    self.entries[e].cluster = Some(Cluster {
+                    let entry = &mut self.entries[e];
+                    if entry.spans.len() == SPANS {
+                        entry.spans.pop_front();
+                    }
+                    entry.spans.push_back((o, o));
+                    entry.cluster = Some(Cluster {
                         last: o,
                         best: o,
                         best_votes: sum,
+                        best_hits: hits,
+                        weak: false,
                     });
                 }
             }
@@ -442,14 +570,39 @@ impl EpisodeScan {
         {
             self.close(e);
         }
+        if self.entries[e]
+            .weak
+            .as_ref()
+            .is_some_and(|c| c.last + CLUSTER_GAP < limit)
+        {
+            self.close_weak(e);
+        }
     }
 
-    /// Refines entry `e`'s open cluster and records it if it holds.
-    fn close(&mut self, e: usize) {
-        let Some(cluster) = self.entries[e].cluster.take() else {
+    /// Closes entry `e`'s open cluster of peak coincidences: refined unless a cluster of
+    /// votes covered its offset (and was refined there already).
+    fn close_weak(&mut self, e: usize) {
+        let Some(cluster) = self.entries[e].weak.take() else {
             return;
         };
-        let (c, v) = (self.entries[e].clip, self.entries[e].variant);
+        let covered = self.entries[e].spans.iter().any(|&(from, to)| {
+            from - CLUSTER_GAP <= cluster.best && cluster.best <= to + CLUSTER_GAP
+        });
+        if !covered {
+            self.decide(e, cluster);
+        }
+    }
+
+    /// Closes entry `e`'s open cluster of votes.
+    fn close(&mut self, e: usize) {
+        if let Some(cluster) = self.entries[e].cluster.take() {
+            self.decide(e, cluster);
+        }
+    }
+
+    /// A closed cluster: refined now, or kept for [`EpisodeScan::refine_with`] (the print
+    /// path).
+    fn decide(&mut self, e: usize, cluster: Cluster) {
         #[cfg(test)]
         self.closed.push((e, cluster.best, cluster.best_votes));
         if let Some(deferred) = &mut self.deferred {
@@ -457,9 +610,17 @@ impl EpisodeScan {
                 entry: e,
                 best: cluster.best,
                 votes: cluster.best_votes,
+                hits: cluster.best_hits,
+                weak: cluster.weak,
             });
             return;
         }
+        self.refine(e, &cluster);
+    }
+
+    /// Refines a cluster of entry `e` and records it if it holds.
+    fn refine(&mut self, e: usize, cluster: &Cluster) {
+        let (c, v) = (self.entries[e].clip, self.entries[e].variant);
         let variant = &self.clips[c].variants[v];
         let hop = self.params.hop as i64;
         let end = self.history.end() as i64;
@@ -597,6 +758,10 @@ impl EpisodeScan {
         // look more alike.
         let bar = if scores.len() < 2 {
             self.params.min_correlation_one_window
+        } else if cluster.weak {
+            self.params
+                .min_correlation
+                .max(self.params.min_correlation_weak)
         } else {
             self.params.min_correlation
         };
@@ -605,6 +770,8 @@ impl EpisodeScan {
             speed = variant.speed,
             frame = cluster.best,
             votes = cluster.best_votes,
+            hits = cluster.best_hits,
+            weak = cluster.weak,
             correlation,
             "candidate"
         );
@@ -625,6 +792,20 @@ impl EpisodeScan {
             speed: variant.speed,
         });
     }
+}
+
+/// The count at offset `o` (the front of `counts`, taken off) with its neighbours': the one
+/// before it (`prev`, if it was `o − 1`) and the one after (the new front).
+fn window_sum(counts: &mut VecDeque<u16>, prev: &mut Option<(i64, u32)>, o: i64) -> u32 {
+    let count = u32::from(counts.pop_front().unwrap_or(0));
+    if count == 0 {
+        *prev = None;
+        return 0;
+    }
+    let before = prev.filter(|p| p.0 == o - 1).map_or(0, |p| p.1);
+    let after = u32::from(counts.front().copied().unwrap_or(0));
+    *prev = Some((o, count));
+    before + count + after
 }
 
 /// A match's rank among the matches of its clip ([`suppress`]): votes × score (the score
@@ -682,6 +863,7 @@ mod tests {
         let variant = Variant {
             speed: 1.0,
             landmarks: landmarks.clone(),
+            peaks: Vec::new(),
             frames: 300,
             samples: 300 * 128,
             windows: Vec::new(),
@@ -758,6 +940,101 @@ mod tests {
         }
         // Refinement rejected both: the history holds no samples to confirm them with.
         assert!(scan.found[0].is_empty());
+    }
+
+    /// A clip of 300 frames with 120 peaks (and the landmarks of `clip(seed)`).
+    fn clip_with_peaks(seed: u64) -> (Arc<ClipPrint>, Vec<Landmark>, Vec<(u32, u16)>) {
+        let (print, landmarks) = clip(seed);
+        let mut rng = Rng::new(seed + 100);
+        let mut peaks: Vec<(u32, u16)> = (0..120)
+            .map(|_| {
+                let t = (rng.next_u64() % 300) as u32;
+                (t, 6 + (rng.next_u64() % 235) as u16)
+            })
+            .collect();
+        peaks.sort_unstable();
+        let mut variant = print.variants[0].clone();
+        variant.peaks = peaks.clone();
+        let print = ClipPrint::from_variants(4_800_000_000, vec![variant]);
+        (Arc::new(print), landmarks, peaks)
+    }
+
+    fn peaks_at(peaks: &[(u32, u16)], by: u32) -> Vec<Peak> {
+        peaks
+            .iter()
+            .map(|&(t, f)| Peak {
+                t: t + by,
+                f,
+                prominence: 1.0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_clip_with_no_landmark_left_is_a_candidate_by_its_peaks_in_place() {
+        let params = Params {
+            peak_hit_min: 10,
+            peak_hit_fraction: 0.1,
+            ..Params::default()
+        };
+        let (a, _, peaks) = clip_with_peaks(1);
+        let mut scan = EpisodeScan::new(&params, &[a], 8_000);
+        assert_eq!(scan.entries[0].hit_bar, 12, "max(10, 0.1 × 120)");
+        // A fifth of the clip's peaks survive in place at frame 1,000, some a bin or a frame
+        // off; and a busy background: 2,000 peaks at random.
+        let mut episode: Vec<Peak> = peaks_at(&peaks, 1_000)
+            .into_iter()
+            .step_by(5)
+            .enumerate()
+            .map(|(i, mut p)| {
+                match i % 3 {
+                    1 => p.f += 1,
+                    2 => p.t += 1,
+                    _ => {}
+                }
+                p
+            })
+            .collect();
+        assert_eq!(episode.len(), 24);
+        let mut rng = Rng::new(7);
+        episode.extend((0..2_000).map(|_| Peak {
+            t: (rng.next_u64() % 4_000) as u32,
+            f: 6 + (rng.next_u64() % 235) as u16,
+            prominence: 1.0,
+        }));
+        episode.sort_by_key(|p| p.t);
+        scan.fresh = episode;
+        scan.vote_peaks();
+        scan.finalise(0, i64::MAX / 4);
+        // One candidate, where the clip is (a frame either way: some of its peaks came a
+        // frame late); no landmark vote anywhere.
+        assert_eq!(scan.closed.len(), 1, "{:?}", scan.closed);
+        let (e, at, votes) = scan.closed[0];
+        assert!(
+            (e, votes) == (0, 0) && (1_000..=1_001).contains(&at),
+            "{at}"
+        );
+    }
+
+    #[test]
+    fn peaks_in_place_where_landmarks_voted_add_no_second_candidate() {
+        let params = Params {
+            peak_hit_min: 10,
+            peak_hit_fraction: 0.1,
+            ..Params::default()
+        };
+        let (a, landmarks, peaks) = clip_with_peaks(1);
+        let mut scan = EpisodeScan::new(&params, &[a], 8_000);
+        scan.landmarks = shifted(&landmarks, 1_000).collect();
+        scan.vote();
+        scan.fresh = peaks_at(&peaks, 1_001);
+        scan.vote_peaks();
+        // And the peaks alone elsewhere.
+        scan.fresh = peaks_at(&peaks, 2_500);
+        scan.vote_peaks();
+        scan.finalise(0, i64::MAX / 4);
+        let closed: Vec<(i64, u32)> = scan.closed.iter().map(|c| (c.1, c.2)).collect();
+        assert_eq!(closed, vec![(1_000, 600), (2_500, 0)], "{:?}", scan.closed);
     }
 
     #[test]

@@ -135,6 +135,23 @@ pub struct Params {
     /// second of their own found 363, and answered a look-alike of a voice tag (the same
     /// words in the same voice, score 0.36, 2 votes) in 9 old-class episode files.
     pub min_votes: u32,
+    /// Peak coincidences, a second source of candidates beside the landmarks' votes: each
+    /// of the episode's peaks that falls within ± [`Params::peak_hit_bins`] bins of one of a
+    /// clip's own peaks (the clip as is, not its speed variants) counts for the offset that
+    /// lines the two up, ± one frame as the votes. A clip under speech or a music bed keeps a
+    /// fifth or less of its peaks in the mix, and a landmark needs two of them paired in
+    /// both prints (about the square of that): a clip with no landmark vote left can still
+    /// have a dozen peaks in place. An offset is a candidate when its coincidences reach
+    /// `max(peak_hit_min, peak_hit_fraction × the clip's peaks)`; 0 turns them off.
+    pub peak_hit_min: u32,
+    /// See [`Params::peak_hit_min`].
+    pub peak_hit_fraction: f32,
+    /// See [`Params::peak_hit_min`].
+    pub peak_hit_bins: u16,
+    /// The least score for a candidate of peak coincidences alone (fewer than
+    /// [`Params::min_votes`] landmark votes): thinner evidence than votes, so it must look
+    /// more alike.
+    pub min_correlation_weak: f32,
     /// The least score for a match: the median, over the clip's refinement windows, of the
     /// normalised cross-correlation at the clip's one common offset. A second test,
     /// independent of the hashes, that keeps chance vote clusters out. A clip under a
@@ -249,6 +266,10 @@ impl Default for Params {
             pair_max_df: 48,
             speed_variants: vec![1.0, 0.99, 1.01],
             min_votes: 4,
+            peak_hit_min: 0,
+            peak_hit_fraction: 0.2,
+            peak_hit_bins: 1,
+            min_correlation_weak: 0.3,
             min_correlation: 0.25,
             min_correlation_one_window: 0.6,
             pre_emphasis: 0.5,

@@ -128,7 +128,7 @@ impl Analyser {
         let mut landmarks = Vec::new();
         let mut candidates = Vec::new();
         // The first anchor not yet paired, and the landmarks made since the last batch.
-        let (mut front, mut made) = (0, 0);
+        let (mut front, mut made, mut voted) = (0, 0, 0);
         for (i, &(t, _)) in peaks.iter().enumerate() {
             while front <= i && zone.closed(peaks[front].0, t) {
                 made += zone.anchor(peaks, front, |h| scan.may_vote(h), &mut landmarks);
@@ -142,7 +142,8 @@ impl Analyser {
                 } else {
                     next
                 };
-                scan.push_landmarks(&landmarks, Some(i64::from(frontier)));
+                scan.push_landmarks(&landmarks, &peaks[voted..=i], Some(i64::from(frontier)));
+                voted = i + 1;
                 landmarks.clear();
                 made = 0;
                 candidates.extend(scan.take_candidates());
@@ -151,7 +152,7 @@ impl Analyser {
         for a in front..peaks.len() {
             zone.anchor(peaks, a, |h| scan.may_vote(h), &mut landmarks);
         }
-        scan.push_landmarks(&landmarks, None);
+        scan.push_landmarks(&landmarks, &peaks[voted..], None);
         candidates.extend(scan.take_candidates());
         refiner.refine(&mut scan, candidates, &name)?;
 
