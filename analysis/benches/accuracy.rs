@@ -347,6 +347,10 @@ fn ours(corpus: &Corpus, analyser: &Analyser, episodes: &[usize], clips: &[Strin
         .iter()
         .map(|&e| {
             let ep = &corpus.episodes[e];
+            if std::env::var_os("RUST_LOG").is_some() {
+                // The analyser's log (below) names clips by their index among `clips`.
+                eprintln!("EPISODE {}", ep.file);
+            }
             let start = Instant::now();
             let report = analyser
                 .analyse(&corpus.dir.join(&ep.file), &inputs)
@@ -1383,6 +1387,14 @@ fn main() {
             Path::new(&args[2]),
             args[3].parse().unwrap(),
         );
+    }
+    // RUST_LOG=analysis=debug: the analyser's log of every candidate, episode by episode.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .init();
     }
     let flag = |f: &str| args.iter().any(|a| a == f);
     let value = |f: &str| {

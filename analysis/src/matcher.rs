@@ -756,15 +756,7 @@ impl EpisodeScan {
         };
         // One window is thin evidence (a clip cut off early by the episode's end): it must
         // look more alike.
-        let bar = if scores.len() < 2 {
-            self.params.min_correlation_one_window
-        } else if cluster.weak {
-            self.params
-                .min_correlation
-                .max(self.params.min_correlation_weak)
-        } else {
-            self.params.min_correlation
-        };
+        let bar = self.params.score_bar(scores.len(), cluster.weak);
         tracing::debug!(
             clip = c,
             speed = variant.speed,

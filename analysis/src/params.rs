@@ -139,18 +139,33 @@ pub struct Params {
     /// of the episode's peaks that falls within ± [`Params::peak_hit_bins`] bins of one of a
     /// clip's own peaks (the clip as is, not its speed variants) counts for the offset that
     /// lines the two up, ± one frame as the votes. A clip under speech or a music bed keeps a
-    /// fifth or less of its peaks in the mix, and a landmark needs two of them paired in
-    /// both prints (about the square of that): a clip with no landmark vote left can still
-    /// have a dozen peaks in place. An offset is a candidate when its coincidences reach
-    /// `max(peak_hit_min, peak_hit_fraction × the clip's peaks)`; 0 turns them off.
+    /// fifth or less of its peaks in the mix (`--peaks` in the benchmark: 10–18 of a jingle's
+    /// 61–107 at 0 dB), and a landmark needs two of them, paired in both prints: a clip with
+    /// no landmark vote left can still have a dozen peaks in place, where chance gives an
+    /// offset about 0.025 per clip peak (the episode's 40 peaks a second over 235 bins, ± 1
+    /// bin and ± 1 frame). An offset is a candidate when its coincidences reach
+    /// `max(peak_hit_min, ⌈peak_hit_fraction × the clip's peaks⌉)`; 0 turns them off.
+    /// On the issue-32 classes (640 placements, both codecs; 2026-11-26, fourth session),
+    /// with [`Params::min_correlation_weak`] 0.45: off 359, 6 and 0.12 **373**, 5 and 0.12
+    /// 375, 6 and 0.10 375, 6 and 0.08 377, 8 and 0.10 367; no false match in any. The CPU
+    /// of an episode against 50 clips (ep2, speech): 6/0.12 1.04× off, 6/0.08 1.25×; of an
+    /// overlay episode against all 94 clips 1.0–1.1× and 1.2–1.45×. 4 and 0.06 found 398
+    /// (with a bar of 0.35) for 3.9× the time: the chance offsets above the bar are refined.
     pub peak_hit_min: u32,
-    /// See [`Params::peak_hit_min`].
+    /// See [`Params::peak_hit_min`]. 0.12.
     pub peak_hit_fraction: f32,
-    /// See [`Params::peak_hit_min`].
+    /// See [`Params::peak_hit_min`]. 1 (± 15.6 Hz): a peak moves a bin under a background
+    /// that lifts its neighbour.
     pub peak_hit_bins: u16,
-    /// The least score for a candidate of peak coincidences alone (fewer than
-    /// [`Params::min_votes`] landmark votes): thinner evidence than votes, so it must look
-    /// more alike.
+    /// The least score for a candidate of peak coincidences alone (one no cluster of
+    /// [`Params::min_votes`] landmark votes covered): thinner evidence than votes, so it
+    /// must look more alike. 0.45: such candidates at a true offset scored 0.57–0.90 at 0 and
+    /// +6 dB and 0.29–0.50 at −6 dB, but the same words in the same voice (a voice tag,
+    /// "back after this", said in the corpus's own espeak-ng speech: no landmark vote, 6–9
+    /// coincidences) scored up to 0.39 (ep1, lossless) and 0.31 in the overlay classes. At
+    /// 0.35 (with 6 and 0.08) the whole corpus had 17 false matches, all of them that
+    /// look-alike in ep1's ten files (at 0.25 the overlay classes alone had 5); at 0.45
+    /// (with 6 and 0.12) none, and every old class still 42 of 42.
     pub min_correlation_weak: f32,
     /// The least score for a match: the median, over the clip's refinement windows, of the
     /// normalised cross-correlation at the clip's one common offset. A second test,
@@ -230,6 +245,18 @@ pub struct Params {
 }
 
 impl Params {
+    /// The least score for a match refined on `windows` windows; `weak`: a candidate of
+    /// peak coincidences alone ([`Params::min_correlation_weak`]).
+    pub(crate) fn score_bar(&self, windows: usize, weak: bool) -> f32 {
+        if windows < 2 {
+            self.min_correlation_one_window
+        } else if weak {
+            self.min_correlation.max(self.min_correlation_weak)
+        } else {
+            self.min_correlation
+        }
+    }
+
     /// How far from its votes a candidate's answer may lie: [`Params::vote_agreement`]
     /// within the searches' bounds.
     pub(crate) fn agreement(&self) -> usize {
@@ -266,10 +293,10 @@ impl Default for Params {
             pair_max_df: 48,
             speed_variants: vec![1.0, 0.99, 1.01],
             min_votes: 4,
-            peak_hit_min: 0,
-            peak_hit_fraction: 0.2,
+            peak_hit_min: 6,
+            peak_hit_fraction: 0.12,
             peak_hit_bins: 1,
-            min_correlation_weak: 0.3,
+            min_correlation_weak: 0.45,
             min_correlation: 0.25,
             min_correlation_one_window: 0.6,
             pre_emphasis: 0.5,

@@ -409,11 +409,7 @@ impl<'a> Refiner<'a> {
         if inside.is_empty() {
             return Ok(true);
         }
-        let bar = if inside.len() < 2 {
-            self.params.min_correlation_one_window
-        } else {
-            self.params.min_correlation
-        };
+        let bar = self.params.score_bar(inside.len(), c.weak);
         let enough = (inside.len() - 1) / 2 + 1;
         let mut low = 0;
         for (k, &i) in inside.iter().enumerate() {

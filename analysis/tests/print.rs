@@ -257,3 +257,41 @@ fn a_print_damaged_truncated_or_of_other_params_is_refused_and_other_media_too()
         .analyse_from_print(&print, &mut media, &f.clips[..1])
         .is_err());
 }
+
+#[test]
+fn clips_found_by_their_peak_coincidences_alone_are_found_from_the_print_too() {
+    // No cluster of landmark votes is ever enough here: every candidate is one of peak
+    // coincidences (Params::peak_hit_min), judged by its higher bar.
+    let f = fixture();
+    let analyser = Analyser::new(Params {
+        min_votes: u32::MAX,
+        ..Params::default()
+    });
+    let wav = f.dir.join("episode.wav");
+    let mp3 = f.dir.join("cbr.mp3");
+    ffmpeg(&wav, &mp3, &["-c:a", "libmp3lame", "-b:a", "64k"]);
+    for episode in [wav, mp3] {
+        let what = episode.file_name().unwrap().to_string_lossy().into_owned();
+        let (plain, print) = analyser
+            .analyse_printing(&episode, &f.clips, String::new(), &mut |_| {})
+            .expect("analyse printing");
+        let found: Vec<Vec<u32>> = plain
+            .clips
+            .iter()
+            .map(|c| match c {
+                ClipOutcome::Found(r) => r.matches.iter().map(|m| m.votes).collect(),
+                ClipOutcome::Failed(e) => panic!("{e}"),
+            })
+            .collect();
+        assert_eq!(
+            found.iter().map(Vec::len).collect::<Vec<_>>(),
+            [2, 1, 0],
+            "{what}: {found:?}"
+        );
+        let mut media = FileSource::open(&episode).expect("open");
+        let from_print = analyser
+            .analyse_from_print(&print, &mut media, &f.clips)
+            .expect("analyse from print");
+        assert_same(&format!("{what} from its print"), &plain, &from_print);
+    }
+}
