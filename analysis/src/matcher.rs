@@ -508,6 +508,32 @@ impl EpisodeScan {
                 entry.base = limit;
                 break;
             }
+            if entry.votes.is_empty() && entry.hit_bar > 0 {
+                // Most offsets have a few coincidences and no vote: a run of them whose
+                // windows (each with its neighbours) hold none reaching a third of the bar
+                // cannot make a candidate, and is final at once.
+                let bar = entry.hit_bar;
+                let quiet = |h: u32| 3 * h < bar;
+                let run = usize::try_from(limit - entry.base)
+                    .unwrap_or(0)
+                    .min(entry.hits.len());
+                let look = (run + 1).min(entry.hits.len());
+                let loud = entry.hits.range(..look).position(|&h| !quiet(u32::from(h)));
+                let before = entry.prev_hits.filter(|p| p.0 == entry.base - 1);
+                let skip = if before.is_some_and(|p| !quiet(p.1)) {
+                    0
+                } else {
+                    loud.map_or(run, |k| run.min(k.saturating_sub(1)))
+                };
+                if skip > 0 {
+                    let last = u32::from(entry.hits[skip - 1]);
+                    entry.hits.drain(..skip);
+                    entry.base += skip as i64;
+                    entry.prev = None;
+                    entry.prev_hits = (last > 0).then_some((entry.base - 1, last));
+                    continue;
+                }
+            }
             let o = entry.base;
             entry.base += 1;
             let sum = window_sum(&mut entry.votes, &mut entry.prev, o);
@@ -588,6 +614,14 @@ impl EpisodeScan {
         let covered = self.entries[e].spans.iter().any(|&(from, to)| {
             from - CLUSTER_GAP <= cluster.best && cluster.best <= to + CLUSTER_GAP
         });
+        tracing::debug!(
+            clip = self.entries[e].clip,
+            frame = cluster.best,
+            hits = cluster.best_hits,
+            votes = cluster.best_votes,
+            covered,
+            "coincidences"
+        );
         if !covered {
             self.decide(e, cluster);
         }
@@ -967,6 +1001,7 @@ mod tests {
         let params = Params {
             peak_hit_min: 10,
             peak_hit_fraction: 0.1,
+            peak_hit_bins: 1,
             ..Params::default()
         };
         let (a, _, peaks) = clip_with_peaks(1);
@@ -1006,6 +1041,73 @@ mod tests {
             (e, votes) == (0, 0) && (1_000..=1_001).contains(&at),
             "{at}"
         );
+    }
+
+    #[test]
+    fn coincidences_finalised_in_runs_give_the_candidates_of_every_offset_counted() {
+        // Chance coincidences everywhere (a dense background in the clip's bins) and a few
+        // offsets above the bar: the runs `finalise` passes over at once must leave the
+        // same candidates as counting every offset's window would.
+        let params = Params {
+            peak_hit_min: 7,
+            peak_hit_fraction: 0.0,
+            ..Params::default()
+        };
+        let (a, _, peaks) = clip_with_peaks(3);
+        let bins: Vec<u16> = peaks.iter().map(|p| p.1).collect();
+        let mut rng = Rng::new(11);
+        let mut episode: Vec<Peak> = (0..6_000)
+            .map(|_| Peak {
+                t: (rng.next_u64() % 5_000) as u32,
+                f: bins[(rng.next_u64() % bins.len() as u64) as usize],
+                prominence: 1.0,
+            })
+            .collect();
+        for at in [700, 2_000, 2_004, 3_900] {
+            episode.extend(peaks_at(&peaks, at).into_iter().step_by(9));
+        }
+        episode.sort_by_key(|p| p.t);
+        // By hand: every offset's coincidences, their ± 1 sums (as for votes, an offset with
+        // none of its own has none), clustered as `finalise` does.
+        let mut hits = std::collections::BTreeMap::<i64, u32>::new();
+        for p in &episode {
+            for &(tc, f) in &peaks {
+                if f == p.f {
+                    *hits.entry(i64::from(p.t) - i64::from(tc)).or_default() += 1;
+                }
+            }
+        }
+        let count = |o: i64| hits.get(&o).copied().unwrap_or(0);
+        let mut expected: Vec<(i64, u32)> = Vec::new();
+        let mut last = i64::MIN;
+        for o in -400..5_400 {
+            let sum = count(o - 1) + count(o) + count(o + 1);
+            if count(o) == 0 || sum < 7 {
+                continue;
+            }
+            match expected.last_mut() {
+                Some(best) if o - last <= CLUSTER_GAP => {
+                    if sum > best.1 {
+                        *best = (o, sum);
+                    }
+                }
+                _ => expected.push((o, sum)),
+            }
+            last = o;
+        }
+        assert!(expected.len() >= 3, "{expected:?}");
+        // The scan, fed and finalised in steps as a pass over the episode is.
+        let mut scan = EpisodeScan::new(&params, &[a], 8_000);
+        for step in episode.chunks(250) {
+            scan.fresh = step.to_vec();
+            scan.vote_peaks();
+            let frontier = step.last().map_or(0, |p| i64::from(p.t));
+            scan.finalise(0, frontier);
+        }
+        scan.finalise(0, i64::MAX / 4);
+        let closed: Vec<i64> = scan.closed.iter().map(|c| c.1).collect();
+        let expected: Vec<i64> = expected.iter().map(|c| c.0).collect();
+        assert_eq!(closed, expected);
     }
 
     #[test]
