@@ -249,7 +249,10 @@ pub fn fingerprint_all(samples: &[f32], params: &Params) -> (Vec<Landmark>, u32)
 }
 
 /// [`fingerprint_all`], and the signal's peaks (time order).
-pub fn fingerprint_with_peaks(samples: &[f32], params: &Params) -> (Vec<Landmark>, Vec<Peak>, u32) {
+pub(crate) fn fingerprint_with_peaks(
+    samples: &[f32],
+    params: &Params,
+) -> (Vec<Landmark>, Vec<Peak>, u32) {
     let mut f = Fingerprinter::new(params);
     f.keep_peaks();
     let mut out = Vec::new();
