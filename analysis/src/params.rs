@@ -142,23 +142,26 @@ pub struct Params {
     /// fifth or less of its peaks in the mix (`--peaks` in the benchmark: 10–18 of a jingle's
     /// 61–107 at 0 dB), and a landmark needs two of them, paired in both prints: a clip with
     /// no landmark vote left can still have a dozen peaks in place, where chance gives an
-    /// offset about 0.025 per clip peak (the episode's 40 peaks a second over 235 bins, ± 1
-    /// bin and ± 1 frame). An offset is a candidate when its coincidences reach
-    /// `max(peak_hit_min, ⌈peak_hit_fraction × the clip's peaks⌉)`; 0 turns them off.
-    /// On the issue-32 classes (640 placements, both codecs; 2026-11-26, fourth session),
-    /// with [`Params::min_correlation_weak`] 0.45: off 359, 6 and 0.12 **373**, 5 and 0.12
-    /// 375, 6 and 0.10 375, 6 and 0.08 377, 8 and 0.10 367; no false match in any. The CPU
-    /// of an episode against 50 clips (ep2, speech): 6/0.12 1.04× off, 6/0.08 1.25×; of an
-    /// overlay episode against all 94 clips 1.0–1.1× and 1.2–1.45×. 4 and 0.06 found 398
-    /// (with a bar of 0.35) for 3.9× the time: the chance offsets above the bar are refined.
+    /// offset about 0.008 per clip peak (the episode's 40 peaks a second over 235 bins, the
+    /// same bin, ± 1 frame). An offset is a candidate when its coincidences reach
+    /// `max(peak_hit_min, ⌈peak_hit_fraction × the clip's peaks⌉)` and no cluster of votes
+    /// covers it; 0 turns them off. On the issue-32 classes (640 placements, both codecs;
+    /// 2026-11-26, fourth session), with [`Params::min_correlation_weak`] 0.45 and the same
+    /// bin: off 359; 5 and 0.08 373; **6 and 0.12 371**; 7 and 0.12 370; 6 and 0.16 or 0.2 368;
+    /// no false match in any. What decides between them is the print path: every chance
+    /// candidate there fetches and decodes a second of audio; at 6 and 0.12 a spoken phrase
+    /// met none on a 17-minute episode it is absent from (at 5 and 0.08 enough to take a pass to 2× main's
+    /// CPU) and a short sound effect none. A whole analysis against 50 clips: 1.01× main's CPU.
+    /// With ± 1 bin, 4 and 0.06 (a bar of 0.35) found 398 for 3.9× the benchmark's time.
     pub peak_hit_min: u32,
     /// See [`Params::peak_hit_min`]. 0.12.
     pub peak_hit_fraction: f32,
-    /// See [`Params::peak_hit_min`]. 0: the same bin. ± 1 bin (15.6 Hz) gives more of a
-    /// clip's peaks that a background moved by a bin, and nine times the chance instead
-    /// of three: at the same count of chance offsets above the bar, the same bin found more
-    /// of the placements' offsets (an experiment over the overlay episodes: 268 (episode,
-    /// clip) pairs of chance against 615 for as many true offsets).
+    /// See [`Params::peak_hit_min`]. 0: the same bin. ± 1 bin (15.6 Hz) keeps more of the
+    /// peaks a background moved by a bin, for three times the chance: at 6 and 0.12 it found
+    /// 373 of 640 but met 12 chance candidates on a 17-minute episode against a short sound
+    /// effect (a pass from the print 5× main's CPU), and an experiment over the overlay
+    /// episodes counted 615 (episode, clip) pairs with a chance offset above the bar where the
+    /// same bin at 6 and 0.08 counted 268, for as many true offsets above it.
     pub peak_hit_bins: u16,
     /// The least score for a candidate of peak coincidences alone (one no cluster of
     /// [`Params::min_votes`] landmark votes covered): thinner evidence than votes, so it
@@ -166,9 +169,9 @@ pub struct Params {
     /// +6 dB and 0.29–0.50 at −6 dB, but the same words in the same voice (a voice tag,
     /// "back after this", said in the corpus's own espeak-ng speech: no landmark vote, 6–9
     /// coincidences) scored up to 0.39 (ep1, lossless) and 0.31 in the overlay classes. At
-    /// 0.35 (with 6 and 0.08) the whole corpus had 17 false matches, all of them that
-    /// look-alike in ep1's ten files (at 0.25 the overlay classes alone had 5); at 0.45
-    /// (with 6 and 0.12) none, and every old class still 42 of 42.
+    /// 0.35 (± 1 bin, 6 and 0.08) the whole corpus had 17 false matches, all of them that
+    /// look-alike in ep1's ten files (at 0.25 the overlay classes alone had 5); at 0.45 none,
+    /// and every old class still 42 of 42.
     pub min_correlation_weak: f32,
     /// The least score for a match: the median, over the clip's refinement windows, of the
     /// normalised cross-correlation at the clip's one common offset. A second test,
