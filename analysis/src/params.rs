@@ -150,8 +150,9 @@ pub struct Params {
     /// bin: off 359; 5 and 0.08 373; **6 and 0.12 371**; 7 and 0.12 370; 6 and 0.16 or 0.2 368;
     /// no false match in any. What decides between them is the print path: every chance
     /// candidate there fetches and decodes a second of audio; at 6 and 0.12 a spoken phrase
-    /// met none on a 17-minute episode it is absent from (at 5 and 0.08 enough to take a pass to 2× main's
-    /// CPU) and a short sound effect none. A whole analysis against 50 clips: 1.01× main's CPU.
+    /// met none on a 17-minute episode it is absent from (at 5 and 0.08 enough to take that
+    /// pass to 2× main's CPU), nor did a short sound effect. A whole analysis against 50
+    /// clips: 1.01× main's CPU.
     /// With ± 1 bin, 4 and 0.06 (a bar of 0.35) found 398 for 3.9× the benchmark's time.
     pub peak_hit_min: u32,
     /// See [`Params::peak_hit_min`]. 0.12.
