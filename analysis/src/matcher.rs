@@ -86,6 +86,40 @@ struct Cluster {
     weak: bool,
 }
 
+impl Cluster {
+    /// Adds offset `o` (its votes and coincidences) to the open cluster `open` when it lies
+    /// within [`CLUSTER_GAP`] of it, the offset with the most votes (a cluster of
+    /// coincidences: the most coincidences) its best; otherwise `o` starts a new cluster, and
+    /// the one it ends is returned.
+    fn grow(
+        open: &mut Option<Cluster>,
+        o: i64,
+        votes: u32,
+        hits: u32,
+        weak: bool,
+    ) -> Option<Cluster> {
+        if let Some(c) = open.as_mut().filter(|c| o - c.last <= CLUSTER_GAP) {
+            c.last = o;
+            let better = if weak {
+                hits > c.best_hits
+            } else {
+                votes > c.best_votes
+            };
+            if better {
+                (c.best, c.best_votes, c.best_hits) = (o, votes, hits);
+            }
+            return None;
+        }
+        open.replace(Cluster {
+            last: o,
+            best: o,
+            best_votes: votes,
+            best_hits: hits,
+            weak,
+        })
+    }
+}
+
 /// One clip at one speed: its votes and its open cluster.
 struct Entry {
     clip: usize,
@@ -539,54 +573,31 @@ impl EpisodeScan {
             let sum = window_sum(&mut entry.votes, &mut entry.prev, o);
             let hits = window_sum(&mut entry.hits, &mut entry.prev_hits, o);
             if hits >= entry.hit_bar && entry.hit_bar > 0 {
-                match &mut entry.weak {
-                    Some(c) if o - c.last <= CLUSTER_GAP => {
-                        c.last = o;
-                        if hits > c.best_hits {
-                            (c.best, c.best_votes, c.best_hits) = (o, sum, hits);
-                        }
-                    }
-                    _ => {
-                        self.close_weak(e);
-                        self.entries[e].weak = Some(Cluster {
-                            last: o,
-                            best: o,
-                            best_votes: sum,
-                            best_hits: hits,
-                            weak: true,
-                        });
-                    }
+                if let Some(done) = Cluster::grow(&mut entry.weak, o, sum, hits, true) {
+                    self.close_weak(e, done);
                 }
             }
             if sum < self.params.min_votes {
                 continue;
             }
             let entry = &mut self.entries[e];
-            match &mut entry.cluster {
-                Some(c) if o - c.last <= CLUSTER_GAP => {
-                    c.last = o;
-                    if let Some(span) = entry.spans.back_mut() {
-                        span.1 = o;
-                    }
-                    if sum > c.best_votes {
-                        (c.best, c.best_votes, c.best_hits) = (o, sum, hits);
-                    }
-                }
+            let extends = entry
+                .cluster
+                .as_ref()
+                .is_some_and(|c| o - c.last <= CLUSTER_GAP);
+            let ended = Cluster::grow(&mut entry.cluster, o, sum, hits, false);
+            // The span of the cluster `o` is in: the open one's, or a new one.
+            match entry.spans.back_mut() {
+                Some(span) if extends => span.1 = o,
                 _ => {
-                    self.close(e);
-                    let entry = &mut self.entries[e];
                     if entry.spans.len() == SPANS {
                         entry.spans.pop_front();
                     }
                     entry.spans.push_back((o, o));
-                    entry.cluster = Some(Cluster {
-                        last: o,
-                        best: o,
-                        best_votes: sum,
-                        best_hits: hits,
-                        weak: false,
-                    });
                 }
+            }
+            if let Some(done) = ended {
+                self.decide(e, done);
             }
         }
         if self.entries[e]
@@ -596,21 +607,15 @@ impl EpisodeScan {
         {
             self.close(e);
         }
-        if self.entries[e]
-            .weak
-            .as_ref()
-            .is_some_and(|c| c.last + CLUSTER_GAP < limit)
-        {
-            self.close_weak(e);
+        let weak = &mut self.entries[e].weak;
+        if let Some(done) = weak.take_if(|c| c.last + CLUSTER_GAP < limit) {
+            self.close_weak(e, done);
         }
     }
 
-    /// Closes entry `e`'s open cluster of peak coincidences: refined unless a cluster of
-    /// votes covered its offset (and was refined there already).
-    fn close_weak(&mut self, e: usize) {
-        let Some(cluster) = self.entries[e].weak.take() else {
-            return;
-        };
+    /// A closed cluster of entry `e`'s peak coincidences: refined unless a cluster of votes
+    /// covered its offset (and was refined there already).
+    fn close_weak(&mut self, e: usize, cluster: Cluster) {
         let covered = self.entries[e].spans.iter().any(|&(from, to)| {
             from - CLUSTER_GAP <= cluster.best && cluster.best <= to + CLUSTER_GAP
         });
