@@ -16,7 +16,7 @@ use crate::clip::ClipPrint;
 use crate::landmarks::{Fingerprinter, Landmark};
 use crate::params::Params;
 use crate::peaks::Peak;
-use crate::refine::{peak, value_at, Correlator, History, RefWindow};
+use crate::refine::{peak, piece_scores, value_at, Correlator, History, RefWindow};
 use crate::resample::Resampler;
 
 /// Offsets this close (frames) to the previous candidate join its cluster.
@@ -809,6 +809,21 @@ impl EpisodeScan {
         if correlation < bar {
             return;
         }
+        // Thin evidence (a candidate of coincidences alone, or a low score) must line up in
+        // every stretch, not only on the whole: a look-alike at another pace (the same words
+        // in the same voice) lines up in some and scores on them.
+        if cluster.weak || correlation < self.params.min_correlation_weak {
+            let pieces = self.pieces(&inside, start);
+            tracing::debug!(
+                clip = c,
+                frame = cluster.best,
+                pieces,
+                "judged by its pieces"
+            );
+            if pieces < self.params.judge_ratio * correlation {
+                return;
+            }
+        }
         // A clip at the very start can refine a fraction of a sample before it; further
         // before, the windows would be matched against silence that is not there.
         let limit = -(SCORE_SLACK as f64);
@@ -822,6 +837,27 @@ impl EpisodeScan {
             votes: cluster.best_votes,
             speed: variant.speed,
         });
+    }
+
+    /// The median, over the pieces of the clip's windows `inside` the episode, of each
+    /// piece's correlation where the clip starts at `start` (samples, absolute).
+    fn pieces(&self, inside: &[&RefWindow], start: f64) -> f32 {
+        let mut scores = Vec::new();
+        for w in inside {
+            piece_scores(
+                w,
+                &self.history,
+                start + w.start as f64,
+                self.params.judge_piece,
+                SCORE_SLACK,
+                &mut scores,
+            );
+        }
+        scores.sort_by(f32::total_cmp);
+        scores
+            .get((scores.len().max(1) - 1) / 2)
+            .copied()
+            .unwrap_or(0.0)
     }
 }
 

@@ -166,13 +166,18 @@ pub struct Params {
     pub peak_hit_bins: u16,
     /// The least score for a candidate of peak coincidences alone (one no cluster of
     /// [`Params::min_votes`] landmark votes covered): thinner evidence than votes, so it
-    /// must look more alike. 0.45: such candidates at a true offset scored 0.57–0.90 at 0 and
-    /// +6 dB and 0.29–0.50 at −6 dB, but the same words in the same voice (a voice tag,
+    /// must look more alike; below it, any candidate must also pass the judge of its pieces
+    /// ([`Params::judge_piece`]). Such candidates at a true offset scored 0.57–0.90 at 0 and
+    /// +6 dB and 0.29–0.50 at −6 dB, and the same words in the same voice (a voice tag,
     /// "back after this", said in the corpus's own espeak-ng speech: no landmark vote, 6–9
-    /// coincidences) scored up to 0.39 (ep1, lossless) and 0.31 in the overlay classes. At
-    /// 0.35 (± 1 bin, 6 and 0.08) the whole corpus had 17 false matches, all of them that
-    /// look-alike in ep1's ten files (at 0.25 the overlay classes alone had 5); at 0.45 none,
-    /// and every old class still 42 of 42.
+    /// coincidences) up to 0.39 (ep1, lossless). Without the judge, 0.45: at 0.35 (± 1 bin,
+    /// 6 and 0.08) the whole corpus had 17 false matches, all of them that look-alike in
+    /// ep1's ten files. With it (2026-11-26, seventh session), 0.35: 0.25 found 378 of the
+    /// issue-32 classes' 640 placements where 0.35 found 374 (both at a bar of 0.25), but
+    /// with ± 1 bin and 4 and 0.06 a recorded voice tag's look-alike in the same speaker's
+    /// other words (`tag_front-right` where `tag_rear-left` was placed) and an espeak-ng
+    /// tag's in the speech scored 0.28–0.31 and passed the judge (5 false matches); at 0.35
+    /// none, and at 0.3 one more placement.
     pub min_correlation_weak: f32,
     /// The least score for a match: the median, over the clip's refinement windows, of the
     /// normalised cross-correlation at the clip's one common offset. A second test,
@@ -180,10 +185,31 @@ pub struct Params {
     /// background of equal RMS can score at most about 0.7, 6 dB under it 0.45, 12 dB under
     /// it 0.24; look-alikes (the same voice on the same vowels, jingles sharing notes, the
     /// issue-32 near misses: a melody transposed, the words in another voice) scored ≤ 0.2
-    /// at one common offset. 0.25: on the issue-32 classes 0.3 → 0.25 found 322 → 350 of 640
-    /// placements, with no false match in any class (1,110 + 1,968 absent pairs, 96 near
-    /// misses); 0.22 found 362, with less margin over the look-alikes.
+    /// at one common offset, and the same words in the same voice up to 0.39, which the
+    /// judge of pieces refuses ([`Params::judge_piece`]: every candidate under
+    /// [`Params::min_correlation_weak`] is judged). 0.2 (2026-11-26, seventh session; 0.25
+    /// before the judge): on the issue-32 classes 0.25 → 0.2 found 374 → 394 of 640
+    /// placements (most of the gain at −12 dB), with no false match in any class (4,398
+    /// absent pairs, 96 near misses) and every old class 42 of 42; without the judge 0.2
+    /// matched `tag04`'s look-alike in ep1 eleven times. 0.17 found 401 and 0.14 405, but
+    /// at both a recorded voice 6 dB under a music bed was answered 15.6 ms off (a pitch
+    /// period).
     pub min_correlation: f32,
+    /// The judge of thin evidence: a candidate of peak coincidences alone, or one scoring
+    /// under [`Params::min_correlation_weak`], is cut into pieces of this many samples (its
+    /// windows' stretches, 250 ms; the quiet ones left out), each correlated with the
+    /// episode at the candidate's one offset (± 2 samples), and the median piece must reach
+    /// [`Params::judge_ratio`] of the score. A true occurrence under a background lines up
+    /// in every piece at once, scoring about as well in each as on the whole; a look-alike at
+    /// another pace (the same words in the same voice, `tag04` in the corpus's espeak-ng
+    /// speech: 0.36 on the whole) lines up in one stretch and scores on it alone (its
+    /// pieces' median 0.01–0.07). 2,000 (250 ms): on the issue-32 classes 1,000 and 4,000
+    /// found 393 and 389 of 640 placements where 2,000 found 394, no false match in any.
+    pub judge_piece: usize,
+    /// See [`Params::judge_piece`]. 0.7: 0.6 found 395 of 640, 0.8 390; no false match in
+    /// any. Judging every candidate, not only thin ones, refused 3 true occurrences (at a
+    /// bar of 0.25: 375 against 378).
+    pub judge_ratio: f32,
     /// Pre-emphasis `y[n] = x[n] − a·x[n−1]` before cross-correlation. 0.5: a light
     /// tilt. 0.97 flattened speech's falling spectrum, which sharpened the correlation peak
     /// of speech in speech, but also lifted a voice's consonants and a bed's cymbals over a
@@ -303,8 +329,10 @@ impl Default for Params {
             peak_hit_min: 6,
             peak_hit_fraction: 0.12,
             peak_hit_bins: 0,
-            min_correlation_weak: 0.45,
-            min_correlation: 0.25,
+            min_correlation_weak: 0.35,
+            min_correlation: 0.2,
+            judge_piece: 2000,
+            judge_ratio: 0.7,
             min_correlation_one_window: 0.6,
             pre_emphasis: 0.5,
             refine_screen: 0.2,

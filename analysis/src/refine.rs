@@ -298,6 +298,47 @@ impl Correlator {
     }
 }
 
+/// The normalised cross-correlation of each `piece`-sample stretch of `window` with the
+/// episode where the window starts at `at` (absolute, fractional samples), the best of the
+/// whole lags within `slack` of it, pushed onto `out`; stretches of the window with less than
+/// a tenth of its mean energy are left out (a clip's pauses). A true occurrence lines up every stretch at
+/// once; a look-alike at another pace (the same words in the same voice) only some.
+pub(crate) fn piece_scores(
+    window: &RefWindow,
+    history: &History,
+    at: f64,
+    piece: usize,
+    slack: usize,
+    out: &mut Vec<f32>,
+) {
+    let w = &window.samples;
+    // A window shorter than a piece (a clip shorter than one) is one piece.
+    let piece = piece.min(w.len());
+    if piece == 0 {
+        return;
+    }
+    let mean_energy = window.norm * window.norm / w.len() as f32 * piece as f32;
+    let base = at.round() as i64;
+    let mut seg = Vec::new();
+    for q in (0..=w.len() - piece).step_by(piece) {
+        let p = &w[q..q + piece];
+        let pe: f32 = p.iter().map(|x| x * x).sum();
+        if pe <= 0.1 * mean_energy || pe <= 0.0 {
+            continue;
+        }
+        history.segment(base + q as i64 - slack as i64, piece + 2 * slack, &mut seg);
+        let mut best = f32::MIN;
+        for s in 0..=2 * slack {
+            let e = &seg[s..s + piece];
+            let num: f32 = p.iter().zip(e).map(|(a, b)| a * b).sum();
+            let ee: f32 = e.iter().map(|x| x * x).sum();
+            let den = (pe * ee).sqrt();
+            best = best.max(if den > 1e-12 { num / den } else { 0.0 });
+        }
+        out.push(best);
+    }
+}
+
 /// The highest point of a curve: its index, and the fraction of a step (−0.5–0.5) to the top
 /// of the parabola through it and its neighbours.
 pub fn peak(curve: &[f32]) -> Option<(usize, f64)> {
@@ -395,6 +436,60 @@ mod tests {
             .refine(&windows[0], &h, 5_000, 50)
             .expect("refined");
         assert!((r.position - 5_000.5).abs() < 0.1, "{r:?}");
+    }
+
+    /// The median of `window`'s piece scores where it starts at `at` in `h`.
+    fn pieces_median(window: &RefWindow, h: &History, at: f64) -> f32 {
+        let mut scores = Vec::new();
+        piece_scores(window, h, at, 2000, 2, &mut scores);
+        assert_eq!(scores.len(), 4);
+        scores.sort_by(f32::total_cmp);
+        scores[1]
+    }
+
+    #[test]
+    fn a_window_under_noise_scores_about_as_well_in_each_piece_as_on_the_whole() {
+        let p = Params::default();
+        let clip = noise(8_000, 3);
+        // At 10_000 under noise of the same level.
+        let mut episode = noise(30_000, 4);
+        for (e, c) in episode[10_000..18_000].iter_mut().zip(&clip) {
+            *e += c;
+        }
+        let window = &choose_windows(&pre_emphasize(&clip, p.pre_emphasis), &p)[0];
+        let mut h = History::new(30_000, p.pre_emphasis);
+        h.push(&episode);
+        let whole = Correlator::new(8_000, 50)
+            .refine(window, &h, 10_000, 50)
+            .expect("refined");
+        assert!((whole.position - 10_000.0).abs() < 0.01, "{whole:?}");
+        let pieces = pieces_median(window, &h, whole.position);
+        assert!(whole.correlation > 0.6, "{whole:?}");
+        assert!(pieces > 0.9 * whole.correlation, "{pieces} {whole:?}");
+    }
+
+    #[test]
+    fn a_look_alike_that_lines_up_in_one_loud_stretch_only_fails_its_pieces() {
+        let p = Params::default();
+        // The clip's second quarter is loud; the episode has that quarter in place and other
+        // sound of the same levels around it (the same words said at another pace line up
+        // in one stretch only).
+        let mut clip = noise(8_000, 5);
+        clip[2_000..4_000].iter_mut().for_each(|x| *x *= 3.0);
+        let mut episode = noise(30_000, 6);
+        episode[12_000..14_000].copy_from_slice(&clip[2_000..4_000]);
+        let window = &choose_windows(&pre_emphasize(&clip, p.pre_emphasis), &p)[0];
+        let mut h = History::new(30_000, p.pre_emphasis);
+        h.push(&episode);
+        let whole = Correlator::new(8_000, 50)
+            .refine(window, &h, 10_000, 50)
+            .expect("refined");
+        assert!((whole.position - 10_000.0).abs() < 0.5, "{whole:?}");
+        // The whole window scores well above the bar…
+        assert!(whole.correlation > 0.5, "{whole:?}");
+        // …on one piece: the others do not line up.
+        let pieces = pieces_median(window, &h, whole.position);
+        assert!(pieces < 0.2, "{pieces} {whole:?}");
     }
 
     #[test]
