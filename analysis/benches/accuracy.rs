@@ -29,6 +29,10 @@ use analysis::resample::Resampler;
 use analysis::{Analyser, ClipInput, ClipOutcome, Params};
 use serde_json::Value;
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::write_wav;
+
 /// A reported offset within this of a true one is a hit; anything else is a false match.
 const HIT_S: f64 = 0.1;
 /// The baseline's subset: the first seconds of each of its episodes.
@@ -952,21 +956,6 @@ impl Windows {
             .map(|w| (w.hi - w.lo) * w.pairs.len() as f64)
             .sum()
     }
-}
-
-fn write_wav(path: &Path, samples: &[f32], rate: u32) {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: rate,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(path, spec).unwrap();
-    for &x in samples {
-        w.write_sample((x * 32767.0).clamp(-32768.0, 32767.0) as i16)
-            .unwrap();
-    }
-    w.finalize().unwrap();
 }
 
 /// Every placement and near miss of the MP3 episodes under speech or music, as windows.

@@ -20,13 +20,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use analysis::synth::{self, EpisodeSynth, Insertion, Speech, Voice};
 use analysis::{Analyser, ClipInput, ClipOutcome, EpisodePrint, EpisodeReport, FileSource, Params};
 use nix::sys::resource::{getrusage, UsageWho};
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::{ffmpeg, write_wav};
 
 const RATE: u32 = 44_100;
 
@@ -51,32 +54,6 @@ fn measure<T>(rounds: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
     (best, last.unwrap())
 }
 
-fn write_wav(path: &Path, samples: &[f32]) {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: RATE,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(path, spec).unwrap();
-    for &s in samples {
-        w.write_sample((s.clamp(-1.0, 1.0) * 32_767.0) as i16)
-            .unwrap();
-    }
-    w.finalize().unwrap();
-}
-
-fn ffmpeg(input: &Path, output: &Path, args: &[&str]) {
-    let status = Command::new("ffmpeg")
-        .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-i"])
-        .arg(input)
-        .args(args)
-        .arg(output)
-        .status()
-        .expect("ffmpeg");
-    assert!(status.success());
-}
-
 /// The episode in every format, the first pass's clips, and the new clip (made once).
 fn corpus(dir: &Path, minutes: f64) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput, ClipInput) {
     std::fs::create_dir_all(dir).unwrap();
@@ -94,7 +71,7 @@ fn corpus(dir: &Path, minutes: f64) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput,
     for (i, c) in clips.iter().enumerate() {
         let p = dir.join(format!("clip{i}.wav"));
         if !p.exists() {
-            write_wav(&p, c);
+            write_wav(&p, c, RATE);
         }
         paths.push(ClipInput::new(p));
     }
@@ -112,7 +89,7 @@ fn corpus(dir: &Path, minutes: f64) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput,
         let (episode, _) = EpisodeSynth::new(7, RATE, seconds, 2, arcs, insertions)
             .with_bed(8, 0.03)
             .render();
-        write_wav(&wav, &episode);
+        write_wav(&wav, &episode, RATE);
     }
     let mut episodes = Vec::new();
     for (name, args) in [
@@ -135,7 +112,11 @@ fn corpus(dir: &Path, minutes: f64) -> (Vec<PathBuf>, Vec<ClipInput>, ClipInput,
     let new = paths.pop().unwrap();
     let absent = dir.join("absent.wav");
     if !absent.exists() {
-        write_wav(&absent, &Speech::render(999, RATE, Voice::numbered(9), 6.0));
+        write_wav(
+            &absent,
+            &Speech::render(999, RATE, Voice::numbered(9), 6.0),
+            RATE,
+        );
     }
     (episodes, paths, new, ClipInput::new(absent))
 }

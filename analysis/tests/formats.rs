@@ -4,39 +4,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use analysis::synth::{self, EpisodeSynth, Insertion, Speech, Voice};
 use analysis::{Analyser, ClipInput, ClipOutcome, Error, Params};
 
+mod common;
+use common::{ffmpeg, write_wav};
+
 const RATE: u32 = 44_100;
-
-fn write_wav(path: &Path, samples: &[f32], rate: u32) {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: rate,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(path, spec).expect("create wav");
-    for &s in samples {
-        w.write_sample((s.clamp(-1.0, 1.0) * 32_767.0) as i16)
-            .expect("write sample");
-    }
-    w.finalize().expect("finalize wav");
-}
-
-fn ffmpeg(input: &Path, output: &Path, args: &[&str]) {
-    let status = Command::new("ffmpeg")
-        .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-i"])
-        .arg(input)
-        .args(args)
-        .arg(output)
-        .status()
-        .expect("ffmpeg is needed for these tests: run scripts/test.sh, or apt-get install ffmpeg");
-    assert!(status.success(), "ffmpeg failed for {}", output.display());
-}
 
 struct Fixture {
     _dir: tempfile::TempDir,

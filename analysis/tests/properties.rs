@@ -11,13 +11,14 @@
 //! (scripts/test.sh installs it).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use analysis::synth::{self, EpisodeSynth, Insertion, Speech, Voice};
 use analysis::{Analyser, ClipInput, ClipOutcome, ClipPrint, EpisodeScan, Match, Params};
 use proptest::prelude::*;
+
+mod common;
+use common::{ffmpeg, write_wav};
 
 const RATE: u32 = 16_000;
 const SECONDS: f64 = 40.0;
@@ -195,32 +196,6 @@ fn a_low_voice_at_10_db_keeps_enough_votes() {
     scan_in_memory(780, 12_262, Distortion::Noise(10.0)).unwrap();
 }
 
-fn write_wav(path: &Path, samples: &[f32]) {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: RATE,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(path, spec).expect("create wav");
-    for &s in samples {
-        w.write_sample((s.clamp(-1.0, 1.0) * 32_767.0) as i16)
-            .expect("write sample");
-    }
-    w.finalize().expect("finalize wav");
-}
-
-fn ffmpeg(input: &Path, output: &Path, args: &[&str]) {
-    let status = Command::new("ffmpeg")
-        .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-i"])
-        .arg(input)
-        .args(args)
-        .arg(output)
-        .status()
-        .expect("ffmpeg is needed for these tests: run scripts/test.sh, or apt-get install ffmpeg");
-    assert!(status.success(), "ffmpeg failed for {}", output.display());
-}
-
 /// A file extension and ffmpeg's arguments for the codec.
 type Codec = (&'static str, &'static [&'static str]);
 
@@ -281,9 +256,9 @@ fn a_re_encoded_clip_is_found_at_its_offset() {
     for (seed, offsets, distortion, (ext, codec)) in rows {
         let (clip, samples, truth) = episode(seed, &offsets, distortion);
         let clip_path = dir.path().join(format!("clip{seed}.wav"));
-        write_wav(&clip_path, &clip);
+        write_wav(&clip_path, &clip, RATE);
         let wav = dir.path().join(format!("episode{seed}.wav"));
-        write_wav(&wav, &samples);
+        write_wav(&wav, &samples, RATE);
         let encoded = wav.with_extension(ext);
         ffmpeg(&wav, &encoded, codec);
         let report = analyser

@@ -10,11 +10,13 @@ refined (min_votes=1, no screen), and the candidates within 0.64 s of the true o
 why: no cluster there ("no votes"), the wide search's best lag elsewhere, the right lag but
 refused (its votes further off than the vote agreement: "off votes"; a rival within the
 periodic margin: "periodic rival"), or accepted with fewer votes than the analyser needs
-("few votes"), or scoring under the bar ("low correlation"). Prints one line a miss, then
-the counts by cause and clip kind."""
+("few votes"), or scoring under the bar ("low correlation"), or refused by the judge of its
+pieces ("pieces"). Prints one line a miss, then the counts by cause and clip kind."""
 import os, re, subprocess, sys, collections
 bench, corpus, misses = sys.argv[1], sys.argv[2], sys.argv[3]
 extra = sys.argv[4] if len(sys.argv) > 4 else ""
+# The analyser's bars (params.rs): the score, and the judge of pieces' share of it.
+BAR, JUDGE_RATIO = 0.2, 0.7
 rx = re.compile(r"MISS (\S+) (\S+) at ([0-9.]+) s \(([+-]?\d+) dB\)")
 def num(l, k):
     m = re.search(k + r"=([-0-9.e]+)", l)
@@ -36,6 +38,9 @@ for line in sorted(set(open(misses))):  # the benchmark prints each miss once a 
             dens = float(l.split()[1]); continue
         fr = num(l, "frame")
         if fr is None: continue
+        if "judged by its pieces" in l:
+            if last is not None and last[0] == int(fr): ev[last]["pieces"] = num(l, "pieces")
+            continue
         if "periodic: refused" in l:
             if last is not None and last[0] == int(fr): ev[last]["refused"] = True
             continue
@@ -62,8 +67,10 @@ for line in sorted(set(open(misses))):  # the benchmark prints each miss once a 
         if e.get("refused"):
             c = "off votes" if abs(e["lag"]) > 320 else "periodic rival"
             d = f"best={e['best']:.3f} rival={e['rival']:.3f} gap={e['best']-e['rival']:.3f} lag={e['lag']:.0f}"
-        elif e.get("corr", 0) < 0.25:
+        elif e.get("corr", 0) < BAR:
             c, d = "low correlation", f"corr={e.get('corr',0):.3f} votes={e.get('votes')}"
+        elif e.get("pieces", 1) < JUDGE_RATIO * e.get("corr", 0):
+            c, d = "pieces", f"corr={e.get('corr',0):.3f} pieces={e['pieces']:.3f} votes={e.get('votes')}"
         elif e.get("votes", 0) < 4:
             c, d = "few votes", f"corr={e.get('corr',0):.3f} votes={e.get('votes')}"
         else:
