@@ -4,8 +4,10 @@
 //!
 //! Both signals are pre-emphasised; the clip's windows are its start (so a clip cut off by
 //! the episode's end still has one) and its most energetic other stretches (so a clip that
-//! starts in silence or under talk-over still has good ones). The best-correlated window
-//! sets the offset; its correlation is the match's score.
+//! starts in silence or under talk-over still has good ones). The matcher takes the offset
+//! where the windows agree best together, and the median window's correlation there as the
+//! match's score; thin evidence is judged again on the windows' quarter-second pieces
+//! (`piece_scores`).
 
 use std::collections::VecDeque;
 
@@ -300,9 +302,10 @@ impl Correlator {
 
 /// The normalised cross-correlation of each `piece`-sample stretch of `window` with the
 /// episode where the window starts at `at` (absolute, fractional samples), the best of the
-/// whole lags within `slack` of it, pushed onto `out`; stretches of the window with less than
-/// a tenth of its mean energy are left out (a clip's pauses). A true occurrence lines up every stretch at
-/// once; a look-alike at another pace (the same words in the same voice) only some.
+/// whole lags within `slack` of it, pushed onto `out`; stretches with less than a tenth of the
+/// window's mean energy are left out (a clip's pauses). A true occurrence lines up every
+/// stretch at once; a look-alike at another pace (the same words in the same voice) only
+/// some.
 pub(crate) fn piece_scores(
     window: &RefWindow,
     history: &History,
@@ -323,7 +326,7 @@ pub(crate) fn piece_scores(
     for q in (0..=w.len() - piece).step_by(piece) {
         let p = &w[q..q + piece];
         let pe: f32 = p.iter().map(|x| x * x).sum();
-        if pe <= 0.1 * mean_energy || pe <= 0.0 {
+        if pe <= 0.1 * mean_energy {
             continue;
         }
         history.segment(base + q as i64 - slack as i64, piece + 2 * slack, &mut seg);
