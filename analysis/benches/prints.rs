@@ -17,6 +17,10 @@
 //! `--corpus DIR` (`scripts/make-analysis-corpus.sh`'s output) measures its MP3 64k, AAC 96k,
 //! Ogg q2 and FLAC episodes instead, the first pass against its clips but the last two, the
 //! new clip the last, the `abs` one the one before (sorted by name).
+//!
+//! `ACCURACY_PARAMS=name=value,…` changes the analyser's parameters as in the accuracy
+//! benchmark (`benches/shared/tuned.rs`), so that a value's cost from prints is measured
+//! without a rebuild.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
@@ -24,12 +28,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use analysis::synth::{self, EpisodeSynth, Insertion, Speech, Voice};
-use analysis::{Analyser, ClipInput, ClipOutcome, EpisodePrint, EpisodeReport, FileSource, Params};
+use analysis::{Analyser, ClipInput, ClipOutcome, EpisodePrint, EpisodeReport, FileSource};
 use nix::sys::resource::{getrusage, UsageWho};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "shared/tuned.rs"]
+mod tuned;
 use common::{ffmpeg, write_wav};
+use tuned::tuned;
 
 const RATE: u32 = 44_100;
 
@@ -249,7 +256,7 @@ fn main() {
                 .find(|e| e.to_string_lossy().contains(&name))
                 .unwrap()
         });
-        let analyser = Analyser::new(Params::default());
+        let analyser = Analyser::new(tuned());
         let (_, print) = analyser
             .analyse_printing(episode, &first_clips, String::new(), &mut |_| {})
             .unwrap();
@@ -290,7 +297,7 @@ fn main() {
     }
     for episode in &episodes {
         // One analyser per measurement, so that the clips' fingerprints are cached alike.
-        let analyser = Analyser::new(Params::default());
+        let analyser = Analyser::new(tuned());
         analyser.analyse(episode, &first_clips).unwrap();
         let (plain_cpu, plain) =
             measure(rounds, || analyser.analyse(episode, &first_clips).unwrap());

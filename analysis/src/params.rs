@@ -133,7 +133,10 @@ pub struct Params {
     /// (2026-11-26, periodic margin 0.01): 3 votes found 365 of 640 where 4 found 359, for
     /// 1.4× the benchmark's time; 2 votes only for clips with fewer than 200 landmarks a
     /// second of their own found 363, and answered a look-alike of a voice tag (the same
-    /// words in the same voice, score 0.36, 2 votes) in 9 old-class episode files.
+    /// words in the same voice, score 0.36, 2 votes) in 9 old-class episode files. With the
+    /// judge of pieces (2026-11-27): 3 votes found 400 of 640 where 4 found 394, no false
+    /// match, but a spoken clip's pass from a print (absent from the episode) met 28 chance
+    /// candidates where 4 votes meet 8, each decoding about a second of audio: 2.9× its CPU.
     pub min_votes: u32,
     /// Peak coincidences, a second source of candidates beside the landmarks' votes: each
     /// of the episode's peaks that falls within ± [`Params::peak_hit_bins`] bins of one of a
