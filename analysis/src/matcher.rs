@@ -795,7 +795,9 @@ impl EpisodeScan {
         };
         // One window is thin evidence (a clip cut off early by the episode's end): it must
         // look more alike.
-        let bar = self.params.score_bar(scores.len(), cluster.weak);
+        let bar = self
+            .params
+            .score_bar(scores.len(), cluster.weak, cluster.best_votes);
         tracing::debug!(
             clip = c,
             speed = variant.speed,

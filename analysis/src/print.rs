@@ -77,13 +77,22 @@ pub fn params_version(params: &Params) -> u64 {
         peak_hit_fraction: 0.0,
         peak_hit_bins: 0,
         min_correlation_weak: 0.0,
+        weak_votes: 0,
         min_correlation: 0.0,
+        judge_piece: 0,
+        judge_ratio: 0.0,
         min_correlation_one_window: 0.0,
         pre_emphasis: 0.0,
+        refine_screen: 0.0,
         refine_windows: 0,
         refine_window: 0,
         refine_search: 0,
+        periodic_search: 0,
         vote_agreement: 0,
+        periodic_margin: 0.0,
+        periodic_lobe: 0,
+        clip_peaks_per_window: 0,
+        clip_fanout: 0,
         max_clip_seconds: 0.0,
         cache_bytes: 0,
         ..params.clone()
@@ -784,6 +793,10 @@ mod tests {
         let refine_only = Params {
             min_correlation: 0.4,
             fanout: 5,
+            weak_votes: 3,
+            judge_ratio: 0.5,
+            periodic_margin: 0.02,
+            clip_peaks_per_window: 80,
             ..Params::default()
         };
         assert!(EpisodePrint::from_bytes(&bytes, &refine_only).is_ok());

@@ -409,7 +409,7 @@ impl<'a> Refiner<'a> {
         if inside.is_empty() {
             return Ok(true);
         }
-        let bar = self.params.score_bar(inside.len(), c.weak);
+        let bar = self.params.score_bar(inside.len(), c.weak, c.votes);
         let enough = (inside.len() - 1) / 2 + 1;
         let mut low = 0;
         for (k, &i) in inside.iter().enumerate() {

@@ -38,6 +38,7 @@ pub(crate) fn tuned() -> Params {
             "peak_hit_fraction" => p.peak_hit_fraction = f() as f32,
             "peak_hit_bins" => p.peak_hit_bins = f() as u16,
             "min_correlation_weak" => p.min_correlation_weak = f() as f32,
+            "weak_votes" => p.weak_votes = f() as u32,
             "judge_piece" => p.judge_piece = f() as usize,
             "judge_ratio" => p.judge_ratio = f() as f32,
             _ => panic!("ACCURACY_PARAMS: no parameter {k} here"),
