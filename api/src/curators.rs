@@ -12,10 +12,10 @@ use axum::Json;
 use serde::Serialize;
 
 use crate::auth::Caller;
-use crate::gateway::Gateway;
-use crate::lines::{self, HasMedia};
 #[allow(unused_imports)]
-use crate::openapi::ErrorAnswer;
+use crate::error::ErrorAnswer;
+use crate::lines::{self, HasMedia};
+use crate::state::{Gateway, SendTo};
 use crate::ApiError;
 
 /// 202's body: how many messages are on the queue.
@@ -46,8 +46,7 @@ pub(crate) async fn episodes(
     Extension(caller): Extension<Caller>,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
-    let queue = gateway.queues.curated_episodes.clone();
-    curate::<EpisodeInfo>(&gateway, &caller, 0, &queue, body).await
+    curate::<EpisodeInfo>(&gateway, &caller, SendTo::CuratedEpisodes, body).await
 }
 
 #[utoipa::path(
@@ -71,28 +70,22 @@ pub(crate) async fn clips(
     Extension(caller): Extension<Caller>,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
-    let queue = gateway.queues.curated_clips.clone();
-    curate::<ClipInfo>(&gateway, &caller, 1, &queue, body).await
+    curate::<ClipInfo>(&gateway, &caller, SendTo::CuratedClips, body).await
 }
 
 async fn curate<M: Message + HasMedia>(
     gateway: &Gateway,
     caller: &Caller,
-    sender: usize,
-    queue: &str,
+    to: SendTo,
     body: Body,
 ) -> Result<(StatusCode, Json<Accepted>), ApiError> {
     let body = lines::read(body, gateway.limits.max_body_bytes).await?;
-    let lines = lines::split(&body)?;
+    let lines = lines::split(&body, gateway.limits.max_lines)?;
     lines::decode_all::<M>(&lines, lines::http_media)?;
     // The lines as the curator wrote them (fields this version does not know kept).
     let bodies: Vec<Vec<u8>> = lines.iter().map(|l| l.bytes.to_vec()).collect();
     let accepted = bodies.len();
-    gateway
-        .sender(sender, queue)
-        .await?
-        .send_batch(bodies)
-        .await?;
-    tracing::info!(token = %caller.name, queue, accepted, "curated messages sent");
+    gateway.sender(to).await?.send_batch(bodies).await?;
+    tracing::info!(token = %caller.name, ?to, accepted, "curated messages sent");
     Ok((StatusCode::ACCEPTED, Json(Accepted { accepted })))
 }

@@ -28,18 +28,31 @@ pub enum ApiError {
         /// The scope the request needs.
         needed: datastore::TokenScope,
     },
-    /// Too many failed attempts from this address, or requests with this token: 429.
-    #[error("too many requests: try again in a moment")]
-    TooManyRequests,
+    /// Too many failed attempts with this credential, or requests with this token: 429, with
+    /// `Retry-After`.
+    #[error("too many requests: try again in {retry_after} s")]
+    TooManyRequests {
+        /// Seconds until a request may succeed again.
+        retry_after: u64,
+    },
     /// A body that is not JSON (lines): 400.
     #[error("{0}")]
     BadRequest(String),
     /// The body is over the limit: 413.
     #[error("the body is over the limit of {0} bytes")]
     TooLarge(usize),
-    /// Lines that break the archivists' rules: 422, nothing of the request done.
-    #[error("{} line(s) refused", .0.len())]
-    Invalid(Vec<LineError>),
+    /// The body holds more lines than one request may: 413.
+    #[error("the body holds more than {0} lines")]
+    TooManyLines(usize),
+    /// Lines that break the archivists' rules: 422, nothing of the request done. At most
+    /// [`MAX_LISTED`] are listed; `refused` counts them all.
+    #[error("{}", invalid_summary(*.refused, .errors.len()))]
+    Invalid {
+        /// The first refused lines.
+        errors: Vec<LineError>,
+        /// How many lines were refused in all.
+        refused: usize,
+    },
     /// The receipt is unknown, expired, or no longer holds its item: 409.
     #[error("{0}")]
     Conflict(String),
@@ -60,16 +73,38 @@ pub enum ApiError {
     Tls(String),
 }
 
+/// The most refused lines a 422 lists.
+pub const MAX_LISTED: usize = 100;
+
+fn invalid_summary(refused: usize, listed: usize) -> String {
+    if listed < refused {
+        format!("{refused} lines refused; the first {listed} are listed")
+    } else if refused == 1 {
+        "1 line refused".into()
+    } else {
+        format!("{refused} lines refused")
+    }
+}
+
+/// An error's body: what went wrong, and for 422 each refused line.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorAnswer {
+    /// What went wrong, in words.
+    pub(crate) error: String,
+    /// 422 only: each refused line (the first 100), with its number (from 1) and reason.
+    pub(crate) errors: Option<Vec<LineError>>,
+}
+
 impl ApiError {
     /// The status code the API answers this with.
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
-            ApiError::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::BadRequest(_) | ApiError::Usage(_) => StatusCode::BAD_REQUEST,
-            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::TooLarge(_) | ApiError::TooManyLines(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::DataStore(e) if !e.is_retryable() => StatusCode::INTERNAL_SERVER_ERROR,
@@ -103,10 +138,16 @@ impl IntoResponse for ApiError {
             other => other.to_string(),
         };
         let errors = match &self {
-            ApiError::Invalid(lines) => Some(lines.as_slice()),
+            ApiError::Invalid { errors, .. } => Some(errors.as_slice()),
             _ => None,
         };
         let mut response = (status, Json(ErrorBody { error, errors })).into_response();
+        if let ApiError::TooManyRequests { retry_after } = &self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(*retry_after),
+            );
+        }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,

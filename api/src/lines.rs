@@ -27,14 +27,18 @@ pub(crate) struct Line<'a> {
     pub(crate) bytes: &'a [u8],
 }
 
-/// The non-blank lines of `body`: 400 naming the first line that is not JSON, or when there
-/// is no line at all.
-pub(crate) fn split(body: &[u8]) -> Result<Vec<Line<'_>>, ApiError> {
+/// The non-blank lines of `body`, at most `max`: 400 naming the first line that is not
+/// JSON, or when there is no line at all; 413 past `max` lines (counted before anything is
+/// decoded, so that a body of millions of tiny lines costs no more than its bytes).
+pub(crate) fn split(body: &[u8], max: usize) -> Result<Vec<Line<'_>>, ApiError> {
     let mut lines = Vec::new();
     for (i, line) in body.split(|&b| b == b'\n').enumerate() {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
+        }
+        if lines.len() >= max {
+            return Err(ApiError::TooManyLines(max));
         }
         if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(line) {
             return Err(ApiError::BadRequest(format!(
@@ -80,32 +84,38 @@ pub(crate) fn is_http(uri: &str) -> bool {
         || (lower.starts_with("https://") && uri.len() > 8)
 }
 
-/// Decodes every line as `M` with [`messages::decode`]; 422 with every bad line's reason.
+/// Decodes every line as `M` with [`messages::decode`]; 422 with the bad lines' reasons (the
+/// first [`MAX_LISTED`](crate::error::MAX_LISTED) listed, all counted).
 pub(crate) fn decode_all<M: Message>(
     lines: &[Line<'_>],
     also: impl Fn(&M) -> Result<(), String>,
 ) -> Result<Vec<M>, ApiError> {
     let mut errors = Vec::new();
+    let mut refused = 0;
     let mut decoded = Vec::with_capacity(lines.len());
     for line in lines {
-        match messages::decode::<M>(line.bytes) {
+        let reason = match messages::decode::<M>(line.bytes) {
             Ok(message) => match also(&message) {
-                Ok(()) => decoded.push(message),
-                Err(reason) => errors.push(LineError {
-                    line: line.number,
-                    reason,
-                }),
+                Ok(()) => {
+                    decoded.push(message);
+                    continue;
+                }
+                Err(reason) => reason,
             },
-            Err(e) => errors.push(LineError {
+            Err(e) => e.to_string(),
+        };
+        refused += 1;
+        if errors.len() < crate::error::MAX_LISTED {
+            errors.push(LineError {
                 line: line.number,
-                reason: e.to_string(),
-            }),
+                reason,
+            });
         }
     }
-    if errors.is_empty() {
+    if refused == 0 {
         Ok(decoded)
     } else {
-        Err(ApiError::Invalid(errors))
+        Err(ApiError::Invalid { errors, refused })
     }
 }
 
@@ -137,11 +147,31 @@ mod tests {
 
     #[test]
     fn lines_are_numbered_and_blank_ones_skipped() {
-        let lines = split(b"{}\n\n  \r\n{\"a\":1}\r\n").ok().unwrap_or_default();
+        let lines = split(b"{}\n\n  \r\n{\"a\":1}\r\n", 10)
+            .ok()
+            .unwrap_or_default();
         let numbers: Vec<_> = lines.iter().map(|l| l.number).collect();
         assert_eq!(numbers, [1, 4]);
-        let err = split(b"{}\nnope\n").err().map(|e| e.to_string());
+        let err = split(b"{}\nnope\n", 10).err().map(|e| e.to_string());
         assert!(err.is_some_and(|e| e.starts_with("line 2: not JSON")));
-        assert!(split(b"\n \n").is_err());
+        assert!(split(b"\n \n", 10).is_err());
+    }
+
+    #[test]
+    fn lines_are_counted_before_they_are_decoded_and_refusals_listed_within_bounds() {
+        let body = "{}\n".repeat(1000);
+        assert!(matches!(
+            split(body.as_bytes(), 999),
+            Err(ApiError::TooManyLines(999))
+        ));
+        let lines = split(body.as_bytes(), 1000).unwrap_or_default();
+        assert_eq!(lines.len(), 1000);
+        match decode_all::<messages::EpisodeInfo>(&lines, |_| Ok(())) {
+            Err(ApiError::Invalid { errors, refused }) => {
+                assert_eq!(refused, 1000);
+                assert_eq!(errors.len(), crate::error::MAX_LISTED);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

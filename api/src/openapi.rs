@@ -5,16 +5,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::error::LineError;
-
-/// An error's body: what went wrong, and for 422 each refused line.
-#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub(crate) struct ErrorAnswer {
-    /// What went wrong, in words.
-    pub(crate) error: String,
-    /// 422 only: each refused line, with its number (from 1) and reason.
-    pub(crate) errors: Option<Vec<LineError>>,
-}
+use crate::error::{ErrorAnswer, LineError};
 
 /// The API's OpenAPI document.
 #[derive(OpenApi)]

@@ -11,9 +11,9 @@ use chrono::{DateTime, Utc};
 use datastore::{MatchFilter, Status};
 use serde::{Deserialize, Serialize};
 
-use crate::gateway::Gateway;
 #[allow(unused_imports)]
-use crate::openapi::ErrorAnswer;
+use crate::error::ErrorAnswer;
+use crate::state::Gateway;
 use crate::ApiError;
 
 /// The most matches one request lists (`limit` asks for fewer).

@@ -35,12 +35,14 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     out
 }
 
-/// Makes a token named `name` (a random name when `None`) with `scope`, stores its hash,
-/// and returns the name and the token: the only time the token exists outside its holder.
+/// Makes a token named `name` (a random name when `None`) with `scope`, counting as at most
+/// `max_researchers` researchers (at least 1), stores its hash, and returns the name and the
+/// token: the only time the token exists outside its holder.
 pub async fn issue(
     access: &dyn ApiAccess,
     name: Option<String>,
     scope: TokenScope,
+    max_researchers: u32,
     now: DateTime<Utc>,
 ) -> Result<(String, String), ApiError> {
     let name = match name {
@@ -54,6 +56,7 @@ pub async fn issue(
             scope,
             hash: hash(&token),
             created: now,
+            max_researchers: max_researchers.max(1),
         })
         .await?;
     Ok((name, token))

@@ -59,6 +59,7 @@ async fn token(w: &World, scope: TokenScope) -> String {
         w.store.api_access().unwrap(),
         None,
         scope,
+        datastore::DEFAULT_MAX_RESEARCHERS,
         chrono::Utc::now(),
     )
     .await

@@ -87,6 +87,7 @@ async fn receipts_are_sqs_handles_and_outlive_the_gateway() {
         store.api_access().unwrap(),
         None,
         TokenScope::Researcher,
+        datastore::DEFAULT_MAX_RESEARCHERS,
         chrono::Utc::now(),
     )
     .await

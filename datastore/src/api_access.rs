@@ -69,7 +69,14 @@ pub struct NewToken {
     pub hash: String,
     /// When it was made.
     pub created: DateTime<Utc>,
+    /// The most researchers it counts as for the work-assignment rule, however many it names
+    /// (see [`DEFAULT_MAX_RESEARCHERS`]).
+    pub max_researchers: u32,
 }
+
+/// The most researchers one token counts as, unless its operator says otherwise (`token create
+/// --max-researchers N`): a volunteer's machine running a few researchers at once.
+pub const DEFAULT_MAX_RESEARCHERS: u32 = 8;
 
 /// A stored token as listed: never the token, never its hash.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -83,6 +90,27 @@ pub struct TokenInfo {
     /// When a request last carried it (kept to the minute: see
     /// [`ApiAccess::use_token`]); `None` if never.
     pub last_used: Option<DateTime<Utc>>,
+    /// The most researchers it counts as (see [`NewToken::max_researchers`]).
+    pub max_researchers: u32,
+}
+
+/// A work item a researcher holds through the API, as the gateway keeps it so that it outlives
+/// the gateway's process: who holds it, how to settle it on the bus, and what it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldItem {
+    /// The SHA-256 of the receipt the researcher was given (lowercase hex): the receipt itself
+    /// is never stored, like a token.
+    pub receipt_hash: String,
+    /// The name of the token that took it.
+    pub token: String,
+    /// The bus's own durable receipt, where the bus has one; `None` for a delivery the
+    /// gateway holds in memory.
+    pub bus_receipt: Option<String>,
+    /// What the item names (its lease, episode and clips), in the gateway's own form: results
+    /// sent with the receipt are checked against it.
+    pub item: String,
+    /// When it was taken or last extended.
+    pub seen_at: DateTime<Utc>,
 }
 
 /// How long a presence counts after it was last written, by default: a remote researcher that
@@ -132,9 +160,14 @@ pub trait ApiAccess: Send + Sync {
     /// Every stored token, by name.
     async fn tokens(&self) -> Result<Vec<TokenInfo>>;
 
-    /// Deletes the token named `name`: a request carrying it is refused from then on. `false`
-    /// when there is none.
+    /// Revokes the token named `name`: a request carrying it is refused from then on, and it
+    /// is no longer listed; its name stays known to [`revoked_token`](Self::revoked_token)
+    /// (for the logs) until a new token takes the name. `false` when there is no such token
+    /// in force.
     async fn revoke_token(&self, name: &str) -> Result<bool>;
+
+    /// The name of the revoked token whose hash is `hash`, if there is one.
+    async fn revoked_token(&self, hash: &str) -> Result<Option<String>>;
 
     /// The token whose hash is `hash`, if one is stored; its `last_used` becomes `now` when it
     /// was older than a minute (so that a busy token costs one write a minute, not one per
@@ -158,4 +191,20 @@ pub trait ApiAccess: Send + Sync {
 
     /// Forgets everyone last seen before `before`; returns how many.
     async fn forget_presence(&self, before: DateTime<Utc>) -> Result<u64>;
+
+    /// Keeps `held` (replacing one with the same receipt hash).
+    async fn hold_item(&self, held: &HeldItem) -> Result<()>;
+
+    /// The item held by the receipt whose hash is `receipt_hash`, if any.
+    async fn held_item(&self, receipt_hash: &str) -> Result<Option<HeldItem>>;
+
+    /// Forgets the item held by `receipt_hash`; `false` when none was.
+    async fn drop_held(&self, receipt_hash: &str) -> Result<bool>;
+
+    /// Every item the token named `token` holds, oldest first.
+    async fn held_by(&self, token: &str) -> Result<Vec<HeldItem>>;
+
+    /// Forgets every item last seen (taken or extended) before `before`: their visibility has
+    /// long run out. Returns how many.
+    async fn forget_held(&self, before: DateTime<Utc>) -> Result<u64>;
 }

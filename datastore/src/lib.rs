@@ -108,7 +108,8 @@ pub mod testing;
 pub mod testing_pg;
 
 pub use api_access::{
-    ApiAccess, NewToken, Presence, PresenceKind, TokenInfo, TokenScope, PRESENCE_WINDOW,
+    ApiAccess, HeldItem, NewToken, Presence, PresenceKind, TokenInfo, TokenScope,
+    DEFAULT_MAX_RESEARCHERS, PRESENCE_WINDOW,
 };
 pub use browse::{
     search_words, Browse, ClipPage, ClipSummary, EpisodePage, EpisodeSummary, FailedPair,

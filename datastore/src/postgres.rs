@@ -46,7 +46,9 @@ use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{ColumnIndex, FromRow, Postgres, QueryBuilder, Row, Transaction};
 use uuid::Uuid;
 
-use crate::api_access::{ApiAccess, NewToken, Presence, PresenceKind, TokenInfo, TokenScope};
+use crate::api_access::{
+    ApiAccess, HeldItem, NewToken, Presence, PresenceKind, TokenInfo, TokenScope,
+};
 use crate::browse::{count, Browse};
 use crate::sql::{self, Curated, Dialect, StoreRow, Which};
 use crate::store::{EncodeCompletion, EncodeWorkItem};
@@ -2134,9 +2136,10 @@ impl Browse for PgDataStore {
     }
 }
 
-/// A token row: name, scope, created, last used.
+/// A token row: name, scope, created, last used, most researchers.
 fn token_info(row: &PgRow) -> Result<TokenInfo> {
     let scope: String = row.try_get(1)?;
+    let max_researchers: i32 = row.try_get(4)?;
     Ok(TokenInfo {
         name: row.try_get(0)?,
         scope: scope.parse::<TokenScope>().map_err(|e| {
@@ -2144,42 +2147,70 @@ fn token_info(row: &PgRow) -> Result<TokenInfo> {
         })?,
         created: row.try_get(2)?,
         last_used: row.try_get(3)?,
+        max_researchers: u32::try_from(max_researchers).map_err(|e| {
+            DataStoreError::Database(sqlx::Error::Decode(
+                format!("api_tokens.max_researchers: {e}").into(),
+            ))
+        })?,
     })
 }
+
+/// A held item's row: receipt hash, token, bus receipt, item, taken.
+fn held_item(row: &PgRow) -> Result<HeldItem> {
+    Ok(HeldItem {
+        receipt_hash: row.try_get(0)?,
+        token: row.try_get(1)?,
+        bus_receipt: row.try_get(2)?,
+        item: row.try_get(3)?,
+        seen_at: row.try_get(4)?,
+    })
+}
+
+const TOKEN_COLUMNS: &str = "name, scope, created_at, last_used_at, max_researchers";
+const HELD_COLUMNS: &str = "receipt_hash, token_name, bus_receipt, item, seen_at";
 
 #[async_trait]
 impl ApiAccess for PgDataStore {
     async fn create_token(&self, token: &NewToken) -> Result<()> {
         retrying("create_token", Replay::Unsafe, || async {
+            let mut tx = self.pool.begin().await?;
+            // A revoked token's name may be taken again: the revoked row goes.
+            sqlx::query("DELETE FROM api_tokens WHERE name = $1 AND revoked_at IS NOT NULL")
+                .bind(&token.name)
+                .execute(&mut *tx)
+                .await?;
             let inserted = sqlx::query(
-                "INSERT INTO api_tokens (name, scope, token_hash, created_at) \
-                 VALUES ($1, $2, $3, $4)",
+                "INSERT INTO api_tokens (name, scope, token_hash, created_at, max_researchers) \
+                 VALUES ($1, $2, $3, $4, $5)",
             )
             .bind(&token.name)
             .bind(token.scope.as_str())
             .bind(&token.hash)
             .bind(token.created)
-            .execute(&self.pool)
+            .bind(i32::try_from(token.max_researchers).unwrap_or(i32::MAX))
+            .execute(&mut *tx)
             .await;
             match inserted {
-                Ok(_) => Ok(()),
+                Ok(_) => {}
                 Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
-                    Err(Failure::Before(DataStoreError::Conflict(format!(
+                    return Err(Failure::Before(DataStoreError::Conflict(format!(
                         "a token named {:?} exists already",
                         token.name
                     ))))
                 }
-                Err(e) => Err(e.into()),
+                Err(e) => return Err(e.into()),
             }
+            commit(tx).await?;
+            Ok(())
         })
         .await
     }
 
     async fn tokens(&self) -> Result<Vec<TokenInfo>> {
         retrying("tokens", Replay::Harmless, || async {
-            let rows = sqlx::query(
-                "SELECT name, scope, created_at, last_used_at FROM api_tokens ORDER BY name",
-            )
+            let rows = sqlx::query(&format!(
+                "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE revoked_at IS NULL ORDER BY name"
+            ))
             .fetch_all(&self.pool)
             .await?;
             rows.iter()
@@ -2192,22 +2223,36 @@ impl ApiAccess for PgDataStore {
 
     async fn revoke_token(&self, name: &str) -> Result<bool> {
         retrying("revoke_token", Replay::Harmless, || async {
-            let gone = sqlx::query("DELETE FROM api_tokens WHERE name = $1")
-                .bind(name)
-                .execute(&self.pool)
-                .await?
-                .rows_affected();
+            let gone = sqlx::query(
+                "UPDATE api_tokens SET revoked_at = now() WHERE name = $1 AND revoked_at IS NULL",
+            )
+            .bind(name)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
             Ok(gone > 0)
+        })
+        .await
+    }
+
+    async fn revoked_token(&self, hash: &str) -> Result<Option<String>> {
+        retrying("revoked_token", Replay::Harmless, || async {
+            Ok(sqlx::query_scalar(
+                "SELECT name FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NOT NULL",
+            )
+            .bind(hash)
+            .fetch_optional(&self.pool)
+            .await?)
         })
         .await
     }
 
     async fn use_token(&self, hash: &str, now: DateTime<Utc>) -> Result<Option<TokenInfo>> {
         retrying("use_token", Replay::Harmless, || async {
-            let row = sqlx::query(
-                "SELECT name, scope, created_at, last_used_at FROM api_tokens \
-                 WHERE token_hash = $1",
-            )
+            let row = sqlx::query(&format!(
+                "SELECT {TOKEN_COLUMNS} FROM api_tokens \
+                 WHERE token_hash = $1 AND revoked_at IS NULL"
+            ))
             .bind(hash)
             .fetch_optional(&self.pool)
             .await?;
@@ -2288,6 +2333,82 @@ impl ApiAccess for PgDataStore {
     async fn forget_presence(&self, before: DateTime<Utc>) -> Result<u64> {
         retrying("forget_presence", Replay::Harmless, || async {
             Ok(sqlx::query("DELETE FROM api_presence WHERE seen_at < $1")
+                .bind(before)
+                .execute(&self.pool)
+                .await?
+                .rows_affected())
+        })
+        .await
+    }
+
+    async fn hold_item(&self, held: &HeldItem) -> Result<()> {
+        retrying("hold_item", Replay::Harmless, || async {
+            sqlx::query(&format!(
+                "INSERT INTO api_held_items ({HELD_COLUMNS}) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (receipt_hash) DO UPDATE SET token_name = excluded.token_name, \
+                 bus_receipt = excluded.bus_receipt, item = excluded.item, \
+                 seen_at = excluded.seen_at"
+            ))
+            .bind(&held.receipt_hash)
+            .bind(&held.token)
+            .bind(&held.bus_receipt)
+            .bind(&held.item)
+            .bind(held.seen_at)
+            .execute(&self.pool)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn held_item(&self, receipt_hash: &str) -> Result<Option<HeldItem>> {
+        retrying("held_item", Replay::Harmless, || async {
+            let row = sqlx::query(&format!(
+                "SELECT {HELD_COLUMNS} FROM api_held_items WHERE receipt_hash = $1"
+            ))
+            .bind(receipt_hash)
+            .fetch_optional(&self.pool)
+            .await?;
+            row.as_ref()
+                .map(held_item)
+                .transpose()
+                .map_err(Failure::Before)
+        })
+        .await
+    }
+
+    async fn drop_held(&self, receipt_hash: &str) -> Result<bool> {
+        retrying("drop_held", Replay::Harmless, || async {
+            let gone = sqlx::query("DELETE FROM api_held_items WHERE receipt_hash = $1")
+                .bind(receipt_hash)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            Ok(gone > 0)
+        })
+        .await
+    }
+
+    async fn held_by(&self, token: &str) -> Result<Vec<HeldItem>> {
+        retrying("held_by", Replay::Harmless, || async {
+            let rows = sqlx::query(&format!(
+                "SELECT {HELD_COLUMNS} FROM api_held_items WHERE token_name = $1 \
+                 ORDER BY seen_at, receipt_hash"
+            ))
+            .bind(token)
+            .fetch_all(&self.pool)
+            .await?;
+            rows.iter()
+                .map(held_item)
+                .collect::<Result<Vec<_>>>()
+                .map_err(Failure::Before)
+        })
+        .await
+    }
+
+    async fn forget_held(&self, before: DateTime<Utc>) -> Result<u64> {
+        retrying("forget_held", Replay::Harmless, || async {
+            Ok(sqlx::query("DELETE FROM api_held_items WHERE seen_at < $1")
                 .bind(before)
                 .execute(&self.pool)
                 .await?

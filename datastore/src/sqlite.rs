@@ -39,7 +39,9 @@ use sqlx::{ColumnIndex, QueryBuilder, Row, Sqlite, Transaction};
 use tokio::sync::OwnedMutexGuard;
 use uuid::Uuid;
 
-use crate::api_access::{ApiAccess, NewToken, Presence, PresenceKind, TokenInfo, TokenScope};
+use crate::api_access::{
+    ApiAccess, HeldItem, NewToken, Presence, PresenceKind, TokenInfo, TokenScope,
+};
 use crate::browse::Browse;
 use crate::sql::{self, Curated, Dialect, StoreRow, Which};
 use crate::store::{EncodeCompletion, EncodeWorkItem};
@@ -1673,10 +1675,11 @@ mod tests {
     }
 }
 
-/// A token row: name, scope, created, last used.
+/// A token row: name, scope, created, last used, most researchers.
 fn token_info(row: &SqliteRow) -> Result<TokenInfo> {
     let scope: String = row.try_get(1)?;
     let last_used: Option<i64> = row.try_get(3)?;
+    let max_researchers: i64 = row.try_get(4)?;
     Ok(TokenInfo {
         name: row.try_get(0)?,
         scope: scope
@@ -1684,20 +1687,43 @@ fn token_info(row: &SqliteRow) -> Result<TokenInfo> {
             .map_err(|e| corrupt(format!("api_tokens.scope: {e}")))?,
         created: time(row.try_get(2)?)?,
         last_used: last_used.map(time).transpose()?,
+        max_researchers: u32::try_from(max_researchers)
+            .map_err(|e| corrupt(format!("api_tokens.max_researchers: {e}")))?,
     })
 }
+
+/// A held item's row: receipt hash, token, bus receipt, item, taken.
+fn held_item(row: &SqliteRow) -> Result<HeldItem> {
+    Ok(HeldItem {
+        receipt_hash: row.try_get(0)?,
+        token: row.try_get(1)?,
+        bus_receipt: row.try_get(2)?,
+        item: row.try_get(3)?,
+        seen_at: time(row.try_get(4)?)?,
+    })
+}
+
+const TOKEN_COLUMNS: &str = "name, scope, created_at, last_used_at, max_researchers";
+const HELD_COLUMNS: &str = "receipt_hash, token_name, bus_receipt, item, seen_at";
 
 #[async_trait]
 impl ApiAccess for SqliteDataStore {
     async fn create_token(&self, token: &NewToken) -> Result<()> {
         let (mut tx, _turn) = self.begin_immediate(false).await?;
+        // A revoked token's name may be taken again: the revoked row goes.
+        sqlx::query("DELETE FROM api_tokens WHERE name = ? AND revoked_at IS NOT NULL")
+            .bind(&token.name)
+            .execute(&mut *tx)
+            .await?;
         let inserted = sqlx::query(
-            "INSERT INTO api_tokens (name, scope, token_hash, created_at) VALUES (?, ?, ?, ?)",
+            "INSERT INTO api_tokens (name, scope, token_hash, created_at, max_researchers) \
+             VALUES (?, ?, ?, ?, ?)",
         )
         .bind(&token.name)
         .bind(token.scope.as_str())
         .bind(&token.hash)
         .bind(micros(token.created))
+        .bind(i64::from(token.max_researchers))
         .execute(&mut *tx)
         .await;
         match inserted {
@@ -1715,9 +1741,9 @@ impl ApiAccess for SqliteDataStore {
     }
 
     async fn tokens(&self) -> Result<Vec<TokenInfo>> {
-        let rows = sqlx::query(
-            "SELECT name, scope, created_at, last_used_at FROM api_tokens ORDER BY name",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE revoked_at IS NULL ORDER BY name"
+        ))
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(token_info).collect()
@@ -1725,19 +1751,31 @@ impl ApiAccess for SqliteDataStore {
 
     async fn revoke_token(&self, name: &str) -> Result<bool> {
         let (mut tx, _turn) = self.begin_immediate(false).await?;
-        let gone = sqlx::query("DELETE FROM api_tokens WHERE name = ?")
-            .bind(name)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        let gone = sqlx::query(
+            "UPDATE api_tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL",
+        )
+        .bind(micros(Utc::now()))
+        .bind(name)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
         tx.commit().await?;
         Ok(gone > 0)
     }
 
-    async fn use_token(&self, hash: &str, now: DateTime<Utc>) -> Result<Option<TokenInfo>> {
-        let row = sqlx::query(
-            "SELECT name, scope, created_at, last_used_at FROM api_tokens WHERE token_hash = ?",
+    async fn revoked_token(&self, hash: &str) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT name FROM api_tokens WHERE token_hash = ? AND revoked_at IS NOT NULL",
         )
+        .bind(hash)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn use_token(&self, hash: &str, now: DateTime<Utc>) -> Result<Option<TokenInfo>> {
+        let row = sqlx::query(&format!(
+            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE token_hash = ? AND revoked_at IS NULL"
+        ))
         .bind(hash)
         .fetch_optional(&self.pool)
         .await?;
@@ -1810,6 +1848,65 @@ impl ApiAccess for SqliteDataStore {
     async fn forget_presence(&self, before: DateTime<Utc>) -> Result<u64> {
         let (mut tx, _turn) = self.begin_immediate(false).await?;
         let gone = sqlx::query("DELETE FROM api_presence WHERE seen_at < ?")
+            .bind(micros(before))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(gone)
+    }
+
+    async fn hold_item(&self, held: &HeldItem) -> Result<()> {
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        sqlx::query(&format!(
+            "INSERT OR REPLACE INTO api_held_items ({HELD_COLUMNS}) VALUES (?, ?, ?, ?, ?)"
+        ))
+        .bind(&held.receipt_hash)
+        .bind(&held.token)
+        .bind(&held.bus_receipt)
+        .bind(&held.item)
+        .bind(micros(held.seen_at))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn held_item(&self, receipt_hash: &str) -> Result<Option<HeldItem>> {
+        let row = sqlx::query(&format!(
+            "SELECT {HELD_COLUMNS} FROM api_held_items WHERE receipt_hash = ?"
+        ))
+        .bind(receipt_hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(held_item).transpose()
+    }
+
+    async fn drop_held(&self, receipt_hash: &str) -> Result<bool> {
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        let gone = sqlx::query("DELETE FROM api_held_items WHERE receipt_hash = ?")
+            .bind(receipt_hash)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(gone > 0)
+    }
+
+    async fn held_by(&self, token: &str) -> Result<Vec<HeldItem>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {HELD_COLUMNS} FROM api_held_items WHERE token_name = ? \
+             ORDER BY seen_at, receipt_hash"
+        ))
+        .bind(token)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(held_item).collect()
+    }
+
+    async fn forget_held(&self, before: DateTime<Utc>) -> Result<u64> {
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        let gone = sqlx::query("DELETE FROM api_held_items WHERE seen_at < ?")
             .bind(micros(before))
             .execute(&mut *tx)
             .await?

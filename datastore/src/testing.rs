@@ -109,6 +109,7 @@ macro_rules! datastore_conformance_tests {
             match_scores_round_trip,
             tokens_are_created_listed_used_and_revoked,
             presence_counts_who_was_seen_since,
+            held_items_are_kept_by_receipt_and_token,
         );
     };
 }
@@ -3074,6 +3075,7 @@ pub mod cases {
             scope,
             hash: hash.into(),
             created: t0(),
+            max_researchers: 3,
         };
         api.create_token(&new("alice", TokenScope::Curator, "aa"))
             .await
@@ -3090,6 +3092,7 @@ pub mod cases {
             "{taken:?}"
         );
         let listed = api.tokens().await.unwrap();
+        assert!(listed.iter().all(|t| t.max_researchers == 3));
         let names: Vec<_> = listed
             .iter()
             .map(|t| (t.name.as_str(), t.scope, t.created, t.last_used))
@@ -3138,9 +3141,14 @@ pub mod cases {
             Some(t0() + Duration::minutes(2))
         );
 
+        assert_eq!(api.revoked_token("bb").await.unwrap(), None);
         assert!(api.revoke_token("bob").await.unwrap());
         assert!(!api.revoke_token("bob").await.unwrap());
         assert_eq!(api.use_token("bb", t0()).await.unwrap(), None);
+        // Known as revoked, by name, for the logs; an unknown hash is not.
+        assert_eq!(api.revoked_token("bb").await.unwrap(), Some("bob".into()));
+        assert_eq!(api.revoked_token("zz").await.unwrap(), None);
+        assert_eq!(api.revoked_token("aa").await.unwrap(), None);
         let left: Vec<_> = api
             .tokens()
             .await
@@ -3149,6 +3157,55 @@ pub mod cases {
             .map(|t| t.name)
             .collect();
         assert_eq!(left, ["alice"]);
+        // The name may be taken again; the revoked token stays refused.
+        api.create_token(&new("bob", TokenScope::Reader, "b2"))
+            .await
+            .unwrap();
+        assert_eq!(api.use_token("bb", t0()).await.unwrap(), None);
+        assert_eq!(
+            api.use_token("b2", t0()).await.unwrap().map(|t| t.scope),
+            Some(TokenScope::Reader)
+        );
+    }
+
+    /// Held items: kept by receipt hash, found by it and by token, dropped, forgotten when old.
+    pub async fn held_items_are_kept_by_receipt_and_token(store: Arc<dyn DataStore>) {
+        use crate::HeldItem;
+        let api = api(&*store);
+        let held = |receipt: &str, token: &str, bus: Option<&str>, at| HeldItem {
+            receipt_hash: receipt.into(),
+            token: token.into(),
+            bus_receipt: bus.map(Into::into),
+            item: format!("{{\"receipt\":\"{receipt}\"}}"),
+            seen_at: at,
+        };
+        assert_eq!(api.held_item("r1").await.unwrap(), None);
+        let r1 = held("r1", "alice", Some("7.abc"), t0());
+        let r2 = held("r2", "alice", None, t0() + Duration::seconds(1));
+        let r3 = held("r3", "bob", Some("8.def"), t0() + Duration::minutes(5));
+        for h in [&r2, &r1, &r3] {
+            api.hold_item(h).await.unwrap();
+        }
+        assert_eq!(api.held_item("r1").await.unwrap(), Some(r1.clone()));
+        assert_eq!(api.held_item("r2").await.unwrap(), Some(r2.clone()));
+        assert_eq!(
+            api.held_by("alice").await.unwrap(),
+            [r1.clone(), r2.clone()]
+        );
+        assert_eq!(api.held_by("carol").await.unwrap(), []);
+        // Kept again under the same receipt: replaced.
+        let r1b = held("r1", "alice", Some("7.xyz"), t0() + Duration::seconds(2));
+        api.hold_item(&r1b).await.unwrap();
+        assert_eq!(api.held_item("r1").await.unwrap(), Some(r1b.clone()));
+        assert!(api.drop_held("r2").await.unwrap());
+        assert!(!api.drop_held("r2").await.unwrap());
+        assert_eq!(api.held_by("alice").await.unwrap(), [r1b]);
+        assert_eq!(
+            api.forget_held(t0() + Duration::minutes(1)).await.unwrap(),
+            1
+        );
+        assert_eq!(api.held_item("r1").await.unwrap(), None);
+        assert_eq!(api.held_by("bob").await.unwrap(), [r3]);
     }
 
     /// Presence: researchers and gateways' receivers seen since a moment, touched again,

@@ -44,8 +44,9 @@ pub(crate) struct ServeArgs {
     /// cross the network readable: only behind a TLS-terminating proxy on a trusted network)
     #[arg(long, requires = "api")]
     pub(crate) insecure_http: bool,
-    /// With --api: take the client's address from X-Forwarded-For (behind a reverse proxy
-    /// only: anyone else can write that header)
+    /// With --api: take the client's address from X-Forwarded-For, the right-most entry that
+    /// is not a trusted proxy's (this connection's peer, loopback): behind a reverse proxy
+    /// that appends to the header, as nginx's $proxy_add_x_forwarded_for does
     #[arg(long, requires = "api")]
     pub(crate) trust_proxy: bool,
     /// With --api: serve HTTPS with this certificate chain (PEM), read again on SIGHUP
@@ -54,9 +55,10 @@ pub(crate) struct ServeArgs {
     /// With --api: the certificate's private key (PEM), read again on SIGHUP
     #[arg(long, env = "ARCHIVIST_TLS_KEY", requires_all = ["api", "tls_cert"])]
     pub(crate) tls_key: Option<std::path::PathBuf>,
-    /// With --api: the most connections the API holds at once (long polls and keep-alive
-    /// clients), and the most long polls; 64 more are kept for the pages, /metrics and the
-    /// health checks, so that they answer however the API is flooded
+    /// With --api: the most API requests answered at once (long polls included; seven in
+    /// eight of them may be long polls); 64 more connections are kept for the pages, /metrics
+    /// and the health checks, so that they answer however the API is flooded, and idle
+    /// connections are closed to make room for new ones
     #[arg(
         long,
         env = "ARCHIVIST_API_MAX_CONNECTIONS",
@@ -223,9 +225,10 @@ async fn run_api(
     let limits = api::Limits {
         trust_proxy: args.trust_proxy,
         presence_window: config.presence_window,
+        // Room is left for the requests of researchers at work (extend, results, finish).
         max_long_polls: api::Limits::default()
             .max_long_polls
-            .min(args.max_api_connections as usize),
+            .min((args.max_api_connections as usize * 7 / 8).max(1)),
         ..api::Limits::default()
     };
     let gateway = api::Gateway::new(store.clone(), bus.clone(), queues, limits)

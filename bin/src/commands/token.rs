@@ -14,6 +14,7 @@ use crate::connect;
 /// `token --help`'s examples.
 pub(crate) const EXAMPLES: &str = "Examples:\n  \
         archivist token create --scope researcher --name gpu-box   # prints the token, once\n  \
+        archivist token create --scope researcher --max-researchers 2\n  \
         archivist token list --json\n  \
         archivist token revoke gpu-box";
 
@@ -37,14 +38,24 @@ pub(crate) enum TokenAction {
         /// suffix)
         #[arg(long)]
         name: Option<String>,
+        /// The most researchers a researcher token counts as for the work-assignment rule,
+        /// however many it runs or names
+        #[arg(
+            long,
+            default_value_t = datastore::DEFAULT_MAX_RESEARCHERS,
+            value_parser = clap::value_parser!(u32).range(1..=100_000)
+        )]
+        max_researchers: u32,
     },
-    /// List the tokens: name, scope, created, last used (never the token)
+    /// List the tokens in force: name, scope, created, last used (never the token)
     List {
-        /// One JSON object a line (`name`, `scope`, `created`, `last_used`)
+        /// One JSON object a line (`name`, `scope`, `created`, `last_used`,
+        /// `max_researchers`)
         #[arg(long)]
         json: bool,
     },
-    /// Revoke the token named NAME: requests carrying it are refused from now on
+    /// Revoke the token named NAME: requests carrying it are refused from now on, its long
+    /// polls end and the work items it holds are given back
     Revoke {
         /// The token's name
         name: String,
@@ -73,8 +84,19 @@ pub(crate) async fn run(
     };
     let mut out = std::io::stdout().lock();
     match &args.action {
-        TokenAction::Create { scope, name } => {
-            let issued = api::tokens::issue(access, name.clone(), *scope, chrono::Utc::now()).await;
+        TokenAction::Create {
+            scope,
+            name,
+            max_researchers,
+        } => {
+            let issued = api::tokens::issue(
+                access,
+                name.clone(),
+                *scope,
+                *max_researchers,
+                chrono::Utc::now(),
+            )
+            .await;
             let (name, secret) = match issued {
                 Ok(issued) => issued,
                 Err(api::ApiError::Usage(why)) => return Err(crate::values::usage(why)),
@@ -96,9 +118,14 @@ pub(crate) async fn run(
                     let last = t
                         .last_used
                         .map_or_else(|| "never".to_string(), |t| t.to_rfc3339());
+                    let most = if t.scope == TokenScope::Researcher {
+                        format!("\tat most {} researchers", t.max_researchers)
+                    } else {
+                        String::new()
+                    };
                     writeln!(
                         out,
-                        "{}\t{}\tcreated {}\tlast used {last}",
+                        "{}\t{}\tcreated {}\tlast used {last}{most}",
                         t.name,
                         t.scope,
                         t.created.to_rfc3339()

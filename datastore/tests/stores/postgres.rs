@@ -314,7 +314,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0011 clip count",
             "0012 completion claims",
             "0013 match scores",
-            "0014 api access"
+            "0014 api access",
+            "0015 api held items"
         ]
     );
     store.migrate().await.unwrap();
@@ -402,7 +403,8 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
             "0011 clip count",
             "0012 completion claims",
             "0013 match scores",
-            "0014 api access"
+            "0014 api access",
+            "0015 api held items"
         ]
     );
     store.migrate().await.unwrap();

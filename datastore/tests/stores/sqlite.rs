@@ -262,7 +262,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0008 clip count",
             "0009 completion claims",
             "0010 match scores",
-            "0011 api access"
+            "0011 api access",
+            "0012 api held items"
         ]
     );
     store.migrate().await.unwrap();
