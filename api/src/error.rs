@@ -142,6 +142,12 @@ impl IntoResponse for ApiError {
             _ => None,
         };
         let mut response = (status, Json(ErrorBody { error, errors })).into_response();
+        if let ApiError::Unavailable(_) = &self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
         if let ApiError::TooManyRequests { retry_after } = &self {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
