@@ -15,12 +15,14 @@
 //! - `bounds.rs`: oversized and numerous lines, out-of-range numbers in every parameter.
 //! - `revocation.rs`: a revoked token's polls in flight end and what it held goes back.
 //! - `connections.rs`: idle and slow connections up to the limit while a researcher works.
+//! - `logs.rs`: what the gateway's log says of them (names, never a token or a receipt).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod world;
 
 mod bounds;
 mod connections;
+mod logs;
 mod receipts;
 mod revocation;
 mod tokens;
