@@ -222,6 +222,14 @@ impl RabbitBus {
     /// Deletes `queue`, its dead-letter queue and its presence queue, with what they hold
     /// (benchmarks and tests clean up with it; archivist never deletes a queue).
     pub async fn delete_queue(&self, queue: &str) -> Result<(), BusError> {
+        within(
+            self.shared.config.call_deadline,
+            self.delete_queue_now(queue),
+        )
+        .await
+    }
+
+    async fn delete_queue_now(&self, queue: &str) -> Result<(), BusError> {
         let (ch, _) = self.shared.channel().await?;
         for name in [
             queue.to_string(),
