@@ -125,7 +125,10 @@ pub async fn release_all(deliveries: Vec<Delivery>) -> Vec<Result<(), BusError>>
 /// One batch of [`settle_all`]: its settler, and the positions and acknowledgers in it.
 type Group = (Arc<dyn BatchSettler>, Vec<usize>, Vec<Box<dyn Any + Send>>);
 
-async fn settle_all(deliveries: Vec<Delivery>, how: Settlement) -> Vec<Result<(), BusError>> {
+pub(crate) async fn settle_all(
+    deliveries: Vec<Delivery>,
+    how: Settlement,
+) -> Vec<Result<(), BusError>> {
     let n = deliveries.len();
     let mut results: Vec<Option<Result<(), BusError>>> = (0..n).map(|_| None).collect();
     let mut groups: Vec<Group> = Vec::new();
@@ -218,6 +221,17 @@ impl Delivery {
             receive_count,
             dead_letter_reason,
             acker: Some(acker),
+        }
+    }
+
+    /// Replaces the acknowledger by `wrap` of it (the deadline on every settlement,
+    /// `deadline.rs`).
+    pub(crate) fn wrap_acker(
+        &mut self,
+        wrap: impl FnOnce(Box<dyn Acknowledger>) -> Box<dyn Acknowledger>,
+    ) {
+        if let Some(acker) = self.acker.take() {
+            self.acker = Some(wrap(acker));
         }
     }
 

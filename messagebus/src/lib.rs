@@ -37,6 +37,8 @@
 //!
 //! - `bus.rs`: the [`Bus`], [`Sender`] and [`Receiver`] traits, [`QueueStats`] and
 //!   [`DeadLetter`] (what [`Sender::peek_dead_letters`] shows).
+//! - `deadline.rs`: the deadline on every bus call ([`DEFAULT_CALL_DEADLINE`]): the
+//!   wrappers every adapter puts around the senders, receivers and deliveries it hands out.
 //! - `delivery.rs`: [`Delivery`] and the [`Acknowledger`] trait adapters implement for it;
 //!   [`ack_all`] and [`release_all`], a batch settled in one call per bus ([`BatchSettler`]).
 //! - `error.rs`: [`BusError`] and its [`BusError::is_retryable`] classification.
@@ -57,6 +59,7 @@
 #[cfg(feature = "api")]
 pub mod api;
 mod bus;
+mod deadline;
 mod delivery;
 mod error;
 pub mod fail_point;
@@ -75,6 +78,7 @@ pub use bus::{
     dead_letter_queue_name, send_then_ack, Bus, DeadLetter, QueueStats, ReceiptAction, Receiver,
     Sender, Unsent, MAX_BODY_BYTES, REDRIVE_BATCH,
 };
+pub use deadline::DEFAULT_CALL_DEADLINE;
 pub use delivery::{
     ack_all, release_all, Acknowledger, BatchSettler, Delivery, Settlement, SqlReceipt,
 };

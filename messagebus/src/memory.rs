@@ -24,9 +24,10 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::deadline::{DeadlineReceiver, DeadlineSender};
 use crate::{
     dead_letter_queue_name, Acknowledger, BatchSettler, Bus, BusError, DeadLetter, Delivery,
-    QueueStats, Receiver, Sender, Settlement, MAX_BODY_BYTES,
+    QueueStats, Receiver, Sender, Settlement, DEFAULT_CALL_DEADLINE, MAX_BODY_BYTES,
 };
 
 /// Settings of a [`MemoryBus`].
@@ -40,6 +41,9 @@ pub struct MemoryBusConfig {
     /// For tests: the chance (0.0 to 1.0) that a receive also hands out a duplicate of a
     /// message, and that fresh messages come out of order, as SQS standard queues do.
     pub misbehave: f64,
+    /// How long one call may take before it returns [`BusError::Timeout`] (a receive: its
+    /// wait plus this). Nothing in process waits that long; held to it as every bus is.
+    pub call_deadline: Duration,
 }
 
 impl Default for MemoryBusConfig {
@@ -48,6 +52,7 @@ impl Default for MemoryBusConfig {
             visibility_timeout: Duration::from_secs(30),
             max_receives: 5,
             misbehave: 0.0,
+            call_deadline: DEFAULT_CALL_DEADLINE,
         }
     }
 }
@@ -120,10 +125,14 @@ impl fmt::Debug for MemoryBus {
 impl Bus for MemoryBus {
     async fn sender(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
         self.shared.lock().queue(queue)?;
-        Ok(Arc::new(MemorySender {
+        let sender = Arc::new(MemorySender {
             shared: Arc::clone(&self.shared),
             queue: queue.to_owned(),
-        }))
+        });
+        Ok(DeadlineSender::wrap(
+            sender,
+            self.shared.config.call_deadline,
+        ))
     }
 
     async fn receiver(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError> {
@@ -133,11 +142,15 @@ impl Bus for MemoryBus {
             q.consumers += 1;
             Arc::clone(&q.notify)
         };
-        Ok(Arc::new(MemoryReceiver {
+        let receiver = Arc::new(MemoryReceiver {
             shared: Arc::clone(&self.shared),
             queue: queue.to_owned(),
             notify,
-        }))
+        });
+        Ok(DeadlineReceiver::wrap(
+            receiver,
+            self.shared.config.call_deadline,
+        ))
     }
 
     async fn create_queue(&self, queue: &str) -> Result<(), BusError> {

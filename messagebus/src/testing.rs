@@ -171,6 +171,35 @@ pub async fn receive_n(rx: &dyn Receiver, n: usize) -> Vec<Delivery> {
     got
 }
 
+/// Asserts that `call` fails with [`BusError::Timeout`] of `deadline`, returning no sooner
+/// than `deadline` and no later than a few seconds after it: a call that could not finish
+/// (a connection gone silent, a database that stops answering) returns by its deadline.
+pub async fn assert_times_out<T>(
+    what: &str,
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<T, BusError>>,
+) {
+    let slack = Duration::from_secs(5);
+    let start = tokio::time::Instant::now();
+    let outcome = tokio::time::timeout(deadline + slack, call).await;
+    let took = start.elapsed();
+    match outcome {
+        Ok(Err(BusError::Timeout(d))) => {
+            assert_eq!(d, deadline, "{what} timed out after another deadline");
+            assert!(
+                took >= deadline,
+                "{what} gave up after {took:?}, before its deadline {deadline:?}"
+            );
+        }
+        Ok(Ok(_)) => panic!("{what}: expected a timeout after {deadline:?}, it succeeded"),
+        Ok(Err(e)) => panic!("{what}: expected a timeout after {deadline:?}, got: {e}"),
+        Err(_) => panic!(
+            "{what} did not return within {:?} of its deadline {deadline:?}",
+            slack
+        ),
+    }
+}
+
 /// Asserts that a receive waiting [`SHORT_WAIT`] gets nothing.
 pub async fn assert_empty(rx: &dyn Receiver) {
     let got = rx.receive(10, SHORT_WAIT).await.unwrap();

@@ -60,6 +60,19 @@
 //! a failed call says the bus is unavailable and callers retry. Messages a lost connection
 //! held unacknowledged are returned by the broker; acknowledging them afterwards fails (they
 //! come again), so nothing acknowledged is lost and nothing unacknowledged is lost.
+//!
+//! A connection that dies silently (packets dropped, nothing closed) still looks connected:
+//! each broker round trip returns within [`RabbitBusConfig::request_timeout`], and each
+//! whole call (a send and its confirms, a receive past its wait, an acknowledgement, a
+//! redrive) within [`RabbitBusConfig::call_deadline`] (see [`crate::DEFAULT_CALL_DEADLINE`]),
+//! which also covers what has no round-trip timeout (an acknowledgement, closing a channel).
+//!
+//! # Layout
+//!
+//! - `mod.rs`: [`RabbitBus`], its connection, queue declarations and counts.
+//! - `sender.rs`: [`RabbitSender`] and publisher confirms.
+//! - `receiver.rs`: [`RabbitReceiver`], its consumers and the acknowledger of its deliveries.
+//! - `redrive.rs`: dead letters back to their queue.
 
 mod receiver;
 mod redrive;
@@ -81,7 +94,11 @@ use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::{dead_letter_queue_name, redact_url, Bus, BusError, QueueStats, Receiver, Sender};
+use crate::deadline::{within, DeadlineReceiver, DeadlineSender};
+use crate::{
+    dead_letter_queue_name, redact_url, Bus, BusError, QueueStats, Receiver, Sender,
+    DEFAULT_CALL_DEADLINE,
+};
 
 use receiver::presence_arguments;
 pub use receiver::{presence_queue_name, RabbitReceiver};
@@ -105,6 +122,9 @@ pub struct RabbitBusConfig {
     pub max_receives: u32,
     /// How long one broker round trip may take before the bus counts as unavailable.
     pub request_timeout: Duration,
+    /// How long one call (a send with its confirms, a receive past its wait, an
+    /// acknowledgement, a redrive) may take in all before it returns [`BusError::Timeout`].
+    pub call_deadline: Duration,
 }
 
 impl Default for RabbitBusConfig {
@@ -113,6 +133,7 @@ impl Default for RabbitBusConfig {
             visibility_timeout: Duration::from_secs(30),
             max_receives: 5,
             request_timeout: Duration::from_secs(10),
+            call_deadline: DEFAULT_CALL_DEADLINE,
         }
     }
 }
@@ -201,6 +222,14 @@ impl RabbitBus {
     /// Deletes `queue`, its dead-letter queue and its presence queue, with what they hold
     /// (benchmarks and tests clean up with it; archivist never deletes a queue).
     pub async fn delete_queue(&self, queue: &str) -> Result<(), BusError> {
+        within(
+            self.shared.config.call_deadline,
+            self.delete_queue_now(queue),
+        )
+        .await
+    }
+
+    async fn delete_queue_now(&self, queue: &str) -> Result<(), BusError> {
         let (ch, _) = self.shared.channel().await?;
         for name in [
             queue.to_string(),
@@ -499,16 +528,80 @@ pub(crate) fn body_id(body: &[u8]) -> String {
 #[async_trait]
 impl Bus for RabbitBus {
     async fn sender(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
-        self.shared.check_exists(queue).await?;
-        Ok(Arc::new(RabbitSender::new(Arc::clone(&self.shared), queue)))
+        within(self.shared.config.call_deadline, async {
+            self.shared.check_exists(queue).await?;
+            let sender = Arc::new(RabbitSender::new(Arc::clone(&self.shared), queue));
+            Ok(DeadlineSender::wrap(
+                sender,
+                self.shared.config.call_deadline,
+            ))
+        })
+        .await
     }
 
     async fn receiver(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError> {
-        self.shared.check_exists(queue).await?;
-        Ok(RabbitReceiver::start(Arc::clone(&self.shared), queue).await?)
+        within(self.shared.config.call_deadline, async {
+            self.shared.check_exists(queue).await?;
+            let receiver = RabbitReceiver::start(Arc::clone(&self.shared), queue).await?;
+            Ok(DeadlineReceiver::wrap(
+                receiver,
+                self.shared.config.call_deadline,
+            ))
+        })
+        .await
     }
 
     async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
+        within(
+            self.shared.config.call_deadline,
+            self.create_queue_now(queue),
+        )
+        .await
+    }
+
+    async fn queue_drift(&self, queue: &str) -> Result<Vec<String>, BusError> {
+        within(
+            self.shared.config.call_deadline,
+            self.queue_drift_now(queue),
+        )
+        .await
+    }
+
+    async fn update_queue(&self, queue: &str) -> Result<(), BusError> {
+        within(
+            self.shared.config.call_deadline,
+            self.update_queue_now(queue),
+        )
+        .await
+    }
+
+    /// A batch (at most [`REDRIVE_BATCH`](crate::REDRIVE_BATCH)) per call, each message
+    /// confirmed on the queue before it leaves the dead-letter queue (see `redrive.rs`).
+    async fn redrive(&self, queue: &str, max: u64) -> Result<u64, BusError> {
+        within(
+            self.shared.config.call_deadline,
+            redrive::redrive(&self.shared, queue, max),
+        )
+        .await
+    }
+
+    async fn redrivable(&self, queue: &str) -> Result<u64, BusError> {
+        within(
+            self.shared.config.call_deadline,
+            redrive::redrivable(&self.shared, queue),
+        )
+        .await
+    }
+
+    async fn close(&self) -> Result<(), BusError> {
+        self.shared.closed_receivers().await;
+        Ok(())
+    }
+}
+
+/// The [`Bus`] calls, without the deadline [`Bus`]'s methods put on them.
+impl RabbitBus {
+    async fn create_queue_now(&self, queue: &str) -> Result<(), BusError> {
         let dead = dead_letter_queue_name(queue);
         let (ch, _) = self.shared.channel().await?;
         let s = &self.shared;
@@ -570,7 +663,7 @@ impl Bus for RabbitBus {
         Ok(())
     }
 
-    async fn queue_drift(&self, queue: &str) -> Result<Vec<String>, BusError> {
+    async fn queue_drift_now(&self, queue: &str) -> Result<Vec<String>, BusError> {
         // RabbitMQ does not tell a queue's arguments over AMQP; declaring with ours tells
         // whether they agree (a mismatch closes the throwaway channel).
         self.shared.check_exists(queue).await?;
@@ -604,8 +697,8 @@ impl Bus for RabbitBus {
         }
     }
 
-    async fn update_queue(&self, queue: &str) -> Result<(), BusError> {
-        let drift = self.queue_drift(queue).await?;
+    async fn update_queue_now(&self, queue: &str) -> Result<(), BusError> {
+        let drift = self.queue_drift_now(queue).await?;
         match drift.into_iter().next() {
             None => Ok(()),
             Some(d) => Err(BusError::Rejected {
@@ -613,21 +706,6 @@ impl Bus for RabbitBus {
                 source: None,
             }),
         }
-    }
-
-    /// A batch (at most [`REDRIVE_BATCH`](crate::REDRIVE_BATCH)) per call, each message
-    /// confirmed on the queue before it leaves the dead-letter queue (see `redrive.rs`).
-    async fn redrive(&self, queue: &str, max: u64) -> Result<u64, BusError> {
-        redrive::redrive(&self.shared, queue, max).await
-    }
-
-    async fn redrivable(&self, queue: &str) -> Result<u64, BusError> {
-        redrive::redrivable(&self.shared, queue).await
-    }
-
-    async fn close(&self) -> Result<(), BusError> {
-        self.shared.closed_receivers().await;
-        Ok(())
     }
 }
 

@@ -47,9 +47,11 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use crate::deadline::{within, DeadlineReceiver, DeadlineSender};
 use crate::{
     dead_letter_queue_name, Acknowledger, BatchSettler, Bus, BusError, DeadLetter, Delivery,
-    QueueStats, ReceiptAction, Receiver, Sender, Settlement, SqlReceipt, Unsent, MAX_BODY_BYTES,
+    QueueStats, ReceiptAction, Receiver, Sender, Settlement, SqlReceipt, Unsent,
+    DEFAULT_CALL_DEADLINE, MAX_BODY_BYTES,
 };
 
 #[cfg(feature = "postgres")]
@@ -76,6 +78,10 @@ pub struct SqlBusConfig {
     /// How often a waiting receiver looks again without being woken (Postgres: the safety net
     /// under `LISTEN/NOTIFY`; SQLite: the longest back-off).
     pub poll_interval: Duration,
+    /// How long one call (a send, a receive past its wait, a settlement, a redrive, the
+    /// keeper's heartbeat) may take in all before it returns [`BusError::Timeout`]: a
+    /// database that stops answering never holds a caller for good.
+    pub call_deadline: Duration,
 }
 
 impl Default for SqlBusConfig {
@@ -85,6 +91,7 @@ impl Default for SqlBusConfig {
             max_receives: 5,
             consumer_ttl: Duration::from_secs(30),
             poll_interval: Duration::from_millis(500),
+            call_deadline: DEFAULT_CALL_DEADLINE,
         }
     }
 }
@@ -623,12 +630,13 @@ async fn keeper<D: Dialect>(shared: Weak<Shared<D>>, stop: tokio_util::sync::Can
             return;
         };
         let refresh_all = last_refresh.elapsed() >= shared.config.consumer_ttl / 3;
-        match shared.refresh_consumers(refresh_all).await {
+        let deadline = shared.config.call_deadline;
+        match within(deadline, shared.refresh_consumers(refresh_all)).await {
             Ok(()) if refresh_all => last_refresh = Instant::now(),
             Ok(()) => {}
             Err(e) => tracing::debug!(error = %e, "could not refresh consumers"),
         }
-        if let Err(e) = shared.heartbeat(tick * 4).await {
+        if let Err(e) = within(deadline, shared.heartbeat(tick * 4)).await {
             tracing::debug!(error = %e, "could not extend held messages");
         }
     }
@@ -665,16 +673,75 @@ pub(crate) fn check_bodies(bodies: Vec<Vec<u8>>) -> Result<Vec<String>, BusError
 #[async_trait]
 impl<D: Dialect> Bus for SqlBus<D> {
     async fn sender(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
-        let row = self.shared.existing_queue(queue).await?;
-        let bus_id = self.shared.bus_id(false, queue).await?;
-        Ok(Arc::new(SqlSender {
-            shared: Arc::clone(&self.shared),
-            queue: row,
-            bus_id,
-        }))
+        within(self.shared.config.call_deadline, self.sender_now(queue)).await
     }
 
     async fn receiver(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError> {
+        within(self.shared.config.call_deadline, self.receiver_now(queue)).await
+    }
+
+    async fn queue_drift(&self, queue: &str) -> Result<Vec<String>, BusError> {
+        within(
+            self.shared.config.call_deadline,
+            self.queue_drift_now(queue),
+        )
+        .await
+    }
+
+    async fn update_queue(&self, queue: &str) -> Result<(), BusError> {
+        within(
+            self.shared.config.call_deadline,
+            self.update_queue_now(queue),
+        )
+        .await
+    }
+
+    /// Waits for the releases of deliveries dropped unsettled (see
+    /// [`Acknowledger::abandoned`]), then deletes this process's consumer rows.
+    async fn close(&self) -> Result<(), BusError> {
+        within(self.shared.config.call_deadline, self.close_now()).await
+    }
+
+    /// One transaction: every message it moves is moved once, or none is.
+    async fn redrive(&self, queue: &str, max: u64) -> Result<u64, BusError> {
+        within(
+            self.shared.config.call_deadline,
+            self.redrive_now(queue, max),
+        )
+        .await
+    }
+
+    async fn redrivable(&self, queue: &str) -> Result<u64, BusError> {
+        within(self.shared.config.call_deadline, self.redrivable_now(queue)).await
+    }
+
+    async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
+        within(
+            self.shared.config.call_deadline,
+            self.create_queue_now(queue),
+        )
+        .await
+    }
+}
+
+/// The [`Bus`] calls, without the deadline [`Bus`]'s methods put on them.
+#[allow(private_bounds)]
+impl<D: Dialect> SqlBus<D> {
+    async fn sender_now(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
+        let row = self.shared.existing_queue(queue).await?;
+        let bus_id = self.shared.bus_id(false, queue).await?;
+        let sender = Arc::new(SqlSender {
+            shared: Arc::clone(&self.shared),
+            queue: row,
+            bus_id,
+        });
+        Ok(DeadlineSender::wrap(
+            sender,
+            self.shared.config.call_deadline,
+        ))
+    }
+
+    async fn receiver_now(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError> {
         let row = self.shared.existing_queue(queue).await?;
         let bus_id = self.shared.bus_id(false, queue).await?;
         let consumer = Uuid::new_v4();
@@ -703,16 +770,20 @@ impl<D: Dialect> Bus for SqlBus<D> {
         }
         let waker = self.shared.waker(&row.name);
         local_receivers(&bus_id, &self.shared);
-        Ok(Arc::new(SqlReceiver {
+        let receiver = Arc::new(SqlReceiver {
             shared: Arc::clone(&self.shared),
             queue: row,
             bus_id,
             consumer,
             waker,
-        }))
+        });
+        Ok(DeadlineReceiver::wrap(
+            receiver,
+            self.shared.config.call_deadline,
+        ))
     }
 
-    async fn queue_drift(&self, queue: &str) -> Result<Vec<String>, BusError> {
+    async fn queue_drift_now(&self, queue: &str) -> Result<Vec<String>, BusError> {
         let row = self.shared.existing_queue(queue).await?;
         let want = self.shared.config.max_receives;
         Ok(
@@ -727,7 +798,7 @@ impl<D: Dialect> Bus for SqlBus<D> {
         )
     }
 
-    async fn update_queue(&self, queue: &str) -> Result<(), BusError> {
+    async fn update_queue_now(&self, queue: &str) -> Result<(), BusError> {
         let row = self.shared.existing_queue(queue).await?;
         if row.dead_letter_queue.is_none() {
             return Ok(());
@@ -741,9 +812,7 @@ impl<D: Dialect> Bus for SqlBus<D> {
             .await
     }
 
-    /// Waits for the releases of deliveries dropped unsettled (see
-    /// [`Acknowledger::abandoned`]), then deletes this process's consumer rows.
-    async fn close(&self) -> Result<(), BusError> {
+    async fn close_now(&self) -> Result<(), BusError> {
         let tracker = &self.shared.abandoned;
         tracker.close();
         tracker.wait().await;
@@ -760,8 +829,7 @@ impl<D: Dialect> Bus for SqlBus<D> {
         self.shared.dialect.consumers(&[], &all).await
     }
 
-    /// One transaction: every message it moves is moved once, or none is.
-    async fn redrive(&self, queue: &str, max: u64) -> Result<u64, BusError> {
+    async fn redrive_now(&self, queue: &str, max: u64) -> Result<u64, BusError> {
         let dlq = self.shared.redrive_source(queue).await?;
         if max == 0 {
             return Ok(0);
@@ -773,12 +841,12 @@ impl<D: Dialect> Bus for SqlBus<D> {
         Ok(moved)
     }
 
-    async fn redrivable(&self, queue: &str) -> Result<u64, BusError> {
+    async fn redrivable_now(&self, queue: &str) -> Result<u64, BusError> {
         let dlq = self.shared.redrive_source(queue).await?;
         self.shared.dialect.redrivable(&dlq).await
     }
 
-    async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
+    async fn create_queue_now(&self, queue: &str) -> Result<(), BusError> {
         self.shared.bus_id(true, queue).await?;
         let config = &self.shared.config;
         let dead_letter = dead_letter_queue_name(queue);
@@ -1173,7 +1241,8 @@ impl<D: Dialect> Acknowledger for SqlAcker<D> {
         let queue = self.queue.name.clone();
         let tracker = shared.abandoned.clone();
         runtime.spawn(tracker.track_future(async move {
-            match shared.dialect.release(id, receipt).await {
+            let deadline = shared.config.call_deadline;
+            match within(deadline, shared.dialect.release(id, receipt)).await {
                 Ok(true) => shared.wake(&queue),
                 Ok(false) => {}
                 Err(e) => tracing::debug!(%queue, error = %e, "could not release a dropped delivery; it comes back when its visibility runs out"),

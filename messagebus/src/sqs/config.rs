@@ -39,6 +39,9 @@ pub struct SqsConfig {
     /// always keep messages for the longest SQS allows, 14 days, since a message moved there by
     /// the redrive policy keeps its first enqueue time.
     pub message_retention: Duration,
+    /// How long one call (a receive past its wait, a send, a settlement, a redrive) may take
+    /// in all, the SDK's retries included, before it returns [`BusError::Timeout`].
+    pub call_deadline: Duration,
 }
 
 impl Default for SqsConfig {
@@ -52,6 +55,7 @@ impl Default for SqsConfig {
             request_timeout: Duration::from_secs(10),
             // The longest SQS allows: results wait out a long outage of the archivists.
             message_retention: MAX_RETENTION,
+            call_deadline: crate::DEFAULT_CALL_DEADLINE,
         }
     }
 }
@@ -91,6 +95,9 @@ impl SqsConfig {
         }
         if self.request_timeout.is_zero() {
             return bad("request_timeout is zero".to_owned());
+        }
+        if self.call_deadline.is_zero() {
+            return bad("call_deadline is zero".to_owned());
         }
         if self.message_retention < Duration::from_secs(60)
             || self.message_retention > MAX_RETENTION

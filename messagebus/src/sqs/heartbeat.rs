@@ -8,13 +8,40 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::batcher::{EntryOutcome, MAX_BATCH};
-use super::receiver::ReceiverShared;
+use super::client::BusInner;
+use super::visibility::change_visibility;
+
+/// The heartbeat of one receiver: the messages its deliveries hold, and what it needs to
+/// extend them.
+#[derive(Debug)]
+pub(crate) struct Heartbeat {
+    bus: Arc<BusInner>,
+    queue: String,
+    url: String,
+    pub(crate) held: HeldSet,
+    /// Releases wait on this gate, so no extension can land after a release and hide the
+    /// message again.
+    pub(crate) gate: tokio::sync::Mutex<()>,
+}
+
+impl Heartbeat {
+    /// The heartbeat of a receiver of `queue` (at `url`), holding nothing yet.
+    pub(crate) fn new(bus: Arc<BusInner>, queue: String, url: String) -> Self {
+        Heartbeat {
+            bus,
+            queue,
+            url,
+            held: HeldSet::default(),
+            gate: tokio::sync::Mutex::new(()),
+        }
+    }
+}
 
 /// One held message.
 #[derive(Debug)]
@@ -90,8 +117,9 @@ impl HeldSet {
     }
 }
 
-/// The heartbeat task of one receiver; ends when the receiver and all its deliveries are gone.
-pub(crate) async fn run(shared: Weak<ReceiverShared>, interval: Duration) {
+/// The heartbeat task of one receiver; ends when the receiver and all its deliveries are gone
+/// (they hold `shared`).
+pub(crate) async fn run(shared: Weak<Heartbeat>, interval: Duration) {
     let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -104,10 +132,8 @@ pub(crate) async fn run(shared: Weak<ReceiverShared>, interval: Duration) {
 }
 
 /// One round: extends every held message whose visibility ends within two intervals.
-async fn beat(shared: &ReceiverShared, interval: Duration) {
-    // Releases wait on this gate, so no extension can land after a release and hide the
-    // message again.
-    let _gate = shared.heartbeat_gate.lock().await;
+async fn beat(shared: &Heartbeat, interval: Duration) {
+    let _gate = shared.gate.lock().await;
     let due = shared.held.due(Instant::now() + interval * 2);
     if due.is_empty() {
         return;
@@ -117,7 +143,9 @@ async fn beat(shared: &ReceiverShared, interval: Duration) {
     for chunk in due.chunks(MAX_BATCH) {
         let started = Instant::now();
         let receipts: Vec<&str> = chunk.iter().map(|(_, r)| r.as_str()).collect();
-        match shared.change_visibility(&receipts, secs).await {
+        let extended =
+            change_visibility(&shared.bus, &shared.queue, &shared.url, &receipts, secs).await;
+        match extended {
             Ok(outcomes) => {
                 for ((id, _), outcome) in chunk.iter().zip(outcomes) {
                     match outcome {

@@ -19,66 +19,63 @@
 //!
 //! # Layout
 //!
-//! - `config.rs`: [`SqsConfig`].
-//! - `sender.rs`: [`SqsSender`], body checks and batch packing.
-//! - `receiver.rs`: [`SqsReceiver`] and the acknowledger of its deliveries.
+//! Each file uses only those below it in this list (`mod.rs` all of them):
+//!
 //! - `redrive.rs`: dead letters back to their queue (receive, send, then delete).
+//! - `receiver.rs`: [`SqsReceiver`] and the acknowledger of its deliveries.
+//! - `heartbeat.rs`: the visibility heartbeat, one per receiver.
+//! - `sender.rs`: [`SqsSender`], body checks and batch packing.
+//! - `visibility.rs`: `ChangeMessageVisibilityBatch` and batch calls' answers, for the
+//!   receiver, the heartbeat and the redrive.
 //! - `batcher.rs`: the background batcher for acknowledgements and releases.
-//! - `heartbeat.rs`: the visibility heartbeat.
+//! - `message.rs`: what a message carries (the dead-letter reason and original id
+//!   attributes, the characters SQS accepts).
+//! - `client.rs`: what the bus, its senders and receivers share: the SDK client, the
+//!   settings, the queue URLs.
+//! - `config.rs`: [`SqsConfig`].
 //! - `counter.rs`: [`RequestCounts`] and the SDK interceptor that fills them.
 //! - `error.rs`: SDK errors to [`BusError`].
+//!
+//! Every call returns within [`SqsConfig::call_deadline`] (a receive: its wait plus it), on
+//! top of the SDK's own timeouts (see [`crate::DEFAULT_CALL_DEADLINE`]).
 
 mod batcher;
+mod client;
 mod config;
 mod counter;
 mod error;
 mod heartbeat;
+mod message;
 mod receiver;
 mod redrive;
 mod sender;
+mod visibility;
 
 use std::collections::HashMap;
-use std::error::Error as StdError;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_config::{BehaviorVersion, SdkConfig};
-use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::QueueAttributeName;
 use aws_sdk_sqs::Client;
-use aws_smithy_runtime_api::client::result::CreateUnhandledError;
-use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::timeout::TimeoutConfig;
 
 pub use config::{SqsConfig, MAX_RETENTION, MAX_VISIBILITY_TIMEOUT, MAX_WAIT_TIME};
 pub use counter::{OperationCount, RequestCounts, BILLING_CHUNK_BYTES};
-pub use receiver::{SqsReceiver, DEAD_LETTER_REASON_ATTRIBUTE, ORIGINAL_MESSAGE_ID_ATTRIBUTE};
+pub use message::{DEAD_LETTER_REASON_ATTRIBUTE, ORIGINAL_MESSAGE_ID_ATTRIBUTE};
+pub use receiver::SqsReceiver;
 pub use sender::{SqsSender, MAX_BATCH_BYTES};
 
+use crate::deadline::{within, DeadlineReceiver, DeadlineSender};
 use crate::{dead_letter_queue_name, Bus, BusError, Receiver, Sender};
+use client::{check_queue_name, BusInner, CONNECT_TIMEOUT};
 use counter::{CountingInterceptor, RequestCounter};
-
-/// Connect timeout of every request (the SDK's own default).
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_millis(3100);
-/// SQS's longest queue name.
-const MAX_QUEUE_NAME: usize = 80;
 
 /// A bus on Amazon SQS (or any server speaking its API). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct SqsBus {
     inner: Arc<BusInner>,
-}
-
-/// What the bus, its senders and receivers share.
-#[derive(Debug)]
-pub(crate) struct BusInner {
-    pub(crate) client: Client,
-    pub(crate) config: SqsConfig,
-    pub(crate) counter: Arc<RequestCounter>,
-    urls: Mutex<HashMap<String, String>>,
-    /// Releases of deliveries dropped unsettled, under way; [`Bus::close`] waits for them.
-    pub(crate) abandoned: tokio_util::task::TaskTracker,
 }
 
 impl SqsBus {
@@ -115,13 +112,11 @@ impl SqsBus {
             })
             .build();
         Ok(SqsBus {
-            inner: Arc::new(BusInner {
-                client: Client::from_conf(client_config),
+            inner: Arc::new(BusInner::new(
+                Client::from_conf(client_config),
                 config,
                 counter,
-                urls: Mutex::new(HashMap::new()),
-                abandoned: tokio_util::task::TaskTracker::new(),
-            }),
+            )),
         })
     }
 
@@ -160,7 +155,64 @@ impl SqsBus {
 
 #[async_trait]
 impl Bus for SqsBus {
+    async fn sender(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
+        within(self.inner.config.call_deadline, self.sender_now(queue)).await
+    }
+
+    async fn receiver(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError> {
+        within(self.inner.config.call_deadline, self.receiver_now(queue)).await
+    }
+
+    /// Creates the dead-letter queue (retention 14 days), then the queue with the configured
+    /// visibility timeout, retention, long-poll wait (`ReceiveMessageWaitTimeSeconds`) and a
+    /// redrive policy (`maxReceiveCount` = `max_receives`) to it. An existing queue is left
+    /// as it is, except that one without a redrive policy gets this one: without it a poison
+    /// message would cycle forever.
+    async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
+        within(
+            self.inner.config.call_deadline,
+            self.create_queue_now(queue),
+        )
+        .await
+    }
+
     async fn queue_drift(&self, queue: &str) -> Result<Vec<String>, BusError> {
+        within(self.inner.config.call_deadline, self.queue_drift_now(queue)).await
+    }
+
+    async fn update_queue(&self, queue: &str) -> Result<(), BusError> {
+        within(
+            self.inner.config.call_deadline,
+            self.update_queue_now(queue),
+        )
+        .await
+    }
+
+    /// One batch (at most ten) per call: received from the dead-letter queue, sent to the
+    /// queue, then deleted (see `redrive.rs`).
+    async fn redrive(&self, queue: &str, max: u64) -> Result<u64, BusError> {
+        within(
+            self.inner.config.call_deadline,
+            self.redrive_now(queue, max),
+        )
+        .await
+    }
+
+    /// `ApproximateNumberOfMessages` of the dead-letter queue.
+    async fn redrivable(&self, queue: &str) -> Result<u64, BusError> {
+        within(self.inner.config.call_deadline, self.redrivable_now(queue)).await
+    }
+
+    /// Waits for the releases of deliveries dropped unsettled (see
+    /// [`Acknowledger::abandoned`](crate::Acknowledger::abandoned)).
+    async fn close(&self) -> Result<(), BusError> {
+        within(self.inner.config.call_deadline, self.close_now()).await
+    }
+}
+
+/// The [`Bus`] calls, without the deadline [`Bus`]'s methods put on them.
+impl SqsBus {
+    async fn queue_drift_now(&self, queue: &str) -> Result<Vec<String>, BusError> {
         let inner = &self.inner;
         let url = inner.queue_url(queue).await?;
         let out = inner
@@ -205,7 +257,7 @@ impl Bus for SqsBus {
         Ok(drift)
     }
 
-    async fn update_queue(&self, queue: &str) -> Result<(), BusError> {
+    async fn update_queue_now(&self, queue: &str) -> Result<(), BusError> {
         let inner = &self.inner;
         let url = inner.queue_url(queue).await?;
         let dlq = dead_letter_queue_name(queue);
@@ -226,18 +278,19 @@ impl Bus for SqsBus {
         Ok(())
     }
 
-    async fn sender(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
-        Ok(Arc::new(self.sqs_sender(queue).await?))
+    async fn sender_now(&self, queue: &str) -> Result<Arc<dyn Sender>, BusError> {
+        let sender = Arc::new(self.sqs_sender(queue).await?);
+        Ok(DeadlineSender::wrap(
+            sender,
+            self.inner.config.call_deadline,
+        ))
     }
 
-    /// One batch (at most ten) per call: received from the dead-letter queue, sent to the
-    /// queue, then deleted (see `redrive.rs`).
-    async fn redrive(&self, queue: &str, max: u64) -> Result<u64, BusError> {
+    async fn redrive_now(&self, queue: &str, max: u64) -> Result<u64, BusError> {
         redrive::redrive(&self.inner, queue, max).await
     }
 
-    /// `ApproximateNumberOfMessages` of the dead-letter queue.
-    async fn redrivable(&self, queue: &str) -> Result<u64, BusError> {
+    async fn redrivable_now(&self, queue: &str) -> Result<u64, BusError> {
         self.inner.queue_url(queue).await?;
         let dlq = dead_letter_queue_name(queue);
         let url = self.inner.queue_url(&dlq).await?;
@@ -245,17 +298,15 @@ impl Bus for SqsBus {
         Ok(waiting)
     }
 
-    async fn receiver(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError> {
-        Ok(Arc::new(self.sqs_receiver(queue).await?))
+    async fn receiver_now(&self, queue: &str) -> Result<Arc<dyn Receiver>, BusError> {
+        let receiver = Arc::new(self.sqs_receiver(queue).await?);
+        Ok(DeadlineReceiver::wrap(
+            receiver,
+            self.inner.config.call_deadline,
+        ))
     }
 
-    /// Creates the dead-letter queue (retention 14 days), then the queue with the configured
-    /// visibility timeout, retention, long-poll wait (`ReceiveMessageWaitTimeSeconds`) and a
-    /// redrive policy (`maxReceiveCount` = `max_receives`) to it. An existing queue is left as it is, except that one without a
-    /// redrive policy gets this one: without it a poison message would cycle forever.
-    /// Waits for the releases of deliveries dropped unsettled (see
-    /// [`Acknowledger::abandoned`](crate::Acknowledger::abandoned)).
-    async fn close(&self) -> Result<(), BusError> {
+    async fn close_now(&self) -> Result<(), BusError> {
         let tracker = &self.inner.abandoned;
         tracker.close();
         tracker.wait().await;
@@ -263,7 +314,7 @@ impl Bus for SqsBus {
         Ok(())
     }
 
-    async fn create_queue(&self, queue: &str) -> Result<(), BusError> {
+    async fn create_queue_now(&self, queue: &str) -> Result<(), BusError> {
         let inner = &self.inner;
         let dlq = dead_letter_queue_name(queue);
         check_queue_name(&dlq)?;
@@ -324,157 +375,5 @@ impl Bus for SqsBus {
                 .map_err(|e| inner.map_err("SetQueueAttributes", queue, e))?;
         }
         Ok(())
-    }
-}
-
-impl BusInner {
-    /// The redrive policy of queues this bus creates: to the dead-letter queue `dlq` (at
-    /// `dlq_url`) after `max_receives` receives.
-    async fn redrive_policy(&self, dlq: &str, dlq_url: &str) -> Result<String, BusError> {
-        let arn = self
-            .client
-            .get_queue_attributes()
-            .queue_url(dlq_url)
-            .attribute_names(QueueAttributeName::QueueArn)
-            .send()
-            .await
-            .map_err(|e| self.map_err("GetQueueAttributes", dlq, e))?
-            .attributes()
-            .and_then(|a| a.get(&QueueAttributeName::QueueArn))
-            .cloned()
-            .ok_or_else(|| BusError::unavailable(format!("SQS gave no ARN for queue {dlq:?}")))?;
-        // ARNs hold only letters, digits and `:-_.`, so no JSON escaping is needed.
-        Ok(format!(
-            r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":"{}"}}"#,
-            self.config.max_receives
-        ))
-    }
-
-    /// The URL of queue `name`, from the cache or `GetQueueUrl`.
-    pub(crate) async fn queue_url(&self, name: &str) -> Result<String, BusError> {
-        if let Some(url) = self.cached_url(name) {
-            return Ok(url);
-        }
-        if check_queue_name(name).is_err() {
-            return Err(BusError::QueueNotFound(name.to_owned()));
-        }
-        let out = self
-            .client
-            .get_queue_url()
-            .queue_name(name)
-            .send()
-            .await
-            .map_err(|e| self.map_err("GetQueueUrl", name, e))?;
-        let url = out
-            .queue_url()
-            .ok_or_else(|| BusError::unavailable(format!("SQS gave no URL for queue {name:?}")))?
-            .to_owned();
-        self.cache_url(name, &url);
-        Ok(url)
-    }
-
-    fn cached_url(&self, name: &str) -> Option<String> {
-        self.urls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(name)
-            .cloned()
-    }
-
-    fn cache_url(&self, name: &str, url: &str) {
-        self.urls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.to_owned(), url.to_owned());
-    }
-
-    /// Creates queue `name` with `attributes`, or finds it if it exists (with any attributes).
-    async fn create_or_get(
-        &self,
-        name: &str,
-        attributes: HashMap<QueueAttributeName, String>,
-    ) -> Result<String, BusError> {
-        let result = self
-            .client
-            .create_queue()
-            .queue_name(name)
-            .set_attributes(Some(attributes))
-            .send()
-            .await;
-        match result {
-            Ok(out) => {
-                let url = out.queue_url().ok_or_else(|| {
-                    BusError::unavailable(format!("SQS gave no URL for new queue {name:?}"))
-                })?;
-                self.cache_url(name, url);
-                Ok(url.to_owned())
-            }
-            Err(e)
-                if e.as_service_error()
-                    .and_then(|s| s.code())
-                    .is_some_and(|c| {
-                        matches!(
-                            c,
-                            "QueueAlreadyExists"
-                                | "AWS.SimpleQueueService.QueueNameExists"
-                                | "QueueNameExists"
-                        )
-                    }) =>
-            {
-                tracing::info!(
-                    queue = name,
-                    "queue exists with other attributes; leaving them"
-                );
-                self.queue_url(name).await
-            }
-            Err(e) => Err(self.map_err("CreateQueue", name, e)),
-        }
-    }
-
-    /// Maps an SDK error of a quick request.
-    pub(crate) fn map_err<E>(
-        &self,
-        operation: &str,
-        queue: &str,
-        err: SdkError<E, HttpResponse>,
-    ) -> BusError
-    where
-        E: ProvideErrorMetadata + CreateUnhandledError + StdError + Send + Sync + 'static,
-    {
-        self.map_err_timeout(operation, queue, self.config.request_timeout, err)
-    }
-
-    /// Maps an SDK error of a request whose attempt timeout was `timeout`.
-    pub(crate) fn map_err_timeout<E>(
-        &self,
-        operation: &str,
-        queue: &str,
-        timeout: Duration,
-        err: SdkError<E, HttpResponse>,
-    ) -> BusError
-    where
-        E: ProvideErrorMetadata + CreateUnhandledError + StdError + Send + Sync + 'static,
-    {
-        error::map_sdk_error(operation, queue, timeout, err)
-    }
-}
-
-/// Checks `name` against SQS's rules for (standard) queue names.
-fn check_queue_name(name: &str) -> Result<(), BusError> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_QUEUE_NAME
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(BusError::Rejected {
-            message: format!(
-                "{name:?} is not a valid SQS queue name (1 to {MAX_QUEUE_NAME} letters, digits, \
-                 '-' or '_'; a queue's name plus \"_dead_letter\" must fit too)"
-            ),
-            source: None,
-        })
     }
 }

@@ -12,28 +12,25 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_sqs::types::{
-    BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
     DeleteMessageBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName,
 };
 use aws_smithy_types::timeout::TimeoutConfig;
 use tokio::time::Instant;
 
 use super::batcher::{BatchCall, Batcher, EntryOutcome};
+use super::client::{BusInner, CONNECT_TIMEOUT};
 use super::config::secs_ceil;
-use super::error::classify_code;
-use super::heartbeat::{self, HeldSet};
-use super::sender::sqs_allows;
-use super::{BusInner, CONNECT_TIMEOUT};
+use super::heartbeat::{self, Heartbeat};
+use super::message::{
+    attribute_size, redrive_reason, sqs_allows, DEAD_LETTER_REASON_ATTRIBUTE,
+    ORIGINAL_MESSAGE_ID_ATTRIBUTE,
+};
+use super::visibility::{build_error, change_visibility, outcomes};
 use crate::{
     dead_letter_queue_name, Acknowledger, BusError, Delivery, ReceiptAction, Receiver,
     MAX_BODY_BYTES,
 };
 
-/// The message attribute carrying the reason of a message set aside with
-/// [`Delivery::dead_letter`].
-pub const DEAD_LETTER_REASON_ATTRIBUTE: &str = "archivist-dead-letter-reason";
-/// The message attribute carrying the SQS message id a dead letter had on its own queue.
-pub const ORIGINAL_MESSAGE_ID_ATTRIBUTE: &str = "archivist-original-message-id";
 /// Codes meaning a message is visible already: a release of it has nothing left to do.
 const NOT_IN_FLIGHT_CODES: &[&str] = &[
     "AWS.SimpleQueueService.MessageNotInflight",
@@ -81,10 +78,10 @@ pub(crate) struct ReceiverShared {
     pub(crate) bus: Arc<BusInner>,
     pub(crate) queue: String,
     pub(crate) url: String,
-    pub(crate) held: HeldSet,
+    /// The messages its deliveries hold, kept invisible to others.
+    heartbeat: Arc<Heartbeat>,
     /// Deliveries handed out and not yet settled or dropped.
     unsettled: Arc<AtomicUsize>,
-    pub(crate) heartbeat_gate: tokio::sync::Mutex<()>,
     deleter: Batcher,
     releaser: Batcher,
 }
@@ -120,17 +117,17 @@ impl SqsReceiver {
             linger,
             unsettled.clone(),
         );
+        let heartbeat = Arc::new(Heartbeat::new(bus.clone(), queue.clone(), url.clone()));
+        runtime.spawn(heartbeat::run(Arc::downgrade(&heartbeat), interval));
         let shared = Arc::new(ReceiverShared {
             bus,
             queue,
             url,
-            held: HeldSet::default(),
+            heartbeat,
             unsettled,
-            heartbeat_gate: tokio::sync::Mutex::new(()),
             deleter,
             releaser,
         });
-        runtime.spawn(heartbeat::run(Arc::downgrade(&shared), interval));
         SqsReceiver { shared }
     }
 
@@ -141,23 +138,13 @@ impl SqsReceiver {
 
     /// How many deliveries of this receiver are held (handed out, not yet settled or dropped).
     pub fn held(&self) -> usize {
-        self.shared.held.len()
+        self.shared.heartbeat.held.len()
     }
 
     /// The reason given to messages the redrive policy moved to this (dead-letter) queue.
     fn redrive_reason(&self, source_arn: Option<&str>) -> String {
         redrive_reason(self.shared.bus.config.max_receives, source_arn)
     }
-}
-
-/// The reason given to messages the redrive policy moved to a dead-letter queue (they carry
-/// no reason attribute of ours).
-pub(crate) fn redrive_reason(max_receives: u32, source_arn: Option<&str>) -> String {
-    let source = source_arn.map_or_else(String::new, |arn| format!(" from {arn}"));
-    format!(
-        "moved{source} by the redrive policy: received more than the maximum receive count \
-         ({max_receives}) without being handled"
-    )
 }
 
 #[async_trait]
@@ -238,7 +225,10 @@ impl Receiver for SqsReceiver {
             });
             let message_id = m.message_id().unwrap_or_default().to_owned();
             shared.unsettled.fetch_add(1, Ordering::AcqRel);
-            let id = shared.held.insert(receipt.to_owned(), visible_until);
+            let id = shared
+                .heartbeat
+                .held
+                .insert(receipt.to_owned(), visible_until);
             let acker = SqsAcker {
                 guard: HeldGuard {
                     shared: shared.clone(),
@@ -335,100 +325,6 @@ fn not_held<E: aws_sdk_sqs::error::ProvideErrorMetadata>(
         .is_some_and(|c| NOT_HELD_CODES.contains(&c))
 }
 
-impl ReceiverShared {
-    /// Sets the visibility of up to ten messages to `secs` from now.
-    pub(crate) async fn change_visibility(
-        &self,
-        receipts: &[&str],
-        secs: i32,
-    ) -> Result<Vec<EntryOutcome>, BusError> {
-        change_visibility(&self.bus, &self.queue, &self.url, receipts, secs).await
-    }
-}
-
-/// Sets the visibility of up to ten messages of `queue` to `secs` from now.
-pub(crate) async fn change_visibility(
-    bus: &BusInner,
-    queue: &str,
-    url: &str,
-    receipts: &[&str],
-    secs: i32,
-) -> Result<Vec<EntryOutcome>, BusError> {
-    let entries = receipts
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            ChangeMessageVisibilityBatchRequestEntry::builder()
-                .id(i.to_string())
-                .receipt_handle(*r)
-                .visibility_timeout(secs)
-                .build()
-                .map_err(build_error)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let out = bus
-        .client
-        .change_message_visibility_batch()
-        .queue_url(url)
-        .set_entries(Some(entries))
-        .send()
-        .await
-        .map_err(|e| bus.map_err("ChangeMessageVisibilityBatch", queue, e))?;
-    let done: Vec<&str> = out.successful().iter().map(|s| s.id()).collect();
-    Ok(outcomes(
-        receipts.len(),
-        &done,
-        out.failed(),
-        "ChangeMessageVisibilityBatch",
-        queue,
-    ))
-}
-
-/// The outcome of each of `n` entries (ids `"0"`…) from a batch call's answer.
-fn outcomes(
-    n: usize,
-    successful: &[&str],
-    failed: &[BatchResultErrorEntry],
-    operation: &str,
-    queue: &str,
-) -> Vec<EntryOutcome> {
-    (0..n)
-        .map(|i| {
-            let id = i.to_string();
-            if successful.contains(&id.as_str()) {
-                return EntryOutcome::Done;
-            }
-            match failed.iter().find(|f| f.id() == id) {
-                Some(f) => {
-                    let err = classify_code(
-                        &format!("{operation} on queue {queue:?}"),
-                        queue,
-                        Some(f.code()),
-                        f.message(),
-                        None,
-                        None,
-                    );
-                    if f.sender_fault() && !err.is_retryable() {
-                        EntryOutcome::Failed(err)
-                    } else {
-                        EntryOutcome::Retry(err)
-                    }
-                }
-                None => EntryOutcome::Retry(BusError::unavailable(format!(
-                    "{operation} on queue {queue:?}: no result for an entry"
-                ))),
-            }
-        })
-        .collect()
-}
-
-fn build_error(e: aws_smithy_types::error::operation::BuildError) -> BusError {
-    BusError::Rejected {
-        message: format!("could not build a batch entry: {e}"),
-        source: None,
-    }
-}
-
 /// `DeleteMessageBatch` for the acknowledgement batcher.
 struct DeleteCall {
     bus: Arc<BusInner>,
@@ -499,7 +395,7 @@ impl BatchCall for ReleaseCall {
 /// Makes a message visible again through the release batcher.
 async fn release(shared: &ReceiverShared, receipt: String) -> Result<(), BusError> {
     // An extension already on its way must land before the release, not after it.
-    drop(shared.heartbeat_gate.lock().await);
+    drop(shared.heartbeat.gate.lock().await);
     shared.releaser.submit(receipt).await
 }
 
@@ -512,7 +408,7 @@ struct HeldGuard {
 
 impl Drop for HeldGuard {
     fn drop(&mut self) {
-        self.shared.held.remove(self.id);
+        self.shared.heartbeat.held.remove(self.id);
         self.shared.unsettled.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -540,6 +436,7 @@ impl SqsAcker {
         } = self;
         let shared = guard.shared.clone();
         let lapsed = shared
+            .heartbeat
             .held
             .visible_until(guard.id)
             .is_some_and(|until| until <= Instant::now());
@@ -586,7 +483,7 @@ impl Acknowledger for SqsAcker {
     }
 
     fn stop_heartbeat(&mut self) {
-        self.guard.shared.held.freeze(self.guard.id);
+        self.guard.shared.heartbeat.held.freeze(self.guard.id);
     }
 
     /// The receipt handle: SQS's own, good in any process until the message is settled or
@@ -686,11 +583,6 @@ fn string_attribute(value: String) -> Result<MessageAttributeValue, BusError> {
         .map_err(build_error)
 }
 
-/// What SQS counts for a string message attribute: name, type and value.
-pub(crate) fn attribute_size(name: &str, value: &str) -> usize {
-    name.len() + "String".len() + value.len()
-}
-
 /// `reason` with characters SQS rejects replaced, cut to at most `room` bytes.
 fn fit_reason(reason: &str, room: usize) -> String {
     let mut out = String::with_capacity(reason.len().min(room));
@@ -718,28 +610,5 @@ mod tests {
         assert_eq!(fit_reason("bad\u{0}json", 100), "bad\u{FFFD}json");
         assert_eq!(fit_reason("ééé", 5), "éé");
         assert_eq!(fit_reason("x", 0), "");
-    }
-
-    #[test]
-    fn batch_answers_map_per_entry() {
-        let failed = vec![
-            BatchResultErrorEntry::builder()
-                .id("1")
-                .sender_fault(true)
-                .code("ReceiptHandleIsInvalid")
-                .build()
-                .unwrap(),
-            BatchResultErrorEntry::builder()
-                .id("2")
-                .sender_fault(false)
-                .code("InternalError")
-                .build()
-                .unwrap(),
-        ];
-        let out = outcomes(4, &["0"], &failed, "DeleteMessageBatch", "q");
-        assert!(matches!(out[0], EntryOutcome::Done));
-        assert!(matches!(out[1], EntryOutcome::Failed(_)));
-        assert!(matches!(out[2], EntryOutcome::Retry(_)));
-        assert!(matches!(out[3], EntryOutcome::Retry(_)));
     }
 }

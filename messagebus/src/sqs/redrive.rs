@@ -17,9 +17,9 @@ use std::time::Duration;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
 use aws_smithy_types::timeout::TimeoutConfig;
 
-use super::receiver::change_visibility;
+use super::client::{BusInner, CONNECT_TIMEOUT};
 use super::sender::pack;
-use super::{BusInner, CONNECT_TIMEOUT};
+use super::visibility::change_visibility;
 use crate::{dead_letter_queue_name, BusError};
 
 /// SQS's most messages per receive and per batch.

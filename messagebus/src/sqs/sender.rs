@@ -11,9 +11,9 @@ use aws_sdk_sqs::types::{
 };
 
 use super::batcher::MAX_BATCH;
+use super::client::BusInner;
 use super::error::classify_code;
-use super::receiver::{redrive_reason, DEAD_LETTER_REASON_ATTRIBUTE};
-use super::BusInner;
+use super::message::{redrive_reason, sqs_allows, DEAD_LETTER_REASON_ATTRIBUTE};
 use crate::{dead_letter_queue_name, BusError, DeadLetter, QueueStats, Sender, MAX_BODY_BYTES};
 
 /// SQS's limit on the whole of one `SendMessageBatch` (bodies and attributes): 1 MiB.
@@ -277,12 +277,6 @@ pub(crate) fn check_body(index: usize, body: &[u8]) -> Result<&str, BusError> {
         )));
     }
     Ok(text)
-}
-
-/// The characters SQS accepts in a message: `#x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD |
-/// #x10000-#x10FFFF`.
-pub(crate) fn sqs_allows(c: char) -> bool {
-    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
 /// Splits `texts` into runs `[start, end)` of at most ten messages and 1 MiB each, in order.

@@ -26,7 +26,7 @@ fn config(visibility_secs: u64, max_receives: u32) -> MemoryBusConfig {
     MemoryBusConfig {
         visibility_timeout: Duration::from_secs(visibility_secs),
         max_receives,
-        misbehave: 0.0,
+        ..MemoryBusConfig::default()
     }
 }
 

@@ -6,10 +6,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use messagebus::rabbitmq::{RabbitBus, RabbitBusConfig};
 use messagebus::testing::QueueSettings;
 use messagebus::Bus;
+use tokio::time::Instant;
 
 fn amqp_url() -> String {
     std::env::var("ARCHIVIST_TEST_AMQP_URL").unwrap_or_else(|_| {
@@ -28,11 +30,15 @@ async fn fresh(settings: QueueSettings) -> Arc<dyn Bus> {
 
 messagebus::bus_conformance_tests!(fresh);
 
-/// A TCP proxy in front of the broker that can cut every connection through it at once.
+/// A TCP proxy in front of the broker that can cut every connection through it at once, or
+/// silence them: bytes still go in, nothing comes out either way, no connection closes (a
+/// network that drops packets, a broker that hangs).
 struct CuttingProxy {
     addr: std::net::SocketAddr,
     links: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
     accept: tokio::task::JoinHandle<()>,
+    /// While true, every link (new ones too) swallows what it reads.
+    silent: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl CuttingProxy {
@@ -40,13 +46,21 @@ impl CuttingProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let links: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let silent: Arc<std::sync::atomic::AtomicBool> = Arc::default();
         let held = Arc::clone(&links);
+        let quiet = Arc::clone(&silent);
         let accept = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
+            while let Ok((client, _)) = listener.accept().await {
                 let upstream = upstream.clone();
+                let quiet = Arc::clone(&quiet);
                 let link = tokio::spawn(async move {
-                    if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    if let Ok(server) = tokio::net::TcpStream::connect(&upstream).await {
+                        let (from_client, to_client) = client.into_split();
+                        let (from_server, to_server) = server.into_split();
+                        tokio::join!(
+                            forward(from_client, to_server, Arc::clone(&quiet)),
+                            forward(from_server, to_client, quiet),
+                        );
                     }
                 });
                 held.lock().unwrap().push(link.abort_handle());
@@ -56,13 +70,44 @@ impl CuttingProxy {
             addr,
             links,
             accept,
+            silent,
         }
     }
 
-    /// Drops every connection through the proxy, as a network cut or broker restart would.
+    /// Drops every connection through the proxy, as a network cut or broker restart would;
+    /// new connections go through (and are heard again).
     fn cut(&self) {
         for link in self.links.lock().unwrap().drain(..) {
             link.abort();
+        }
+        self.silent
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// From now on, what either side sends is swallowed; connections stay open.
+    fn silence(&self) {
+        self.silent.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` until either closes, swallowing what it reads while `silent`.
+async fn forward(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    silent: Arc<std::sync::atomic::AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if silent.load(std::sync::atomic::Ordering::SeqCst) {
+            continue;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
         }
     }
 }
@@ -74,27 +119,54 @@ impl Drop for CuttingProxy {
     }
 }
 
-/// The broker connection is cut three times while a sender and a receiver work: every
-/// message whose send returned Ok is received (duplicates allowed), and the queue ends empty.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connection_cut_mid_run_loses_nothing() {
-    use std::collections::HashSet;
-    use std::time::Duration;
-
-    const MESSAGES: usize = 150;
+/// A bus on the test broker through `proxy`.
+async fn through(proxy: &CuttingProxy, config: RabbitBusConfig) -> RabbitBus {
     let url = url::Url::parse(&amqp_url()).unwrap();
-    let upstream = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5672));
-    let proxy = CuttingProxy::start(upstream).await;
     let mut through = url.clone();
     through.set_port(Some(proxy.addr.port())).unwrap();
     through.set_host(Some("127.0.0.1")).unwrap();
-    let bus = RabbitBus::connect(through.as_str(), RabbitBusConfig::default())
+    RabbitBus::connect(through.as_str(), config).await.unwrap()
+}
+
+async fn proxy() -> CuttingProxy {
+    let url = url::Url::parse(&amqp_url()).unwrap();
+    let upstream = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5672));
+    CuttingProxy::start(upstream).await
+}
+
+/// `call`, which must return by the test's `deadline`: a call that never returns fails the
+/// test there rather than waiting for the test runner's limit.
+async fn by<T>(deadline: Instant, what: &str, call: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout_at(deadline, call).await {
+        Ok(out) => out,
+        Err(_) => panic!("{what} did not return by the test's deadline"),
+    }
+}
+
+/// The broker connection is cut three times while a sender and a receiver work: every
+/// message whose send returned Ok is received (duplicates allowed), and the queue ends empty.
+/// Every call returns by the test's own deadline (each bus call has a deadline of 5 s; the
+/// test waits for none of them past its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_cut_mid_run_loses_nothing() {
+    use std::collections::HashSet;
+
+    const MESSAGES: usize = 150;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let proxy = proxy().await;
+    let config = RabbitBusConfig {
+        call_deadline: Duration::from_secs(5),
+        ..RabbitBusConfig::default()
+    };
+    let bus = by(deadline, "connecting", through(&proxy, config)).await;
+    let queue = messagebus::testing::unique_queue_name("cut");
+    by(deadline, "creating the queue", bus.create_queue(&queue))
         .await
         .unwrap();
-    let queue = messagebus::testing::unique_queue_name("cut");
-    bus.create_queue(&queue).await.unwrap();
-    let tx = bus.sender(&queue).await.unwrap();
-    let rx = bus.receiver(&queue).await.unwrap();
+    let tx = by(deadline, "a sender", bus.sender(&queue)).await.unwrap();
+    let rx = by(deadline, "a receiver", bus.receiver(&queue))
+        .await
+        .unwrap();
 
     let sent = Arc::new(std::sync::Mutex::new(HashSet::new()));
     let sending = {
@@ -105,7 +177,7 @@ async fn connection_cut_mid_run_loses_nothing() {
                 let body = format!("m{i}").into_bytes();
                 // A send that failed may or may not have reached the broker: send it again.
                 loop {
-                    match tx.send(body.clone()).await {
+                    match by(deadline, "a send", tx.send(body.clone())).await {
                         Ok(()) => break,
                         Err(e) => {
                             assert!(e.is_retryable(), "{e}");
@@ -123,10 +195,9 @@ async fn connection_cut_mid_run_loses_nothing() {
     let mut received = HashSet::new();
     let mut cuts = 0;
     let mut receive_failures = 0;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while received.len() < MESSAGES {
         assert!(
-            tokio::time::Instant::now() < deadline,
+            Instant::now() < deadline,
             "received {} of {MESSAGES} distinct messages in time",
             received.len()
         );
@@ -135,12 +206,18 @@ async fn connection_cut_mid_run_loses_nothing() {
             proxy.cut();
             cuts += 1;
         }
-        match rx.receive(10, Duration::from_millis(500)).await {
+        match by(
+            deadline,
+            "a receive",
+            rx.receive(10, Duration::from_millis(500)),
+        )
+        .await
+        {
             Ok(batch) => {
                 for d in batch {
                     let body = d.body().to_vec();
                     // An acknowledgement lost with the connection brings the message back.
-                    if d.ack().await.is_ok() {
+                    if by(deadline, "an acknowledgement", d.ack()).await.is_ok() {
                         received.insert(body);
                     }
                 }
@@ -152,25 +229,125 @@ async fn connection_cut_mid_run_loses_nothing() {
             }
         }
     }
-    let send_failures = sending.await.unwrap();
+    let send_failures = by(deadline, "the sender", sending).await.unwrap();
     assert_eq!(cuts, 3);
     assert_eq!(received, *sent.lock().unwrap());
     println!(
         "{MESSAGES} messages, {cuts} cuts, {send_failures} sends and {receive_failures} \
          receives retried"
     );
-    // What is left are duplicates of messages already received, if any: drain them.
+    drain(&bus, &queue, rx.as_ref(), &received, deadline).await;
+}
+
+/// Receives what is left on `queue` (duplicates of messages in `received` only) until it is
+/// empty, and checks that the counts end at zero.
+async fn drain(
+    bus: &RabbitBus,
+    queue: &str,
+    rx: &dyn messagebus::Receiver,
+    received: &std::collections::HashSet<Vec<u8>>,
+    deadline: Instant,
+) {
     loop {
-        let rest = rx.receive(10, Duration::from_millis(500)).await.unwrap();
+        let rest = by(
+            deadline,
+            "a receive",
+            rx.receive(10, Duration::from_millis(500)),
+        )
+        .await
+        .unwrap();
         if rest.is_empty() {
             break;
         }
         for d in rest {
             assert!(received.contains(d.body()), "{d:?} was never sent");
-            d.ack().await.unwrap();
+            by(deadline, "an acknowledgement", d.ack()).await.unwrap();
         }
     }
-    messagebus::testing::assert_counts(tx_for(&bus, &queue).await.as_ref(), (0, 0, 0)).await;
+    let tx = by(deadline, "a sender", tx_for(bus, queue)).await;
+    by(
+        deadline,
+        "counting",
+        messagebus::testing::assert_counts(tx.as_ref(), (0, 0, 0)),
+    )
+    .await;
+}
+
+/// Calls in flight on a connection gone silent (nothing answers, nothing closes: a network
+/// that drops packets) return `BusError::Timeout` by their call deadline, though the per
+/// round trip timeout is ten minutes: a send waiting for its publisher confirm, a look at the
+/// counts and a new receiver waiting for a channel, a receive waiting for a `basic.get` (its
+/// wait plus the deadline). Before every call had a deadline, each waited the ten minutes
+/// (with the default 10 s per round trip, a call of several round trips added them up, and
+/// a few waits, such as closing a channel, had none at all). Once the connection
+/// is cut and the bus reconnects, nothing is lost: the send tried again arrives, the message
+/// held when the connection went silent comes back, and the queue ends empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_on_a_silent_connection_returns_by_its_deadline() {
+    use messagebus::testing::assert_times_out;
+    use std::collections::HashSet;
+
+    const CALL_DEADLINE: Duration = Duration::from_secs(2);
+    let deadline = Instant::now() + Duration::from_secs(100);
+    let proxy = proxy().await;
+    let config = RabbitBusConfig {
+        call_deadline: CALL_DEADLINE,
+        request_timeout: Duration::from_secs(600),
+        ..RabbitBusConfig::default()
+    };
+    let bus = through(&proxy, config).await;
+    let queue = messagebus::testing::unique_queue_name("silent");
+    bus.create_queue(&queue).await.unwrap();
+    let tx = bus.sender(&queue).await.unwrap();
+    let rx = bus.receiver(&queue).await.unwrap();
+    tx.send(b"held".to_vec()).await.unwrap();
+    let held = messagebus::testing::receive_n(rx.as_ref(), 1).await;
+
+    proxy.silence();
+    // The receiver holds a whole prefetch (one), so its receive asks the broker for more
+    // (`basic.get`) and waits for the answer.
+    let wait = Duration::from_millis(500);
+    tokio::join!(
+        assert_times_out("a send", CALL_DEADLINE, tx.send(b"unconfirmed".to_vec())),
+        assert_times_out("a look at the counts", CALL_DEADLINE, tx.inspect()),
+        assert_times_out("a new receiver", CALL_DEADLINE, bus.receiver(&queue)),
+        assert_times_out("a receive", wait + CALL_DEADLINE, rx.receive(1, wait)),
+    );
+    // The acknowledgement goes into the silence and returns, whether or not it is heard.
+    let start = Instant::now();
+    let mut held = held;
+    let _ = by(deadline, "an acknowledgement", held.remove(0).ack()).await;
+    assert!(start.elapsed() < CALL_DEADLINE + Duration::from_secs(5));
+
+    // The connection is cut (the silence ends): the bus reconnects.
+    proxy.cut();
+    loop {
+        match by(deadline, "a send", tx.send(b"unconfirmed".to_vec())).await {
+            Ok(()) => break,
+            Err(e) => assert!(e.is_retryable(), "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sent: HashSet<Vec<u8>> = [b"held".to_vec(), b"unconfirmed".to_vec()].into();
+    let mut received = HashSet::new();
+    while received != sent {
+        assert!(Instant::now() < deadline, "received only {received:?}");
+        let batch = match by(deadline, "a receive", rx.receive(10, wait)).await {
+            Ok(batch) => batch,
+            Err(e) => {
+                assert!(e.is_retryable(), "{e}");
+                continue;
+            }
+        };
+        for d in batch {
+            let body = d.body().to_vec();
+            assert!(sent.contains(&body), "{d:?} was never sent");
+            if by(deadline, "an acknowledgement", d.ack()).await.is_ok() {
+                received.insert(body);
+            }
+        }
+    }
+    drain(&bus, &queue, rx.as_ref(), &received, deadline).await;
 }
 
 async fn tx_for(bus: &RabbitBus, queue: &str) -> Arc<dyn messagebus::Sender> {

@@ -347,6 +347,74 @@ async fn visibility_counts_from_the_lock_not_the_wait() {
     drop(got);
 }
 
+/// A database that stops answering holds no caller past the bus's call deadline: with the
+/// message table locked by another transaction (every statement on it waits, with no timeout
+/// of its own), a send, a receive, an acknowledgement and a look at the counts each return
+/// `BusError::Timeout` once their deadline is up (the receive: its wait plus the deadline).
+/// Once the lock is gone nothing is lost: the send tried again arrives, and the queue ends
+/// empty. Before every call had a deadline, each of them waited as long as the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_blocked_by_the_database_returns_by_its_deadline() {
+    use messagebus::testing::assert_times_out;
+    use sqlx::Connection;
+    use std::collections::HashSet;
+    use tokio::time::Instant;
+
+    const DEADLINE: Duration = Duration::from_secs(1);
+    let bus = fresh_with(SqlBusConfig {
+        call_deadline: DEADLINE,
+        visibility_timeout: Duration::from_secs(2),
+        ..SqlBusConfig::default()
+    })
+    .await;
+    bus.create_queue("q").await.unwrap();
+    let tx = bus.sender("q").await.unwrap();
+    let rx = bus.receiver("q").await.unwrap();
+    tx.send(b"before".to_vec()).await.unwrap();
+    let held = messagebus::testing::receive_n(rx.as_ref(), 1).await;
+
+    let mut other = sqlx::PgConnection::connect(bus.db.url()).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut other).await.unwrap();
+    sqlx::query("LOCK TABLE bus_messages IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let wait = Duration::from_millis(200);
+    let ack = async {
+        let mut held = held;
+        held.remove(0).ack().await
+    };
+    tokio::join!(
+        assert_times_out("a send", DEADLINE, tx.send(b"during".to_vec())),
+        assert_times_out("a receive", wait + DEADLINE, rx.receive(1, wait)),
+        assert_times_out("an acknowledgement", DEADLINE, ack),
+        assert_times_out("a look at the counts", DEADLINE, tx.inspect()),
+    );
+    sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+
+    // The send timed out, so it may or may not have happened: sent again, it is received
+    // (twice at most); the acknowledgement may or may not have landed: the message comes
+    // back after its visibility or is gone. Either way the queue ends empty.
+    tx.send(b"during".to_vec()).await.unwrap();
+    let mut seen = HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the queue did not empty; saw {seen:?}"
+        );
+        for d in rx.receive(10, wait).await.unwrap() {
+            seen.insert(d.body().to_vec());
+            d.ack().await.unwrap();
+        }
+        let stats = tx.inspect().await.unwrap();
+        if seen.contains(b"during".as_slice()) && (stats.waiting, stats.in_flight) == (0, 0) {
+            break;
+        }
+    }
+    messagebus::testing::assert_counts(tx.as_ref(), (0, 0, 0)).await;
+}
+
 /// Returns once a statement on database `name` waits for a lock (no sleep: it is seen
 /// waiting, so its `now()` is from before any time read after this).
 async fn wait_until_blocked(other: &mut sqlx::PgConnection, name: &str) {
