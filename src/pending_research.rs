@@ -190,7 +190,9 @@ async fn assign(
             return Ended::Finished;
         }
     }
-    tracing::info!(
+    // Said at DEBUG: an idle `--every` loop goes round every second. What a run changed
+    // (leases made, items published) is its INFO summary ("run ended").
+    tracing::debug!(
         queue = sender.queue(),
         researchers,
         remote_researchers = presence.researchers,

@@ -20,6 +20,7 @@ mod database_faults;
 mod demo;
 mod doc_examples;
 mod hostile_input_e2e;
+mod idle_logs;
 mod kill_storm;
 mod layering;
 mod media_addresses;
