@@ -94,7 +94,7 @@ async fn open_datastore(
             // program's, whose migrations ours would be mixed into. Checked before anything
             // is written; a database with nothing to apply is ours already.
             if !missing.is_empty() {
-                let foreign = crate::foreign::foreign_migrations(url).await;
+                let foreign = datastore::foreign_migrations(url).await;
                 if !foreign.is_empty() {
                     return Ok(Err(foreign));
                 }
@@ -110,11 +110,7 @@ async fn open_datastore(
         };
         let outcome = match outcome {
             Ok(Ok(Err(foreign))) => {
-                return Err(usage(crate::foreign::explain(
-                    "DATABASE_URL",
-                    &shown,
-                    &foreign,
-                )))
+                return Err(usage(foreign.explain("DATABASE_URL", &shown)))
             }
             Ok(Ok(Ok(opened))) => Ok(Ok(opened)),
             Ok(Err(e)) => Ok(Err(e)),
@@ -440,16 +436,17 @@ pub(crate) async fn database_bus(
             dir.display()
         )));
     }
-    // Its tables go into that database: not into another program's (see `foreign.rs`).
+    // Its tables go into that database: not into another program's
+    // (see `datastore::foreign_migrations`).
     if create {
-        let foreign = crate::foreign::foreign_migrations(&url).await;
+        let foreign = datastore::foreign_migrations(&url).await;
         if !foreign.is_empty() {
             let var = if config.bus_url.is_some() {
                 "ARCHIVIST_BUS_URL"
             } else {
                 "DATABASE_URL"
             };
-            return Err(usage(crate::foreign::explain(var, &shown, &foreign)));
+            return Err(usage(foreign.explain(var, &shown)));
         }
     }
     let settings = SqlBusConfig {
