@@ -103,7 +103,7 @@ pub(crate) struct Limiter {
 
 /// The client's address: the connection's, or with `trust_proxy` the first address of
 /// `X-Forwarded-For` (the one the proxy saw).
-fn client_addr(request: &Request, trust_proxy: bool) -> IpAddr {
+pub(crate) fn client_addr(request: &Request, trust_proxy: bool) -> IpAddr {
     if trust_proxy {
         let forwarded = request
             .headers()

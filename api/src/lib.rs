@@ -13,6 +13,8 @@
 //! - `gateway.rs`: [`Gateway`] (the datastore, the bus, the [`Limits`]) and its
 //!   [`Gateway::router`]; [`require_reader`] for pages served beside the API.
 //! - `auth.rs`: the token check and the rate limits.
+//! - `sessions.rs`: [`ReaderSessions`], a browser's way in to the pages a reader token
+//!   guards (sign-in, a session cookie, sign-out), and [`require_reader_or_session`].
 //! - `tokens.rs`: making tokens, hashing them.
 //! - `lines.rs`: request bodies read within the limit, split into JSON lines, each checked.
 //! - `curators.rs`: `POST /api/v1/episodes` and `POST /api/v1/clips`.
@@ -33,6 +35,7 @@ mod openapi;
 mod readers;
 mod researchers;
 pub mod server;
+mod sessions;
 mod tls;
 pub mod tokens;
 
@@ -42,4 +45,8 @@ pub use gateway::{require_reader, Gateway, Limits, Queues};
 pub use openapi::openapi_json;
 pub use readers::MAX_MATCHES;
 pub use researchers::{ITEM_VISIBILITY, RESEARCHER_HEADER};
+pub use sessions::{
+    require_reader_or_session, ReaderSessions, SignInRefused, SignedIn, SESSION_COOKIE,
+    SESSION_LIFETIME, SIGN_IN_PATH,
+};
 pub use tls::Tls;

@@ -482,6 +482,7 @@ fn health_and_pages_answer_while_the_api_is_flooded() {
             .expect_code(0);
         run.stdout.trim().to_string()
     };
+    let reader = create_token(&s, "reader", "watcher");
     let (_gateway, addr) = start_serving(
         &s,
         &["serve", "--api", "--addr", "127.0.0.1:0"],
@@ -524,12 +525,16 @@ fn health_and_pages_answer_while_the_api_is_flooded() {
         assert!(code == 204 || code == 429, "{code}: {body}");
         assert!(Instant::now() < until, "the API never filled up");
     }
-    // The rest of `serve` answers all the same.
-    for path in ["/healthz", "/", "/metrics"] {
-        let (code, body) = raw_request(&addr, "GET", path, "");
+    // The rest of `serve` answers all the same (to a reader: with the API, the pages need
+    // a reader token on loopback too).
+    let (code, body) = raw_request(&addr, "GET", "/healthz", "");
+    assert_eq!(code, 200, "/healthz: {body}");
+    let reader = format!("Authorization: Bearer {reader}\r\n");
+    for path in ["/", "/metrics"] {
+        let (code, body) = raw_request(&addr, "GET", path, &reader);
         assert_eq!(code, 200, "{path}: {body}");
     }
     // The readers' JSON is not the API: it answers too.
-    let (code, body) = raw_request(&addr, "GET", "/api/status", "");
+    let (code, body) = raw_request(&addr, "GET", "/api/status", &reader);
     assert_eq!(code, 200, "{body}");
 }

@@ -25,6 +25,7 @@ mod kill_storm;
 mod layering;
 mod media_addresses;
 mod metrics;
+mod pages_sign_in;
 mod postgres_tls;
 mod print_research;
 mod prints_e2e;
