@@ -128,8 +128,8 @@ async fn assign_steps(
 ) -> Result<(), Ended> {
     wait_start_jitter(run, config).await?;
     let capacity = count_capacity(run, sender, store, config).await?;
-    // Said at DEBUG: an idle `--every` loop goes round every second. What a run changed
-    // (leases made, items published) is its INFO summary ("run ended").
+    // Said at DEBUG: an idle `--every` loop goes round every second. A run that publishes
+    // says so at INFO ("work assigned"), with these figures.
     tracing::debug!(
         queue = sender.queue(),
         researchers = capacity.researchers,
@@ -144,7 +144,23 @@ async fn assign_steps(
             hold_back(run, hold).await?;
         }
     }
-    publish_items(run, sender, store, config, capacity.to_publish).await
+    let published_before = run.report.published;
+    let outcome = publish_items(run, sender, store, config, capacity.to_publish).await;
+    let published = run.report.published - published_before;
+    if published > 0 {
+        // Something changed: said at INFO, with the figures it was decided on.
+        tracing::info!(
+            queue = sender.queue(),
+            researchers = capacity.researchers,
+            remote_researchers = capacity.remote_researchers,
+            gateway_receivers = capacity.gateway_receivers,
+            waiting = capacity.waiting,
+            to_publish = capacity.to_publish,
+            published,
+            "work assigned"
+        );
+    }
+    outcome
 }
 
 /// Waits a random part of [`PendingResearchConfig::start_jitter`] (none when it is zero).
