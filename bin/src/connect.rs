@@ -85,7 +85,7 @@ impl<'a> ConnectRetry<'a> {
             };
             let error = match outcome {
                 Ok(Attempt::Done(done)) => {
-                    tracing::debug!(attempts, "{name} answers");
+                    tracing::debug!(attempt = attempts, "{name} answers");
                     return Ok(done);
                 }
                 Ok(Attempt::Lasting(e)) => return Err(e),
@@ -94,8 +94,8 @@ impl<'a> ConnectRetry<'a> {
                     return Err(match last {
                         Some(e) => gave_up(attempts, e),
                         None => anyhow!(
-                            "{name} is unreachable: no answer within {budget} \
-                             (ARCHIVIST_CONNECT_TIMEOUT)"
+                            "{name} is unreachable after {attempts} attempts over {budget} \
+                             (ARCHIVIST_CONNECT_TIMEOUT): no answer within it"
                         ),
                     })
                 }
@@ -103,7 +103,7 @@ impl<'a> ConnectRetry<'a> {
             if Instant::now() + backoff >= deadline {
                 return Err(gave_up(attempts, error));
             }
-            tracing::warn!(attempts, error = %error, retry_in = ?backoff, "{name} is not reachable yet");
+            tracing::warn!(attempt = attempts, error = %error, retry_in = ?backoff, "{name} is not reachable yet");
             last = Some(error);
             tokio::select! {
                 _ = self.token.cancelled() => return Err(interrupted()),
