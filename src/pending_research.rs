@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use datastore::{DataStore, DataStoreError, Lease, LeaseRequest, LeaseUpdate, Presence};
+use datastore::{
+    DataStore, DataStoreError, Lease, LeaseRequest, LeaseUpdate, Presence, TransactionalBus,
+};
 use messagebus::{BusError, Sender};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -101,12 +103,68 @@ pub fn start(
     )
 }
 
+/// One work-assignment run, step by step: wait out the start jitter, count the capacity, hold
+/// back while results wait to be recorded, then lease and publish one item at a time until the
+/// capacity is used or the work runs out.
 async fn assign(
     run: &mut Run,
     sender: &dyn Sender,
     store: &dyn DataStore,
     config: &PendingResearchConfig,
 ) -> Ended {
+    match assign_steps(run, sender, store, config).await {
+        Ok(()) => Ended::Finished,
+        Err(ended) => ended,
+    }
+}
+
+/// [`assign`]'s steps; `Err` carries how the run ends early (cancelled, failed, or finished
+/// by holding back).
+async fn assign_steps(
+    run: &mut Run,
+    sender: &dyn Sender,
+    store: &dyn DataStore,
+    config: &PendingResearchConfig,
+) -> Result<(), Ended> {
+    wait_start_jitter(run, config).await?;
+    let capacity = count_capacity(run, sender, store, config).await?;
+    // Said at DEBUG: an idle `--every` loop goes round every second. A run that publishes
+    // says so at INFO ("work assigned"), with these figures.
+    tracing::debug!(
+        queue = sender.queue(),
+        researchers = capacity.researchers,
+        remote_researchers = capacity.remote_researchers,
+        gateway_receivers = capacity.gateway_receivers,
+        waiting = capacity.waiting,
+        to_publish = capacity.to_publish,
+        "assigning work"
+    );
+    if capacity.to_publish > 0 {
+        if let Some(hold) = &config.hold_back {
+            hold_back(run, hold).await?;
+        }
+    }
+    let published_before = run.report.published;
+    let outcome = publish_items(run, sender, store, config, capacity.to_publish).await;
+    let published = run.report.published - published_before;
+    if published > 0 {
+        // Something changed: said at INFO, with the figures it was decided on.
+        tracing::info!(
+            queue = sender.queue(),
+            researchers = capacity.researchers,
+            remote_researchers = capacity.remote_researchers,
+            gateway_receivers = capacity.gateway_receivers,
+            waiting = capacity.waiting,
+            to_publish = capacity.to_publish,
+            published,
+            "work assigned"
+        );
+    }
+    outcome
+}
+
+/// Waits a random part of [`PendingResearchConfig::start_jitter`] (none when it is zero).
+async fn wait_start_jitter(run: &Run, config: &PendingResearchConfig) -> Result<(), Ended> {
     if !config.start_jitter.is_zero() {
         let wait = config.start_jitter.mul_f64(rand::random::<f64>());
         tracing::info!(
@@ -115,90 +173,129 @@ async fn assign(
         );
         tokio::select! {
             biased;
-            _ = run.token.cancelled() => return Ended::Cancelled,
+            _ = run.token.cancelled() => return Err(Ended::Cancelled),
             _ = tokio::time::sleep(wait) => {}
         }
     }
     if run.token.is_cancelled() {
-        return Ended::Cancelled;
+        return Err(Ended::Cancelled);
     }
-    let stats = match run
+    Ok(())
+}
+
+/// The work-assignment rule's figures for one run.
+#[derive(Debug, Clone, Copy)]
+struct Capacity {
+    /// Researchers counted: the bus's (or configured) less the gateways' receivers, plus the
+    /// remote researchers present.
+    researchers: u64,
+    /// Of them, the researchers present through the API.
+    remote_researchers: u64,
+    /// The gateways' own receivers, which the bus counted among its consumers.
+    gateway_receivers: u64,
+    /// Items waiting on the queue.
+    waiting: u64,
+    /// Items to lease and publish in this run.
+    to_publish: u64,
+}
+
+/// Counts the researchers and the waiting items: capacity = researchers − waiting, or one item
+/// when there are neither (so that the first researcher to start finds work at once).
+async fn count_capacity(
+    run: &Run,
+    sender: &dyn Sender,
+    store: &dyn DataStore,
+    config: &PendingResearchConfig,
+) -> Result<Capacity, Ended> {
+    let stats = run
         .retrying("inspect", BusError::is_retryable, || sender.inspect())
         .await
-    {
-        Ok(stats) => stats,
-        Err(RetryError::Cancelled(_)) => return Ended::Cancelled,
-        Err(RetryError::Failed(e)) => return Ended::Failed(ArchivistError::Bus(e)),
-    };
+        .map_err(bus_ended)?;
     let Some(local) = config.researchers.or(stats.consumers) else {
-        return Ended::Failed(ArchivistError::Config(format!(
+        return Err(Ended::Failed(ArchivistError::Config(format!(
             "the bus cannot count the researchers consuming {:?}: configure their number \
              (ARCHIVIST_RESEARCHERS)",
             sender.queue()
-        )));
+        ))));
     };
-    // Remote researchers (through the API gateway, `serve --api`) count one each, from the
-    // datastore, wherever this run is; the gateways' own receivers, which the bus counted
-    // among its consumers, do not count as researchers.
-    let presence = match store.api_access() {
-        None => Presence::default(),
-        Some(access) => {
-            let since =
-                Utc::now() - chrono::Duration::from_std(config.presence_window).unwrap_or_default();
-            match run
-                .retrying("presence", DataStoreError::is_retryable, || {
-                    access.presence(since)
-                })
-                .await
-            {
-                Ok(presence) => presence,
-                Err(RetryError::Cancelled(_)) => return Ended::Cancelled,
-                Err(RetryError::Failed(e)) => return Ended::Failed(ArchivistError::DataStore(e)),
-            }
-        }
-    };
-    let gateways = if config.researchers.is_none() {
+    let presence = remote_presence(run, store, config).await?;
+    let gateway_receivers = if config.researchers.is_none() {
         presence.gateway_receivers.min(local)
     } else {
         0
     };
-    let researchers = local - gateways + presence.researchers;
-    // With no researchers and nothing waiting, one item is published so that the first
-    // researcher to start finds work at once.
-    let mut to_publish = if researchers == 0 && stats.waiting == 0 {
+    let researchers = local - gateway_receivers + presence.researchers;
+    let to_publish = if researchers == 0 && stats.waiting == 0 {
         1
     } else {
         researchers.saturating_sub(stats.waiting)
     };
-    if let Some(hold) = config.hold_back.as_ref().filter(|_| to_publish > 0) {
-        let backlog = match run
-            .retrying("inspect", BusError::is_retryable, || {
-                hold.results.waiting_at_least(hold.max_waiting)
-            })
-            .await
-        {
-            Ok(backlog) => backlog,
-            Err(RetryError::Cancelled(_)) => return Ended::Cancelled,
-            Err(RetryError::Failed(e)) => return Ended::Failed(ArchivistError::Bus(e)),
-        };
-        if backlog {
-            tracing::info!(
-                queue = hold.results.queue(),
-                max_waiting = hold.max_waiting,
-                "holding work back while results wait to be recorded"
-            );
-            return Ended::Finished;
-        }
-    }
-    tracing::info!(
-        queue = sender.queue(),
+    Ok(Capacity {
         researchers,
-        remote_researchers = presence.researchers,
-        gateway_receivers = gateways,
-        waiting = stats.waiting,
+        remote_researchers: presence.researchers,
+        gateway_receivers,
+        waiting: stats.waiting,
         to_publish,
-        "assigning work"
-    );
+    })
+}
+
+/// Remote researchers (through the API gateway, `serve --api`) count one each, from the
+/// datastore, wherever this run is; the gateways' own receivers, which the bus counted among
+/// its consumers, do not count as researchers. Nothing without API access.
+async fn remote_presence(
+    run: &Run,
+    store: &dyn DataStore,
+    config: &PendingResearchConfig,
+) -> Result<Presence, Ended> {
+    let Some(access) = store.api_access() else {
+        return Ok(Presence::default());
+    };
+    let since = Utc::now() - chrono::Duration::from_std(config.presence_window).unwrap_or_default();
+    run.retrying("presence", DataStoreError::is_retryable, || {
+        access.presence(since)
+    })
+    .await
+    .map_err(store_ended)
+}
+
+/// Ends the run (`Err(Ended::Finished)`) while as many results as `hold` says wait to be
+/// recorded.
+async fn hold_back(run: &Run, hold: &HoldBack) -> Result<(), Ended> {
+    let backlog = run
+        .retrying("inspect", BusError::is_retryable, || {
+            hold.results.waiting_at_least(hold.max_waiting)
+        })
+        .await
+        .map_err(bus_ended)?;
+    if backlog {
+        tracing::info!(
+            queue = hold.results.queue(),
+            max_waiting = hold.max_waiting,
+            "holding work back while results wait to be recorded"
+        );
+        return Err(Ended::Finished);
+    }
+    Ok(())
+}
+
+/// What leasing and publishing one work item came to.
+enum ItemOutcome {
+    /// Leased and published.
+    Published,
+    /// Nothing left to lease.
+    NoMoreWork,
+    /// Nothing published: the item was too large for the bus; lease at most this many clips.
+    FewerClips(u32),
+}
+
+/// Leases and publishes up to `to_publish` items, one at a time.
+async fn publish_items(
+    run: &mut Run,
+    sender: &dyn Sender,
+    store: &dyn DataStore,
+    config: &PendingResearchConfig,
+    mut to_publish: u64,
+) -> Result<(), Ended> {
     let mut max_clips = config.max_clips.max(1);
     // Where the bus's queue lives in the datastore's database, leasing and publishing are one
     // transaction: no lease without its work item, no work item without its lease.
@@ -208,110 +305,161 @@ async fn assign(
     }
     while to_publish > 0 {
         if run.token.is_cancelled() {
-            return Ended::Cancelled;
+            return Err(Ended::Cancelled);
         }
         // Chosen once for every try of this work item: a try whose commit's outcome was lost
         // with its connection is then answered by the lease it made, never a second one.
-        let lease_id = Uuid::new_v4();
-        let request = || LeaseRequest {
+        let request = LeaseRequest {
             max_clips,
             duration: config.lease_duration,
             now: Utc::now(),
-            lease_id,
+            lease_id: Uuid::new_v4(),
         };
-        if let Some((bus_id, tx)) = in_store {
-            let encode = |lease: &Lease| messages::encode(&item(lease.clone()));
-            match run
-                .retrying("lease_and_publish", DataStoreError::is_retryable, || {
-                    tx.lease_next_and_publish(request(), bus_id, sender.queue(), &encode)
-                })
-                .await
-            {
-                Ok(Some(lease)) => {
-                    run.report.leases_created += 1;
-                    run.report.pairs_reclaimed += u64::from(lease.reclaimed_pairs);
-                    run.report.published += 1;
-                    telemetry::count(telemetry::PUBLISHED, run.name, 1);
-                    telemetry::leases("created", 1);
-                    telemetry::leases("reclaimed_pairs", u64::from(lease.reclaimed_pairs));
-                    to_publish -= 1;
-                    tracing::debug!(lease_id = %lease.id, clips = lease.clips.len(), "work item published");
-                    continue;
-                }
-                Ok(None) => {
-                    tracing::debug!("no more work to lease");
-                    break;
-                }
-                Err(RetryError::Failed(DataStoreError::Bus(BusError::BodyTooLarge { .. })))
-                    if max_clips > 1 =>
-                {
-                    // Nothing was leased (the transaction rolled back): lease fewer clips.
-                    max_clips = (max_clips / 2).max(1);
-                    tracing::warn!(
-                        max_clips,
-                        "work item too large for the bus, leasing fewer clips"
-                    );
-                    continue;
-                }
-                Err(RetryError::Cancelled(_)) => return Ended::Cancelled,
-                Err(RetryError::Failed(e)) => return Ended::Failed(ArchivistError::DataStore(e)),
+        let outcome = match in_store {
+            Some((bus_id, tx)) => {
+                lease_and_publish_at_once(run, sender, tx, bus_id, request).await?
             }
-        }
-        let lease = match run
-            .retrying("lease", DataStoreError::is_retryable, || {
-                store.lease_next(request())
-            })
-            .await
-        {
-            Ok(Some(lease)) => lease,
-            Ok(None) => {
+            None => lease_then_publish(run, sender, store, request).await?,
+        };
+        match outcome {
+            ItemOutcome::Published => to_publish -= 1,
+            ItemOutcome::NoMoreWork => {
                 tracing::debug!("no more work to lease");
                 break;
             }
-            Err(RetryError::Cancelled(_)) => return Ended::Cancelled,
-            Err(RetryError::Failed(e)) => return Ended::Failed(ArchivistError::DataStore(e)),
-        };
-        run.report.leases_created += 1;
-        run.report.pairs_reclaimed += u64::from(lease.reclaimed_pairs);
-        telemetry::leases("created", 1);
-        telemetry::leases("reclaimed_pairs", u64::from(lease.reclaimed_pairs));
-        // Leased, not yet published: a shutdown here must still publish (or cancel) it.
-        messagebus::fail_point("pending-research-publish").await;
-        let (lease_id, clips) = (lease.id, lease.clips.len());
-        let body = messages::encode(&item(lease));
-        let (error, cancelled) = match run
-            .retrying("publish", BusError::is_retryable, || {
-                sender.send(body.clone())
-            })
-            .await
-        {
-            Ok(()) => {
-                run.report.published += 1;
-                telemetry::count(telemetry::PUBLISHED, run.name, 1);
-                to_publish -= 1;
-                tracing::debug!(%lease_id, clips, "work item published");
-                continue;
-            }
-            Err(RetryError::Failed(e)) => (e, false),
-            Err(RetryError::Cancelled(e)) => (e, true),
-        };
-        // A send that timed out may still have arrived; the researcher's results are then
-        // recorded all the same (an ended lease is fine), so cancelling is always safe.
-        cancel_unpublished(run, store, lease_id, &error).await;
-        if matches!(error, BusError::BodyTooLarge { .. }) && clips > 1 && !cancelled {
-            // Long descriptions can make a full item exceed the bus limit; one clip always
-            // fits (see `messages`' length limits), so halving ends.
-            max_clips = u32::try_from(clips / 2).unwrap_or(1).max(1);
-            tracing::warn!(%lease_id, clips, max_clips, "work item too large for the bus, leasing fewer clips");
-            continue;
+            ItemOutcome::FewerClips(fewer) => max_clips = fewer,
         }
-        return if cancelled {
-            Ended::Cancelled
-        } else {
-            Ended::Failed(ArchivistError::Bus(error))
-        };
     }
-    Ended::Finished
+    Ok(())
+}
+
+/// Counts a published item in the run's report and the metrics.
+fn count_published(run: &mut Run, lease_id: Uuid, clips: usize) {
+    run.report.published += 1;
+    telemetry::count(telemetry::PUBLISHED, run.name, 1);
+    tracing::debug!(%lease_id, clips, "work item published");
+}
+
+/// Counts a lease made in the run's report and the metrics.
+fn count_leased(run: &mut Run, lease: &Lease) {
+    run.report.leases_created += 1;
+    run.report.pairs_reclaimed += u64::from(lease.reclaimed_pairs);
+    telemetry::leases("created", 1);
+    telemetry::leases("reclaimed_pairs", u64::from(lease.reclaimed_pairs));
+}
+
+/// Leases the next item and publishes it in one transaction of the datastore's database (the
+/// bus's queue lives there).
+async fn lease_and_publish_at_once(
+    run: &mut Run,
+    sender: &dyn Sender,
+    tx: &dyn TransactionalBus,
+    bus_id: &str,
+    request: LeaseRequest,
+) -> Result<ItemOutcome, Ended> {
+    let encode = |lease: &Lease| messages::encode(&item(lease.clone()));
+    // Each try starts now, with the same lease id.
+    let fresh = || LeaseRequest {
+        now: Utc::now(),
+        ..request
+    };
+    match run
+        .retrying("lease_and_publish", DataStoreError::is_retryable, || {
+            tx.lease_next_and_publish(fresh(), bus_id, sender.queue(), &encode)
+        })
+        .await
+    {
+        Ok(Some(lease)) => {
+            count_leased(run, &lease);
+            count_published(run, lease.id, lease.clips.len());
+            Ok(ItemOutcome::Published)
+        }
+        Ok(None) => Ok(ItemOutcome::NoMoreWork),
+        Err(RetryError::Failed(DataStoreError::Bus(BusError::BodyTooLarge { .. })))
+            if request.max_clips > 1 =>
+        {
+            // Nothing was leased (the transaction rolled back): lease fewer clips.
+            let max_clips = (request.max_clips / 2).max(1);
+            tracing::warn!(
+                max_clips,
+                "work item too large for the bus, leasing fewer clips"
+            );
+            Ok(ItemOutcome::FewerClips(max_clips))
+        }
+        Err(e) => Err(store_ended(e)),
+    }
+}
+
+/// Leases the next item, then publishes it; a lease whose item could not be published is
+/// cancelled.
+async fn lease_then_publish(
+    run: &mut Run,
+    sender: &dyn Sender,
+    store: &dyn DataStore,
+    request: LeaseRequest,
+) -> Result<ItemOutcome, Ended> {
+    let lease = match run
+        .retrying("lease", DataStoreError::is_retryable, || {
+            store.lease_next(LeaseRequest {
+                now: Utc::now(),
+                ..request
+            })
+        })
+        .await
+        .map_err(store_ended)?
+    {
+        Some(lease) => lease,
+        None => return Ok(ItemOutcome::NoMoreWork),
+    };
+    count_leased(run, &lease);
+    // Leased, not yet published: a shutdown here must still publish (or cancel) it.
+    messagebus::fail_point("pending-research-publish").await;
+    let (lease_id, clips) = (lease.id, lease.clips.len());
+    let body = messages::encode(&item(lease));
+    let (error, cancelled) = match run
+        .retrying("publish", BusError::is_retryable, || {
+            sender.send(body.clone())
+        })
+        .await
+    {
+        Ok(()) => {
+            count_published(run, lease_id, clips);
+            return Ok(ItemOutcome::Published);
+        }
+        Err(RetryError::Failed(e)) => (e, false),
+        Err(RetryError::Cancelled(e)) => (e, true),
+    };
+    // A send that timed out may still have arrived; the researcher's results are then
+    // recorded all the same (an ended lease is fine), so cancelling is always safe.
+    cancel_unpublished(run, store, lease_id, &error).await;
+    if matches!(error, BusError::BodyTooLarge { .. }) && clips > 1 && !cancelled {
+        // Long descriptions can make a full item exceed the bus limit; one clip always
+        // fits (see `messages`' length limits), so halving ends.
+        let max_clips = u32::try_from(clips / 2).unwrap_or(1).max(1);
+        tracing::warn!(%lease_id, clips, max_clips, "work item too large for the bus, leasing fewer clips");
+        return Ok(ItemOutcome::FewerClips(max_clips));
+    }
+    Err(if cancelled {
+        Ended::Cancelled
+    } else {
+        Ended::Failed(ArchivistError::Bus(error))
+    })
+}
+
+/// How the run ends when a bus call was cancelled or failed past its retries.
+fn bus_ended(e: RetryError<BusError>) -> Ended {
+    match e {
+        RetryError::Cancelled(_) => Ended::Cancelled,
+        RetryError::Failed(e) => Ended::Failed(ArchivistError::Bus(e)),
+    }
+}
+
+/// How the run ends when a datastore call was cancelled or failed past its retries.
+fn store_ended(e: RetryError<DataStoreError>) -> Ended {
+    match e {
+        RetryError::Cancelled(_) => Ended::Cancelled,
+        RetryError::Failed(e) => Ended::Failed(ArchivistError::DataStore(e)),
+    }
 }
 
 fn item(lease: Lease) -> PendingResearchItem {

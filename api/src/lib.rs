@@ -25,6 +25,8 @@
 //! - `limiter.rs`: the rate limits (token buckets).
 //! - `held.rs`: what the gateway holds for researchers in memory: deliveries, polls, who is
 //!   there; what an item names.
+//! - `sessions.rs`: [`ReaderSessions`], a browser's way in to the pages a reader token
+//!   guards (sign-in, a session cookie, sign-out), and [`require_reader_or_session`].
 //! - `tokens.rs`: making tokens, hashing them.
 //! - `lines.rs`: request bodies read within the limit, split into JSON lines, each checked.
 //! - `curators.rs`: `POST /api/v1/episodes` and `POST /api/v1/clips`.
@@ -47,6 +49,7 @@ mod openapi;
 mod readers;
 mod researchers;
 pub mod server;
+mod sessions;
 mod state;
 mod tls;
 pub mod tokens;
@@ -57,5 +60,9 @@ pub use gateway::require_reader;
 pub use openapi::openapi_json;
 pub use readers::MAX_MATCHES;
 pub use researchers::{ITEM_VISIBILITY, RESEARCHER_HEADER};
+pub use sessions::{
+    require_reader_or_session, ReaderSessions, SignInRefused, SignedIn, SESSION_COOKIE,
+    SESSION_LIFETIME, SIGN_IN_PATH,
+};
 pub use state::{Gateway, Limits, Queues};
 pub use tls::Tls;

@@ -22,7 +22,97 @@ use crate::values::{usage, RemoteArgs};
 
 /// The first wait between two connection attempts; doubled each time up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// The longest wait between two connection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// What one connection attempt came to.
+enum Attempt<T, E> {
+    /// Connected.
+    Done(T),
+    /// A passing failure: tried again while the budget lasts.
+    Passing(E),
+    /// A lasting failure (a refusal, bad configuration): given up at once with this error.
+    Lasting(anyhow::Error),
+}
+
+/// The one retry policy of every adapter this file opens: attempts with a doubling backoff
+/// ([`FIRST_BACKOFF`] to [`MAX_BACKOFF`]) until the budget (ARCHIVIST_CONNECT_TIMEOUT) is
+/// spent, each attempt cut off at the budget's end, all of it cut short by the token.
+struct ConnectRetry<'a> {
+    /// What is connected to, as the errors and warnings name it ("the datastore
+    /// postgres://…", credentials masked).
+    name: String,
+    /// How long connecting may take in all.
+    budget: Duration,
+    token: &'a CancellationToken,
+}
+
+impl<'a> ConnectRetry<'a> {
+    /// Connecting to `name` within `config`'s connect timeout.
+    fn new(config: &Config, token: &'a CancellationToken, name: String) -> Self {
+        ConnectRetry {
+            name,
+            budget: config.connect_timeout,
+            token,
+        }
+    }
+
+    /// Runs `attempt` until it is done, fails lastingly, or the budget is spent.
+    async fn run<T, E, F, Fut>(&self, mut attempt: F) -> anyhow::Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Attempt<T, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let name = &self.name;
+        let budget = humantime::format_duration(self.budget);
+        let interrupted = || anyhow!("interrupted while connecting to {name}");
+        let gave_up = |attempts: u32, error: E| {
+            anyhow::Error::new(error).context(format!(
+                "{name} is unreachable after {attempts} attempts over {budget} \
+                 (ARCHIVIST_CONNECT_TIMEOUT)"
+            ))
+        };
+        let deadline = Instant::now() + self.budget;
+        let mut backoff = FIRST_BACKOFF;
+        let mut attempts = 0u32;
+        let mut last = None;
+        loop {
+            attempts += 1;
+            let outcome = tokio::select! {
+                _ = self.token.cancelled() => return Err(interrupted()),
+                r = tokio::time::timeout_at(deadline, attempt()) => r,
+            };
+            let error = match outcome {
+                Ok(Attempt::Done(done)) => {
+                    tracing::debug!(attempt = attempts, "{name} answers");
+                    return Ok(done);
+                }
+                Ok(Attempt::Lasting(e)) => return Err(e),
+                Ok(Attempt::Passing(e)) => e,
+                Err(_) => {
+                    return Err(match last {
+                        Some(e) => gave_up(attempts, e),
+                        None => anyhow!(
+                            "{name} is unreachable after {attempts} attempts over {budget} \
+                             (ARCHIVIST_CONNECT_TIMEOUT): no answer within it"
+                        ),
+                    })
+                }
+            };
+            if Instant::now() + backoff >= deadline {
+                return Err(gave_up(attempts, error));
+            }
+            tracing::warn!(attempt = attempts, error = %error, retry_in = ?backoff, "{name} is not reachable yet");
+            last = Some(error);
+            tokio::select! {
+                _ = self.token.cancelled() => return Err(interrupted()),
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+}
 
 /// How a subcommand opens the datastore.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,97 +172,66 @@ async fn open_datastore(
             dir.display()
         )));
     }
-    let deadline = Instant::now() + config.connect_timeout;
-    let mut backoff = FIRST_BACKOFF;
-    let mut attempt = 0u32;
-    loop {
-        attempt += 1;
-        let try_once = async {
-            let store = datastore::connect(url).await?;
-            let missing = store.missing_migrations().await?;
-            // Migrations to apply (or missing, read-only): the database may be another
-            // program's, whose migrations ours would be mixed into. Checked before anything
-            // is written; a database with nothing to apply is ours already.
-            if !missing.is_empty() {
-                let foreign = crate::foreign::foreign_migrations(url).await;
-                if !foreign.is_empty() {
-                    return Ok(Err(foreign));
-                }
+    let retry = ConnectRetry::new(config, token, format!("the datastore {shown}"));
+    let (store, missing) = retry.run(|| open_datastore_once(url, &shown, open)).await?;
+    if !missing.is_empty() && open == Open::ReadOnly {
+        // Without the first migration there is no schema of ours at all.
+        return Err(usage(if missing.iter().any(|m| m.starts_with("0001 ")) {
+            format!(
+                "no archivist schema in DATABASE_URL {shown}: create it with `archivist migrate`"
+            )
+        } else {
+            format!(
+                "the datastore's schema at DATABASE_URL {shown} is older than this archivist: \
+                 missing migration {}; run `archivist migrate`",
+                missing.join(", ")
+            )
+        }));
+    }
+    Ok((store, missing))
+}
+
+/// One attempt of [`open_datastore`]: connects, reads the missing migrations, refuses another
+/// program's database, and with [`Open::Migrate`] migrates.
+async fn open_datastore_once(
+    url: &str,
+    shown: &str,
+    open: Open,
+) -> Attempt<(Arc<dyn DataStore>, Vec<String>), DataStoreError> {
+    let try_once = async {
+        let store = datastore::connect(url).await?;
+        let missing = store.missing_migrations().await?;
+        // Migrations to apply (or missing, read-only): the database may be another
+        // program's, whose migrations ours would be mixed into. Checked before anything
+        // is written; a database with nothing to apply is ours already.
+        if !missing.is_empty() {
+            let foreign = datastore::foreign_migrations(url).await;
+            if !foreign.is_empty() {
+                return Ok(Err(foreign));
             }
-            if open == Open::Migrate {
-                store.migrate().await?;
-            }
-            Ok::<_, DataStoreError>(Ok((store, missing)))
-        };
-        let outcome = tokio::select! {
-            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the datastore {shown}")),
-            r = tokio::time::timeout_at(deadline, try_once) => r,
-        };
-        let outcome = match outcome {
-            Ok(Ok(Err(foreign))) => {
-                return Err(usage(crate::foreign::explain(
-                    "DATABASE_URL",
-                    &shown,
-                    &foreign,
-                )))
-            }
-            Ok(Ok(Ok(opened))) => Ok(Ok(opened)),
-            Ok(Err(e)) => Ok(Err(e)),
-            Err(elapsed) => Err(elapsed),
-        };
-        let error = match outcome {
-            Ok(Ok((store, missing))) if missing.is_empty() || open == Open::Migrate => {
-                tracing::debug!(datastore = %shown, attempt, "datastore ready");
-                return Ok((store, missing));
-            }
-            Ok(Ok((_, missing))) => {
-                // Without the first migration there is no schema of ours at all.
-                return Err(usage(if missing.iter().any(|m| m.starts_with("0001 ")) {
-                    format!(
-                        "no archivist schema in DATABASE_URL {shown}: create it with \
-                         `archivist migrate`"
-                    )
-                } else {
-                    format!(
-                        "the datastore's schema at DATABASE_URL {shown} is older than this \
-                         archivist: missing migration {}; run `archivist migrate`",
-                        missing.join(", ")
-                    )
-                }));
-            }
-            Ok(Err(DataStoreError::Config(message))) => {
-                return Err(usage(format!("DATABASE_URL {shown}: {message}")))
-            }
-            Ok(Err(e)) => {
-                if let Some(denied) = sqlite_permission_problem("DATABASE_URL", url) {
-                    return Err(denied);
-                }
-                if !e.is_retryable() {
-                    return Err(anyhow::Error::new(e).context(format!("datastore {shown}")));
-                }
-                e
-            }
-            Err(_) => {
-                return Err(anyhow!(
-                    "datastore {shown} unreachable: no answer within {} \
-                     (ARCHIVIST_CONNECT_TIMEOUT)",
-                    humantime::format_duration(config.connect_timeout)
-                ))
-            }
-        };
-        if Instant::now() + backoff >= deadline {
-            return Err(anyhow::Error::new(error).context(format!(
-                "datastore {shown} unreachable after {attempt} attempts over {} \
-                 (ARCHIVIST_CONNECT_TIMEOUT)",
-                humantime::format_duration(config.connect_timeout)
-            )));
         }
-        tracing::warn!(datastore = %shown, attempt, error = %error, retry_in = ?backoff, "datastore not reachable yet");
-        tokio::select! {
-            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the datastore {shown}")),
-            _ = tokio::time::sleep(backoff) => {}
+        if open == Open::Migrate {
+            store.migrate().await?;
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        Ok::<_, DataStoreError>(Ok((store, missing)))
+    };
+    match try_once.await {
+        Ok(Ok(opened)) => Attempt::Done(opened),
+        Ok(Err(foreign)) => Attempt::Lasting(usage(foreign.explain("DATABASE_URL", shown))),
+        Err(DataStoreError::Config(message)) => {
+            Attempt::Lasting(usage(format!("DATABASE_URL {shown}: {message}")))
+        }
+        Err(e) => {
+            if let Some(denied) = sqlite_permission_problem("DATABASE_URL", url) {
+                return Attempt::Lasting(denied);
+            }
+            if !e.is_retryable() {
+                return Attempt::Lasting(
+                    anyhow::Error::new(e).context(format!("datastore {shown}")),
+                );
+            }
+            Attempt::Passing(e)
+        }
     }
 }
 
@@ -375,52 +434,28 @@ pub(crate) async fn rabbitmq_bus_with(
         visibility_timeout,
         ..RabbitBusConfig::default()
     };
-    let deadline = Instant::now() + config.connect_timeout;
-    let mut backoff = FIRST_BACKOFF;
-    let mut attempt = 0u32;
-    loop {
-        attempt += 1;
-        let try_once = async {
-            let bus: Arc<dyn Bus> = Arc::new(RabbitBus::connect(&url, settings.clone()).await?);
-            if create {
-                for q in config.queues.all() {
-                    bus.create_queue(q).await?;
+    let (url, settings, shown) = (&url, &settings, &shown);
+    let retry = ConnectRetry::new(config, token, format!("RabbitMQ at {shown}"));
+    retry
+        .run(|| async move {
+            let try_once = async {
+                let bus: Arc<dyn Bus> = Arc::new(RabbitBus::connect(url, settings.clone()).await?);
+                if create {
+                    for q in config.queues.all() {
+                        bus.create_queue(q).await?;
+                    }
                 }
+                Ok::<_, BusError>(bus)
+            };
+            match try_once.await {
+                Ok(bus) => Attempt::Done(bus),
+                Err(e) if !e.is_retryable() => {
+                    Attempt::Lasting(usage(format!("ARCHIVIST_BUS_URL {shown}: {e}")))
+                }
+                Err(e) => Attempt::Passing(e),
             }
-            Ok::<_, BusError>(bus)
-        };
-        let outcome = tokio::select! {
-            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to RabbitMQ {shown}")),
-            r = tokio::time::timeout_at(deadline, try_once) => r,
-        };
-        let error = match outcome {
-            Ok(Ok(bus)) => return Ok(bus),
-            Ok(Err(e)) if !e.is_retryable() => {
-                return Err(usage(format!("ARCHIVIST_BUS_URL {shown}: {e}")))
-            }
-            Ok(Err(e)) => e,
-            Err(_) => {
-                return Err(anyhow!(
-                    "RabbitMQ at {shown} is unreachable: no answer within {} \
-                     (ARCHIVIST_CONNECT_TIMEOUT)",
-                    humantime::format_duration(config.connect_timeout)
-                ))
-            }
-        };
-        if Instant::now() + backoff >= deadline {
-            return Err(anyhow::Error::new(error).context(format!(
-                "RabbitMQ at {shown} is unreachable after {attempt} attempts over {} \
-                 (ARCHIVIST_CONNECT_TIMEOUT)",
-                humantime::format_duration(config.connect_timeout)
-            )));
-        }
-        tracing::warn!(bus = %shown, attempt, error = %error, retry_in = ?backoff, "RabbitMQ not reachable yet");
-        tokio::select! {
-            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to RabbitMQ {shown}")),
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
+        })
+        .await
 }
 
 /// The database bus in ARCHIVIST_BUS_URL's database (default: the datastore's). With
@@ -440,81 +475,58 @@ pub(crate) async fn database_bus(
             dir.display()
         )));
     }
-    // Its tables go into that database: not into another program's (see `foreign.rs`).
+    // Its tables go into that database: not into another program's
+    // (see `datastore::foreign_migrations`).
     if create {
-        let foreign = crate::foreign::foreign_migrations(&url).await;
+        let foreign = datastore::foreign_migrations(&url).await;
         if !foreign.is_empty() {
             let var = if config.bus_url.is_some() {
                 "ARCHIVIST_BUS_URL"
             } else {
                 "DATABASE_URL"
             };
-            return Err(usage(crate::foreign::explain(var, &shown, &foreign)));
+            return Err(usage(foreign.explain(var, &shown)));
         }
     }
     let settings = SqlBusConfig {
         max_receives: config.max_receives,
         ..SqlBusConfig::default()
     };
-    let deadline = Instant::now() + config.connect_timeout;
-    let mut backoff = FIRST_BACKOFF;
-    let mut attempt = 0u32;
-    loop {
-        attempt += 1;
-        let try_once = async {
-            let bus: Arc<dyn Bus> = match config.bus {
-                BusKind::Postgres => Arc::new(PgBus::connect(&url, settings.clone()).await?),
-                _ => Arc::new(SqliteBus::connect(&url, settings.clone()).await?),
-            };
-            if create {
-                for q in config.queues.all() {
-                    bus.create_queue(q).await?;
-                }
-            }
-            Ok::<_, BusError>(bus)
-        };
-        let outcome = tokio::select! {
-            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the bus {shown}")),
-            r = tokio::time::timeout_at(deadline, try_once) => r,
-        };
-        let error = match outcome {
-            Ok(Ok(bus)) => return Ok(bus),
-            Ok(Err(e)) => {
-                let var = if config.bus_url.is_some() {
-                    "ARCHIVIST_BUS_URL"
-                } else {
-                    "DATABASE_URL"
+    let var = if config.bus_url.is_some() {
+        "ARCHIVIST_BUS_URL"
+    } else {
+        "DATABASE_URL"
+    };
+    let (url, settings, shown) = (&url, &settings, &shown);
+    let retry = ConnectRetry::new(config, token, format!("the bus database {shown}"));
+    retry
+        .run(|| async move {
+            let try_once = async {
+                let bus: Arc<dyn Bus> = match config.bus {
+                    BusKind::Postgres => Arc::new(PgBus::connect(url, settings.clone()).await?),
+                    _ => Arc::new(SqliteBus::connect(url, settings.clone()).await?),
                 };
-                if let Some(denied) = sqlite_permission_problem(var, &url) {
-                    return Err(denied);
+                if create {
+                    for q in config.queues.all() {
+                        bus.create_queue(q).await?;
+                    }
                 }
-                if !e.is_retryable() {
-                    return Err(usage(format!("ARCHIVIST_BUS_URL {shown}: {e}")));
+                Ok::<_, BusError>(bus)
+            };
+            match try_once.await {
+                Ok(bus) => Attempt::Done(bus),
+                Err(e) => {
+                    if let Some(denied) = sqlite_permission_problem(var, url) {
+                        return Attempt::Lasting(denied);
+                    }
+                    if !e.is_retryable() {
+                        return Attempt::Lasting(usage(format!("ARCHIVIST_BUS_URL {shown}: {e}")));
+                    }
+                    Attempt::Passing(e)
                 }
-                e
             }
-            Err(_) => {
-                return Err(anyhow!(
-                    "the bus database {shown} is unreachable: no answer within {} \
-                     (ARCHIVIST_CONNECT_TIMEOUT)",
-                    humantime::format_duration(config.connect_timeout)
-                ))
-            }
-        };
-        if Instant::now() + backoff >= deadline {
-            return Err(anyhow::Error::new(error).context(format!(
-                "the bus database {shown} is unreachable after {attempt} attempts over {} \
-                 (ARCHIVIST_CONNECT_TIMEOUT)",
-                humantime::format_duration(config.connect_timeout)
-            )));
-        }
-        tracing::warn!(bus = %shown, attempt, error = %error, retry_in = ?backoff, "bus database not reachable yet");
-        tokio::select! {
-            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the bus {shown}")),
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
+        })
+        .await
 }
 
 /// Waits until the bus answers, as [`datastore`] waits for the datastore: passing failures are
@@ -526,44 +538,16 @@ async fn wait_for_bus(
     bus: &dyn Bus,
     token: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let deadline = Instant::now() + config.connect_timeout;
-    let mut backoff = FIRST_BACKOFF;
-    let mut attempt = 0u32;
-    let give_up = |attempt: u32, error: Option<BusError>| {
-        let message = format!(
-            "the bus (ARCHIVIST_BUS=sqs) is unreachable after {attempt} attempts over {} \
-             (ARCHIVIST_CONNECT_TIMEOUT)",
-            humantime::format_duration(config.connect_timeout)
-        );
-        match error {
-            Some(e) => anyhow::Error::new(e).context(message),
-            None => anyhow!(message),
-        }
-    };
-    let mut last = None;
-    loop {
-        attempt += 1;
-        let outcome = tokio::select! {
-            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the bus")),
-            r = tokio::time::timeout_at(deadline, bus.sender(&config.queues.episodes)) => r,
-        };
-        let error = match outcome {
-            Ok(Ok(_)) => return Ok(()),
-            Ok(Err(e)) if !e.is_retryable() => return Ok(()),
-            Ok(Err(e)) => e,
-            Err(_) => return Err(give_up(attempt, last)),
-        };
-        if Instant::now() + backoff >= deadline {
-            return Err(give_up(attempt, Some(error)));
-        }
-        tracing::warn!(attempt, error = %error, retry_in = ?backoff, "bus not reachable yet");
-        last = Some(error);
-        tokio::select! {
-            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the bus")),
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
+    let retry = ConnectRetry::new(config, token, "the bus (ARCHIVIST_BUS=sqs)".to_string());
+    retry
+        .run(|| async {
+            match bus.sender(&config.queues.episodes).await {
+                Ok(_) => Attempt::Done(()),
+                Err(e) if !e.is_retryable() => Attempt::Done(()),
+                Err(e) => Attempt::Passing(e),
+            }
+        })
+        .await
 }
 
 /// The SQS bus, configured as the AWS SDK reads its environment (AWS_REGION, credentials,
@@ -627,7 +611,9 @@ pub(crate) async fn api_bus(
     let secret = remote.token.as_deref().unwrap_or_default().trim();
     if secret.is_empty() {
         return Err(usage(
-            "--server (ARCHIVIST_SERVER) needs a token: give it in ARCHIVIST_TOKEN (or              --token); `archivist token create --scope researcher|curator` on the server              prints one",
+            "--server (ARCHIVIST_SERVER) needs a token: give it in ARCHIVIST_TOKEN (or \
+             --token); `archivist token create --scope researcher|curator` on the server \
+             prints one",
         ));
     }
     let q = &config.queues;
@@ -641,43 +627,19 @@ pub(crate) async fn api_bus(
     let bus =
         ApiBus::new(settings).map_err(|e| usage(format!("--server (ARCHIVIST_SERVER): {e}")))?;
     let shown = bus.server().to_string();
-    let deadline = Instant::now() + config.connect_timeout;
-    let mut backoff = FIRST_BACKOFF;
-    let mut attempt = 0u32;
-    loop {
-        attempt += 1;
-        let outcome = tokio::select! {
-            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the API server {shown}")),
-            r = tokio::time::timeout_at(deadline, bus.probe()) => r,
-        };
-        let error = match outcome {
-            Ok(Ok(())) => return Ok(Arc::new(bus)),
-            Ok(Err(e)) if !e.is_retryable() => {
-                return Err(usage(format!("--server (ARCHIVIST_SERVER): {e}")))
+    let retry = ConnectRetry::new(config, token, format!("the API server {shown}"));
+    retry
+        .run(|| async {
+            match bus.probe().await {
+                Ok(()) => Attempt::Done(()),
+                Err(e) if !e.is_retryable() => {
+                    Attempt::Lasting(usage(format!("--server (ARCHIVIST_SERVER): {e}")))
+                }
+                Err(e) => Attempt::Passing(e),
             }
-            Ok(Err(e)) => e,
-            Err(_) => {
-                return Err(anyhow!(
-                    "the API server {shown} is unreachable: no answer within {} \
-                     (ARCHIVIST_CONNECT_TIMEOUT)",
-                    humantime::format_duration(config.connect_timeout)
-                ))
-            }
-        };
-        if Instant::now() + backoff >= deadline {
-            return Err(anyhow::Error::new(error).context(format!(
-                "the API server {shown} is unreachable after {attempt} attempts over {} \
-                 (ARCHIVIST_CONNECT_TIMEOUT)",
-                humantime::format_duration(config.connect_timeout)
-            )));
-        }
-        tracing::warn!(server = %shown, attempt, error = %error, retry_in = ?backoff, "API server not reachable yet");
-        tokio::select! {
-            _ = token.cancelled() => return Err(anyhow!("interrupted while connecting to the API server {shown}")),
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
+        })
+        .await?;
+    Ok(Arc::new(bus))
 }
 
 /// A sender for `queue`; a missing queue is a configuration problem (exit 2).

@@ -27,8 +27,7 @@
 //!    standard error; `signals.rs`: SIGINT/SIGTERM cancel the token; `depths.rs`: queue
 //!    depths as `status`, `queues` and the status page show them.
 //! 8. `config.rs`: the global options (each with its variable) and their checked
-//!    configuration; `foreign.rs`: another program's migrations; `panic_hook.rs`: a panic
-//!    printed as an error, credentials masked.
+//!    configuration; `panic_hook.rs`: a panic printed as an error, credentials masked.
 //! 9. `values.rs`: option values (durations, sizes, addresses), [`values::UsageError`] (exit
 //!    code 2) and error words: imports nothing of the binary.
 
@@ -39,7 +38,6 @@ mod config;
 mod connect;
 mod demo;
 mod depths;
-mod foreign;
 mod logging;
 mod panic_hook;
 mod researcher;

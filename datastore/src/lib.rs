@@ -72,6 +72,8 @@
 //! - `sql.rs`: what the two adapters share (row mapping, the browse pages, completions, the
 //!   upsert's batch checks), written once over a dialect each adapter implements.
 //! - `connect.rs`: [`connect`], which picks the adapter from a `DATABASE_URL`.
+//! - `foreign.rs`: [`foreign_migrations`], another program's migrations in a database that
+//!   archivist's would be mixed into (refused before anything is written).
 //! - `testing.rs` (feature `test-utils`): the conformance suite every adapter runs.
 //! - `testing_pg.rs` (features `test-utils` and `postgres`): a fresh Postgres database per test.
 //!
@@ -94,6 +96,7 @@ mod api_access;
 mod browse;
 mod connect;
 mod error;
+mod foreign;
 mod model;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -117,6 +120,7 @@ pub use browse::{
 };
 pub use connect::{connect, redact_url};
 pub use error::DataStoreError;
+pub use foreign::{foreign_migrations, ForeignMigrations};
 pub use model::{
     deserialize_time, serialize_time, ClipInfo, ClipMatch, CompletionId, EpisodeCompletion,
     EpisodeInfo, EpisodeKey, FailureReason, Lease, LeaseRequest, LeaseState, LeaseSummary,

@@ -36,8 +36,8 @@ pub(crate) struct ServeArgs {
     )]
     pub(crate) addr: std::net::SocketAddr,
     /// Also serve the API under /api/v1/ (curators and researchers anywhere, with a token
-    /// from `archivist token create`); off loopback, the pages and /metrics then need a
-    /// reader token too
+    /// from `archivist token create`); the pages and /metrics then need a reader token too
+    /// (a browser signs in with one at /sign-in), on loopback as elsewhere
     #[arg(long, env = "ARCHIVIST_API")]
     pub(crate) api: bool,
     /// With --api: serve plain HTTP on an address other than loopback (without TLS, tokens
@@ -234,14 +234,18 @@ async fn run_api(
     let gateway = api::Gateway::new(store.clone(), bus.clone(), queues, limits)
         .map_err(|e| crate::values::usage(e.to_string()))?;
     let sources = web::Sources::new(config, store, Some(bus.clone()));
-    let (health, mut pages) = web::routers(sources, web::Routes::Everything, token)?;
-    if !loopback {
-        pages = pages.layer(axum::middleware::from_fn_with_state(
-            gateway.clone(),
-            api::require_reader,
-        ));
-    }
-    let router = health.merge(pages).merge(gateway.router());
+    let (health, pages) = web::routers(sources, web::Routes::Everything, token)?;
+    // With tokens, what a reader token guards is guarded however the server is reached: a
+    // proxy on this host makes every visitor come from loopback.
+    let sessions = api::ReaderSessions::new(gateway.clone());
+    let pages = pages.layer(axum::middleware::from_fn_with_state(
+        sessions.clone(),
+        api::require_reader_or_session,
+    ));
+    let router = health
+        .merge(web::sign_in_routes(sessions))
+        .merge(pages)
+        .merge(gateway.router());
     let listener = web::listen(addr, "ARCHIVIST_SERVE_ADDR (--addr)").await?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let bound = api::server::spawn(

@@ -31,7 +31,7 @@ pub(crate) enum TokenAction {
     /// Make a new token and print it on standard output, one line: it is shown this once
     Create {
         /// What it may do: curator (send episodes and clips), researcher (take work, send
-        /// results), reader (status, matches; the pages off loopback)
+        /// results), reader (status, matches; the pages of `serve --api`)
         #[arg(long, value_parser = parse_scope)]
         scope: TokenScope,
         /// Its name, for `token list` and `token revoke` (default: the scope and a random

@@ -13,6 +13,8 @@
 //! - `api.rs`: `/api/…`, the page's data as JSON.
 //! - `browse.rs`: `/clips`, `/episodes` and each one's page: the archive for people.
 //! - `browse_api.rs`: `/api/clips`, `/api/episodes` and each one's page as JSON.
+//! - `sign_in.rs`: `/sign-in` and `/sign-out`, a reader's way in from a browser to the pages
+//!   `serve --api` guards (the sessions themselves are [`::api::ReaderSessions`]).
 //! - `layout.rs`, `style.css`: what every page shares: the head, the top bar, the stylesheet
 //!   (`/style.css`).
 //!
@@ -27,6 +29,7 @@ mod health;
 mod history;
 mod layout;
 mod metrics;
+mod sign_in;
 mod snapshot;
 mod status_page;
 
@@ -75,9 +78,10 @@ pub(crate) async fn spawn(
     Ok(net::server::spawn(listener, health.merge(rest), token)?)
 }
 
-/// Installs the metrics recorder and builds the routes: `/healthz` and `/readyz` (open to
-/// all), and the rest (`/metrics`, and with [`Routes::Everything`] the pages and `/api/…`),
-/// which `serve --api` puts behind a reader token off loopback.
+/// Installs the metrics recorder and builds the routes: `/healthz`, `/readyz` and the
+/// stylesheet (open to all: the sign-in page needs it too), and the rest (`/metrics`, and
+/// with [`Routes::Everything`] the pages and `/api/…`), which `serve --api` puts behind a
+/// reader token.
 pub(crate) fn routers(
     sources: Sources,
     routes: Routes,
@@ -92,12 +96,12 @@ pub(crate) fn routers(
     let health = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(health::readyz))
+        .route(layout::STYLESHEET_PATH, get(layout::stylesheet))
         .with_state(app.clone());
     let mut router = Router::new().route("/metrics", get(metrics::scrape));
     if routes == Routes::Everything {
         router = router
             .route("/", get(status_page::page))
-            .route(layout::STYLESHEET_PATH, get(layout::stylesheet))
             .route("/api/status", get(api::status))
             .route("/api/progress", get(api::progress))
             .route("/api/leases", get(api::leases))
@@ -115,6 +119,11 @@ pub(crate) fn routers(
         tokio::spawn(app::sample_history(app.clone(), token.clone()));
     }
     Ok((health, router.with_state(app)))
+}
+
+/// `/sign-in` and `/sign-out` over `sessions` (`serve --api`: open to all, the way in).
+pub(crate) fn sign_in_routes(sessions: Arc<::api::ReaderSessions>) -> Router {
+    sign_in::router(sessions)
 }
 
 /// [`net::server::bind`], its configuration errors usage errors (exit 2).

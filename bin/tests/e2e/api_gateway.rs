@@ -486,6 +486,7 @@ fn health_and_pages_answer_while_the_api_is_flooded() {
         run.stdout.trim().to_string()
     };
     let checker = create_token(&s, "researcher", "checker");
+    let reader = create_token(&s, "reader", "watcher");
     let (_gateway, addr) = start_serving(
         &s,
         &["serve", "--api", "--addr", "127.0.0.1:0"],
@@ -549,12 +550,16 @@ fn health_and_pages_answer_while_the_api_is_flooded() {
         assert_eq!(code, 429, "{body}");
         assert!(Instant::now() < until, "never answered: {code} {body}");
     }
-    // The rest of `serve` answers all the same.
-    for path in ["/healthz", "/", "/metrics"] {
-        let (code, body) = raw_request(&addr, "GET", path, "");
+    // The rest of `serve` answers all the same (to a reader: with the API, the pages need
+    // a reader token on loopback too).
+    let (code, body) = raw_request(&addr, "GET", "/healthz", "");
+    assert_eq!(code, 200, "/healthz: {body}");
+    let reader = format!("Authorization: Bearer {reader}\r\n");
+    for path in ["/", "/metrics"] {
+        let (code, body) = raw_request(&addr, "GET", path, &reader);
         assert_eq!(code, 200, "{path}: {body}");
     }
     // The readers' JSON is not the API: it answers too.
-    let (code, body) = raw_request(&addr, "GET", "/api/status", "");
+    let (code, body) = raw_request(&addr, "GET", "/api/status", &reader);
     assert_eq!(code, 200, "{body}");
 }

@@ -308,7 +308,13 @@ fn remote_researchers_count_for_the_work_assignment_rule_on_rabbitmq() {
         let p = common::api::presence(&w.database_url(), window);
         p.researchers == 0 && p.gateway_receivers == 1
     });
-    let run = w.run(&["pending-research"], &[]).expect_code(0);
+    // The figures a run decides on are said at DEBUG when it publishes nothing.
+    let run = w
+        .run(
+            &["pending-research"],
+            &[("RUST_LOG", "info,archivist::pending_research=debug")],
+        )
+        .expect_code(0);
     assert!(run.stderr.contains("researchers=0"), "{}", run.stderr);
     // No work for nobody: at most the one item the rule gives an idle pipeline (the items
     // given back may sit in the gateway's own prefetch, not counted as waiting).

@@ -794,3 +794,61 @@ fn a_request_past_its_time_bound_is_cut() {
     let (code, _) = request(&addr, "GET", "/healthz");
     assert_eq!(code, 200);
 }
+
+/// With `serve --api`, the pages need a reader token on loopback too; a browser cannot send
+/// one, so a person signs in once with it and reads the pages on a session, which ends when
+/// the token is revoked: in a real browser, its cookies kept between pages.
+#[test]
+fn a_reader_signs_in_from_a_browser_and_is_sent_back_once_revoked() {
+    let s = Scenario::database(None);
+    s.run(&["migrate"], &[]).expect_code(0);
+    s.run(&["queues"], &[]).expect_code(0);
+    let reader = s
+        .run(
+            &[
+                "token",
+                "create",
+                "--scope",
+                "reader",
+                "--name",
+                "wall-screen",
+            ],
+            &[],
+        )
+        .expect_code(0)
+        .stdout
+        .trim()
+        .to_string();
+    let (_serve, addr) = start_serving(
+        &s,
+        &["serve", "--api", "--addr", "127.0.0.1:0"],
+        &[],
+        DEADLINE,
+    );
+    let mut browser = common::devtools::DevTools::start();
+    let page = format!("http://{addr}/");
+
+    // No session: the sign-in page, in the pages' own style, with the way back kept.
+    let (at, dom) = browser.load(&page, "/sign-in");
+    assert!(at.ends_with("/sign-in?next=/"), "{at}");
+    assert!(dom.contains("Sign in · archivist"), "{dom}");
+    assert!(dom.contains(r#"href="/style.css""#), "{dom}");
+    assert!(dom.contains(r#"type="password""#), "{dom}");
+
+    // Signed in with the reader token: the status page, and again on the next load.
+    let (at, dom) = browser.fill_and_send("token", &reader, "/");
+    assert_eq!(at, page);
+    assert!(dom.contains("archivist status"), "{dom}");
+    assert!(!dom.contains(&reader), "the token is on the page");
+    let (_, again) = browser.load(&page, "/");
+    assert!(again.contains("archivist status"), "{again}");
+    let (_, clips) = browser.load(&format!("http://{addr}/clips"), "/clips");
+    assert!(clips.contains("Clips"), "{clips}");
+
+    // Revoked: the next page load is sent to sign in again.
+    s.run(&["token", "revoke", "wall-screen"], &[])
+        .expect_code(0);
+    let (at, dom) = browser.load(&page, "/sign-in");
+    assert!(at.contains("/sign-in"), "{at}");
+    assert!(!dom.contains("archivist status"), "{dom}");
+}

@@ -6,6 +6,7 @@
 pub(crate) mod api;
 pub(crate) mod audio;
 pub(crate) mod cluster;
+pub(crate) mod devtools;
 pub(crate) mod pipeline;
 pub(crate) mod research;
 pub(crate) mod serving;
