@@ -627,11 +627,12 @@ pub(crate) async fn api_bus(
     let secret = remote.token.as_deref().unwrap_or_default().trim();
     if secret.is_empty() {
         return Err(usage(
-            "--server (ARCHIVIST_SERVER) needs a token: give it in ARCHIVIST_TOKEN (or              --token); `archivist token create --scope researcher|curator` on the server              prints one",
+            "--server (ARCHIVIST_SERVER) needs a token: give it in ARCHIVIST_TOKEN (or --token); `archivist token create --scope researcher|curator` on the server prints one",
         ));
     }
     let q = &config.queues;
     let mut settings = ApiConfig::new(server, ApiToken::new(secret));
+    settings.ca_cert = remote.ca_cert.clone();
     settings.queues = ApiQueues {
         episodes: q.episodes.clone(),
         clips: q.clips.clone(),
