@@ -420,54 +420,62 @@ impl Client {
 
 /// What is wrong with the server's certificate when `e` is a TLS handshake that failed on
 /// it (an unknown issuer, a CA certificate used as the server's own, another host's name,
-/// expired…): the problem in words, or `None` for any other error.
+/// expired…): the problem in words, or `None` for any other error. The connector wraps
+/// rustls's error in boxes and I/O errors whose `source` skips it, so the chain is read as
+/// rustls words it: `invalid peer certificate: …`.
 fn certificate_problem(e: &reqwest::Error) -> Option<String> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
-        // An io::Error's `source` skips the error it wraps: look at that one too.
-        let inner = s
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-            .map(|i| i as &(dyn std::error::Error + 'static));
-        for candidate in [Some(s), inner].into_iter().flatten() {
-            if let Some(rustls::Error::InvalidCertificate(c)) =
-                candidate.downcast_ref::<rustls::Error>()
-            {
-                return Some(certificate_words(c));
-            }
+        if let Some(rustls::Error::InvalidCertificate(c)) = s.downcast_ref::<rustls::Error>() {
+            return Some(certificate_words(&format!("{c:?}")));
+        }
+        let text = s.to_string();
+        if let Some((_, name)) = text.split_once("invalid peer certificate: ") {
+            return Some(certificate_words(name));
         }
         source = s.source();
     }
     None
 }
 
-/// A certificate problem in words, with rustls's name for it.
-fn certificate_words(c: &rustls::CertificateError) -> String {
-    use rustls::CertificateError as E;
-    let words = match c {
-        E::UnknownIssuer => "signed by an authority this machine does not trust (UnknownIssuer)",
-        E::BadSignature => "its signature does not verify (BadSignature)",
-        E::Expired | E::ExpiredContext { .. } => "it has expired (Expired)",
-        E::NotValidYet | E::NotValidYetContext { .. } => "it is not valid yet (NotValidYet)",
-        E::Revoked => "it has been revoked (Revoked)",
-        E::NotValidForName | E::NotValidForNameContext { .. } => {
+/// A certificate problem in words, with rustls's (or webpki's) name for it, from that name as
+/// rustls writes it (`UnknownIssuer`, `Other(OtherError(CaUsedAsEndEntity))`).
+fn certificate_words(name: &str) -> String {
+    const KNOWN: [(&str, &str); 9] = [
+        (
+            "CaUsedAsEndEntity",
+            "it is a certificate authority's own certificate used as the server's \
+             (CaUsedAsEndEntity): serve a server certificate that authority signed",
+        ),
+        (
+            "UnknownIssuer",
+            "signed by an authority this machine does not trust (UnknownIssuer)",
+        ),
+        (
+            "NotValidForName",
             "it is not for this host name: its subject alternative names do not include it \
-             (NotValidForName)"
-        }
-        E::InvalidPurpose | E::InvalidPurposeContext { .. } => {
-            "it is not for a TLS server (InvalidPurpose)"
-        }
-        other => {
-            let name = format!("{other:?}");
-            if name.contains("CaUsedAsEndEntity") {
-                return "it is a certificate authority's certificate used as the server's own \
-                        (CaUsedAsEndEntity): make a server certificate signed by that authority"
-                    .to_string();
-            }
-            return format!("{other}");
-        }
-    };
-    words.to_string()
+             (NotValidForName)",
+        ),
+        ("NotValidYet", "it is not valid yet (NotValidYet)"),
+        ("Expired", "it has expired (Expired)"),
+        ("Revoked", "it has been revoked (Revoked)"),
+        (
+            "BadSignature",
+            "its signature does not verify (BadSignature)",
+        ),
+        (
+            "InvalidPurpose",
+            "it is not for a TLS server (InvalidPurpose)",
+        ),
+        ("BadEncoding", "it cannot be read (BadEncoding)"),
+    ];
+    KNOWN
+        .iter()
+        .find(|(key, _)| name.contains(key))
+        .map_or_else(
+            || format!("rustls says {}", name.trim()),
+            |(_, words)| words.to_string(),
+        )
 }
 
 /// A transport error in words, without the URL (the caller names the server once).
@@ -598,6 +606,14 @@ mod tests {
             format!(r#"{{"error":"{}"}}"#, "y".repeat(1000)).as_bytes()
         )
         .ends_with('…'));
+    }
+
+    #[test]
+    fn certificate_problems_are_named() {
+        assert!(certificate_words("UnknownIssuer").contains("(UnknownIssuer)"));
+        assert!(certificate_words("Other(OtherError(CaUsedAsEndEntity))")
+            .contains("(CaUsedAsEndEntity)"));
+        assert_eq!(certificate_words("Mystery"), "rustls says Mystery");
     }
 
     #[test]
