@@ -8,13 +8,16 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
-use datastore::{MatchFilter, Status};
+use datastore::{FailureReason, MatchFilter, Status};
 use serde::{Deserialize, Serialize};
 
 #[allow(unused_imports)]
 use crate::error::ErrorAnswer;
 use crate::state::Gateway;
 use crate::ApiError;
+
+/// The failure reasons `GET /api/v1/status` lists, most pairs first (as `archivist status`).
+const REASONS_SHOWN: u32 = 5;
 
 /// The most matches one request lists (`limit` asks for fewer).
 pub const MAX_MATCHES: u64 = 100_000;
@@ -25,6 +28,10 @@ pub(crate) struct StatusBody {
     status: Status,
     /// Pairs neither researched, nor failed, nor leased.
     unresearched_pairs: u64,
+    /// Nothing is left to do: there are pairs, and each is researched or failed.
+    done: bool,
+    /// The most common reasons of failed pairs, most pairs first.
+    failure_reasons: Vec<FailureReason>,
     /// When the counts were read.
     read_at: DateTime<Utc>,
 }
@@ -35,7 +42,7 @@ pub(crate) struct StatusBody {
     tag = "readers",
     description = "The datastore's counts, as `archivist status --json` has them.",
     responses(
-        (status = 200, description = "The counts (episodes, clips, research_pairs, researched_pairs, matched_pairs, failed_pairs, active_leases, expired_leases, …)", content_type = "application/json"),
+        (status = 200, description = "The counts (episodes, clips, research_pairs, researched_pairs, matched_pairs, failed_pairs, active_leases, expired_leases, …), `done` (every pair researched or failed) and `failure_reasons`", content_type = "application/json"),
         (status = 401, description = "No valid token", body = ErrorAnswer),
         (status = 403, description = "A token of another scope", body = ErrorAnswer),
         (status = 429, description = "Too many failed attempts or requests", body = ErrorAnswer),
@@ -44,12 +51,20 @@ pub(crate) struct StatusBody {
 pub(crate) async fn status(State(gateway): State<Arc<Gateway>>) -> Result<Response, ApiError> {
     let now = Utc::now();
     let status = gateway.store.status(now).await?;
+    let failure_reasons = if status.failed_pairs == 0 {
+        Vec::new()
+    } else {
+        gateway.store.failure_reasons(REASONS_SHOWN).await?
+    };
     Ok(Json(StatusBody {
         unresearched_pairs: status
             .research_pairs
             .saturating_sub(status.researched_pairs)
             .saturating_sub(status.failed_pairs)
             .saturating_sub(status.leased_pairs),
+        done: status.research_pairs > 0
+            && status.researched_pairs.saturating_add(status.failed_pairs) >= status.research_pairs,
+        failure_reasons,
         status,
         read_at: now,
     })

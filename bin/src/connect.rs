@@ -618,6 +618,7 @@ pub(crate) async fn api_bus(
     }
     let q = &config.queues;
     let mut settings = ApiConfig::new(server, ApiToken::new(secret));
+    settings.ca_cert = remote.ca_cert.clone();
     settings.queues = ApiQueues {
         episodes: q.episodes.clone(),
         clips: q.clips.clone(),

@@ -25,20 +25,43 @@ pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
 }
 
 /// The error and its causes in words, each said once: a cause whose text its parent already
-/// repeats (sqlx and the SDKs often include their source in their message) is left out.
+/// repeats (sqlx and the SDKs often include their source in their message) is left out, and
+/// a cause that starts with its parent's words (a context naming what the cause names
+/// again: `sending to Q` over `sending to Q: …`) adds only what follows them.
 pub(crate) fn describe(error: &anyhow::Error) -> String {
     let mut out = String::new();
+    let mut parent = String::new();
     for cause in error.chain() {
         let text = cause.to_string();
         if text.is_empty() || out.contains(&text) {
             continue;
         }
-        if !out.is_empty() {
-            out.push_str(": ");
+        let new = match text.strip_prefix(parent.as_str()) {
+            Some(rest) if !parent.is_empty() => rest.trim_start_matches([':', ';', ',', ' ']),
+            _ => text.as_str(),
+        };
+        if !new.is_empty() {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(new);
         }
-        out.push_str(&text);
+        parent = text;
     }
     out
+}
+
+/// An error of the API client of `status --server` or `matches --server`: a refusal that
+/// will not pass (a certificate this machine does not trust, no archivist API at the
+/// address) is bad configuration (exit 2); a refused token is too (see [`refused_token`]);
+/// an outage is not.
+pub(crate) fn remote_error(error: messagebus::BusError) -> anyhow::Error {
+    match error {
+        // Their messages say it all: "bus rejected the request" would not (this is no bus).
+        messagebus::BusError::Rejected { message, .. } => usage(message),
+        messagebus::BusError::Unavailable { message, .. } => anyhow::anyhow!(message),
+        other => anyhow::Error::new(other),
+    }
 }
 
 /// Which addresses media and feed fetches may connect to (`research`, `curate feed`,
@@ -77,7 +100,8 @@ impl AddressArgs {
 }
 
 /// Working through the API of `archivist serve --api` instead of the bus (`research`,
-/// `curate`, `send`): the server and the token.
+/// `curate`, `send`) or the datastore (`status`, `matches`): the server, the token, and the
+/// certificate authorities trusted for the server.
 #[derive(clap::Args)]
 pub(crate) struct RemoteArgs {
     /// Work through the API of the archivist at this address (`archivist serve --api`,
@@ -99,6 +123,15 @@ pub(crate) struct RemoteArgs {
         hide_env_values = true
     )]
     pub(crate) token: Option<String>,
+    /// A PEM file of certificate authorities trusted for --server beside the system's (a
+    /// server whose certificate a private CA signed)
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "ARCHIVIST_CA_CERT",
+        hide_env_values = true
+    )]
+    pub(crate) ca_cert: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for RemoteArgs {
@@ -109,6 +142,7 @@ impl fmt::Debug for RemoteArgs {
                 &self.server.as_deref().map(messagebus::redact_url),
             )
             .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("ca_cert", &self.ca_cert)
             .finish()
     }
 }
@@ -127,6 +161,23 @@ impl RemoteArgs {
             ));
         }
         Ok(server)
+    }
+
+    /// The API client's settings for `--server` with the token and `--ca-cert`; no token is
+    /// a usage error naming the `scope` the command needs.
+    pub(crate) fn api_config(&self, scope: &str) -> anyhow::Result<messagebus::api::ApiConfig> {
+        let server = self.server.as_deref().unwrap_or_default().trim();
+        let secret = self.token.as_deref().unwrap_or_default().trim();
+        if secret.is_empty() {
+            return Err(usage(format!(
+                "--server (ARCHIVIST_SERVER) needs a token: give it in ARCHIVIST_TOKEN (or \
+                 --token); `archivist token create --scope {scope}` on the server prints one"
+            )));
+        }
+        let mut config =
+            messagebus::api::ApiConfig::new(server, messagebus::api::ApiToken::new(secret));
+        config.ca_cert = self.ca_cert.clone();
+        Ok(config)
     }
 }
 
@@ -250,4 +301,37 @@ pub(crate) fn resolve_addr(s: &str) -> Result<std::net::SocketAddr, String> {
         .or_else(|| addrs.first())
         .copied()
         .ok_or_else(|| format!("{host:?} resolves to no address; {expected}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[derive(Debug)]
+    struct Source(&'static str);
+
+    impl fmt::Display for Source {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Source {}
+
+    #[test]
+    fn a_context_its_cause_repeats_is_said_once() {
+        let e = anyhow::Error::new(Source(
+            "sending to curated_episodes: the API server refused the token",
+        ))
+        .context("sending to curated_episodes");
+        assert_eq!(
+            describe(&e),
+            "sending to curated_episodes: the API server refused the token"
+        );
+        let e = anyhow::Error::new(Source("connection refused")).context("cannot reach the bus");
+        assert_eq!(describe(&e), "cannot reach the bus: connection refused");
+        let e = anyhow::Error::new(Source("cannot reach the bus")).context("cannot reach the bus");
+        assert_eq!(describe(&e), "cannot reach the bus");
+    }
 }

@@ -79,10 +79,11 @@ impl Analyser for HttpAnalyser {
         }
         if !status.is_success() {
             let text = response.text().await.unwrap_or_default();
-            return Ok(Box::new(HttpRun::Ended(Ending::Failed(format!(
-                "the analyser answered HTTP {status}: {}",
-                crate::protocol::truncate(text.trim(), 300)
-            )))));
+            let why = match reason(&text) {
+                Some(reason) => format!("the analyser answered HTTP {status}: {reason}"),
+                None => format!("the analyser answered HTTP {status}"),
+            };
+            return Ok(Box::new(HttpRun::Ended(Ending::Failed(why))));
         }
         Ok(Box::new(HttpRun::Streaming {
             response,
@@ -95,6 +96,28 @@ impl Analyser for HttpAnalyser {
     fn describe(&self) -> String {
         format!("http {}", self.shown)
     }
+}
+
+/// The reason in an error answer's body, when it gives one a person can read in a line: a
+/// JSON `error`, `reason` or `message`, or a short line of plain text. An HTML page or a long
+/// body is never pasted into the error: the status says it.
+fn reason(body: &str) -> Option<String> {
+    if let Ok(serde_json::Value::Object(map)) = serde_json::from_str(body) {
+        return ["error", "reason", "message"]
+            .iter()
+            .find_map(|key| match map.get(*key) {
+                Some(serde_json::Value::String(s)) => {
+                    Some(crate::protocol::truncate(s.trim(), 300))
+                }
+                _ => None,
+            });
+    }
+    let text = body.trim();
+    let plain = !text.is_empty()
+        && text.len() <= 200
+        && !text.contains(['<', '>', '{', '\n', '\r'])
+        && !text.chars().any(char::is_control);
+    plain.then(|| text.to_string())
 }
 
 enum HttpRun {
@@ -169,4 +192,21 @@ fn utf8_line(mut bytes: Vec<u8>) -> Result<String, BoxError> {
         bytes.pop();
     }
     String::from_utf8(bytes).map_err(|_| "the analyser sent a line that is not UTF-8".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reason;
+
+    #[test]
+    fn an_error_page_is_not_pasted_into_the_failure() {
+        let page = "<!DOCTYPE html>\n<html><body><h1>502 Bad Gateway</h1></body></html>\n";
+        assert_eq!(reason(page), None);
+        assert_eq!(reason(&"x".repeat(1000)), None);
+        assert_eq!(
+            reason(r#"{"error": "no such clip"}"#).as_deref(),
+            Some("no such clip")
+        );
+        assert_eq!(reason("busy decoding\n").as_deref(), Some("busy decoding"));
+    }
 }

@@ -33,6 +33,8 @@
 //!   each, so one consumer each on the buses that count them; a slot receives only when it
 //!   is free) and shutdown (stop taking items, the drain timeout for those in hand, then stop
 //!   the analysers and release at once).
+//! - `context.rs`: what the slots share (below both `runtime.rs` and `work.rs`): the
+//!   context, the run's counts, why the items in hand were stopped, and [`Later`].
 //! - `handle.rs`: [`ResearcherHandle`], [`Report`], [`Ended`].
 //! - `error.rs`: [`ResearchError`] and its [`ResearchError::is_retryable`].
 //! - `work.rs`: one work item from delivery to acknowledgement: media, analyser, results.
@@ -181,6 +183,7 @@
 //! ```
 
 mod analyser;
+mod context;
 mod episode;
 mod error;
 pub mod exec;
@@ -195,9 +198,10 @@ pub mod status;
 mod work;
 
 pub use analyser::{Analyser, BoxError, Ending, Run};
+pub use context::Later;
 pub use episode::{EpisodeError, EpisodeMedia, FetchedEpisode, Ranges};
 pub use error::ResearchError;
 pub use handle::{Ended, Report, ResearcherHandle, ERROR_CHANNEL_CAPACITY};
 pub use media::{Media, MediaConfig, RATE_GRACE};
-pub use runtime::{start, Later, ResearcherSettings};
+pub use runtime::{start, ResearcherSettings};
 pub use status::Status;

@@ -3,7 +3,6 @@
 //! taking items, the drain timeout for those in hand, then stop the analysers and release at
 //! once).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,41 +12,13 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::analyser::Analyser;
-use crate::handle::{Ended, Report, ResearcherHandle, ERROR_CHANNEL_CAPACITY};
+use crate::context::{Context, Counts, Later};
+use crate::handle::{Ended, ResearcherHandle, ERROR_CHANNEL_CAPACITY};
 use crate::media::Media;
 use crate::printing::PrintCounters;
-use crate::status::{SlotState, Status};
+use crate::status::Status;
 use crate::work::{self, Answer, Handled};
 use crate::ResearchError;
-
-/// How long an item whose analyser asked for a later try is held before it is released.
-#[derive(Debug, Clone, Copy)]
-pub struct Later {
-    /// The hold at the item's first receive; doubled at each receive after
-    /// (`--later-backoff`).
-    pub first: Duration,
-    /// The longest hold (`--later-max-backoff`).
-    pub max: Duration,
-}
-
-impl Default for Later {
-    fn default() -> Self {
-        Later {
-            first: Duration::from_secs(60),
-            max: Duration::from_secs(15 * 60),
-        }
-    }
-}
-
-impl Later {
-    /// The hold at the item's `receive`th receive (1 on the first).
-    pub fn wait(&self, receive: u32) -> Duration {
-        let doublings = receive.saturating_sub(1).min(30);
-        self.first
-            .saturating_mul(1 << doublings)
-            .min(self.max.max(self.first))
-    }
-}
 
 /// Settings of a researcher's run. Each names the `archivist research` option or variable
 /// that sets it; the defaults are that command's.
@@ -91,79 +62,6 @@ impl Default for ResearcherSettings {
     }
 }
 
-/// What the run counts, for its [`Report`].
-#[derive(Debug, Default)]
-pub(crate) struct Counts {
-    pub(crate) received: AtomicU64,
-    pub(crate) finished: AtomicU64,
-    pub(crate) skipped: AtomicU64,
-    pub(crate) released: AtomicU64,
-    pub(crate) dead_lettered: AtomicU64,
-    pub(crate) results_sent: AtomicU64,
-    errors_dropped: AtomicU64,
-}
-
-impl Counts {
-    pub(crate) fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-
-    fn report(&self, ended: Ended) -> Report {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let mut report = Report::new(ended);
-        report.received = get(&self.received);
-        report.finished = get(&self.finished);
-        report.skipped = get(&self.skipped);
-        report.released = get(&self.released);
-        report.dead_lettered = get(&self.dead_lettered);
-        report.results_sent = get(&self.results_sent);
-        report.errors_dropped = get(&self.errors_dropped);
-        report
-    }
-}
-
-/// What every slot shares.
-pub(crate) struct Context {
-    pub(crate) analyser: Arc<dyn Analyser>,
-    pub(crate) media: Arc<Media>,
-    /// What the researcher counts of episode prints.
-    pub(crate) prints: Arc<PrintCounters>,
-    pub(crate) results: Arc<dyn Sender>,
-    /// Cancelled at the drain timeout after the token (or at once when the researcher stops
-    /// for another reason): analysers are stopped, items released.
-    pub(crate) hard_stop: CancellationToken,
-    pub(crate) stall_timeout: Duration,
-    pub(crate) drain_timeout: Duration,
-    pub(crate) status: Status,
-    /// The queue's receive limit: an item received this many times is on its last allowed
-    /// try.
-    pub(crate) max_receives: u32,
-    /// Holds of items whose analyser asked for a later try.
-    pub(crate) later: Later,
-    /// The token: once cancelled, an item held for a later try is released at once.
-    pub(crate) stopping: CancellationToken,
-    pub(crate) counts: Counts,
-    /// The errors channel's sending side (see [`Context::report`]).
-    pub(crate) errors: mpsc::Sender<ResearchError>,
-}
-
-impl Context {
-    pub(crate) fn set_slot(&self, slot: usize, state: SlotState) {
-        self.status.set(slot, state);
-    }
-
-    pub(crate) fn set_progress(&self, slot: usize, text: String) {
-        self.status.set_progress(slot, text);
-    }
-
-    /// Hands `error` to the host if it has room for it; never blocks.
-    pub(crate) fn report(&self, error: ResearchError) {
-        if self.errors.try_send(error).is_err() {
-            Counts::add(&self.counts.errors_dropped, 1);
-        }
-    }
-}
-
 /// How long a long-running slot waits in one receive (SQS's longest poll).
 const RECEIVE_WAIT: Duration = Duration::from_secs(20);
 /// How long a `once` slot waits for an item before it decides the queue is drained.
@@ -199,8 +97,8 @@ pub fn start(
         prints: settings.print_counters.clone(),
         results,
         hard_stop: CancellationToken::new(),
+        stop_reason: std::sync::OnceLock::new(),
         stall_timeout: settings.stall_timeout,
-        drain_timeout: settings.drain_timeout,
         status: status.clone(),
         max_receives: settings.max_receives,
         later: settings.later,
@@ -253,25 +151,27 @@ async fn run(
 
     // The drain: once the token is cancelled, items in hand get the drain timeout.
     let drain = {
-        let (token, hard_stop, timeout) =
-            (token.clone(), ctx.hard_stop.clone(), settings.drain_timeout);
+        let (token, ctx, timeout) = (token.clone(), ctx.clone(), settings.drain_timeout);
         tokio::spawn(async move {
             tokio::select! {
                 _ = token.cancelled() => {}
                 // The slots ended by themselves (`once`, a fatal error).
-                _ = hard_stop.cancelled() => return,
+                _ = ctx.hard_stop.cancelled() => return,
             }
             tokio::select! {
-                _ = hard_stop.cancelled() => {}
+                _ = ctx.hard_stop.cancelled() => {}
                 _ = tokio::time::sleep(timeout) => {
                     tracing::info!("drain timeout: stopping the analysers and releasing their items");
-                    hard_stop.cancel();
+                    ctx.stop_now(format!(
+                        "not finished within the drain timeout ({})",
+                        humantime::format_duration(timeout)
+                    ));
                 }
             }
         })
     };
     // The slots stop with the run when its task is dropped (the host gave up on it).
-    let _stop_drain = DropGuard(ctx.hard_stop.clone());
+    let _stop_drain = DropGuard(ctx.clone());
 
     let mut set = JoinSet::new();
     for (slot, receiver) in receivers.into_iter().enumerate() {
@@ -286,12 +186,12 @@ async fn run(
             if failed.is_none() {
                 // One slot cannot reach the bus: the others cannot either. Stop them all.
                 token.cancel();
-                ctx.hard_stop.cancel();
+                ctx.stop_now(format!("another slot stopped the researcher: {e}"));
                 failed = Some(e);
             }
         }
     }
-    ctx.hard_stop.cancel();
+    ctx.stop_now("every slot ended");
     let _ = drain.await;
     match failed {
         Some(e) => Ended::Failed(e),
@@ -300,12 +200,13 @@ async fn run(
     }
 }
 
-/// Cancels its token when dropped.
-struct DropGuard(CancellationToken);
+/// Stops the items in hand when dropped.
+struct DropGuard(Arc<Context>);
 
 impl Drop for DropGuard {
     fn drop(&mut self) {
-        self.0.cancel();
+        self.0
+            .stop_now("the researcher's host stopped waiting for it");
     }
 }
 

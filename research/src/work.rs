@@ -19,10 +19,10 @@ use chrono::Utc;
 use messagebus::{BusError, Delivery, Sender, Unsent};
 
 use crate::analyser::{self, BoxError, Ending, Run};
+use crate::context::{Context, Counts};
 use crate::episode::EpisodeMedia;
 use crate::media::{self, Fetched, MediaError};
 use crate::protocol::{self, Line};
-use crate::runtime::{Context, Counts};
 use crate::status::SlotState;
 use crate::ResearchError;
 
@@ -74,6 +74,9 @@ pub(crate) struct Answer {
     delivery: Delivery,
     lease_id: uuid::Uuid,
     results: Vec<CompletedResearchItem>,
+    /// Researched on this slot, in this long (the log's `work item finished`, said once the
+    /// results are sent); `None` for an item skipped unresearched.
+    researched: Option<(usize, String)>,
 }
 
 /// Handles one delivery of `pending_research` on slot `slot`.
@@ -112,6 +115,7 @@ pub(crate) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> Ha
             delivery,
             lease_id: item.lease_id,
             results: Vec::new(),
+            researched: None,
         });
     }
     let receive = delivery.receive_count();
@@ -126,22 +130,24 @@ pub(crate) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> Ha
     ctx.set_slot(slot, SlotState::Idle);
     let took = humantime::format_duration(Duration::from_secs(started.elapsed().as_secs()));
     match outcome {
-        Outcome::Finished(results) => {
-            tracing::info!(slot, lease = %lease, took = %took, "work item finished");
-            metrics::counter!("archivist_researcher_items_total", "outcome" => "finished")
-                .increment(1);
-            Counts::add(&ctx.counts.finished, 1);
-            Handled::Answer(Answer {
-                delivery,
-                lease_id: item.lease_id,
-                results,
-            })
-        }
+        // Finished once its last results are sent ([`answer_and_ack`] says so).
+        Outcome::Finished(results) => Handled::Answer(Answer {
+            delivery,
+            lease_id: item.lease_id,
+            results,
+            researched: Some((slot, took.to_string())),
+        }),
         Outcome::Released(why) => {
-            tracing::info!(slot, lease = %lease, reason = %why, "work item released for later");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "released")
                 .increment(1);
-            settle_release(ctx, delivery, &lease).await;
+            match settle_release(ctx, delivery).await {
+                Ok(()) => {
+                    tracing::info!(slot, lease = %lease, reason = %why, "work item released for later");
+                }
+                Err(e) => {
+                    tracing::warn!(slot, lease = %lease, reason = %why, error = %e, "work item not finished and not released: it comes back after its visibility timeout");
+                }
+            }
             Handled::WentBack
         }
         Outcome::Later(why) => {
@@ -156,8 +162,12 @@ pub(crate) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> Ha
                 _ = ctx.hard_stop.cancelled() => {}
                 _ = tokio::time::sleep(wait) => {}
             }
-            tracing::info!(slot, lease = %lease, "work item released for later");
-            settle_release(ctx, delivery, &lease).await;
+            match settle_release(ctx, delivery).await {
+                Ok(()) => tracing::info!(slot, lease = %lease, "work item released for later"),
+                Err(e) => {
+                    tracing::warn!(slot, lease = %lease, error = %e, "work item not released: it comes back after its visibility timeout");
+                }
+            }
             // The wait was the pause.
             Handled::Settled
         }
@@ -169,14 +179,20 @@ pub(crate) async fn handle(ctx: &Context, slot: usize, delivery: Delivery) -> Ha
             Handled::WentBack
         }
         Outcome::Failed(why) => {
-            tracing::warn!(slot, lease = %lease, receive, reason = %why, "work item failed; released for another try");
             metrics::counter!("archivist_researcher_items_total", "outcome" => "failed")
                 .increment(1);
+            match settle_release(ctx, delivery).await {
+                Ok(()) => {
+                    tracing::warn!(slot, lease = %lease, receive, reason = %why, "work item failed; released for another try");
+                }
+                Err(e) => {
+                    tracing::warn!(slot, lease = %lease, receive, reason = %why, error = %e, "work item failed and could not be released: it comes back after its visibility timeout");
+                }
+            }
             ctx.report(ResearchError::ItemFailed {
                 lease_id: item.lease_id,
                 reason: why,
             });
-            settle_release(ctx, delivery, &lease).await;
             Handled::WentBack
         }
         Outcome::GaveUp(why) => {
@@ -209,16 +225,38 @@ async fn settle_dead_letter(ctx: &Context, delivery: Delivery, lease: &str, why:
 /// Sends a finished item's last results and acknowledges it, in one step where the bus can
 /// (the database bus: one transaction), retrying passing bus failures for up to
 /// [`SEND_PATIENCE`]; if they cannot be sent, the item is released for another try (its
-/// results come again).
+/// results come again). Logs the item's one outcome: finished once its results are sent, or
+/// failed when they could not be.
 pub(crate) async fn answer_and_ack(ctx: &Context, answer: Answer) {
     let Answer {
         mut delivery,
         lease_id,
         results,
+        researched,
     } = answer;
     let lease = lease_id.to_string();
+    let finished = |acked: Result<(), BusError>| {
+        if let Some((slot, took)) = &researched {
+            metrics::counter!("archivist_researcher_items_total", "outcome" => "finished")
+                .increment(1);
+            Counts::add(&ctx.counts.finished, 1);
+            match &acked {
+                Ok(()) => tracing::info!(slot, lease = %lease, took = %took, "work item finished"),
+                // It comes back after its visibility timeout; its results are recorded once
+                // anyway.
+                Err(e) => {
+                    tracing::warn!(slot, lease = %lease, took = %took, error = %e, "work item finished, its results sent, but not acknowledged: it comes back after its visibility timeout");
+                }
+            }
+        } else if let Err(e) = &acked {
+            tracing::warn!(lease = %lease, error = %e, "could not acknowledge the work item");
+        }
+        if let Err(e) = acked {
+            ctx.report(ResearchError::Bus(e));
+        }
+    };
     if results.is_empty() {
-        settle_ack(ctx, delivery, &lease).await;
+        finished(delivery.ack().await);
         return;
     }
     let bodies: Vec<Vec<u8>> = results.iter().map(encode).collect();
@@ -227,12 +265,7 @@ pub(crate) async fn answer_and_ack(ctx: &Context, answer: Answer) {
         match ctx.results.send_and_ack(bodies.clone(), delivery).await {
             Ok(acked) => {
                 Counts::add(&ctx.counts.results_sent, results.len() as u64);
-                if let Err(e) = acked {
-                    // It comes back after its visibility timeout; its results are recorded
-                    // once anyway.
-                    tracing::warn!(lease = %lease, error = %e, "could not acknowledge the work item");
-                    ctx.report(ResearchError::Bus(e));
-                }
+                finished(acked);
                 return;
             }
             Err(Unsent {
@@ -247,33 +280,40 @@ pub(crate) async fn answer_and_ack(ctx: &Context, answer: Answer) {
                 error,
                 delivery: back,
             }) => {
+                let slot = researched.as_ref().map(|(slot, _)| *slot);
                 let why = format!("cannot send results: {error}");
-                tracing::warn!(lease = %lease, reason = %why, "work item failed; released for another try");
+                metrics::counter!("archivist_researcher_items_total", "outcome" => "failed")
+                    .increment(1);
+                match settle_release(ctx, back).await {
+                    Ok(()) => {
+                        tracing::warn!(slot, lease = %lease, reason = %why, "work item failed; released for another try");
+                    }
+                    Err(e) => {
+                        tracing::warn!(slot, lease = %lease, reason = %why, error = %e, "work item failed and could not be released: it comes back after its visibility timeout");
+                    }
+                }
                 ctx.report(ResearchError::ItemFailed {
                     lease_id,
                     reason: why,
                 });
-                settle_release(ctx, back, &lease).await;
                 return;
             }
         }
     }
 }
 
-async fn settle_ack(ctx: &Context, delivery: Delivery, lease: &str) {
-    if let Err(e) = delivery.ack().await {
-        // It comes back after its visibility timeout; its results are recorded once anyway.
-        tracing::warn!(lease = %lease, error = %e, "could not acknowledge the work item");
-        ctx.report(ResearchError::Bus(e));
-    }
-}
-
-async fn settle_release(ctx: &Context, delivery: Delivery, lease: &str) {
+/// Releases `delivery` for another try (counted); the error is the caller's to log, with the
+/// item's outcome, in one line.
+async fn settle_release(ctx: &Context, delivery: Delivery) -> Result<(), String> {
     match delivery.release().await {
-        Ok(()) => Counts::add(&ctx.counts.released, 1),
+        Ok(()) => {
+            Counts::add(&ctx.counts.released, 1);
+            Ok(())
+        }
         Err(e) => {
-            tracing::warn!(lease = %lease, error = %e, "could not release the work item; it comes back after its visibility timeout");
+            let said = e.to_string();
             ctx.report(ResearchError::Bus(e));
+            Err(said)
         }
     }
 }
@@ -905,11 +945,10 @@ impl<'a> Results<'a> {
         Outcome::GaveUp(why)
     }
 
+    /// The analysers were stopped ([`Context::stop_now`]): released, for the reason given
+    /// there (the drain timeout passed, or another slot stopped the researcher).
     async fn released_at_drain(self) -> Outcome {
-        let why = format!(
-            "stopping: not finished within the drain timeout ({})",
-            humantime::format_duration(self.ctx.drain_timeout)
-        );
+        let why = format!("stopping: {}", self.ctx.stop_reason());
         self.released(why).await
     }
 
@@ -1099,8 +1138,8 @@ mod tests {
             prints: Arc::default(),
             results: Arc::new(Recording(sent)),
             hard_stop: CancellationToken::new(),
+            stop_reason: Default::default(),
             stall_timeout: Duration::from_secs(60),
-            drain_timeout: Duration::from_secs(1),
             status: Status::new("scripted".into(), 1),
             max_receives: 5,
             later: Later::default(),

@@ -1,5 +1,6 @@
 //! `archivist matches`: recorded matches as JSON lines (for scripts), a table (for people) or
-//! CSV (for spreadsheets).
+//! CSV (for spreadsheets); from the datastore, or with `--server` through the API
+//! (`GET /api/v1/matches`, a reader token).
 
 use std::io::{IsTerminal, Write};
 
@@ -11,13 +12,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::connect;
+use crate::values::RemoteArgs;
 
 /// `matches --help`'s examples.
 pub(crate) const EXAMPLES: &str = "Examples:\n  \
         archivist matches --clip 'Intro Jingle'\n  \
         archivist matches --episode 'Episode 4012: The Archive' --limit 10\n  \
         archivist matches --format table --limit 20             # for reading\n  \
-        archivist matches | jq -r '.clip_title' | sort | uniq -c";
+        archivist matches | jq -r '.clip_title' | sort | uniq -c\n  \
+        archivist matches --server https://archivist.example --since 2026-01-02   # through the API (ARCHIVIST_TOKEN: a reader token)";
 
 /// Options of `matches`.
 #[derive(Debug, Args)]
@@ -39,6 +42,8 @@ pub(crate) struct MatchesArgs {
     /// `csv`: RFC 4180 with a header row, for spreadsheets
     #[arg(long, value_enum, default_value_t = MatchesFormat::Json)]
     pub(crate) format: MatchesFormat,
+    #[command(flatten)]
+    pub(crate) remote: RemoteArgs,
 }
 
 /// `--since`: an RFC 3339 time, or a day (its midnight UTC).
@@ -74,6 +79,10 @@ pub(crate) async fn run(
     token: &CancellationToken,
     args: &MatchesArgs,
 ) -> anyhow::Result<()> {
+    if args.remote.remote()? {
+        let matches = remote_matches(args).await?;
+        return print(&matches, args.format);
+    }
     let store = connect::datastore(
         config,
         &config.database_url(),
@@ -102,16 +111,37 @@ pub(crate) async fn run(
                 .context("cannot read the matches")?;
         }
     }
+    print(&matches, args.format)
+}
+
+/// `matches --server`: the matches through the API, with the same filters.
+async fn remote_matches(args: &MatchesArgs) -> anyhow::Result<Vec<Match>> {
+    let reader = messagebus::api::ApiReader::new(&args.remote.api_config("reader")?)
+        .map_err(crate::values::remote_error)?;
+    let query = messagebus::api::MatchesQuery {
+        clip: args.clip.clone(),
+        episode: args.episode.clone(),
+        limit: args.limit,
+        since: args.since,
+    };
+    reader
+        .matches(&query)
+        .await
+        .map_err(crate::values::remote_error)
+}
+
+/// Prints `matches` in `format`.
+fn print(matches: &[Match], format: MatchesFormat) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    match args.format {
+    match format {
         MatchesFormat::Json => {
-            for m in &matches {
+            for m in matches {
                 serde_json::to_writer(&mut out, m)?;
                 writeln!(out)?;
             }
         }
-        MatchesFormat::Table => writeln!(out, "{}", table(&matches))?,
-        MatchesFormat::Csv => write_csv(&mut out, &matches)?,
+        MatchesFormat::Table => writeln!(out, "{}", table(matches))?,
+        MatchesFormat::Csv => write_csv(&mut out, matches)?,
     }
     out.flush()?;
     tracing::debug!(count = matches.len(), "matches listed");

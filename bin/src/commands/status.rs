@@ -1,5 +1,6 @@
 //! `archivist status`: the datastore's counts and, when the bus is shared (the database bus, SQS), the queues'
-//! depths; a table, or one JSON object with `--json`.
+//! depths; a table, or one JSON object with `--json`. With `--server`, the counts are read
+//! through the API (`GET /api/v1/status`, a reader token) and printed the same way.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -13,12 +14,14 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{BusKind, Config};
 use crate::connect;
 use crate::depths::{no_researcher_note, write_queue_table, QueueDepth};
-use crate::values::UsageError;
+use crate::values::{RemoteArgs, UsageError};
 
 /// `status --help`'s examples.
 pub(crate) const EXAMPLES: &str = "Examples:\n  \
         archivist status                            # a table\n  \
-        archivist status --json | jq '.researched_pairs / .research_pairs'";
+        archivist status --json | jq '.researched_pairs / .research_pairs'\n  \
+        until archivist status --json | jq -e .done >/dev/null; do sleep 10; done   # until nothing is left to do\n  \
+        archivist status --server https://archivist.example   # through the API (ARCHIVIST_TOKEN: a reader token)";
 
 /// Options of `status`.
 #[derive(Debug, Args)]
@@ -26,6 +29,8 @@ pub(crate) struct StatusArgs {
     /// Print one JSON object instead of a table
     #[arg(long)]
     pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) remote: RemoteArgs,
 }
 
 #[derive(Debug, Serialize)]
@@ -34,6 +39,8 @@ struct StatusOutput {
     status: Status,
     /// Research pairs neither researched, nor failed, nor leased.
     unresearched_pairs: u64,
+    /// Nothing is left to do: every research pair is researched or failed (see [`done`]).
+    done: bool,
     /// The most common reasons of failed pairs (at most [`REASONS_SHOWN`]), most pairs first.
     failure_reasons: Vec<FailureReason>,
     /// Present when the bus can tell (a shared bus): queue name → depths; `null` when the
@@ -61,6 +68,9 @@ pub(crate) async fn run(
     token: &CancellationToken,
     args: &StatusArgs,
 ) -> anyhow::Result<()> {
+    if args.remote.remote()? {
+        return run_remote(args).await;
+    }
     let json = args.json;
     let store = connect::datastore(
         config,
@@ -98,22 +108,66 @@ pub(crate) async fn run(
     };
     let output = StatusOutput {
         status,
-        unresearched_pairs: status
-            .research_pairs
-            .saturating_sub(status.researched_pairs)
-            .saturating_sub(status.failed_pairs)
-            .saturating_sub(status.leased_pairs),
+        unresearched_pairs: unresearched(&status),
+        done: done(&status),
         failure_reasons,
         queues,
         queues_unknown,
         pending_queue: config.queues.pending_research.clone(),
     };
+    print(&output, json)
+}
+
+/// Pairs neither researched, nor failed, nor leased.
+fn unresearched(s: &Status) -> u64 {
+    s.research_pairs
+        .saturating_sub(s.researched_pairs)
+        .saturating_sub(s.failed_pairs)
+        .saturating_sub(s.leased_pairs)
+}
+
+/// Whether nothing is left to do: there are research pairs, and every one is researched or
+/// failed (a failed pair waits for `retry-failed` or a new curation, not for a researcher).
+fn done(s: &Status) -> bool {
+    s.research_pairs > 0 && s.researched_pairs.saturating_add(s.failed_pairs) >= s.research_pairs
+}
+
+/// The status object of `GET /api/v1/status`: the counts, and what a server too old to send
+/// the failure reasons leaves out.
+#[derive(Debug, serde::Deserialize)]
+struct RemoteStatus {
+    #[serde(flatten)]
+    status: Status,
+    #[serde(default)]
+    failure_reasons: Vec<FailureReason>,
+}
+
+/// `status --server`: the counts through the API, printed as the local ones are (the queue
+/// depths are the server's to show: not part of the API).
+async fn run_remote(args: &StatusArgs) -> anyhow::Result<()> {
+    let reader = messagebus::api::ApiReader::new(&args.remote.api_config("reader")?)
+        .map_err(crate::values::remote_error)?;
+    let remote: RemoteStatus = reader.status().await.map_err(crate::values::remote_error)?;
+    let status = remote.status;
+    let output = StatusOutput {
+        status,
+        unresearched_pairs: unresearched(&status),
+        done: done(&status),
+        failure_reasons: remote.failure_reasons,
+        queues: None,
+        queues_unknown: None,
+        pending_queue: String::new(),
+    };
+    print(&output, args.json)
+}
+
+fn print(output: &StatusOutput, json: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if json {
-        serde_json::to_writer(&mut out, &output)?;
+        serde_json::to_writer(&mut out, output)?;
         writeln!(out)?;
     } else {
-        write_table(&mut out, &output)?;
+        write_table(&mut out, output)?;
     }
     out.flush()?;
     Ok(())
@@ -197,6 +251,20 @@ fn write_table(out: &mut impl Write, o: &StatusOutput) -> std::io::Result<()> {
         s.awaiting_late_results
     )?;
     writeln!(out, "expired leases      {:>12}", s.expired_leases)?;
+    let why = if o.done && s.failed_pairs > 0 {
+        format!(
+            "nothing left to do: every pair researched or failed ({} failed)",
+            s.failed_pairs
+        )
+    } else if o.done {
+        "nothing left to do: every pair researched".to_string()
+    } else if s.research_pairs == 0 {
+        "no research pairs yet".to_string()
+    } else {
+        "pairs wait for research or for their results".to_string()
+    };
+    let done = if o.done { "yes" } else { "no" };
+    writeln!(out, "done                {done:>12}  ({why})")?;
     if let Some(Some(queues)) = &o.queues {
         writeln!(out)?;
         let listed: Vec<&QueueDepth> = queues.values().collect();

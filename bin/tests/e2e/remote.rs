@@ -390,3 +390,124 @@ fn common_wav() -> Vec<u8> {
     common::audio::write_samples(&path, 8000, &vec![0.1f32; 8000]);
     std::fs::read(path).unwrap()
 }
+
+/// The lines of a researcher's log that say how the item of `lease` ended.
+fn outcomes<'a>(log: &'a str, lease: &str) -> Vec<&'a str> {
+    const OUTCOMES: [&str; 6] = [
+        "work item finished",
+        "work item failed",
+        "work item released for later",
+        "work item not finished",
+        "work item not released",
+        "dead-lettered",
+    ];
+    log.lines()
+        .filter(|l| l.contains(lease) && OUTCOMES.iter().any(|o| l.contains(o)))
+        .collect()
+}
+
+/// A remote researcher working on `items` work items (each waiting at the gate after its
+/// first answer) with `--concurrency concurrency`, started: the child, and the gate's path.
+fn researcher_at_the_gate(
+    g: &FakeGateway,
+    dir: &Path,
+    items: usize,
+    concurrency: &str,
+) -> (std::process::Child, std::path::PathBuf) {
+    let clips = 3;
+    let clip_uris: Vec<String> = (0..clips)
+        .map(|k| place(dir, &format!("clip{k}.txt"), clip_audio(k)))
+        .collect();
+    for i in 0..items {
+        let uri = place(dir, &format!("episode{i}.txt"), episode_audio(i, clips));
+        g.push_work(json!({
+            "lease_id": lease(i),
+            "lease_expires_at": "2099-01-01T00:00:00Z",
+            "episode": episode(i, &uri),
+            "clips": (0..clips).map(|k| clip(k, &clip_uris[k])).collect::<Vec<_>>(),
+        }));
+    }
+    let gate = dir.join("gate");
+    let server = g.url();
+    let exec = crate::common::research::python(&["wait-after", "1"]);
+    let mut args = vec![
+        "research",
+        "--concurrency",
+        concurrency,
+        "--drain-timeout",
+        "30s",
+        "--server",
+        server.as_str(),
+        "--exec",
+    ];
+    args.extend(exec.iter().map(String::as_str));
+    let gate_text = gate.display().to_string();
+    let child = common::command(
+        dir,
+        &args,
+        &[
+            ("ARCHIVIST_TOKEN", RESEARCHER),
+            ("GATE", gate_text.as_str()),
+            ("RUST_LOG", "info"),
+        ],
+    )
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    (child, gate)
+}
+
+#[test]
+fn a_token_revoked_while_another_slot_waits_stops_the_items_saying_why() {
+    let (_rt, g) = gateway();
+    let dir = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let (child, _gate) = researcher_at_the_gate(&g, dir.path(), 2, "3");
+    // Both items in hand (each has sent its first answer), the third slot waiting for work.
+    crate::common::research::eventually(
+        "a first answer of each item",
+        Duration::from_secs(60),
+        || g.results().len() >= 2,
+    );
+    g.revoke_token(RESEARCHER);
+    let run =
+        crate::common::research::exits_within(child, "the researcher", Duration::from_secs(60));
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("scope researcher"), "{}", run.stderr);
+    no_token_in(&run);
+    // The drain timeout (30s) did not pass, and the run was not stopped by a signal: no
+    // item is said to have outlived it.
+    if started.elapsed() < Duration::from_secs(30) {
+        assert!(!run.stderr.contains("drain timeout"), "{}", run.stderr);
+    }
+    for i in 0..2 {
+        let said = outcomes(&run.stderr, &lease(i));
+        assert_eq!(said.len(), 1, "item {i}: {said:#?}\n{}", run.stderr);
+        assert!(
+            said[0].contains("another slot stopped the researcher"),
+            "item {i}: {said:?}"
+        );
+    }
+}
+
+#[test]
+fn a_token_revoked_before_the_last_results_logs_the_item_failed_only() {
+    let (_rt, g) = gateway();
+    let dir = tempfile::tempdir().unwrap();
+    let (child, gate) = researcher_at_the_gate(&g, dir.path(), 1, "1");
+    crate::common::research::eventually("the item's first answer", Duration::from_secs(60), || {
+        !g.results().is_empty()
+    });
+    g.revoke_token(RESEARCHER);
+    std::fs::write(&gate, "open").unwrap();
+    let run =
+        crate::common::research::exits_within(child, "the researcher", Duration::from_secs(60));
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    no_token_in(&run);
+    let said = outcomes(&run.stderr, &lease(0));
+    assert_eq!(said.len(), 1, "{said:#?}\n{}", run.stderr);
+    assert!(said[0].contains("work item failed"), "{said:?}");
+    assert!(!run.stderr.contains("drain timeout"), "{}", run.stderr);
+}

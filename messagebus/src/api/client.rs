@@ -58,23 +58,41 @@ impl Answer {
         })
     }
 
-    /// The reason the server gave, in words: its JSON `error`/`reason`/`message`, or the
-    /// body's text, cut to a few hundred characters.
+    /// The reason the server gave, in words: its JSON `error`/`reason`/`message`, a short
+    /// line of plain text, or else the status's own reason (see [`reason_of`]).
     pub(crate) fn reason(&self) -> String {
-        reason_of(&self.body)
+        reason_of(self.status, &self.body)
     }
 }
 
-/// The reason in an error body: its JSON `error`, `reason` or `message` string, or its text.
-pub(crate) fn reason_of(body: &[u8]) -> String {
+/// The longest plain-text body quoted as a reason (one line, no markup).
+const MAX_PLAIN_REASON: usize = 200;
+
+/// The reason in an error body: its JSON `error`, `reason` or `message` string (the API's
+/// answers), or a short line of plain text (a proxy's word); anything else (an HTML error
+/// page, a long or many-line body) is summarised as the status's reason (`Not Found`), never
+/// pasted whole.
+pub(crate) fn reason_of(status: StatusCode, body: &[u8]) -> String {
     if let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(body) {
         for key in ["error", "reason", "message"] {
             if let Some(serde_json::Value::String(s)) = map.get(key) {
-                return cut(s);
+                return cut(s.trim());
             }
         }
     }
-    cut(String::from_utf8_lossy(body).trim())
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    let plain = !text.is_empty()
+        && text.len() <= MAX_PLAIN_REASON
+        && !text.contains(['<', '>', '{', '\n', '\r'])
+        && !text.chars().any(char::is_control);
+    if plain {
+        return text.to_string();
+    }
+    status
+        .canonical_reason()
+        .unwrap_or("no reason given")
+        .to_string()
 }
 
 fn cut(s: &str) -> String {
@@ -133,7 +151,13 @@ impl Client {
             );
         }
         crate::api::install_crypto();
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if let Some(file) = &config.ca_cert {
+            for certificate in ca_certificates(file)? {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        let http = builder
             .connect_timeout(config.connect_timeout)
             // The server is the one configured, on whatever network it is: no private-address
             // policy (that guards fetches of others' URLs), and no redirects (a token must not
@@ -192,6 +216,18 @@ impl Client {
             timeout,
         };
         self.send(reqwest::Method::POST, url, body, call).await
+    }
+
+    /// GETs `url` with the token, for a request of `scope`, as [`post`](Self::post) does.
+    pub(crate) async fn get(&self, url: Url, scope: Scope, what: &str) -> Result<Answer, BusError> {
+        let call = Call {
+            scope: Some(scope),
+            researcher: None,
+            what,
+            timeout: self.config.request_timeout,
+        };
+        self.send(reqwest::Method::GET, url, Body::Empty, call)
+            .await
     }
 
     /// GETs `url` without a token (the OpenAPI document), as [`post`](Self::post) does.
@@ -289,11 +325,20 @@ impl Client {
                     {
                         wait = Duration::from_secs(after).min(self.config.max_backoff);
                     }
-                    last = Some(format!("HTTP {}: {}", status.as_u16(), reason_of(&bytes)));
+                    last = Some(format!(
+                        "HTTP {}: {}",
+                        status.as_u16(),
+                        reason_of(status, &bytes)
+                    ));
                     // An overloaded server may have done the work before it answered.
                     retried = true;
                 }
                 Err(e) => {
+                    // A certificate this client does not trust does not pass: said at once,
+                    // named, and not tried again.
+                    if let Some(problem) = certificate_problem(&e) {
+                        return Err(self.untrusted(what, &problem));
+                    }
                     // A request that was written may have been acted on; one that never
                     // connected was not.
                     retried |= !e.is_connect();
@@ -327,10 +372,26 @@ impl Client {
         Ok((status, headers, bytes.to_vec()))
     }
 
+    /// The error of a server certificate this client does not trust: final (no retry), and
+    /// naming the problem and what to do.
+    fn untrusted(&self, what: &str, problem: &str) -> BusError {
+        BusError::Rejected {
+            message: format!(
+                "{what}: the API server {}'s TLS certificate is not accepted: {problem}; give the \
+                 certificate authority that signed it with --ca-cert FILE (ARCHIVIST_CA_CERT), or \
+                 have the server use a certificate this machine trusts",
+                self.shown
+            ),
+            source: None,
+        }
+    }
+
     /// The error of a refused token: which scope the request needs, and what to do.
     fn refused(&self, scope: Scope, status: u16, what: &str, answer: &Answer) -> BusError {
         let reason = answer.reason();
-        let said = if reason.is_empty() {
+        let canonical = answer.status.canonical_reason().unwrap_or_default();
+        // The API's own reasons say what this message says (a token, its scope): said once.
+        let said = if reason.is_empty() || reason.contains("token") || reason == canonical {
             String::new()
         } else {
             format!(" ({reason})")
@@ -357,6 +418,66 @@ impl Client {
     }
 }
 
+/// What is wrong with the server's certificate when `e` is a TLS handshake that failed on
+/// it (an unknown issuer, a CA certificate used as the server's own, another host's name,
+/// expired…): the problem in words, or `None` for any other error. The connector wraps
+/// rustls's error in boxes and I/O errors whose `source` skips it, so the chain is read as
+/// rustls words it: `invalid peer certificate: …`.
+fn certificate_problem(e: &reqwest::Error) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(rustls::Error::InvalidCertificate(c)) = s.downcast_ref::<rustls::Error>() {
+            return Some(certificate_words(&format!("{c:?}")));
+        }
+        let text = s.to_string();
+        if let Some((_, name)) = text.split_once("invalid peer certificate: ") {
+            return Some(certificate_words(name));
+        }
+        source = s.source();
+    }
+    None
+}
+
+/// A certificate problem in words, with rustls's (or webpki's) name for it, from that name as
+/// rustls writes it (`UnknownIssuer`, `Other(OtherError(CaUsedAsEndEntity))`).
+fn certificate_words(name: &str) -> String {
+    const KNOWN: [(&str, &str); 9] = [
+        (
+            "CaUsedAsEndEntity",
+            "it is a certificate authority's own certificate used as the server's \
+             (CaUsedAsEndEntity): serve a server certificate that authority signed",
+        ),
+        (
+            "UnknownIssuer",
+            "signed by an authority this machine does not trust (UnknownIssuer)",
+        ),
+        (
+            "NotValidForName",
+            "it is not for this host name: its subject alternative names do not include it \
+             (NotValidForName)",
+        ),
+        ("NotValidYet", "it is not valid yet (NotValidYet)"),
+        ("Expired", "it has expired (Expired)"),
+        ("Revoked", "it has been revoked (Revoked)"),
+        (
+            "BadSignature",
+            "its signature does not verify (BadSignature)",
+        ),
+        (
+            "InvalidPurpose",
+            "it is not for a TLS server (InvalidPurpose)",
+        ),
+        ("BadEncoding", "it cannot be read (BadEncoding)"),
+    ];
+    KNOWN
+        .iter()
+        .find(|(key, _)| name.contains(key))
+        .map_or_else(
+            || format!("rustls says {}", name.trim()),
+            |(_, words)| words.to_string(),
+        )
+}
+
 /// A transport error in words, without the URL (the caller names the server once).
 fn describe(e: &reqwest::Error) -> String {
     let kind = if e.is_timeout() {
@@ -377,6 +498,26 @@ fn describe(e: &reqwest::Error) -> String {
         source = s.source();
     }
     text
+}
+
+/// The certificate authorities in the PEM file `file` (`--ca-cert`), trusted beside the
+/// system's; a file that cannot be read or holds no certificate is [`BusError::Rejected`]
+/// naming it.
+fn ca_certificates(file: &std::path::Path) -> Result<Vec<reqwest::Certificate>, BusError> {
+    let shown = file.display();
+    let bad = |why: String| BusError::Rejected {
+        message: format!("--ca-cert (ARCHIVIST_CA_CERT) {shown}: {why}"),
+        source: None,
+    };
+    let pem = std::fs::read(file).map_err(|e| bad(format!("cannot be read ({e})")))?;
+    let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| bad(format!("is not a PEM file of certificates ({e})")))?;
+    if certificates.is_empty() {
+        return Err(bad(
+            "holds no certificate (expected PEM: -----BEGIN CERTIFICATE-----)".into(),
+        ));
+    }
+    Ok(certificates)
 }
 
 /// The API's root below `server`: `…/api/v1/`, appended unless the address ends with it
@@ -454,11 +595,36 @@ mod tests {
 
     #[test]
     fn reasons_come_from_json_or_text() {
+        let ok = StatusCode::CONFLICT;
         assert_eq!(
-            reason_of(br#"{"error":"no such receipt"}"#),
+            reason_of(ok, br#"{"error":"no such receipt"}"#),
             "no such receipt"
         );
-        assert_eq!(reason_of(b"  plain words \n"), "plain words");
-        assert!(reason_of(&[b'x'; 1000]).ends_with('…'));
+        assert_eq!(reason_of(ok, b"  plain words \n"), "plain words");
+        assert!(reason_of(
+            ok,
+            format!(r#"{{"error":"{}"}}"#, "y".repeat(1000)).as_bytes()
+        )
+        .ends_with('…'));
+    }
+
+    #[test]
+    fn certificate_problems_are_named() {
+        assert!(certificate_words("UnknownIssuer").contains("(UnknownIssuer)"));
+        assert!(certificate_words("Other(OtherError(CaUsedAsEndEntity))")
+            .contains("(CaUsedAsEndEntity)"));
+        assert_eq!(certificate_words("Mystery"), "rustls says Mystery");
+    }
+
+    #[test]
+    fn a_page_is_summarised_as_its_status_never_pasted() {
+        let page = b"<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>\n\
+                     <body><h1>Not Found</h1><p>The requested URL was not found.</p></body></html>";
+        assert_eq!(reason_of(StatusCode::NOT_FOUND, page), "Not Found");
+        assert_eq!(
+            reason_of(StatusCode::BAD_GATEWAY, &[b'x'; 1000]),
+            "Bad Gateway"
+        );
+        assert_eq!(reason_of(StatusCode::BAD_GATEWAY, b""), "Bad Gateway");
     }
 }

@@ -201,6 +201,13 @@ impl FakeGateway {
             .insert(token.to_string(), scope.to_string());
     }
 
+    /// Refuses `token` from now on (401), as `archivist token revoke` does: long polls in
+    /// flight get nothing more.
+    pub fn revoke_token(&self, token: &str) {
+        self.fake.lock().tokens.remove(token);
+        self.fake.arrived.notify_waiters();
+    }
+
     /// Puts a work item on the queue.
     pub fn push_work(&self, item: Value) {
         self.fake.lock().waiting.push_back(Item {
@@ -413,6 +420,11 @@ async fn work(State(fake): State<Arc<Fake>>, headers: HeaderMap, uri: Uri) -> Re
     loop {
         // Registered before the look, so that an item pushed after it wakes this request.
         let arrived = fake.arrived.notified();
+        // A token revoked while the request waited gets nothing more.
+        if let Err(r) = fake.check(&headers, "researcher") {
+            fake.record("work", None, Some(&headers), r.status());
+            return r;
+        }
         {
             let mut inner = fake.lock();
             inner.expire();

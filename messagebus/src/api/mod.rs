@@ -51,6 +51,7 @@
 //! # Layout
 //!
 //! - `client.rs`: the HTTP requests, the retries, the answers all endpoints share.
+//! - `reader.rs`: [`ApiReader`], a reader's requests (the status, the matches).
 //! - `receiver.rs`: the work receiver, its deliveries, their heartbeat.
 //! - `sender.rs`: the results sender and the curated queues' sender.
 //! - `fake.rs` (feature `api-fake`): a fake gateway for tests.
@@ -58,6 +59,7 @@
 mod client;
 #[cfg(feature = "api-fake")]
 pub mod fake;
+mod reader;
 mod receiver;
 mod sender;
 
@@ -70,6 +72,7 @@ use async_trait::async_trait;
 
 use crate::{Bus, BusError, Receiver, Sender};
 
+pub use reader::{ApiReader, MatchesQuery};
 pub use receiver::WorkReceiver;
 pub use sender::{CuratedSender, ResultsSender};
 
@@ -184,6 +187,9 @@ pub struct ApiConfig {
     pub first_backoff: Duration,
     /// The longest wait between two tries.
     pub max_backoff: Duration,
+    /// A PEM file of certificate authorities trusted for the server beside the system's
+    /// (`--ca-cert`, `ARCHIVIST_CA_CERT`): a server with a certificate of a private CA.
+    pub ca_cert: Option<std::path::PathBuf>,
 }
 
 impl ApiConfig {
@@ -198,6 +204,7 @@ impl ApiConfig {
             attempts: 5,
             first_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(5),
+            ca_cert: None,
         }
     }
 }
