@@ -19,7 +19,7 @@ pub enum TokenScope {
     Curator,
     /// Takes work items and sends their results.
     Researcher,
-    /// Reads the status, the matches and (off loopback) the pages and metrics.
+    /// Reads the status, the matches, and with `serve --api` the pages and metrics.
     Reader,
 }
 

@@ -2166,9 +2166,6 @@ fn held_item(row: &PgRow) -> Result<HeldItem> {
     })
 }
 
-const TOKEN_COLUMNS: &str = "name, scope, created_at, last_used_at, max_researchers";
-const HELD_COLUMNS: &str = "receipt_hash, token_name, bus_receipt, item, seen_at";
-
 #[async_trait]
 impl ApiAccess for PgDataStore {
     async fn create_token(&self, token: &NewToken) -> Result<()> {
@@ -2208,9 +2205,7 @@ impl ApiAccess for PgDataStore {
 
     async fn tokens(&self) -> Result<Vec<TokenInfo>> {
         retrying("tokens", Replay::Harmless, || async {
-            let rows = sqlx::query(&format!(
-                "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE revoked_at IS NULL ORDER BY name"
-            ))
+            let rows = sqlx::query("SELECT name, scope, created_at, last_used_at, max_researchers FROM api_tokens WHERE revoked_at IS NULL ORDER BY name")
             .fetch_all(&self.pool)
             .await?;
             rows.iter()
@@ -2249,10 +2244,10 @@ impl ApiAccess for PgDataStore {
 
     async fn use_token(&self, hash: &str, now: DateTime<Utc>) -> Result<Option<TokenInfo>> {
         retrying("use_token", Replay::Harmless, || async {
-            let row = sqlx::query(&format!(
-                "SELECT {TOKEN_COLUMNS} FROM api_tokens \
-                 WHERE token_hash = $1 AND revoked_at IS NULL"
-            ))
+            let row = sqlx::query(
+                "SELECT name, scope, created_at, last_used_at, max_researchers FROM api_tokens \
+                 WHERE token_hash = $1 AND revoked_at IS NULL",
+            )
             .bind(hash)
             .fetch_optional(&self.pool)
             .await?;
@@ -2343,12 +2338,10 @@ impl ApiAccess for PgDataStore {
 
     async fn hold_item(&self, held: &HeldItem) -> Result<()> {
         retrying("hold_item", Replay::Harmless, || async {
-            sqlx::query(&format!(
-                "INSERT INTO api_held_items ({HELD_COLUMNS}) VALUES ($1, $2, $3, $4, $5) \
+            sqlx::query("INSERT INTO api_held_items (receipt_hash, token_name, bus_receipt, item, seen_at) VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT (receipt_hash) DO UPDATE SET token_name = excluded.token_name, \
                  bus_receipt = excluded.bus_receipt, item = excluded.item, \
-                 seen_at = excluded.seen_at"
-            ))
+                 seen_at = excluded.seen_at")
             .bind(&held.receipt_hash)
             .bind(&held.token)
             .bind(&held.bus_receipt)
@@ -2363,9 +2356,7 @@ impl ApiAccess for PgDataStore {
 
     async fn held_item(&self, receipt_hash: &str) -> Result<Option<HeldItem>> {
         retrying("held_item", Replay::Harmless, || async {
-            let row = sqlx::query(&format!(
-                "SELECT {HELD_COLUMNS} FROM api_held_items WHERE receipt_hash = $1"
-            ))
+            let row = sqlx::query("SELECT receipt_hash, token_name, bus_receipt, item, seen_at FROM api_held_items WHERE receipt_hash = $1")
             .bind(receipt_hash)
             .fetch_optional(&self.pool)
             .await?;
@@ -2391,10 +2382,8 @@ impl ApiAccess for PgDataStore {
 
     async fn held_by(&self, token: &str) -> Result<Vec<HeldItem>> {
         retrying("held_by", Replay::Harmless, || async {
-            let rows = sqlx::query(&format!(
-                "SELECT {HELD_COLUMNS} FROM api_held_items WHERE token_name = $1 \
-                 ORDER BY seen_at, receipt_hash"
-            ))
+            let rows = sqlx::query("SELECT receipt_hash, token_name, bus_receipt, item, seen_at FROM api_held_items WHERE token_name = $1 \
+                 ORDER BY seen_at, receipt_hash")
             .bind(token)
             .fetch_all(&self.pool)
             .await?;

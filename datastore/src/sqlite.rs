@@ -1703,9 +1703,6 @@ fn held_item(row: &SqliteRow) -> Result<HeldItem> {
     })
 }
 
-const TOKEN_COLUMNS: &str = "name, scope, created_at, last_used_at, max_researchers";
-const HELD_COLUMNS: &str = "receipt_hash, token_name, bus_receipt, item, seen_at";
-
 #[async_trait]
 impl ApiAccess for SqliteDataStore {
     async fn create_token(&self, token: &NewToken) -> Result<()> {
@@ -1741,9 +1738,7 @@ impl ApiAccess for SqliteDataStore {
     }
 
     async fn tokens(&self) -> Result<Vec<TokenInfo>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE revoked_at IS NULL ORDER BY name"
-        ))
+        let rows = sqlx::query("SELECT name, scope, created_at, last_used_at, max_researchers FROM api_tokens WHERE revoked_at IS NULL ORDER BY name")
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(token_info).collect()
@@ -1773,9 +1768,7 @@ impl ApiAccess for SqliteDataStore {
     }
 
     async fn use_token(&self, hash: &str, now: DateTime<Utc>) -> Result<Option<TokenInfo>> {
-        let row = sqlx::query(&format!(
-            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE token_hash = ? AND revoked_at IS NULL"
-        ))
+        let row = sqlx::query("SELECT name, scope, created_at, last_used_at, max_researchers FROM api_tokens WHERE token_hash = ? AND revoked_at IS NULL")
         .bind(hash)
         .fetch_optional(&self.pool)
         .await?;
@@ -1858,9 +1851,7 @@ impl ApiAccess for SqliteDataStore {
 
     async fn hold_item(&self, held: &HeldItem) -> Result<()> {
         let (mut tx, _turn) = self.begin_immediate(false).await?;
-        sqlx::query(&format!(
-            "INSERT OR REPLACE INTO api_held_items ({HELD_COLUMNS}) VALUES (?, ?, ?, ?, ?)"
-        ))
+        sqlx::query("INSERT OR REPLACE INTO api_held_items (receipt_hash, token_name, bus_receipt, item, seen_at) VALUES (?, ?, ?, ?, ?)")
         .bind(&held.receipt_hash)
         .bind(&held.token)
         .bind(&held.bus_receipt)
@@ -1873,9 +1864,7 @@ impl ApiAccess for SqliteDataStore {
     }
 
     async fn held_item(&self, receipt_hash: &str) -> Result<Option<HeldItem>> {
-        let row = sqlx::query(&format!(
-            "SELECT {HELD_COLUMNS} FROM api_held_items WHERE receipt_hash = ?"
-        ))
+        let row = sqlx::query("SELECT receipt_hash, token_name, bus_receipt, item, seen_at FROM api_held_items WHERE receipt_hash = ?")
         .bind(receipt_hash)
         .fetch_optional(&self.pool)
         .await?;
@@ -1894,10 +1883,8 @@ impl ApiAccess for SqliteDataStore {
     }
 
     async fn held_by(&self, token: &str) -> Result<Vec<HeldItem>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {HELD_COLUMNS} FROM api_held_items WHERE token_name = ? \
-             ORDER BY seen_at, receipt_hash"
-        ))
+        let rows = sqlx::query("SELECT receipt_hash, token_name, bus_receipt, item, seen_at FROM api_held_items WHERE token_name = ? \
+             ORDER BY seen_at, receipt_hash")
         .bind(token)
         .fetch_all(&self.pool)
         .await?;
