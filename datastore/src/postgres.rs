@@ -2205,7 +2205,12 @@ impl ApiAccess for PgDataStore {
 
     async fn tokens(&self) -> Result<Vec<TokenInfo>> {
         retrying("tokens", Replay::Harmless, || async {
-            let rows = sqlx::query("SELECT name, scope, created_at, last_used_at, max_researchers FROM api_tokens WHERE revoked_at IS NULL ORDER BY name")
+            let rows = sqlx::query(
+                "SELECT name, scope, created_at, last_used_at, max_researchers \
+                 FROM api_tokens \
+                 WHERE revoked_at IS NULL \
+                 ORDER BY name",
+            )
             .fetch_all(&self.pool)
             .await?;
             rows.iter()
@@ -2356,7 +2361,11 @@ impl ApiAccess for PgDataStore {
 
     async fn held_item(&self, receipt_hash: &str) -> Result<Option<HeldItem>> {
         retrying("held_item", Replay::Harmless, || async {
-            let row = sqlx::query("SELECT receipt_hash, token_name, bus_receipt, item, seen_at FROM api_held_items WHERE receipt_hash = $1")
+            let row = sqlx::query(
+                "SELECT receipt_hash, token_name, bus_receipt, item, seen_at \
+                 FROM api_held_items \
+                 WHERE receipt_hash = $1",
+            )
             .bind(receipt_hash)
             .fetch_optional(&self.pool)
             .await?;

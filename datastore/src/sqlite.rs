@@ -1738,7 +1738,12 @@ impl ApiAccess for SqliteDataStore {
     }
 
     async fn tokens(&self) -> Result<Vec<TokenInfo>> {
-        let rows = sqlx::query("SELECT name, scope, created_at, last_used_at, max_researchers FROM api_tokens WHERE revoked_at IS NULL ORDER BY name")
+        let rows = sqlx::query(
+            "SELECT name, scope, created_at, last_used_at, max_researchers \
+             FROM api_tokens \
+             WHERE revoked_at IS NULL \
+             ORDER BY name",
+        )
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(token_info).collect()
@@ -1768,7 +1773,11 @@ impl ApiAccess for SqliteDataStore {
     }
 
     async fn use_token(&self, hash: &str, now: DateTime<Utc>) -> Result<Option<TokenInfo>> {
-        let row = sqlx::query("SELECT name, scope, created_at, last_used_at, max_researchers FROM api_tokens WHERE token_hash = ? AND revoked_at IS NULL")
+        let row = sqlx::query(
+            "SELECT name, scope, created_at, last_used_at, max_researchers \
+             FROM api_tokens \
+             WHERE token_hash = ? AND revoked_at IS NULL",
+        )
         .bind(hash)
         .fetch_optional(&self.pool)
         .await?;
@@ -1851,7 +1860,10 @@ impl ApiAccess for SqliteDataStore {
 
     async fn hold_item(&self, held: &HeldItem) -> Result<()> {
         let (mut tx, _turn) = self.begin_immediate(false).await?;
-        sqlx::query("INSERT OR REPLACE INTO api_held_items (receipt_hash, token_name, bus_receipt, item, seen_at) VALUES (?, ?, ?, ?, ?)")
+        sqlx::query(
+            "INSERT OR REPLACE INTO api_held_items (receipt_hash, token_name, bus_receipt, item, seen_at) \
+             VALUES (?, ?, ?, ?, ?)",
+        )
         .bind(&held.receipt_hash)
         .bind(&held.token)
         .bind(&held.bus_receipt)
@@ -1864,7 +1876,11 @@ impl ApiAccess for SqliteDataStore {
     }
 
     async fn held_item(&self, receipt_hash: &str) -> Result<Option<HeldItem>> {
-        let row = sqlx::query("SELECT receipt_hash, token_name, bus_receipt, item, seen_at FROM api_held_items WHERE receipt_hash = ?")
+        let row = sqlx::query(
+            "SELECT receipt_hash, token_name, bus_receipt, item, seen_at \
+             FROM api_held_items \
+             WHERE receipt_hash = ?",
+        )
         .bind(receipt_hash)
         .fetch_optional(&self.pool)
         .await?;
