@@ -59,10 +59,6 @@ fn presence_every(window: Duration) -> Duration {
 /// `max_researchers` however many names it sends.
 pub const RESEARCHER_HEADER: &str = "x-archivist-researcher";
 
-/// A long poll asks the bus for at most this long at a time, so that a revoked token's poll
-/// ends within it.
-const POLL_SLICE: Duration = Duration::from_secs(1);
-
 /// A held item not seen (taken or extended) for this long has long lost its visibility: its
 /// record is forgotten.
 const HELD_FORGOTTEN_AFTER: Duration = Duration::from_secs(600);
@@ -227,20 +223,20 @@ pub(crate) async fn take(
     let poll = gateway.work.poll(&caller.name);
     let deadline = tokio::time::Instant::now() + wait;
     loop {
-        if poll.cancel.is_cancelled() {
-            return Err(ApiError::Unauthorized);
-        }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let Some(delivery) = receiver
-            .receive(1, left.min(POLL_SLICE))
-            .await?
-            .into_iter()
-            .next()
-        else {
-            if left <= POLL_SLICE {
-                return Ok(StatusCode::NO_CONTENT.into_response());
+        // One receive for the whole wait (a receive on the database bus claims with a write:
+        // no slices of it for idle polls), ended by the token's revocation. A receive ended
+        // mid-claim leaves its message for the bus's visibility timeout: delayed, not lost.
+        let received = tokio::select! {
+            biased;
+            _ = poll.cancel.cancelled() => {
+                tracing::info!(token = %caller.name, "a revoked token's poll ended");
+                return Err(ApiError::Unauthorized);
             }
-            continue;
+            received = receiver.receive(1, left) => received?,
+        };
+        let Some(delivery) = received.into_iter().next() else {
+            return Ok(StatusCode::NO_CONTENT.into_response());
         };
         let item = match messages::decode::<PendingResearchItem>(delivery.body()) {
             Ok(item) => item,
