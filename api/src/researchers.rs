@@ -63,6 +63,10 @@ pub const RESEARCHER_HEADER: &str = "x-archivist-researcher";
 /// record is forgotten.
 const HELD_FORGOTTEN_AFTER: Duration = Duration::from_secs(600);
 
+/// How often an extended item's record is written again (far within
+/// [`HELD_FORGOTTEN_AFTER`]).
+const HELD_SEEN_EVERY: Duration = Duration::from_secs(60);
+
 /// A new receipt: 128 random bits from the operating system's generator, as hex.
 fn new_receipt() -> String {
     let mut bits = [0u8; 16];
@@ -388,11 +392,17 @@ async fn settle(gateway: &Gateway, held: &HeldItem, act: Act) -> Result<bool, Ap
         None => settle_in_memory(gateway, &held.receipt_hash, act).await?,
     };
     if done && act == Act::Extend {
-        let seen = HeldItem {
-            seen_at: Utc::now(),
-            ..held.clone()
-        };
-        access.hold_item(&seen).await?;
+        // The record's time only keeps it from being forgotten: written again at most every
+        // [`HELD_SEEN_EVERY`], not with each of an item's results.
+        let now = Utc::now();
+        let every = chrono::Duration::from_std(HELD_SEEN_EVERY).unwrap_or_default();
+        if now - held.seen_at >= every {
+            let seen = HeldItem {
+                seen_at: now,
+                ..held.clone()
+            };
+            access.hold_item(&seen).await?;
+        }
     } else {
         access.drop_held(&held.receipt_hash).await?;
     }
