@@ -174,6 +174,7 @@ async fn bench(size: &Size, backend: &str, batch: Option<usize>) -> [String; 3] 
                     clip_offsets_ns: if i % 7 == 0 { vec![1_000] } else { vec![] },
                     clip_match_scores: (i % 7 == 0).then(|| vec![0.9]),
                     failure: None,
+                    clip_findability: None,
                 }));
             }
             d.ack().await.unwrap();

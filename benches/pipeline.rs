@@ -365,6 +365,7 @@ async fn researcher(rx: Arc<dyn Receiver>, tx: Arc<dyn Sender>, token: Cancellat
                     clip_offsets_ns: if i % 7 == 0 { vec![1_000] } else { vec![] },
                     clip_match_scores: (i % 7 == 0).then(|| vec![0.9]),
                     failure: None,
+                    clip_findability: None,
                 }));
             }
         }
@@ -1275,6 +1276,7 @@ async fn fixed_time(
                                 clip_offsets_ns: vec![],
                                 clip_match_scores: None,
                                 failure: None,
+                                clip_findability: None,
                             })
                         })
                         .collect::<Vec<_>>();

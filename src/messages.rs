@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-pub use datastore::{ClipInfo, ClipMatch, EpisodeInfo};
+pub use datastore::{ClipInfo, ClipMatch, EpisodeInfo, Findability};
 
 /// The largest message body we accept, in bytes: the bus limit.
 pub const MAX_BODY_BYTES: usize = messagebus::MAX_BODY_BYTES;
@@ -91,6 +91,9 @@ impl From<EpisodeCompletion> for EpisodeResearched {
 /// must carry its durations and hashes, and `clip_offsets_ns` (absent: `[]`). Giving both
 /// `failure` and `clip_offsets_ns` is poison. `clip_match_scores` is optional: one score from 0
 /// to 1 per offset, in the order of `clip_offsets_ns`; encoded only when present.
+/// `clip_findable_from_db` is optional too: how findable the clip is, the level above its
+/// background (dB) from which the reference analyser finds it, predicted from the clip alone
+/// (`null`: not found even at the loudest level tried); encoded only when predicted.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(try_from = "CompletedWire")]
 pub struct CompletedResearchItem {
@@ -118,6 +121,9 @@ pub struct CompletedResearchItem {
     /// How sure the analyser is of each offset, from 0 to 1, in the order of
     /// `clip_offsets_ns` (as many); `None` when it gave no scores, and always on a failure.
     pub clip_match_scores: Option<Vec<f64>>,
+    /// How findable the clip is (`clip_findable_from_db`), when the researcher predicted it;
+    /// kept on the clip.
+    pub clip_findability: Option<Findability>,
     /// Why the pair could not be researched, for a reason that will not pass; `None` for a
     /// researched pair.
     pub failure: Option<String>,
@@ -145,6 +151,9 @@ struct CompletedWire {
     clip_offsets_ns: Option<Vec<i64>>,
     #[serde(default, deserialize_with = "present")]
     clip_match_scores: Option<Vec<f64>>,
+    /// Absent: not predicted; `null`: not found even at the loudest level tried.
+    #[serde(default, deserialize_with = "present")]
+    clip_findable_from_db: Option<Option<i32>>,
     #[serde(default, deserialize_with = "present")]
     failure: Option<String>,
 }
@@ -192,6 +201,9 @@ impl TryFrom<CompletedWire> for CompletedResearchItem {
             clip_hash: w.clip_hash.unwrap_or_default(),
             clip_offsets_ns: w.clip_offsets_ns.unwrap_or_default(),
             clip_match_scores: w.clip_match_scores,
+            clip_findability: w
+                .clip_findable_from_db
+                .map(|from_db| Findability { from_db }),
             failure: w.failure,
         })
     }
@@ -219,6 +231,8 @@ struct CompletedWireRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     clip_match_scores: Option<&'a [f64]>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    clip_findable_from_db: Option<Option<i32>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     failure: Option<&'a str>,
 }
 
@@ -242,6 +256,7 @@ impl Serialize for CompletedResearchItem {
             clip_hash: known_hash(failed, &self.clip_hash),
             clip_offsets_ns: (!failed).then_some(self.clip_offsets_ns.as_slice()),
             clip_match_scores: self.clip_match_scores.as_deref(),
+            clip_findable_from_db: self.clip_findability.map(|f| f.from_db),
             failure: self.failure.as_deref(),
         }
         .serialize(serializer)
@@ -265,6 +280,7 @@ impl CompletedResearchItem {
             clip_hash: self.clip_hash.clone(),
             clip_offsets_ns: self.clip_offsets_ns.clone(),
             clip_match_scores: self.clip_match_scores.clone(),
+            clip_findability: self.clip_findability,
             failure: self.failure.clone(),
         }
     }
@@ -574,6 +590,10 @@ impl Message for CompletedResearchItem {
             check_scores(scores, self.clip_offsets_ns.len())
                 .map_err(|problem| check.fail("clip_match_scores", problem))?;
         }
+        if let Some(db) = self.clip_findability.and_then(|f| f.from_db) {
+            check_findable_from_db(db)
+                .map_err(|problem| check.fail("clip_findable_from_db", problem))?;
+        }
         if self.clip_offsets_ns.len() > MAX_OFFSETS {
             return Err(check.fail(
                 "clip_offsets_ns",
@@ -597,6 +617,17 @@ impl Message for CompletedResearchItem {
             ));
         }
         Ok(())
+    }
+}
+
+/// Checks a findability level (`clip_findable_from_db`): within ±[`Findability::MAX_DB`].
+/// The error says what is wrong (the analyser protocol checks answer lines with it too).
+pub fn check_findable_from_db(db: i32) -> Result<(), String> {
+    let max = Findability::MAX_DB;
+    if (-max..=max).contains(&db) {
+        Ok(())
+    } else {
+        Err(format!("{db} dB is not a level from -{max} to {max} dB"))
     }
 }
 
@@ -749,6 +780,34 @@ mod tests {
         none.as_object_mut().unwrap().remove("clip_offsets_ns");
         let ok: CompletedResearchItem = decode(none.to_string().as_bytes()).unwrap();
         assert!(ok.clip_offsets_ns.is_empty() && ok.failure.is_none());
+    }
+
+    #[test]
+    fn findability_is_optional_a_level_or_null() {
+        // Absent: not predicted, and not encoded.
+        let plain: CompletedResearchItem = decode(completed_json().to_string().as_bytes()).unwrap();
+        assert_eq!(plain.clip_findability, None);
+        assert!(!String::from_utf8(encode(&plain))
+            .unwrap()
+            .contains("clip_findable_from_db"));
+        // A level, and null ("not found even at the loudest level tried"): kept apart, encoded
+        // as given, passed on to the datastore.
+        for (given, from_db) in [(serde_json::json!(-6), Some(-6)), (serde_json::Value::Null, None)] {
+            let mut v = completed_json();
+            v["clip_findable_from_db"] = given.clone();
+            let item: CompletedResearchItem = decode(v.to_string().as_bytes()).unwrap();
+            assert_eq!(item.clip_findability, Some(Findability { from_db }));
+            assert_eq!(item.to_result().clip_findability, Some(Findability { from_db }));
+            let again: serde_json::Value = serde_json::from_slice(&encode(&item)).unwrap();
+            assert_eq!(again["clip_findable_from_db"], given);
+        }
+        // Not a level: poison, naming the field.
+        for bad in [serde_json::json!(1000), serde_json::json!("loud"), serde_json::json!(1.5)] {
+            let mut v = completed_json();
+            v["clip_findable_from_db"] = bad.clone();
+            let err = decode::<CompletedResearchItem>(v.to_string().as_bytes()).unwrap_err();
+            assert!(err.to_string().contains("clip_findable_from_db"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //!
 //! ```text
 //! cargo bench -p analysis --bench accuracy -- [--corpus DIR] [--no-baseline] [--no-peers]
-//!     [--peers-venv DIR] [--overlay-only]
+//!     [--peers-venv DIR] [--overlay-only [--findability]]
 //! cargo bench -p analysis --bench accuracy -- --probe EPISODE CLIP
 //! cargo bench -p analysis --bench accuracy -- --print-size EPISODE...
 //! ```
@@ -925,6 +925,102 @@ fn overlay_detail(corpus: &Corpus, name: &str, answers: &[PairAnswer]) {
     }
 }
 
+/// Each clip placed under speech and music: its findability predicted from the clip alone
+/// (`analysis::findability`) beside its recall at each ratio on the whole episodes (both
+/// codecs, both backgrounds), and whether the prediction was right: found (recall at least
+/// one half) at the ratios at or above the level predicted, missed (below one half) under it.
+/// Then, per clip kind, how often it was right, and what a prediction costs beside
+/// fingerprinting the clip.
+fn findability_report(corpus: &Corpus, params: &Params, answers: &[PairAnswer]) {
+    use analysis::findability::{self, signed_db};
+    let (rows, _) = overlay_score(corpus, answers, &|_, i| {
+        format!("{}|{}", i.clip, i.ratio_db)
+    });
+    let mut clips: Vec<&String> = corpus
+        .clip_kinds
+        .iter()
+        .filter(|(_, k)| OVERLAY_KINDS.contains(&k.as_str()))
+        .map(|(c, _)| c)
+        .collect();
+    clips.sort_by_key(|c| (OVERLAY_KINDS.iter().position(|k| **k == corpus.clip_kinds[*c]), *c));
+    let duration: BTreeMap<&str, f64> =
+        corpus.clips.iter().map(|(f, d)| (f.as_str(), *d)).collect();
+    println!(
+        "\n### Findability: predicted from the clip alone, beside recall on the whole episodes (MP3 64k and AAC 96k, speech and music)\n"
+    );
+    println!("| clip | kind | s | landmarks/s | steadiness | in band | predicted findable from | +6 dB | 0 dB | −6 dB | −12 dB | right |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    // Per kind: (cells right, cells), (clips right at every ratio, clips).
+    let mut per_kind: BTreeMap<&str, (usize, usize, usize, usize)> = BTreeMap::new();
+    let (mut predict_s, mut print_s) = (Vec::new(), Vec::new());
+    for clip in clips {
+        if !RATIOS.iter().any(|r| rows.contains_key(&format!("{clip}|{r}"))) {
+            // Not placed under speech or music (a jingle of the older classes).
+            continue;
+        }
+        let path = corpus.dir.join(clip);
+        let t = Instant::now();
+        let _ = analysis::ClipPrint::from_file(&path, params).unwrap();
+        print_s.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let f = findability::of_file(&path, params).unwrap();
+        predict_s.push(t.elapsed().as_secs_f64());
+        let kind = corpus.clip_kinds[clip].as_str();
+        let entry = per_kind.entry(kind).or_default();
+        let mut cells = String::new();
+        let mut all_right = true;
+        let mut right = 0;
+        let mut counted = 0;
+        for r in RATIOS {
+            let t = rows.get(&format!("{clip}|{r}")).cloned().unwrap_or_default();
+            let (hits, pos) = (t.hits_long + t.hits_short, t.pos_long + t.pos_short);
+            if pos == 0 {
+                cells.push_str(" – |");
+                continue;
+            }
+            let found = 2 * hits >= pos;
+            let predicted = f.from_db.is_some_and(|db| r >= i64::from(db));
+            let ok = found == predicted;
+            counted += 1;
+            right += usize::from(ok);
+            all_right &= ok;
+            cells.push_str(&format!(" {hits}/{pos}{} |", if ok { "" } else { " ✗" }));
+        }
+        entry.0 += right;
+        entry.1 += counted;
+        entry.2 += usize::from(all_right);
+        entry.3 += 1;
+        let from = f.from_db.map_or_else(|| "not at +12 dB".to_owned(), signed_db);
+        println!(
+            "| {} | {kind} | {:.1} | {:.0} | {:.2} | {:.2} | {from} |{cells} {right}/{counted} |",
+            clip.trim_start_matches("clips/"),
+            duration[clip.as_str()],
+            f.landmarks_per_s,
+            f.steadiness,
+            f.in_band,
+        );
+    }
+    println!("\n| clip kind | ratios predicted right | clips predicted right at every ratio |");
+    println!("|---|---|---|");
+    let mut total = (0, 0, 0, 0);
+    for k in OVERLAY_KINDS {
+        let (a, b, c, d) = per_kind.get(k).copied().unwrap_or_default();
+        total = (total.0 + a, total.1 + b, total.2 + c, total.3 + d);
+        println!("| {k} | {} | {} |", frac(a, b), frac(c, d));
+    }
+    println!("| all | {} | {} |", frac(total.0, total.1), frac(total.2, total.3));
+    let sum = |v: &[f64]| v.iter().sum::<f64>();
+    let mut ratios: Vec<f64> = predict_s.iter().zip(&print_s).map(|(p, f)| p / f).collect();
+    println!(
+        "\nA prediction's cost: {:.0} ms a clip on average (max {:.0} ms), {:.1}× fingerprinting the same clip in the same run (median {:.1}×, max {:.1}×).",
+        1e3 * sum(&predict_s) / predict_s.len().max(1) as f64,
+        1e3 * predict_s.iter().copied().fold(0.0, f64::max),
+        sum(&predict_s) / sum(&print_s).max(1e-9),
+        pct(&mut ratios, 0.5),
+        pct(&mut ratios, 1.0),
+    );
+}
+
 /// The sample rate of the overlay windows' WAV files, the baseline's rate.
 const WINDOW_RATE: u32 = 22_050;
 /// How far an overlay window reaches either side of its placement or near miss (s).
@@ -1226,6 +1322,7 @@ fn overlay_report(
             .collect()
     };
     overlay_detail(corpus, "Ours (MP3 64k and AAC 96k)", &pairs(""));
+    findability_report(corpus, analyser.params(), &pairs(""));
     let whole: Vec<System> = [("ours, MP3 64k", "mp3_64k"), ("ours, AAC 96k", "aac_96k")]
         .into_iter()
         .map(|(name, codec)| {
@@ -1405,6 +1502,23 @@ fn main() {
             .filter(|&e| corpus.episodes[e].background.is_some())
             .collect();
         let answers = ours(&corpus, &analyser, &some, &all_clips);
+        // --findability: the prediction beside the recall alone.
+        if flag("--findability") {
+            let pairs: Vec<PairAnswer> = answers
+                .iter()
+                .flat_map(|a| {
+                    a.found.iter().map(move |(c, o)| PairAnswer {
+                        episode: a.episode,
+                        clip: c.clone(),
+                        window: None,
+                        target: None,
+                        offsets: o.clone(),
+                    })
+                })
+                .collect();
+            findability_report(&corpus, analyser.params(), &pairs);
+            return;
+        }
         overlay_report(
             &corpus,
             &analyser,

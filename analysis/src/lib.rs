@@ -72,6 +72,9 @@
 //! - `print.rs`: [`EpisodePrint`], what a later clip needs of an episode without its audio;
 //!   `print_record.rs` records its packet table during the full decode, `print_window.rs`
 //!   decodes a candidate's stretch from it, `print_analyse.rs` answers from a print.
+//! - `findability.rs`: how findable a clip is ([`findability::Findability`]): the level above
+//!   its background from which it is found, predicted by mixing it into synthetic backgrounds
+//!   and running the analyser on each mix.
 //! - `cache.rs`: clip fingerprints kept between calls, bounded, by content hash.
 //! - `synth.rs`: deterministic test and demo audio with a truth record.
 //! - `error.rs`: [`Error`].
@@ -80,6 +83,7 @@ mod cache;
 pub mod clip;
 pub mod decode;
 mod error;
+pub mod findability;
 mod guard;
 pub mod landmarks;
 pub mod matcher;
@@ -98,6 +102,7 @@ pub mod synth;
 pub mod tags;
 mod wav;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -110,6 +115,10 @@ pub use print::{ByteSource, EpisodePrint, FileSource, PrintError};
 pub use tags::{read_tags, Tags};
 
 use cache::ClipCache;
+
+/// The most clip findabilities an [`Analyser`] keeps (a hundred bytes or so each); past it
+/// the kept ones are forgotten and computed again when asked for.
+const MAX_FINDABILITIES: usize = 10_000;
 
 /// Progress is reported at most this often (seconds of episode audio).
 const PROGRESS_EVERY_SECONDS: u64 = 60;
@@ -185,6 +194,7 @@ pub struct Progress {
 pub struct Analyser {
     params: Params,
     cache: Mutex<ClipCache>,
+    findabilities: Mutex<HashMap<String, findability::Findability>>,
 }
 
 impl Analyser {
@@ -192,6 +202,7 @@ impl Analyser {
     pub fn new(params: Params) -> Analyser {
         Analyser {
             cache: Mutex::new(ClipCache::new(params.cache_bytes)),
+            findabilities: Mutex::new(HashMap::new()),
             params,
         }
     }
@@ -211,6 +222,42 @@ impl Analyser {
         let print = Arc::new(ClipPrint::from_file(path, &self.params)?);
         self.lock_cache().insert(Arc::clone(&print));
         Ok(print)
+    }
+
+    /// How findable the clip at `path` is ([`findability::predict`]): kept by content hash,
+    /// so a researcher predicts each clip once however many episodes it is looked for in.
+    /// Costs about twenty fingerprints of the clip the first time.
+    pub fn findability(&self, path: &Path) -> Result<findability::Findability, Error> {
+        let hash = decode::hash_file(path)?;
+        self.findability_of(path, &hash)
+    }
+
+    /// [`Analyser::findability`] of the clip at `path` whose SHA-256 is `hash` (as a
+    /// [`ClipReport`] gives it: the file is not hashed again).
+    pub fn findability_of(
+        &self,
+        path: &Path,
+        hash: &str,
+    ) -> Result<findability::Findability, Error> {
+        let kept = self
+            .findabilities
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(hash)
+            .cloned();
+        if let Some(f) = kept {
+            return Ok(f);
+        }
+        let f = findability::of_file(path, &self.params)?;
+        let mut kept = self
+            .findabilities
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if kept.len() >= MAX_FINDABILITIES {
+            kept.clear();
+        }
+        kept.insert(hash.to_owned(), f.clone());
+        Ok(f)
     }
 
     /// Where each clip occurs in the episode. A clip that cannot be analysed fails alone;

@@ -98,8 +98,90 @@ pub struct PathReport {
     pub skipped: Vec<Skipped>,
     /// What a person should know (a file that keeps the title it was sent under).
     pub notes: Vec<String>,
+    /// Each clip sent (or, in a dry run, written), with how findable it is.
+    pub clips: Vec<CuratedClip>,
     /// Why the path failed (it cannot be read, or is no audio file we take), if it did.
     pub error: Option<String>,
+}
+
+/// A clip sent, and how findable it is: the level above its background from which the
+/// analyser finds it, predicted from the clip alone ([`analysis::findability`]).
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct CuratedClip {
+    /// The clip's title.
+    pub title: String,
+    /// Its file.
+    pub file: String,
+    /// The lowest level over its background (dB: 12, 6, 0, -6 or -12) from which it is
+    /// found; `null` when it is not found even at +12 dB, and when it could not be predicted
+    /// (`findability` then says why).
+    pub findable_from_db: Option<i32>,
+    /// The same for a person: "findable from +6 dB over its background", or why it could not
+    /// be predicted (the file cannot be decoded: the researchers will report it too).
+    pub findability: String,
+    /// What explains it, when predicted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub findability_detail: Option<FindabilityDetail>,
+}
+
+/// The features behind a clip's findability (see [`analysis::findability::Findability`]).
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct FindabilityDetail {
+    /// Landmarks per second of the clip.
+    pub landmarks_per_s: f32,
+    /// The share of its energy in the analysed band (94 Hz to 3.75 kHz), 0 to 1.
+    pub in_band: f32,
+    /// How tonal it is, 0 to 1 (a steady tone near 1).
+    pub tonality: f32,
+    /// Per level tried (dB), in how many of the synthetic backgrounds it was found.
+    pub found: Vec<LevelFound>,
+    /// Of how many backgrounds.
+    pub backgrounds: usize,
+}
+
+/// In how many backgrounds a clip was found at one level.
+#[derive(Debug, Clone, Serialize)]
+pub struct LevelFound {
+    /// The clip's level over its background (dB).
+    pub db: i32,
+    /// Backgrounds it was found in.
+    pub found: u8,
+}
+
+impl CuratedClip {
+    /// The clip at `file`, titled `title`: its findability predicted (a clip that cannot be
+    /// decoded says so).
+    pub fn predict(title: String, file: &Path) -> CuratedClip {
+        use analysis::findability;
+        match findability::of_file(file, &analysis::Params::default()) {
+            Ok(f) => CuratedClip {
+                title,
+                file: file.display().to_string(),
+                findable_from_db: f.from_db,
+                findability: f.describe(),
+                findability_detail: Some(FindabilityDetail {
+                    landmarks_per_s: f.landmarks_per_s,
+                    in_band: f.in_band,
+                    tonality: f.tonality,
+                    found: findability::LEVELS_DB
+                        .iter()
+                        .zip(f.found)
+                        .map(|(&db, found)| LevelFound { db, found })
+                        .collect(),
+                    backgrounds: findability::BACKGROUNDS,
+                }),
+            },
+            Err(e) => CuratedClip {
+                title,
+                file: file.display().to_string(),
+                findable_from_db: None,
+                findability: format!("not predicted: {e}"),
+                findability_detail: None,
+            },
+        }
+    }
 }
 
 impl PathReport {
@@ -484,6 +566,14 @@ async fn clips(
         }
         bodies.push(body);
         records.push((key, record));
+        let (path, title) = (found.path.clone(), clip.title.clone());
+        let predicted = tokio::task::spawn_blocking(move || CuratedClip::predict(title, &path));
+        report
+            .clips
+            .push(predicted.await.map_err(|source| CurateError::Stopped {
+                what: "predicting findability".into(),
+                source,
+            })?);
     }
     Ok((bodies, records))
 }

@@ -329,6 +329,7 @@ async fn measure_browse(store: &Arc<dyn DataStore>, data: &DataSet, f: &mut Figu
                     clip_offsets_ns: vec![60_000_000_000 * (k as i64 + 1)],
                     clip_match_scores: None,
                     failure: None,
+                    clip_findability: None,
                 }
             })
         })

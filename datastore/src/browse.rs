@@ -55,6 +55,9 @@ pub struct ClipSummary {
     pub failed_pairs: u64,
     /// Its pairs in all: the number of episodes.
     pub total_pairs: u64,
+    /// How findable it is, as its researchers last predicted it; absent until one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub findability: Option<crate::Findability>,
 }
 
 /// An episode as listed, with its research.

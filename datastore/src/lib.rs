@@ -123,7 +123,7 @@ pub use error::DataStoreError;
 pub use foreign::{foreign_migrations, ForeignMigrations};
 pub use model::{
     deserialize_time, serialize_time, ClipInfo, ClipMatch, CompletionId, EpisodeCompletion,
-    EpisodeInfo, EpisodeKey, FailureReason, Lease, LeaseRequest, LeaseState, LeaseSummary,
+    EpisodeInfo, EpisodeKey, FailureReason, Findability, Lease, LeaseRequest, LeaseState, LeaseSummary,
     LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Status,
 };
 #[cfg(feature = "postgres")]

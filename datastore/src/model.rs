@@ -231,6 +231,35 @@ pub enum LeaseUpdate {
     Cancel,
 }
 
+/// How findable a clip is: the level above its background (in dB) from which the reference
+/// analyser finds it, predicted from the clip alone (`analysis::findability`) by a researcher
+/// that looked for it, and kept on the clip (the latest prediction stands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Findability {
+    /// The lowest level tried from which the clip is found (12, 6, 0, -6 or -12 dB with
+    /// today's analyser); `None` when it is not found even at the loudest level tried.
+    pub from_db: Option<i32>,
+}
+
+impl Findability {
+    /// The most a level may say (dB either way): more is a researcher's bug, not a level.
+    pub const MAX_DB: i32 = 100;
+    /// How the datastore keeps "not found even at the loudest level tried".
+    pub(crate) const STORED_NOT_FOUND: i32 = 127;
+
+    /// The stored value (`findable_from_db`).
+    pub(crate) fn stored(self) -> i32 {
+        self.from_db.unwrap_or(Self::STORED_NOT_FOUND)
+    }
+
+    /// From the stored value (NULL: not predicted).
+    pub(crate) fn from_stored(v: Option<i32>) -> Option<Findability> {
+        v.map(|v| Findability {
+            from_db: (v != Self::STORED_NOT_FOUND).then_some(v),
+        })
+    }
+}
+
 /// One researched pair, as the researcher reports it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResearchResult {
@@ -255,6 +284,8 @@ pub struct ResearchResult {
     /// How sure the analyser is of each offset, from 0 to 1, in the order of
     /// `clip_offsets_ns` (as many); `None` when it gave no scores (and on a failure).
     pub clip_match_scores: Option<Vec<f64>>,
+    /// How findable the clip is, when the researcher predicted it: kept on the clip.
+    pub clip_findability: Option<Findability>,
     /// Set when the pair could not be researched for a reason that will not pass (the media
     /// is gone, it is not audio): why. The pair is recorded as failed, not researched, and is
     /// not leased again until its episode or clip gets another `media_uri` or a person retries

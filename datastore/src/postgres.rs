@@ -1239,6 +1239,35 @@ SELECT NULL, NULL, id FROM leases_done WHERE revoked AND held_pairs = 0";
 /// hold no pairs.
 const DROP_ENDED: &str = "DELETE FROM leases WHERE id = ANY($1) AND revoked AND held_pairs = 0";
 
+/// Keeps on each clip the findability its results carry (0017), the batch's last for a clip.
+/// First in the recording transaction, in title order: clip rows are locked before anything
+/// else, as a clip's upsert locks its row before its results; a clip whose stored value is
+/// the same is neither written nor locked. No statement when no result carries one.
+const KEEP_FINDABILITY: &str = "
+UPDATE clips c SET findable_from_db = u.f
+FROM unnest($1::text[], $2::int4[]) AS u(t, f)
+WHERE c.title = u.t AND c.findable_from_db IS DISTINCT FROM u.f";
+
+async fn keep_findability(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    results: &[ResearchResult],
+) -> Result<(), Failure> {
+    let per_clip: std::collections::BTreeMap<&str, i32> = results
+        .iter()
+        .filter_map(|r| Some((r.clip_title.as_str(), r.clip_findability?.stored())))
+        .collect();
+    if per_clip.is_empty() {
+        return Ok(());
+    }
+    let (titles, values): (Vec<&str>, Vec<i32>) = per_clip.into_iter().unzip();
+    sqlx::query(KEEP_FINDABILITY)
+        .bind(&titles)
+        .bind(&values)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
 /// What record_results needs of a batch, prepared once (outside any retry).
 struct PreparedBatch<'a> {
     /// Index into the batch of each distinct pair's first result.
@@ -1276,6 +1305,7 @@ async fn record_results_once(
 ) -> Result<(Vec<RecordOutcome>, Vec<bool>), Failure> {
     let results = batch.results;
     let mut tx = pool.begin_with(BEGIN_RECORD).await?;
+    keep_findability(&mut tx, results).await?;
 
     let mut keys: Vec<&EpisodeKey> = batch.firsts.iter().map(|&i| &results[i].episode).collect();
     keys.sort_by(|a, b| (&a.title, a.date_aired).cmp(&(&b.title, b.date_aired)));

@@ -49,6 +49,8 @@ pub(crate) trait StoreRow: sqlx::Row {
     fn offsets<I: ColumnIndex<Self>>(&self, at: I) -> Result<Vec<i64>>;
     /// A nullable column of match scores (`clip_match_scores`).
     fn scores<I: ColumnIndex<Self>>(&self, at: I) -> Result<Option<Vec<f64>>>;
+    /// A nullable 32-bit integer column (`findable_from_db`).
+    fn opt_int32<I: ColumnIndex<Self>>(&self, at: I) -> Result<Option<i32>>;
 }
 
 /// The [`StoreRow`] methods whose values every dialect stores as sqlx decodes them, for a
@@ -68,6 +70,9 @@ macro_rules! decoded_columns {
             Ok(self.try_get(at)?)
         }
         fn uuid<I: sqlx::ColumnIndex<Self>>(&self, at: I) -> Result<Uuid> {
+            Ok(self.try_get(at)?)
+        }
+        fn opt_int32<I: sqlx::ColumnIndex<Self>>(&self, at: I) -> Result<Option<i32>> {
             Ok(self.try_get(at)?)
         }
     };
@@ -296,6 +301,7 @@ where
         episodes: browse::count(row.int("episodes")?),
         failed_pairs: browse::count(row.int("failed_pairs")?),
         total_pairs: browse::count(row.int("total_pairs")?),
+        findability: crate::Findability::from_stored(row.opt_int32("findable_from_db")?),
     })
 }
 
@@ -317,7 +323,7 @@ where
     let mut q = QueryBuilder::<D::DB>::new("SELECT * FROM (SELECT ");
     q.push(CLIP_COLUMNS)
         .push(
-            ", COALESCE(o.n, 0) AS occurrences, COALESCE(o.e, 0) AS episodes, \
+            ", c.findable_from_db, COALESCE(o.n, 0) AS occurrences, COALESCE(o.e, 0) AS episodes, \
              COALESCE(f.n, 0) AS failed_pairs, \
              (SELECT count(*) FROM episodes) AS total_pairs \
              FROM clips c \
@@ -419,7 +425,7 @@ where
     let after = browse::decode_cursor("occurrences", page.cursor.as_deref())?;
     let mut q = QueryBuilder::<D::DB>::new("SELECT ");
     q.push(CLIP_COLUMNS)
-        .push(", (SELECT COALESCE(")
+        .push(", c.findable_from_db, (SELECT COALESCE(")
         .push(D::OCCURRENCES)
         .push(", 0) FROM research_results r WHERE r.clip_id = c.id AND ")
         .push(D::MATCHED)

@@ -1113,6 +1113,9 @@ async fn record_in(
         }
     }
 
+    keep_findability(tx, candidates.iter().map(|c| (c.clip_id, c.result)))
+        .await?;
+
     // Count the new results per episode and free their pairs from whatever lease holds them.
     // (researched, matched, failed) per episode; a replaced failure is one pair less
     // recorded and one less failed.
@@ -1179,6 +1182,33 @@ async fn record_in(
         "recorded results"
     );
     Ok(outcomes)
+}
+
+/// Keeps on each clip the findability its results carry (0014), the batch's last for a clip;
+/// a clip whose stored value is the same is not written. No statement when none carries one.
+async fn keep_findability(
+    tx: &mut Transaction<'static, Sqlite>,
+    results: impl Iterator<Item = (i64, &ResearchResult)>,
+) -> Result<()> {
+    let per_clip: std::collections::BTreeMap<i64, i32> = results
+        .filter_map(|(clip, r)| Some((clip, r.clip_findability?.stored())))
+        .collect();
+    if per_clip.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<[i64; 2]> = per_clip
+        .into_iter()
+        .map(|(clip, v)| [clip, i64::from(v)])
+        .collect();
+    sqlx::query(
+        "UPDATE clips SET findable_from_db = j.value ->> 1 \
+         FROM json_each(?1) j \
+         WHERE clips.id = j.value ->> 0 AND clips.findable_from_db IS NOT j.value ->> 1",
+    )
+    .bind(json_string(&rows)?)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 /// Keeps the completion of each episode whose last pair this batch recorded (0005): its count

@@ -107,6 +107,7 @@ macro_rules! datastore_conformance_tests {
             browse_episode_page_shows_timeline_and_work_left,
             matches_since_a_research_date,
             match_scores_round_trip,
+            findability_is_kept_on_the_clip,
             tokens_are_created_listed_used_and_revoked,
             presence_counts_who_was_seen_since,
             held_items_are_kept_by_receipt_and_token,
@@ -194,6 +195,7 @@ pub fn result(
         clip_offsets_ns: offsets_ns.to_vec(),
         clip_match_scores: None,
         failure: None,
+        clip_findability: None,
     }
 }
 
@@ -2929,6 +2931,98 @@ pub mod cases {
             .unwrap();
         assert_eq!(with_clip.len(), 1);
         assert_eq!(with_clip[0].episode_title, "Episode 2");
+    }
+
+    /// A result's findability is kept on its clip and shown by the clip listing and page:
+    /// absent until a result carries one, "not found even at the loudest level" kept apart
+    /// from a level, the batch's last for a clip standing, a later result's replacing it, a
+    /// result without one (an outside analyser's) leaving it, and a failure carrying one
+    /// keeping it too.
+    pub async fn findability_is_kept_on_the_clip(store: Arc<dyn DataStore>) {
+        use crate::Findability;
+        let (es, cs) = seed(&*store, 3, 3).await;
+        let id = Uuid::new_v4();
+        let with = |e: usize, c: usize, f: Option<Option<i32>>| ResearchResult {
+            clip_findability: f.map(|from_db| Findability { from_db }),
+            ..result(id, &es[e], &cs[c], &[1_000])
+        };
+        let Some(browse) = store.browse() else {
+            return;
+        };
+        let shown = || {
+            let browse = store.browse().unwrap();
+            async move {
+                let mut clips: Vec<(String, Option<Findability>)> = browse
+                    .list_clips(&list(None, None, 10))
+                    .await
+                    .unwrap()
+                    .items
+                    .into_iter()
+                    .map(|c| (c.clip.title, c.findability))
+                    .collect();
+                clips.sort_by(|a, b| a.0.cmp(&b.0));
+                clips
+            }
+        };
+        let level = |db: Option<i32>| Some(Findability { from_db: db });
+        assert!(shown().await.iter().all(|(_, f)| f.is_none()));
+        store
+            .record_results(&[
+                with(0, 0, Some(Some(6))),
+                with(1, 0, Some(Some(-6))),
+                with(0, 1, Some(None)),
+                with(0, 2, None),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(
+            shown().await,
+            [
+                ("Clip 0".to_string(), level(Some(-6))),
+                ("Clip 1".to_string(), level(None)),
+                ("Clip 2".to_string(), None),
+            ]
+        );
+        // A later result replaces it; one without a prediction leaves it; so does a duplicate.
+        store
+            .record_results(&[with(2, 1, Some(Some(12))), with(1, 2, None)])
+            .await
+            .unwrap();
+        store
+            .record_results(&[with(2, 0, None), with(0, 0, None)])
+            .await
+            .unwrap();
+        assert_eq!(
+            shown().await,
+            [
+                ("Clip 0".to_string(), level(Some(-6))),
+                ("Clip 1".to_string(), level(Some(12))),
+                ("Clip 2".to_string(), None),
+            ]
+        );
+        // A failure that carries one (the clip decoded, the episode did not) keeps it too.
+        store
+            .record_results(&[ResearchResult {
+                clip_findability: level(Some(0)),
+                ..failed(id, &es[1], &cs[2], "the episode: not audio")
+            }])
+            .await
+            .unwrap();
+        let clips = browse.list_clips(&list(Some("Clip 2"), None, 10)).await.unwrap();
+        let clip = clips.items.iter().find(|c| c.clip.title == "Clip 2").unwrap();
+        assert_eq!(clip.findability, level(Some(0)));
+        let page = browse
+            .clip_page(clip.id, &list(None, None, 10))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(page.summary.findability, level(Some(0)));
+        // As the API gives it: an object with the level, null for "not found even at the
+        // loudest level tried"; absent before any prediction.
+        let json = serde_json::to_value(&page.summary).unwrap();
+        assert_eq!(json["findability"], serde_json::json!({ "from_db": 0 }));
+        let json = serde_json::to_value(Findability { from_db: None }).unwrap();
+        assert_eq!(json, serde_json::json!({ "from_db": null }));
     }
 
     /// Match scores are kept as given, one per offset (absent when the analyser gave none),

@@ -7,7 +7,9 @@
 //!
 //! - `{"clip_title": T, "clip_offsets_ns": [..], "clip_duration_ns": N, "episode_duration_ns": N}`
 //!   (optionally `"clip_match_scores": [..]`, one score from 0 to 1 per offset, in their
-//!   order; `"episode_hash"`/`"clip_hash"` are ignored: the researcher hashes the files);
+//!   order, and `"clip_findable_from_db": N`, how findable the clip is: the level above its
+//!   background, in dB, from which it is found, `null` when not even at the loudest level
+//!   tried; `"episode_hash"`/`"clip_hash"` are ignored: the researcher hashes the files);
 //! - `{"clip_title": T, "failure": "reason"}`: the pair cannot be researched, for good;
 //! - `{"progress": "…"}`: the analyser is alive.
 //!
@@ -16,7 +18,7 @@
 use std::collections::HashMap;
 
 use archivist::messages::{
-    check_scores, PendingResearchItem, MAX_DURATION_NS, MAX_OFFSETS, MAX_SHORT_TEXT,
+    check_findable_from_db, check_scores, PendingResearchItem, MAX_DURATION_NS, MAX_OFFSETS, MAX_SHORT_TEXT,
 };
 use serde::Deserialize;
 
@@ -38,6 +40,9 @@ pub enum Line {
         /// `clip_offsets_ns` (sorted with them; of duplicate offsets, the highest score);
         /// `None` when it gave none.
         clip_match_scores: Option<Vec<f64>>,
+        /// How findable the clip is, when the analyser predicted it: `Some(None)` when it is
+        /// not found even at the loudest level tried.
+        clip_findable_from_db: Option<Option<i32>>,
         /// The clip's length, in nanoseconds.
         clip_duration_ns: i64,
         /// The episode's length, in nanoseconds.
@@ -70,10 +75,22 @@ struct RawLine {
     clip_title: Option<String>,
     clip_offsets_ns: Option<Vec<i64>>,
     clip_match_scores: Option<Vec<f64>>,
+    /// Absent: not predicted; `null`: not found even at the loudest level tried.
+    #[serde(default, deserialize_with = "present")]
+    clip_findable_from_db: Option<Option<i32>>,
     clip_duration_ns: Option<i64>,
     episode_duration_ns: Option<i64>,
     failure: Option<String>,
     progress: Option<String>,
+}
+
+/// A field that may be absent, or present with a value of its type (`null` included).
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
 }
 
 /// Parses one line of analyser output and checks it against `clips` (the titles the analyser
@@ -149,6 +166,10 @@ pub fn parse_line(
             "offset {bad} is outside the episode (0 to episode_duration_ns {episode_duration_ns})"
         ));
     }
+    let clip_findable_from_db = raw.clip_findable_from_db;
+    if let Some(Some(db)) = clip_findable_from_db {
+        check_findable_from_db(db).map_err(|e| format!("clip_findable_from_db: {e}"))?;
+    }
     let Some(scores) = raw.clip_match_scores else {
         let mut offsets = offsets;
         offsets.sort_unstable();
@@ -157,6 +178,7 @@ pub fn parse_line(
             clip_title,
             clip_offsets_ns: offsets,
             clip_match_scores: None,
+            clip_findable_from_db,
             clip_duration_ns,
             episode_duration_ns,
         });
@@ -171,6 +193,7 @@ pub fn parse_line(
         clip_title,
         clip_offsets_ns: offsets,
         clip_match_scores: Some(scores),
+        clip_findable_from_db,
         clip_duration_ns,
         episode_duration_ns,
     })
@@ -237,6 +260,32 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_may_say_how_findable_its_clip_is() {
+        let none = HashSet::new();
+        let line = |f: &str| {
+            format!(
+                r#"{{"clip_title":"A","clip_offsets_ns":[10],"clip_duration_ns":5,"episode_duration_ns":100{f}}}"#
+            )
+        };
+        let findable = |f: &str| match parse_line(&line(f), &clips(), &none) {
+            Ok(Line::Answer {
+                clip_findable_from_db,
+                ..
+            }) => Ok(clip_findable_from_db),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        assert_eq!(findable(""), Ok(None));
+        assert_eq!(findable(r#","clip_findable_from_db":-6"#), Ok(Some(Some(-6))));
+        assert_eq!(findable(r#","clip_findable_from_db":null"#), Ok(Some(None)));
+        let scored = r#","clip_match_scores":[0.5],"clip_findable_from_db":6"#;
+        assert_eq!(findable(scored), Ok(Some(Some(6))));
+        let err = findable(r#","clip_findable_from_db":500"#).unwrap_err();
+        assert!(err.contains("clip_findable_from_db"), "{err}");
+        assert!(findable(r#","clip_findable_from_db":"loud""#).is_err());
+    }
+
+    #[test]
     fn parses_the_three_kinds() {
         let none = HashSet::new();
         assert_eq!(
@@ -251,7 +300,8 @@ mod tests {
                 clip_offsets_ns: vec![10, 30],
                 clip_match_scores: None,
                 clip_duration_ns: 5,
-                episode_duration_ns: 100
+                episode_duration_ns: 100,
+                clip_findable_from_db: None,
             }
         );
         assert_eq!(
@@ -266,7 +316,8 @@ mod tests {
                 clip_offsets_ns: vec![10, 30],
                 clip_match_scores: Some(vec![1.0, 0.75]),
                 clip_duration_ns: 5,
-                episode_duration_ns: 100
+                episode_duration_ns: 100,
+                clip_findable_from_db: None,
             }
         );
         assert_eq!(

@@ -141,7 +141,7 @@ impl Lazy {
         match outcome {
             EpisodeOutcome::Analysed { report, hash } => {
                 let _ = self.hash.set(hash);
-                say(report, &self.input, lines, &|text: &str| {
+                say(&self.analyser, report, &self.input, lines, &|text: &str| {
                     self.episode.name_uri(text)
                 })
             }
@@ -364,7 +364,7 @@ fn analyse(
     let mut progress = progress(lines);
     let report = analyser.analyse_with_progress(&input.episode.media_path, &clips, &mut progress);
     // The runtime names the media by their URIs in failure reasons.
-    say(report, input, lines, &|text| text.to_string())
+    say(analyser, report, input, lines, &|text| text.to_string())
 }
 
 fn clip_inputs(input: &Input) -> Vec<analysis::ClipInput> {
@@ -392,8 +392,10 @@ fn progress(lines: &mpsc::UnboundedSender<String>) -> impl FnMut(analysis::Progr
 }
 
 /// Sends the lines of an analysis's `report` (or its error); `named` names media by their
-/// URIs in failure reasons. The ending for the runtime.
+/// URIs in failure reasons. Each clip found (possibly nowhere) carries how findable it is,
+/// predicted once per clip content by `analyser` (kept there). The ending for the runtime.
 fn say(
+    analyser: &analysis::Analyser,
     report: Result<analysis::EpisodeReport, analysis::Error>,
     input: &Input,
     lines: &mpsc::UnboundedSender<String>,
@@ -414,13 +416,22 @@ fn say(
     };
     for (clip, outcome) in input.clips.iter().zip(&report.clips) {
         let line = match outcome {
-            analysis::ClipOutcome::Found(found) => json!({
-                "clip_title": clip.title,
-                "clip_offsets_ns": found.offsets_ns(),
-                "clip_match_scores": found.matches.iter().map(|m| score(m.score)).collect::<Vec<_>>(),
-                "clip_duration_ns": found.duration_ns,
-                "episode_duration_ns": report.duration_ns,
-            }),
+            analysis::ClipOutcome::Found(found) => {
+                let mut line = json!({
+                    "clip_title": clip.title,
+                    "clip_offsets_ns": found.offsets_ns(),
+                    "clip_match_scores": found.matches.iter().map(|m| score(m.score)).collect::<Vec<_>>(),
+                    "clip_duration_ns": found.duration_ns,
+                    "episode_duration_ns": report.duration_ns,
+                });
+                // A clip that printed decodes; if the prediction fails all the same, the
+                // answer goes without it.
+                match analyser.findability_of(&clip.media_path, &found.hash) {
+                    Ok(f) => line["clip_findable_from_db"] = json!(f.from_db),
+                    Err(e) => tracing::debug!(clip = %clip.title, error = %e, "no findability"),
+                }
+                line
+            }
             analysis::ClipOutcome::Failed(e) if e.is_retryable() => continue,
             analysis::ClipOutcome::Failed(e) => json!({
                 "clip_title": clip.title,

@@ -562,12 +562,14 @@ async fn research(
                 clip_title,
                 clip_offsets_ns,
                 clip_match_scores,
+                clip_findable_from_db,
                 clip_duration_ns,
                 episode_duration_ns,
             } => results.answer(
                 &clip_title,
                 clip_offsets_ns,
                 clip_match_scores,
+                clip_findable_from_db,
                 clip_duration_ns,
                 episode_duration_ns,
             ),
@@ -732,6 +734,7 @@ impl<'a> Results<'a> {
             clip_offsets_ns: Vec::new(),
             clip_match_scores: None,
             failure: None,
+            clip_findability: None,
         })
     }
 
@@ -740,12 +743,15 @@ impl<'a> Results<'a> {
         clip_title: &str,
         offsets: Vec<i64>,
         scores: Option<Vec<f64>>,
+        findable_from_db: Option<Option<i32>>,
         clip_duration_ns: i64,
         episode_duration_ns: i64,
     ) -> Result<(), String> {
         let mut result = self.base(clip_title)?;
         result.clip_offsets_ns = offsets;
         result.clip_match_scores = scores;
+        result.clip_findability =
+            findable_from_db.map(|from_db| archivist::messages::Findability { from_db });
         result.clip_duration_ns = clip_duration_ns;
         result.episode_duration_ns = episode_duration_ns;
         metrics::counter!("archivist_researcher_clips_total", "result" => "researched")

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use analysis::findability::Findability;
 use analysis::{Analyser, ClipInput, ClipOutcome, EpisodeReport, Params};
 use anyhow::Context;
 use clap::Args;
@@ -27,7 +28,10 @@ pub(crate) const ABOUT: &str = "Where each clip occurs in an episode, found from
 the reference analyser: landmark fingerprints voted into an offset histogram per clip in one \
 pass over the episode, each match refined by cross-correlation. Prints, per clip, the offsets \
 found (several if it occurs several times, none if it is absent), the durations and the media \
-hashes (SHA-256). No datastore, no bus.\n\n\
+hashes (SHA-256), and how findable each clip is: the level over its background from which \
+the analyser finds it, predicted from the clip alone (a steady tone or a clip of a few \
+landmarks only when louder than what plays under it: cut a longer or cleaner clip). No \
+datastore, no bus.\n\n\
 EPISODE and CLIP are local paths, file:// URLs or http(s):// URLs (downloaded to a temporary \
 file first). Formats: MP3, AAC/M4A, Ogg Vorbis, FLAC, WAV.";
 
@@ -49,7 +53,10 @@ pub(crate) struct AnalyseArgs {
     pub(crate) clips: Vec<String>,
     /// One JSON object a line per clip, in the order given: `clip`, `clip_offsets_ns`
     /// (ascending), `matches` (each offset with its `score` and `votes`), `clip_duration_ns`,
-    /// `clip_hash`, `episode`, `episode_duration_ns`, `episode_hash`; or `failure`
+    /// `clip_hash`, `clip_findable_from_db` (the level over its background, in dB, from which
+    /// the clip is found, predicted from the clip alone; null: not even at +12 dB) and
+    /// `clip_findability` (the same in words), `episode`, `episode_duration_ns`,
+    /// `episode_hash`; or `failure`
     #[arg(long)]
     pub(crate) json: bool,
     /// The longest wait to connect to a media server
@@ -207,7 +214,27 @@ pub(crate) async fn run(args: &AnalyseArgs, token: &CancellationToken) -> anyhow
     };
     let report = report.map_err(usage)?;
     drop(cache);
-    print(args, &report, &clips)
+    // How findable each clip is, predicted from the clip alone (after the analysis, so that
+    // the episode's cost above is measured without it).
+    let paths: Vec<Option<PathBuf>> = clips
+        .iter()
+        .map(|c| c.as_ref().ok().map(|l| l.path.clone()))
+        .collect();
+    let predicting = tokio::task::spawn_blocking(move || {
+        let params = Params::default();
+        paths
+            .iter()
+            .map(|p| {
+                p.as_deref()
+                    .and_then(|p| analysis::findability::of_file(p, &params).ok())
+            })
+            .collect::<Vec<_>>()
+    });
+    let findabilities = tokio::select! {
+        r = predicting => r.context("the prediction stopped unexpectedly")?,
+        () = token.cancelled() => anyhow::bail!("interrupted"),
+    };
+    print(args, &report, &clips, &findabilities)
 }
 
 /// This process's CPU time so far (user + system, every thread); zero where unknown.
@@ -249,6 +276,7 @@ fn print(
     args: &AnalyseArgs,
     report: &EpisodeReport,
     fetched: &[Result<Local, String>],
+    findabilities: &[Option<Findability>],
 ) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let mut failures = Vec::new();
@@ -261,7 +289,13 @@ fn print(
             report.hash
         )?;
     }
-    for ((name, outcome), fetch) in args.clips.iter().zip(&report.clips).zip(fetched) {
+    for (((name, outcome), fetch), findability) in args
+        .clips
+        .iter()
+        .zip(&report.clips)
+        .zip(fetched)
+        .zip(findabilities)
+    {
         let failure = match (fetch, outcome) {
             (Err(e), _) => Some(e.clone()),
             (Ok(_), ClipOutcome::Failed(e)) => Some(e.to_string()),
@@ -292,7 +326,7 @@ fn print(
                 .iter()
                 .map(|m| json!({ "offset_ns": m.offset_ns, "score": m.score, "votes": m.votes }))
                 .collect();
-            let line = json!({
+            let mut line = json!({
                 "clip": name,
                 "clip_offsets_ns": clip.offsets_ns(),
                 "matches": matches,
@@ -302,6 +336,10 @@ fn print(
                 "episode_duration_ns": report.duration_ns,
                 "episode_hash": report.hash,
             });
+            if let Some(f) = findability {
+                line["clip_findable_from_db"] = json!(f.from_db);
+                line["clip_findability"] = json!(f.describe());
+            }
             writeln!(out, "{line}")?;
         } else {
             let found = if clip.matches.is_empty() {
@@ -313,9 +351,13 @@ fn print(
                     .collect::<Vec<_>>()
                     .join(", ")
             };
+            let findable = findability
+                .as_ref()
+                .map(|f| format!(", {}", f.describe()))
+                .unwrap_or_default();
             writeln!(
                 out,
-                "{name} ({}, sha256 {}): {found}",
+                "{name} ({}, sha256 {}{findable}): {found}",
                 clock(clip.duration_ns),
                 clip.hash
             )?;

@@ -377,6 +377,9 @@ fn say_path(report: &PathReport, dry_run: bool) {
             report.path, report.files_found, report.sent, report.unchanged, report.skipped_count
         )),
     }
+    for clip in &report.clips {
+        say(&format!("  {:?}: {}", clip.title, clip.findability));
+    }
     say_details(&report.notes, &report.skipped, report.skipped_count);
 }
 

@@ -294,6 +294,15 @@ async fn clips_page(app: &App, params: &Params) -> Result<Markup, Refusal> {
     ))
 }
 
+/// How findable a clip is, for a person: "findable from +6 dB over its background", or
+/// that no researcher has predicted it yet.
+fn findability(f: Option<datastore::Findability>) -> String {
+    match f {
+        Some(f) => analysis::findability::describe(f.from_db),
+        None => "not predicted yet (its researchers predict it when they look for it)".to_owned(),
+    }
+}
+
 fn clip_row(c: &ClipSummary) -> Markup {
     html! {
         tr {
@@ -377,6 +386,7 @@ async fn clip_page(app: &App, id_text: &str, params: &Params) -> Result<Markup, 
                 dt { "Found" } dd #occurrences { (c.occurrences) " times, in " (c.episodes) " episodes" }
                 dt { "Failed" } dd { (c.failed_pairs) " pairs" }
                 dt { "Episodes" } dd { (c.total_pairs) }
+                dt { "Findable" } dd #findability { (findability(c.findability)) }
                 dt { "Curated by" } dd { (c.clip.curator_information) }
                 dt { "Description" } dd { (c.clip.description) }
                 dt { "Media" } dd { (media(&c.clip.media_uri)) }

@@ -171,7 +171,47 @@ fn check_json(f: &Files, episode: &str, lines: &[Value]) {
         assert!(line["clip_duration_ns"].as_u64().unwrap() > 2_900_000_000);
         assert_eq!(line["clip_hash"], sha256(&f.dir.join(name)));
         assert_eq!(line["episode_hash"], sha256(&f.dir.join(episode)));
+        // How findable each clip is, predicted from the clip alone: speech and a jingle are
+        // found at their background's level or below it.
+        let from_db = line["clip_findable_from_db"].as_i64();
+        assert!(from_db.is_some_and(|db| db <= 0), "{name}: {line}");
+        assert!(
+            line["clip_findability"]
+                .as_str()
+                .unwrap()
+                .starts_with("findable from "),
+            "{line}"
+        );
     }
+}
+
+/// A steady tone is found only when louder than what plays under it: `analyse` says so, in
+/// its JSON (`null`: not even at +12 dB) and to a person, who then cuts another clip.
+#[test]
+fn a_steady_tone_is_said_to_be_hard_to_find() {
+    let f = files();
+    let tone: Vec<f32> = (0..RATE * 3)
+        .map(|i| 0.3 * (2.0 * std::f32::consts::PI * 1_000.0 * i as f32 / RATE as f32).sin())
+        .collect();
+    common::audio::write_samples(&f.dir.join("tone.wav"), RATE, &tone);
+    let run = analyse(&f.dir, &["episode.wav", "tone.wav", "jingle.mp3", "--json"]).expect_code(0);
+    let lines = run.json_lines();
+    assert_eq!(lines[0]["clip_findable_from_db"], Value::Null, "{}", run.stdout);
+    assert!(
+        lines[0]["clip_findability"]
+            .as_str()
+            .unwrap()
+            .contains("not found even +12 dB over its background"),
+        "{}",
+        run.stdout
+    );
+    assert!(lines[1]["clip_findable_from_db"].as_i64().is_some(), "{}", run.stdout);
+    let run = analyse(&f.dir, &["episode.wav", "tone.wav"]).expect_code(0);
+    assert!(
+        run.stdout.contains("cut a longer or cleaner clip): not found"),
+        "{}",
+        run.stdout
+    );
 }
 
 #[test]
@@ -205,6 +245,7 @@ fn people_read_offsets_as_a_clock() {
     // 61 s + 5,160 samples at 22,050 Hz = 1:01.234.
     assert!(
         lines[1].starts_with("speech.wav (0:00:06.000, sha256 ")
+            && lines[1].contains(", findable from ")
             && lines[1].contains("0:00:00.000 (score ")
             && lines[1].contains("0:01:01.23"),
         "{}",

@@ -82,6 +82,7 @@ fn found(
         clip_offsets_ns: offsets_ns.to_vec(),
         clip_match_scores: None,
         failure: None,
+        clip_findability: None,
     }
 }
 
@@ -289,9 +290,11 @@ fn browse_in_a_browser(dir: &Path, url: &str) {
         store
             .record_results(&[
                 found(&episodes[10], &laugh, &[120_000_000_000], t),
-                // Scored by the analyser: a weak match late, a sure one early.
+                // Scored by the analyser: a weak match late, a sure one early; its researcher
+                // predicted the clip findable from +6 dB over its background.
                 ResearchResult {
                     clip_match_scores: Some(vec![0.42, 0.97]),
+                    clip_findability: Some(datastore::Findability { from_db: Some(6) }),
                     ..found(
                         &episodes[20],
                         &laugh,
@@ -336,7 +339,16 @@ fn browse_in_a_browser(dir: &Path, url: &str) {
     assert_eq!(items[0]["occurrences"], 4, "{listed}");
     assert_eq!(items[0]["episodes"], 3, "{listed}");
     assert_eq!(items[0]["total_pairs"], EPISODES);
+    // How findable it is, as its researcher predicted it.
+    assert_eq!(
+        items[0]["findability"],
+        serde_json::json!({ "from_db": 6 }),
+        "{listed}"
+    );
     let clip_id = items[0]["id"].as_i64().unwrap();
+    // A clip no researcher predicted says nothing of it.
+    let theme = api(&addr, "/api/clips?q=theme");
+    assert!(theme["items"][0].get("findability").is_none(), "{theme}");
 
     // Its page: three players, newest episode first, each starting 3 s before its moment
     // (not before the start); the episode whose media is a script gets no player and no link.
@@ -355,6 +367,10 @@ fn browse_in_a_browser(dir: &Path, url: &str) {
     );
     assert!(page.contains(r#"preload="none""#), "{page}");
     assert!(page.contains("1:02:05"), "{page}");
+    assert!(
+        page.contains("findable from +6 dB over its background"),
+        "{page}"
+    );
     assert!(!page.contains("javascript:alert"), "{page}");
     assert!(page.contains("Not playable here"), "{page}");
     // The hostile title is text: escaped in the heading and the title, no element made of it.
@@ -375,6 +391,11 @@ fn browse_in_a_browser(dir: &Path, url: &str) {
     );
     // The JSON says the same: the scores sorted with their offsets, none where none was given.
     let json = api(&addr, &format!("/api/clips/{clip_id}"));
+    assert_eq!(
+        json["summary"]["findability"],
+        serde_json::json!({ "from_db": 6 }),
+        "{json}"
+    );
     let occurrences = json["occurrences"]["items"].as_array().unwrap();
     let by_title = |title: &str| {
         occurrences

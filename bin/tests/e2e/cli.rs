@@ -351,10 +351,10 @@ fn read_only_commands_never_create_a_datastore() {
     let run = archivist(dir.path(), &["migrate"], &[]).expect_code(0);
     assert!(
         run.stderr.contains(
-            "applied 12 migrations: 0001 schema, 0002 lease duration, 0003 recent matches, \
+            "applied 13 migrations: 0001 schema, 0002 lease duration, 0003 recent matches, \
              0004 failed research, 0005 episode completions, 0006 newer curation retries failures, \
              0007 browse, 0008 clip count, 0009 completion claims, 0010 match scores, \
-             0011 api access, 0012 api held items"
+             0011 api access, 0012 api held items, 0014 clip findability"
         ),
         "{}",
         run.stderr
@@ -456,10 +456,10 @@ fn status_on_an_old_schema_names_the_missing_migration() {
     let run = archivist(dir.path(), &["migrate"], &env).expect_code(0);
     assert!(
         run.stderr.contains(
-            "applied 11 migrations: 0002 lease duration, 0003 recent matches, 0004 failed research, \
+            "applied 12 migrations: 0002 lease duration, 0003 recent matches, 0004 failed research, \
              0005 episode completions, 0006 newer curation retries failures, 0007 browse, \
              0008 clip count, 0009 completion claims, 0010 match scores, 0011 api access, \
-             0012 api held items"
+             0012 api held items, 0014 clip findability"
         ),
         "{}",
         run.stderr

@@ -1120,6 +1120,61 @@ fn write(path: &Path, content: &[u8]) {
     std::fs::write(path, content).unwrap();
 }
 
+/// Each clip sent says how findable it is, predicted from the clip alone: a jingle from its
+/// background's level or below it, a steady tone not even 12 dB over it; a file that is not
+/// audio says why it could not be predicted. In `--json` and to a person.
+#[test]
+fn each_clip_sent_says_how_findable_it_is() {
+    use analysis::synth;
+    let dir = tempfile::tempdir().unwrap();
+    let clips = dir.path().join("clips");
+    std::fs::create_dir_all(&clips).unwrap();
+    let rate = 16_000;
+    common::audio::write_samples(&clips.join("Jingle.wav"), rate, &synth::jingle(5, rate, 3.0));
+    let tone: Vec<f32> = (0..rate * 3)
+        .map(|i| 0.3 * (2.0 * std::f32::consts::PI * 800.0 * i as f32 / rate as f32).sin())
+        .collect();
+    common::audio::write_samples(&clips.join("Tone.wav"), rate, &tone);
+    write(&clips.join("Broken.mp3"), b"not audio at all");
+    let folder = clips.to_str().unwrap();
+
+    let run = curate(dir.path(), &["clips", folder, "--json"]).expect_code(0);
+    let s = summary(&run);
+    let sent = s["paths"][0]["clips"].as_array().unwrap();
+    let by_title = |t: &str| {
+        sent.iter()
+            .find(|c| c["title"] == t)
+            .unwrap_or_else(|| panic!("{t} in {s}"))
+    };
+    let jingle = by_title("Jingle");
+    assert!(
+        jingle["findable_from_db"].as_i64().is_some_and(|db| db <= 0),
+        "{jingle}"
+    );
+    assert!(jingle["findability"].as_str().unwrap().starts_with("findable from "));
+    assert!(jingle["findability_detail"]["landmarks_per_s"].as_f64().unwrap() > 10.0);
+    assert_eq!(jingle["findability_detail"]["found"][0]["db"], 12, "{jingle}");
+    let tone = by_title("Tone");
+    assert_eq!(tone["findable_from_db"], Value::Null, "{tone}");
+    assert!(
+        tone["findability"]
+            .as_str()
+            .unwrap()
+            .contains("not found even +12 dB over its background"),
+        "{tone}"
+    );
+    let broken = by_title("Broken");
+    assert!(
+        broken["findability"].as_str().unwrap().starts_with("not predicted: "),
+        "{broken}"
+    );
+    assert!(
+        run.stderr.contains("\"Tone\": not found even +12 dB over its background"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn clip_folders_arrive_once_and_changed_files_again() {
     let dir = tempfile::tempdir().unwrap();

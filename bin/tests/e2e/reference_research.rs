@@ -160,6 +160,36 @@ fn research_with_the_reference_analyser_records_where_the_clips_occur() {
             assert!((0.5..=1.0).contains(&score), "{m}");
         }
     }
+    // Each clip's findability, predicted by the researcher from the clip alone, travelled on
+    // its results and is kept on the clip, where the pages and `/api/clips` read it: a spoken
+    // theme and a jingle are found at their background's level or below it.
+    let url = s.database_url();
+    let listed = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let store = datastore::connect(&url).await.unwrap();
+            let browse = store.browse().unwrap();
+            browse
+                .list_clips(&datastore::ListQuery {
+                    search: None,
+                    cursor: None,
+                    limit: 10,
+                })
+                .await
+                .unwrap()
+        });
+    for c in &listed.items {
+        let from_db = c.findability.and_then(|f| f.from_db);
+        assert!(
+            from_db.is_some_and(|db| db <= 0),
+            "{}: {:?}",
+            c.clip.title,
+            c.findability
+        );
+    }
+    assert_eq!(listed.items.len(), 3);
 }
 
 /// A clip whose WAV header says 0 Hz (symphonia panics on it while probing) fails alone: its

@@ -215,6 +215,7 @@ pub(crate) fn results_for(lease: &Lease, research_date: DateTime<Utc>) -> Vec<Re
             // Scored, as the reference analyser's matches are.
             clip_match_scores: (i % 10 == 3).then(|| vec![0.97, 0.81]),
             failure: None,
+            clip_findability: None,
         })
         .collect()
 }

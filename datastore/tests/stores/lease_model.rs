@@ -311,6 +311,7 @@ fn result(lease_id: Uuid, e: usize, c: usize, matched: bool) -> ResearchResult {
         clip_offsets_ns: if matched { vec![7] } else { Vec::new() },
         clip_match_scores: None,
         failure: None,
+        clip_findability: None,
     }
 }
 

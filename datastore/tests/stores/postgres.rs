@@ -315,7 +315,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0012 completion claims",
             "0013 match scores",
             "0014 api access",
-            "0015 api held items"
+            "0015 api held items",
+            "0017 clip findability"
         ]
     );
     store.migrate().await.unwrap();
@@ -404,7 +405,8 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
             "0012 completion claims",
             "0013 match scores",
             "0014 api access",
-            "0015 api held items"
+            "0015 api held items",
+            "0017 clip findability"
         ]
     );
     store.migrate().await.unwrap();

@@ -263,7 +263,8 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0009 completion claims",
             "0010 match scores",
             "0011 api access",
-            "0012 api held items"
+            "0012 api held items",
+            "0014 clip findability"
         ]
     );
     store.migrate().await.unwrap();

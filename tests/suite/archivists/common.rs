@@ -194,6 +194,7 @@ pub(crate) fn completed(
         },
         clip_match_scores: None,
         failure: None,
+        clip_findability: None,
     }
 }
 
