@@ -792,21 +792,34 @@ mod tests {
             .contains("clip_findable_from_db"));
         // A level, and null ("not found even at the loudest level tried"): kept apart, encoded
         // as given, passed on to the datastore.
-        for (given, from_db) in [(serde_json::json!(-6), Some(-6)), (serde_json::Value::Null, None)] {
+        for (given, from_db) in [
+            (serde_json::json!(-6), Some(-6)),
+            (serde_json::Value::Null, None),
+        ] {
             let mut v = completed_json();
             v["clip_findable_from_db"] = given.clone();
             let item: CompletedResearchItem = decode(v.to_string().as_bytes()).unwrap();
             assert_eq!(item.clip_findability, Some(Findability { from_db }));
-            assert_eq!(item.to_result().clip_findability, Some(Findability { from_db }));
+            assert_eq!(
+                item.to_result().clip_findability,
+                Some(Findability { from_db })
+            );
             let again: serde_json::Value = serde_json::from_slice(&encode(&item)).unwrap();
             assert_eq!(again["clip_findable_from_db"], given);
         }
         // Not a level: poison, naming the field.
-        for bad in [serde_json::json!(1000), serde_json::json!("loud"), serde_json::json!(1.5)] {
+        for bad in [
+            serde_json::json!(1000),
+            serde_json::json!("loud"),
+            serde_json::json!(1.5),
+        ] {
             let mut v = completed_json();
             v["clip_findable_from_db"] = bad.clone();
             let err = decode::<CompletedResearchItem>(v.to_string().as_bytes()).unwrap_err();
-            assert!(err.to_string().contains("clip_findable_from_db"), "{bad}: {err}");
+            assert!(
+                err.to_string().contains("clip_findable_from_db"),
+                "{bad}: {err}"
+            );
         }
     }
 

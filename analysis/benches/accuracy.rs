@@ -942,7 +942,14 @@ fn findability_report(corpus: &Corpus, params: &Params, answers: &[PairAnswer]) 
         .filter(|(_, k)| OVERLAY_KINDS.contains(&k.as_str()))
         .map(|(c, _)| c)
         .collect();
-    clips.sort_by_key(|c| (OVERLAY_KINDS.iter().position(|k| **k == corpus.clip_kinds[*c]), *c));
+    clips.sort_by_key(|c| {
+        (
+            OVERLAY_KINDS
+                .iter()
+                .position(|k| **k == corpus.clip_kinds[*c]),
+            *c,
+        )
+    });
     let duration: BTreeMap<&str, f64> =
         corpus.clips.iter().map(|(f, d)| (f.as_str(), *d)).collect();
     println!(
@@ -954,7 +961,10 @@ fn findability_report(corpus: &Corpus, params: &Params, answers: &[PairAnswer]) 
     let mut per_kind: BTreeMap<&str, (usize, usize, usize, usize)> = BTreeMap::new();
     let (mut predict_s, mut print_s) = (Vec::new(), Vec::new());
     for clip in clips {
-        if !RATIOS.iter().any(|r| rows.contains_key(&format!("{clip}|{r}"))) {
+        if !RATIOS
+            .iter()
+            .any(|r| rows.contains_key(&format!("{clip}|{r}")))
+        {
             // Not placed under speech or music (a jingle of the older classes).
             continue;
         }
@@ -972,7 +982,10 @@ fn findability_report(corpus: &Corpus, params: &Params, answers: &[PairAnswer]) 
         let mut right = 0;
         let mut counted = 0;
         for r in RATIOS {
-            let t = rows.get(&format!("{clip}|{r}")).cloned().unwrap_or_default();
+            let t = rows
+                .get(&format!("{clip}|{r}"))
+                .cloned()
+                .unwrap_or_default();
             let (hits, pos) = (t.hits_long + t.hits_short, t.pos_long + t.pos_short);
             if pos == 0 {
                 cells.push_str(" – |");
@@ -990,7 +1003,9 @@ fn findability_report(corpus: &Corpus, params: &Params, answers: &[PairAnswer]) 
         entry.1 += counted;
         entry.2 += usize::from(all_right);
         entry.3 += 1;
-        let from = f.from_db.map_or_else(|| "not at +12 dB".to_owned(), signed_db);
+        let from = f
+            .from_db
+            .map_or_else(|| "not at +12 dB".to_owned(), signed_db);
         println!(
             "| {} | {kind} | {:.1} | {:.0} | {:.2} | {:.2} | {from} |{cells} {right}/{counted} |",
             clip.trim_start_matches("clips/"),
@@ -1008,7 +1023,11 @@ fn findability_report(corpus: &Corpus, params: &Params, answers: &[PairAnswer]) 
         total = (total.0 + a, total.1 + b, total.2 + c, total.3 + d);
         println!("| {k} | {} | {} |", frac(a, b), frac(c, d));
     }
-    println!("| all | {} | {} |", frac(total.0, total.1), frac(total.2, total.3));
+    println!(
+        "| all | {} | {} |",
+        frac(total.0, total.1),
+        frac(total.2, total.3)
+    );
     let sum = |v: &[f64]| v.iter().sum::<f64>();
     let mut ratios: Vec<f64> = predict_s.iter().zip(&print_s).map(|(p, f)| p / f).collect();
     println!(

@@ -228,9 +228,10 @@ fn found_in(print: &Arc<ClipPrint>, mix: &[f32], rate: u32, at: usize, params: &
     let mut scan = EpisodeScan::new(params, std::slice::from_ref(print), rate);
     scan.push(mix);
     let truth = crate::ns(at as u64, rate);
-    scan.finish()
-        .first()
-        .is_some_and(|m| m.iter().any(|m| m.offset_ns.abs_diff(truth) <= TOLERANCE_NS))
+    scan.finish().first().is_some_and(|m| {
+        m.iter()
+            .any(|m| m.offset_ns.abs_diff(truth) <= TOLERANCE_NS)
+    })
 }
 
 /// Background `which` of [`BACKGROUNDS`], `len` samples at `rate` Hz: 0 and 1 speech in two
@@ -279,14 +280,17 @@ fn features(clip: &[f32], rate: u32, params: &Params) -> (f32, f32) {
     let mut on_frame = |_: u32, log_power: &[f32]| {
         let power: Vec<f64> = log_power.iter().map(|&l| f64::from(l).exp()).collect();
         total += power.iter().sum::<f64>();
-        let inside: Vec<f64> =
-            power[lo.min(power.len())..(hi + 1).min(power.len())].to_vec();
+        let inside: Vec<f64> = power[lo.min(power.len())..(hi + 1).min(power.len())].to_vec();
         band += inside.iter().sum::<f64>();
         // Magnitudes, so that a change is weighed as the ear and the peak picker see it
         // rather than by the loudest bin alone.
         let now: Vec<f64> = inside.iter().map(|p| p.sqrt()).collect();
         if previous.len() == now.len() {
-            changed += now.iter().zip(&previous).map(|(a, b)| (a - b).abs()).sum::<f64>();
+            changed += now
+                .iter()
+                .zip(&previous)
+                .map(|(a, b)| (a - b).abs())
+                .sum::<f64>();
             compared += now.iter().zip(&previous).map(|(a, b)| a + b).sum::<f64>();
         }
         previous = now;
@@ -319,7 +323,11 @@ mod tests {
         let f = predict(&tone(16_000, 3.0, 1_000.0), 16_000, &params);
         assert_eq!(f.from_db, None, "{f:?}");
         assert!(f.steadiness > 0.95, "{f:?}");
-        assert!(f.describe().starts_with("not found even +12 dB"), "{}", f.describe());
+        assert!(
+            f.describe().starts_with("not found even +12 dB"),
+            "{}",
+            f.describe()
+        );
     }
 
     #[test]

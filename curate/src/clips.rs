@@ -120,7 +120,7 @@ pub struct CuratedClip {
     /// The same for a person: "findable from +6 dB over its background", or why it could not
     /// be predicted (the file cannot be decoded: the researchers will report it too).
     pub findability: String,
-    /// What explains it, when predicted.
+    /// What explains it, and the levels tried, when predicted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub findability_detail: Option<FindabilityDetail>,
 }
@@ -133,21 +133,20 @@ pub struct FindabilityDetail {
     pub landmarks_per_s: f32,
     /// The share of its energy in the analysed band (94 Hz to 3.75 kHz), 0 to 1.
     pub in_band: f32,
-    /// How tonal it is, 0 to 1 (a steady tone near 1).
-    pub tonality: f32,
-    /// Per level tried (dB), in how many of the synthetic backgrounds it was found.
+    /// How steady its spectrum is from frame to frame, 0 to 1 (a held tone near 1).
+    pub steadiness: f32,
+    /// Each level tried (dB), and whether it was found there (in every synthetic
+    /// background), in the order of the levels, loudest first.
     pub found: Vec<LevelFound>,
-    /// Of how many backgrounds.
-    pub backgrounds: usize,
 }
 
-/// In how many backgrounds a clip was found at one level.
+/// Whether a clip was found at one level.
 #[derive(Debug, Clone, Serialize)]
 pub struct LevelFound {
     /// The clip's level over its background (dB).
     pub db: i32,
-    /// Backgrounds it was found in.
-    pub found: u8,
+    /// Whether it was found there.
+    pub found: bool,
 }
 
 impl CuratedClip {
@@ -164,13 +163,12 @@ impl CuratedClip {
                 findability_detail: Some(FindabilityDetail {
                     landmarks_per_s: f.landmarks_per_s,
                     in_band: f.in_band,
-                    tonality: f.tonality,
+                    steadiness: f.steadiness,
                     found: findability::LEVELS_DB
                         .iter()
                         .zip(f.found)
-                        .map(|(&db, found)| LevelFound { db, found })
+                        .filter_map(|(&db, found)| Some(LevelFound { db, found: found? }))
                         .collect(),
-                    backgrounds: findability::BACKGROUNDS,
                 }),
             },
             Err(e) => CuratedClip {

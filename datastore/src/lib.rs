@@ -123,8 +123,8 @@ pub use error::DataStoreError;
 pub use foreign::{foreign_migrations, ForeignMigrations};
 pub use model::{
     deserialize_time, serialize_time, ClipInfo, ClipMatch, CompletionId, EpisodeCompletion,
-    EpisodeInfo, EpisodeKey, FailureReason, Findability, Lease, LeaseRequest, LeaseState, LeaseSummary,
-    LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Status,
+    EpisodeInfo, EpisodeKey, FailureReason, Findability, Lease, LeaseRequest, LeaseState,
+    LeaseSummary, LeaseUpdate, Match, MatchFilter, RecordOutcome, ResearchResult, Status,
 };
 #[cfg(feature = "postgres")]
 pub use postgres::PgDataStore;

@@ -1113,8 +1113,7 @@ async fn record_in(
         }
     }
 
-    keep_findability(tx, candidates.iter().map(|c| (c.clip_id, c.result)))
-        .await?;
+    keep_findability(tx, candidates.iter().map(|c| (c.clip_id, c.result))).await?;
 
     // Count the new results per episode and free their pairs from whatever lease holds them.
     // (researched, matched, failed) per episode; a replaced failure is one pair less

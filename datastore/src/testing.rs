@@ -3008,8 +3008,15 @@ pub mod cases {
             }])
             .await
             .unwrap();
-        let clips = browse.list_clips(&list(Some("Clip 2"), None, 10)).await.unwrap();
-        let clip = clips.items.iter().find(|c| c.clip.title == "Clip 2").unwrap();
+        let clips = browse
+            .list_clips(&list(Some("Clip 2"), None, 10))
+            .await
+            .unwrap();
+        let clip = clips
+            .items
+            .iter()
+            .find(|c| c.clip.title == "Clip 2")
+            .unwrap();
         assert_eq!(clip.findability, level(Some(0)));
         let page = browse
             .clip_page(clip.id, &list(None, None, 10))

@@ -18,7 +18,8 @@
 use std::collections::HashMap;
 
 use archivist::messages::{
-    check_findable_from_db, check_scores, PendingResearchItem, MAX_DURATION_NS, MAX_OFFSETS, MAX_SHORT_TEXT,
+    check_findable_from_db, check_scores, PendingResearchItem, MAX_DURATION_NS, MAX_OFFSETS,
+    MAX_SHORT_TEXT,
 };
 use serde::Deserialize;
 
@@ -276,7 +277,10 @@ mod tests {
             Err(e) => Err(e),
         };
         assert_eq!(findable(""), Ok(None));
-        assert_eq!(findable(r#","clip_findable_from_db":-6"#), Ok(Some(Some(-6))));
+        assert_eq!(
+            findable(r#","clip_findable_from_db":-6"#),
+            Ok(Some(Some(-6)))
+        );
         assert_eq!(findable(r#","clip_findable_from_db":null"#), Ok(Some(None)));
         let scored = r#","clip_match_scores":[0.5],"clip_findable_from_db":6"#;
         assert_eq!(findable(scored), Ok(Some(Some(6))));

@@ -196,7 +196,12 @@ fn a_steady_tone_is_said_to_be_hard_to_find() {
     common::audio::write_samples(&f.dir.join("tone.wav"), RATE, &tone);
     let run = analyse(&f.dir, &["episode.wav", "tone.wav", "jingle.mp3", "--json"]).expect_code(0);
     let lines = run.json_lines();
-    assert_eq!(lines[0]["clip_findable_from_db"], Value::Null, "{}", run.stdout);
+    assert_eq!(
+        lines[0]["clip_findable_from_db"],
+        Value::Null,
+        "{}",
+        run.stdout
+    );
     assert!(
         lines[0]["clip_findability"]
             .as_str()
@@ -205,10 +210,15 @@ fn a_steady_tone_is_said_to_be_hard_to_find() {
         "{}",
         run.stdout
     );
-    assert!(lines[1]["clip_findable_from_db"].as_i64().is_some(), "{}", run.stdout);
+    assert!(
+        lines[1]["clip_findable_from_db"].as_i64().is_some(),
+        "{}",
+        run.stdout
+    );
     let run = analyse(&f.dir, &["episode.wav", "tone.wav"]).expect_code(0);
     assert!(
-        run.stdout.contains("cut a longer or cleaner clip): not found"),
+        run.stdout
+            .contains("cut a longer or cleaner clip): not found"),
         "{}",
         run.stdout
     );
