@@ -167,7 +167,7 @@ impl<'p> Packets<'p> {
             .parameters()
             .ok_or_else(|| unusable("a codec the print cannot decode alone"))?;
         let mut decoder: Box<dyn Decoder> = guard::catch(|| {
-            symphonia::default::get_codecs().make(&params, &DecoderOptions::default())
+            crate::decode::codecs().make(&params, &DecoderOptions::default())
         })
         .map_err(|m| WindowError::Unusable(format!("the decoder panicked: {m}")))?
         .map_err(|e| WindowError::Unusable(format!("no decoder: {e}")))?;
