@@ -29,7 +29,8 @@ use crate::peaks::Peak;
 /// The print's layout version. Bump it when the layout changes, and when the code that makes
 /// the peaks (`spectrum.rs`, `peaks.rs`, `resample.rs`, `decode.rs`) changes what it gives
 /// for the same parameters: old prints are then refused rather than trusted.
-pub const FORMAT_VERSION: u16 = 1;
+/// 2: raw ADTS AAC without its encoder priming (1,024 samples); Opus; stitched MP3s.
+pub const FORMAT_VERSION: u16 = 2;
 
 const MAGIC: &[u8; 4] = b"APRT";
 const CHECKSUM_LEN: usize = 32;
@@ -208,8 +209,9 @@ pub(crate) struct CodecSpec {
     pub extra_data: Vec<u8>,
 }
 
-/// The codecs a print can decode windows of (the analyser's formats).
-const KNOWN_CODECS: [CodecType; 24] = [
+/// The codecs a print can decode windows of (the analyser's formats). New ones go at the end:
+/// a print names its codec by its place here.
+const KNOWN_CODECS: [CodecType; 25] = [
     codecs::CODEC_TYPE_MP3,
     codecs::CODEC_TYPE_MP2,
     codecs::CODEC_TYPE_MP1,
@@ -234,6 +236,7 @@ const KNOWN_CODECS: [CodecType; 24] = [
     codecs::CODEC_TYPE_PCM_U24LE,
     codecs::CODEC_TYPE_PCM_U32LE,
     codecs::CODEC_TYPE_PCM_U16BE,
+    codecs::CODEC_TYPE_OPUS,
 ];
 
 impl CodecSpec {
@@ -801,12 +804,12 @@ mod tests {
         };
         assert!(EpisodePrint::from_bytes(&bytes, &refine_only).is_ok());
         let mut v2 = bytes[..bytes.len() - CHECKSUM_LEN].to_vec();
-        v2[4] = 2;
+        v2[4] = 3;
         let sum = Sha256::digest(&v2);
         v2.extend_from_slice(&sum);
         assert!(matches!(
             EpisodePrint::from_bytes(&v2, &params),
-            Err(PrintError::Version { found: 2, .. })
+            Err(PrintError::Version { found: 3, .. })
         ));
     }
 
