@@ -1705,7 +1705,9 @@ fn formats(dir: &Path) {
     let episodes = truth["episodes"].as_array().unwrap();
     let found = |path: &Path| -> (Vec<Vec<f64>>, f64) {
         let t = Instant::now();
-        let report = analyser.analyse(path, &clips).unwrap_or_else(|e| panic!("{e}"));
+        let report = analyser
+            .analyse(path, &clips)
+            .unwrap_or_else(|e| panic!("{e}"));
         let seconds = t.elapsed().as_secs_f64();
         let offsets = report
             .clips
@@ -1743,9 +1745,10 @@ fn formats(dir: &Path) {
             extra += offsets[c].len().saturating_sub(true_offsets.len());
             for (k, &t) in true_offsets.iter().enumerate() {
                 let expected = shift(t);
-                let Some(&o) = offsets[c].iter().min_by(|a, b| {
-                    (*a - expected).abs().total_cmp(&(*b - expected).abs())
-                }) else {
+                let Some(&o) = offsets[c]
+                    .iter()
+                    .min_by(|a, b| (*a - expected).abs().total_cmp(&(*b - expected).abs()))
+                else {
                     continue;
                 };
                 if (o - expected).abs() > HIT_S {
@@ -1763,7 +1766,11 @@ fn formats(dir: &Path) {
             "| {} | {} | {hits}/{total}{} | {vs_truth:.1} | {vs_plain:.1} | {:.0} |",
             e["format"].as_str().unwrap(),
             file.trim_start_matches("episodes/"),
-            if extra > 0 { format!(" (+{extra} false)") } else { String::new() },
+            if extra > 0 {
+                format!(" (+{extra} false)")
+            } else {
+                String::new()
+            },
             media_s / seconds
         );
     }

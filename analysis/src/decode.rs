@@ -13,7 +13,9 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use sha2::{Digest, Sha256};
 use symphonia::core::audio::SampleBuffer;
-use symphonia::core::codecs::{self as codecs, CodecRegistry, CodecType, DecoderOptions, CODEC_TYPE_NULL};
+use symphonia::core::codecs::{
+    self as codecs, CodecRegistry, CodecType, DecoderOptions, CODEC_TYPE_NULL,
+};
 use symphonia::core::errors::Error as SymphoniaError;
 use symphonia::core::formats::{FormatOptions, FormatReader};
 use symphonia::core::io::{MediaSource, MediaSourceStream};
@@ -24,12 +26,12 @@ use crate::error::Error;
 use crate::guard;
 use crate::mp3;
 use crate::mp4;
-use crate::params::Params;
-use crate::resample::Resampler;
 use crate::ogg;
+use crate::params::Params;
 use crate::params::{MAX_CHANNELS, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};
 use crate::print::CodecSpec;
 use crate::print_record::{PacketLog, Recent};
+use crate::resample::Resampler;
 use crate::wav;
 
 /// Consecutive undecodable packets after which a stream is declared undecodable: a few bad
@@ -39,6 +41,9 @@ const MAX_CONSECUTIVE_DECODE_ERRORS: usize = 64;
 /// The priming samples of an AAC stream without a container to say (raw ADTS): one frame,
 /// as ffmpeg's and FDK's AAC encoders put.
 const ADTS_PRIMING: u64 = 1_024;
+
+/// Frames ahead of where it is expected a packet of a stitched MP3 is looked for.
+const RESYNC_FRAMES: u64 = 8;
 
 /// The codecs the analyser decodes: symphonia's, and Opus through libopus.
 static CODECS: LazyLock<CodecRegistry> = LazyLock::new(|| {
@@ -75,10 +80,10 @@ fn codec_name(codec: CodecType) -> String {
         (codecs::CODEC_TYPE_ADPCM_G726LE, "g.726 adpcm"),
         (codecs::CODEC_TYPE_OPUS, "opus"),
     ];
-    known
-        .iter()
-        .find(|(c, _)| *c == codec)
-        .map_or_else(|| format!("an unknown codec (symphonia's {codec})"), |(_, n)| (*n).to_owned())
+    known.iter().find(|(c, _)| *c == codec).map_or_else(
+        || format!("an unknown codec (symphonia's {codec})"),
+        |(_, n)| (*n).to_owned(),
+    )
 }
 
 /// A file being decoded, packet by packet. Holds one packet's samples at a time.
@@ -241,8 +246,12 @@ impl Decoder {
         let n_frames = track.codec_params.n_frames;
         let track_id = track.id;
         let log = printing.then(|| (PacketLog::default(), CodecSpec::of(&track.codec_params)));
-        let mpeg = [codecs::CODEC_TYPE_MP3, codecs::CODEC_TYPE_MP2, codecs::CODEC_TYPE_MP1]
-            .contains(&params.codec);
+        let mpeg = [
+            codecs::CODEC_TYPE_MP3,
+            codecs::CODEC_TYPE_MP2,
+            codecs::CODEC_TYPE_MP1,
+        ]
+        .contains(&params.codec);
         let segments = mpeg.then(|| mp3::layout(path)).flatten().map(|layout| {
             tracing::debug!(file = %path.display(), segments = layout.segments.len(), "an mp3 of several segments (ads stitched in)");
             Segments {
@@ -372,7 +381,14 @@ impl Decoder {
                     return Err(self.broke(&stage, message));
                 }
                 Ok(Err(SymphoniaError::DecodeError(e))) => {
-                    note(&mut self.log, &self.hash, &packet, 0, 0, self.segments.as_ref().is_some_and(|s| s.changed));
+                    note(
+                        &mut self.log,
+                        &self.hash,
+                        &packet,
+                        0,
+                        0,
+                        self.segments.as_ref().is_some_and(|s| s.changed),
+                    );
                     consecutive_errors += 1;
                     tracing::debug!(file = %self.path.display(), error = e, "skipping an undecodable packet");
                     if consecutive_errors >= MAX_CONSECUTIVE_DECODE_ERRORS {
@@ -389,7 +405,14 @@ impl Decoder {
             let spec = *decoded.spec();
             let frames = decoded.frames();
             if frames == 0 {
-                note(&mut self.log, &self.hash, &packet, 0, 0, self.segments.as_ref().is_some_and(|s| s.changed));
+                note(
+                    &mut self.log,
+                    &self.hash,
+                    &packet,
+                    0,
+                    0,
+                    self.segments.as_ref().is_some_and(|s| s.changed),
+                );
                 continue;
             }
             // The container may not have said (or said otherwise): what the codec says is
@@ -432,7 +455,14 @@ impl Decoder {
                 seg.pending = mono;
                 mono = out;
                 let changed = seg.changed;
-                note(&mut self.log, &self.hash, &packet, skip as u32, mono.len() as u32, changed);
+                note(
+                    &mut self.log,
+                    &self.hash,
+                    &packet,
+                    skip as u32,
+                    mono.len() as u32,
+                    changed,
+                );
             } else {
                 note(
                     &mut self.log,
@@ -502,8 +532,17 @@ impl Decoder {
             .get(..4)
             .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
         let header = word.and_then(mp3::Header::parse);
-        let (Some(header), true) = (header, word == seg.layout.headers.get(k as usize).copied())
-        else {
+        // The reader may have skipped a frame the walk took (junk that looked like one):
+        // the packet is looked for a few frames on.
+        let at = (k..k + RESYNC_FRAMES)
+            .find(|&j| word.is_some() && seg.layout.headers.get(j as usize).copied() == word);
+        let (Some(header), Some(k)) = (header, at) else {
+            if !seg.changed {
+                // Nothing trimmed or converted yet by segment: decoded as one stream.
+                tracing::debug!(file = %self.path.display(), frame = k, "the mp3's frames are not where the walk found them: decoded as one stream");
+                self.segments = None;
+                return Ok(());
+            }
             return Err(Error::Decode {
                 path: self.path.clone(),
                 codec: self.codec.clone(),
@@ -513,6 +552,7 @@ impl Decoder {
                 ),
             });
         };
+        seg.next = k + 1;
         let s = seg.layout.segment_of(k);
         if s != seg.current {
             seg.current = s;

@@ -200,14 +200,15 @@ fn tag_of(frame: &[u8], header: &Header) -> Option<(u32, Option<u64>)> {
     // bytes in; symphonia counts the decoder's 529 samples in the delay, and out of the
     // padding.
     let (delay, padding) = match (frame.get(q..q + 4), be(q + 21, 3)) {
-        (Some(name), Some(trim)) if [b"LAME", b"Lavf", b"Lavc"].contains(&name.try_into().ok()?) => {
+        (Some(name), Some(trim))
+            if [b"LAME", b"Lavf", b"Lavc"].contains(&name.try_into().ok()?) =>
+        {
             (529 + (trim >> 12), (trim & 0xfff).saturating_sub(529))
         }
         _ => (0, 0),
     };
-    let keep = frames.map(|n| {
-        (n * header.samples()).saturating_sub(u64::from(delay) + u64::from(padding))
-    });
+    let keep = frames
+        .map(|n| (n * header.samples()).saturating_sub(u64::from(delay) + u64::from(padding)));
     Some((delay, keep))
 }
 
@@ -294,8 +295,8 @@ pub(crate) fn layout(path: &Path) -> Option<Layout> {
                 current = Some(header);
             }
             None => {
-                if first || !current.is_some_and(|c| c.same_format(&header)) {
-                    if !layout.segments.last().is_some_and(|s| s.first == k) {
+                if first || current.is_none_or(|c| !c.same_format(&header)) {
+                    if layout.segments.last().is_none_or(|s| s.first != k) {
                         layout.segments.push(Segment {
                             first: k,
                             delay: 0,
@@ -321,10 +322,16 @@ mod tests {
     fn frame_sizes_are_the_standard_ones() {
         // MPEG 1 layer III, 128 kb/s, 44.1 kHz, no padding: 417 bytes.
         let h = Header::parse(0xfffb_9064).unwrap();
-        assert_eq!((h.rate, h.channels, h.size + 4, h.samples()), (44_100, 2, 417, 1_152));
+        assert_eq!(
+            (h.rate, h.channels, h.size + 4, h.samples()),
+            (44_100, 2, 417, 1_152)
+        );
         // MPEG 2 layer III, 64 kb/s, 22.05 kHz, mono: 208 bytes, 576 samples.
         let h = Header::parse(0xfff3_80c4).unwrap();
-        assert_eq!((h.rate, h.channels, h.size + 4, h.samples()), (22_050, 1, 208, 576));
+        assert_eq!(
+            (h.rate, h.channels, h.size + 4, h.samples()),
+            (22_050, 1, 208, 576)
+        );
         // MPEG 2.5, 8 kHz, 16 kb/s mono: 144 bytes.
         let h = Header::parse(0xffe3_28c4).unwrap();
         assert_eq!((h.rate, h.channels, h.size + 4), (8_000, 1, 144));

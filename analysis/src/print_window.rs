@@ -166,11 +166,10 @@ impl<'p> Packets<'p> {
             .codec
             .parameters()
             .ok_or_else(|| unusable("a codec the print cannot decode alone"))?;
-        let mut decoder: Box<dyn Decoder> = guard::catch(|| {
-            crate::decode::codecs().make(&params, &DecoderOptions::default())
-        })
-        .map_err(|m| WindowError::Unusable(format!("the decoder panicked: {m}")))?
-        .map_err(|e| WindowError::Unusable(format!("no decoder: {e}")))?;
+        let mut decoder: Box<dyn Decoder> =
+            guard::catch(|| crate::decode::codecs().make(&params, &DecoderOptions::default()))
+                .map_err(|m| WindowError::Unusable(format!("the decoder panicked: {m}")))?
+                .map_err(|e| WindowError::Unusable(format!("no decoder: {e}")))?;
         let mut samples = Vec::with_capacity((to - from) as usize);
         let mut buffer: Option<SampleBuffer<f32>> = None;
         let mut data = Vec::new();

@@ -111,7 +111,9 @@ mod tests {
     fn wav(riff: u32, data: u32, samples: usize) -> Vec<u8> {
         let mut bytes = b"RIFF".to_vec();
         bytes.extend_from_slice(&riff.to_le_bytes());
-        bytes.extend_from_slice(b"WAVEfmt \x10\0\0\0\x01\0\x01\0\x44\xac\0\0\x88\x58\x01\0\x02\0\x10\0");
+        bytes.extend_from_slice(
+            b"WAVEfmt \x10\0\0\0\x01\0\x01\0\x44\xac\0\0\x88\x58\x01\0\x02\0\x10\0",
+        );
         bytes.extend_from_slice(b"data");
         bytes.extend_from_slice(&data.to_le_bytes());
         bytes.resize(bytes.len() + 2 * samples, 1);

@@ -225,7 +225,16 @@ fn formats_as_published_are_found_where_the_plain_mp3_has_them() {
     // A 2 MB cover (noise compresses badly) and a chapters file.
     let cover = f.dir.join("cover.png");
     let status = std::process::Command::new("ffmpeg")
-        .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i"])
+        .args([
+            "-nostdin",
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+        ])
         .arg("nullsrc=s=1000x1000,geq=random(1)*255:random(1)*255:random(1)*255")
         .args(["-frames:v", "1"])
         .arg(&cover)
@@ -250,24 +259,98 @@ fn formats_as_published_are_found_where_the_plain_mp3_has_them() {
             "vbr-cover.mp3",
             with(
                 &["-i", &cover_s, "-map", "0:a", "-map", "1:v", "-c:v", "copy"],
-                &["-disposition:v", "attached_pic", "-id3v2_version", "3", "-c:a", "libmp3lame", "-q:a", "4"],
+                &[
+                    "-disposition:v",
+                    "attached_pic",
+                    "-id3v2_version",
+                    "3",
+                    "-c:a",
+                    "libmp3lame",
+                    "-q:a",
+                    "4",
+                ],
             ),
         ),
-        ("mono22.mp3", with(&[], &["-ac", "1", "-ar", "22050", "-c:a", "libmp3lame", "-b:a", "64k"])),
-        ("mpeg25.mp3", with(&[], &["-ac", "1", "-ar", "8000", "-c:a", "libmp3lame", "-b:a", "16k"])),
+        (
+            "mono22.mp3",
+            with(
+                &[],
+                &[
+                    "-ac",
+                    "1",
+                    "-ar",
+                    "22050",
+                    "-c:a",
+                    "libmp3lame",
+                    "-b:a",
+                    "64k",
+                ],
+            ),
+        ),
+        (
+            "mpeg25.mp3",
+            with(
+                &[],
+                &[
+                    "-ac",
+                    "1",
+                    "-ar",
+                    "8000",
+                    "-c:a",
+                    "libmp3lame",
+                    "-b:a",
+                    "16k",
+                ],
+            ),
+        ),
         (
             "chapters-cover.m4a",
             with(
-                &["-i", &chapters_s, "-i", &cover_s, "-map", "0:a", "-map", "2:v", "-map_chapters", "1"],
-                &["-c:v", "png", "-disposition:v", "attached_pic", "-c:a", "aac", "-b:a", "96k"],
+                &[
+                    "-i",
+                    &chapters_s,
+                    "-i",
+                    &cover_s,
+                    "-map",
+                    "0:a",
+                    "-map",
+                    "2:v",
+                    "-map_chapters",
+                    "1",
+                ],
+                &[
+                    "-c:v",
+                    "png",
+                    "-disposition:v",
+                    "attached_pic",
+                    "-c:a",
+                    "aac",
+                    "-b:a",
+                    "96k",
+                ],
             ),
         ),
-        ("adts.aac", with(&[], &["-c:a", "aac", "-b:a", "96k", "-f", "adts"])),
+        (
+            "adts.aac",
+            with(&[], &["-c:a", "aac", "-b:a", "96k", "-f", "adts"]),
+        ),
         ("hi.flac", with(&[], &["-ar", "48000", "-c:a", "flac"])),
         ("s24.wav", with(&[], &["-c:a", "pcm_s24le"])),
-        ("episode.opus", with(&[], &["-c:a", "libopus", "-b:a", "48k"])),
-        ("episode.webm", with(&[], &["-c:a", "libopus", "-b:a", "48k"])),
-        ("no-id3.mp3", with(&[], &["-c:a", "libmp3lame", "-b:a", "128k", "-id3v2_version", "0"])),
+        (
+            "episode.opus",
+            with(&[], &["-c:a", "libopus", "-b:a", "48k"]),
+        ),
+        (
+            "episode.webm",
+            with(&[], &["-c:a", "libopus", "-b:a", "48k"]),
+        ),
+        (
+            "no-id3.mp3",
+            with(
+                &[],
+                &["-c:a", "libmp3lame", "-b:a", "128k", "-id3v2_version", "0"],
+            ),
+        ),
     ];
     for (name, args) in &cases {
         let out = f.dir.join(name);
@@ -367,7 +450,11 @@ fn stitched_mp3s_are_decoded_whole_with_the_ads_length_added() {
     write_wav(&ad_wav, &ad, RATE);
     let ad_ns = ad.len() as u64 * 1_000_000_000 / u64::from(RATE);
     let ad_stereo = f.dir.join("ad-stereo.mp3");
-    ffmpeg(&ad_wav, &ad_stereo, &["-ac", "2", "-c:a", "libmp3lame", "-b:a", "128k"]);
+    ffmpeg(
+        &ad_wav,
+        &ad_stereo,
+        &["-ac", "2", "-c:a", "libmp3lame", "-b:a", "128k"],
+    );
     let seg = |input: &Path, name: &str, args: &[&str]| -> PathBuf {
         let out = f.dir.join(name);
         let mut all = args.to_vec();
@@ -375,13 +462,33 @@ fn stitched_mp3s_are_decoded_whole_with_the_ads_length_added() {
         ffmpeg(input, &out, &all);
         out
     };
-    let mono44 = seg(&wav, "ep-mono44.mp3", &["-ac", "1", "-c:a", "libmp3lame", "-b:a", "64k"]);
-    let mono22 = seg(&wav, "ep-mono22.mp3", &["-ac", "1", "-ar", "22050", "-c:a", "libmp3lame", "-b:a", "64k"]);
+    let mono44 = seg(
+        &wav,
+        "ep-mono44.mp3",
+        &["-ac", "1", "-c:a", "libmp3lame", "-b:a", "64k"],
+    );
+    let mono22 = seg(
+        &wav,
+        "ep-mono22.mp3",
+        &[
+            "-ac",
+            "1",
+            "-ar",
+            "22050",
+            "-c:a",
+            "libmp3lame",
+            "-b:a",
+            "64k",
+        ],
+    );
     let plain = f.dir.join("plain.mp3");
     ffmpeg(&wav, &plain, &["-c:a", "libmp3lame", "-b:a", "128k"]);
     let reference = offsets(&analyser, &f, &plain);
 
-    for (name, episode) in [("stitched-mono.mp3", &mono44), ("stitched-22k.mp3", &mono22)] {
+    for (name, episode) in [
+        ("stitched-mono.mp3", &mono44),
+        ("stitched-22k.mp3", &mono22),
+    ] {
         let out = f.dir.join(name);
         concat(&out, &[&ad_stereo, episode]);
         let found = offsets(&analyser, &f, &out);
@@ -405,9 +512,39 @@ fn stitched_mp3s_are_decoded_whole_with_the_ads_length_added() {
     let (a, b) = (f.dir.join("part1.wav"), f.dir.join("part2.wav"));
     write_wav(&a, &samples[..split], RATE);
     write_wav(&b, &samples[split..], RATE);
-    let a = seg(&a, "part1.mp3", &["-ac", "1", "-ar", "22050", "-c:a", "libmp3lame", "-b:a", "64k"]);
-    let b = seg(&b, "part2.mp3", &["-ac", "1", "-ar", "22050", "-c:a", "libmp3lame", "-b:a", "64k"]);
-    let ad_mid = seg(&ad_wav, "ad-mid.mp3", &["-ac", "2", "-c:a", "libmp3lame", "-b:a", "128k"]);
+    let a = seg(
+        &a,
+        "part1.mp3",
+        &[
+            "-ac",
+            "1",
+            "-ar",
+            "22050",
+            "-c:a",
+            "libmp3lame",
+            "-b:a",
+            "64k",
+        ],
+    );
+    let b = seg(
+        &b,
+        "part2.mp3",
+        &[
+            "-ac",
+            "1",
+            "-ar",
+            "22050",
+            "-c:a",
+            "libmp3lame",
+            "-b:a",
+            "64k",
+        ],
+    );
+    let ad_mid = seg(
+        &ad_wav,
+        "ad-mid.mp3",
+        &["-ac", "2", "-c:a", "libmp3lame", "-b:a", "128k"],
+    );
     let out = f.dir.join("stitched-middle.mp3");
     concat(&out, &[&a, &ad_mid, &b]);
     let found = offsets(&analyser, &f, &out);

@@ -291,13 +291,33 @@ fn a_stitched_mp3_never_answers_wrongly_from_its_print() {
     ffmpeg(
         &ad_wav,
         &ad_mp3,
-        &["-ac", "2", "-c:a", "libmp3lame", "-b:a", "128k", "-id3v2_version", "0"],
+        &[
+            "-ac",
+            "2",
+            "-c:a",
+            "libmp3lame",
+            "-b:a",
+            "128k",
+            "-id3v2_version",
+            "0",
+        ],
     );
     let episode = f.dir.join("mono22.mp3");
     ffmpeg(
         &wav,
         &episode,
-        &["-ac", "1", "-ar", "22050", "-c:a", "libmp3lame", "-b:a", "64k", "-id3v2_version", "0"],
+        &[
+            "-ac",
+            "1",
+            "-ar",
+            "22050",
+            "-c:a",
+            "libmp3lame",
+            "-b:a",
+            "64k",
+            "-id3v2_version",
+            "0",
+        ],
     );
     let join = |name: &str, parts: [&PathBuf; 2]| -> PathBuf {
         let mut bytes = std::fs::read(parts[0]).unwrap();
