@@ -24,6 +24,7 @@ use symphonia::core::probe::Hint;
 
 use crate::error::Error;
 use crate::guard;
+use crate::mkv;
 use crate::mp3;
 use crate::mp4;
 use crate::ogg;
@@ -162,6 +163,7 @@ impl Decoder {
         }
         mp4::check_tables(path)
             .and_then(|()| ogg::check_comment(path))
+            .and_then(|()| mkv::check_sizes(path))
             .map_err(|reason| Error::OutOfBounds {
                 path: path.to_owned(),
                 reason,

@@ -83,6 +83,7 @@ mod error;
 mod guard;
 pub mod landmarks;
 pub mod matcher;
+mod mkv;
 mod mp3;
 mod mp4;
 mod ogg;
