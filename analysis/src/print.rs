@@ -1058,9 +1058,11 @@ mod tests {
         assert!(why.contains("peak at frame 4294967295 is past"), "{why}");
     }
 
+    type Change = Box<dyn FnOnce(&mut EpisodePrint)>;
+
     #[test]
     fn every_other_value_out_of_bounds_is_refused_with_the_value_named() {
-        let cases: Vec<(&str, Box<dyn FnOnce(&mut EpisodePrint)>)> = vec![
+        let cases: Vec<(&str, Change)> = vec![
             ("sample rate 0 Hz", Box::new(|p| p.rate = 0)),
             (
                 "frames at 44100 Hz are over 168 hours",
@@ -1069,8 +1071,14 @@ mod tests {
                     p.duration_ns = crate::ns(p.frames, 44_100);
                 }),
             ),
-            ("its duration of 99000000000 ns", Box::new(|p| p.duration_ns = 99_000_000_000)),
-            ("media hash is 2 hex digits", Box::new(|p| p.hash = "ab".into())),
+            (
+                "its duration of 99000000000 ns",
+                Box::new(|p| p.duration_ns = 99_000_000_000),
+            ),
+            (
+                "media hash is 2 hex digits",
+                Box::new(|p| p.hash = "ab".into()),
+            ),
             (
                 "media identity of 70000 bytes",
                 Box::new(|p| p.identity = "x".repeat(70_000)),
@@ -1091,8 +1099,14 @@ mod tests {
                 "frames per block of 4294967296 frames",
                 Box::new(|p| p.codec.frames_per_block = 1 << 32),
             ),
-            ("codec's delay of 4294967295", Box::new(|p| p.codec.delay = u32::MAX)),
-            ("codec's padding of 100000", Box::new(|p| p.codec.padding = 100_000)),
+            (
+                "codec's delay of 4294967295",
+                Box::new(|p| p.codec.delay = u32::MAX),
+            ),
+            (
+                "codec's padding of 100000",
+                Box::new(|p| p.codec.padding = 100_000),
+            ),
             (
                 "codec's 18446744073709551615 frames",
                 Box::new(|p| p.codec.n_frames = u64::MAX),

@@ -631,7 +631,8 @@ mod tests {
         };
         let mut w = hound::WavWriter::create(&path, spec).unwrap();
         for s in Speech::render(5, 8_000, Voice::numbered(1), 3.0) {
-            w.write_sample((s.clamp(-1.0, 1.0) * 32_000.0) as i16).unwrap();
+            w.write_sample((s.clamp(-1.0, 1.0) * 32_000.0) as i16)
+                .unwrap();
         }
         w.finalize().unwrap();
         let analyser = Analyser::new(Params::default());
