@@ -177,6 +177,9 @@ pub struct EpisodeScan {
     /// Every cluster closed: `(entry, best offset, its votes)`, before refinement.
     #[cfg(test)]
     closed: Vec<(usize, i64, u32)>,
+    /// The most offsets an entry's votes or coincidences ever held at once.
+    #[cfg(test)]
+    pub(crate) widest: usize,
     /// The print path: candidates kept for [`EpisodeScan::refine_with`], not refined at once.
     deferred: Option<Vec<Candidate>>,
 }
@@ -286,6 +289,8 @@ impl EpisodeScan {
             in_rate,
             #[cfg(test)]
             closed: Vec::new(),
+            #[cfg(test)]
+            widest: 0,
             deferred: None,
         }
     }
@@ -499,6 +504,14 @@ impl EpisodeScan {
                 entry.votes[at] = entry.votes[at].saturating_add(1);
             }
         }
+        #[cfg(test)]
+        self.note_widest();
+    }
+
+    #[cfg(test)]
+    fn note_widest(&mut self) {
+        let widest = self.entries.iter().map(|e| e.votes.len().max(e.hits.len()));
+        self.widest = self.widest.max(widest.max().unwrap_or(0));
     }
 
     /// Each peak in `self.fresh` counts, for every clip peak within `peak_hit_bins` bins of
@@ -525,6 +538,8 @@ impl EpisodeScan {
                 }
             }
         }
+        #[cfg(test)]
+        self.note_widest();
     }
 
     /// Finalises entry `e`'s offsets that no landmark to come can vote for.
