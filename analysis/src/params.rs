@@ -268,7 +268,7 @@ pub struct Params {
     /// 10 ms off: the loudest quarter second of a true occurrence clears 0.2 wherever its
     /// whole window does. From a print (`--bench prints -- --profile`, the analysis corpus's
     /// 17-minute `ep1` against six clips it does not hold, callgrind over the passes) 4,000
-    /// took 0.81× main's instructions and half its audio (phrase00: 8.7 → 4.7 s decoded).
+    /// took 0.81× main's instructions, 2,000 0.74× (phrase00: 8.7 → 4.7 → 2.7 s of audio decoded).
     pub screen_window: usize,
     /// Refinement windows per clip (the clip's start and end, then the most energetic others). 4:
     /// a median over four needs three of them to line up, which one look-alike stretch
