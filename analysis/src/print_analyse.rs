@@ -19,7 +19,7 @@ use crate::peaks::Peak;
 use crate::print::{self, ByteSource, CodecSpec, EpisodePrint};
 use crate::print_record::PacketLog;
 use crate::print_window::{Fetched, Packets, WindowError};
-use crate::refine::{value_at, Correlator, History, RefWindow, INTERPOLATION_TAPS};
+use crate::refine::{loudest_piece, value_at, Correlator, History, RefWindow, INTERPOLATION_TAPS};
 use crate::resample::Resampler;
 use crate::Progress;
 use crate::{Analyser, ClipInput, ClipOutcome, ClipPrint, ClipReport, EpisodeReport, Error};
@@ -216,6 +216,8 @@ struct Refiner<'a> {
     analysed: u64,
     /// Made for the first candidate screened.
     correlator: Option<Correlator>,
+    /// The screen's, for [`Params::screen_window`] (made for the first candidate screened).
+    screen_correlator: Option<Correlator>,
     kernel: Option<Kernel>,
     /// Stretches of the episode at the analysis rate (not pre-emphasised) computed so far,
     /// by first sample; they do not overlap. The speed variants of a clip and the windows
@@ -237,6 +239,7 @@ impl<'a> Refiner<'a> {
             analysed: resampler.output_len(print.frames),
             frames: print.frames,
             correlator: None,
+            screen_correlator: None,
             kernel: None,
             plain: BTreeMap::new(),
             decoded: 0,
@@ -368,13 +371,29 @@ impl<'a> Refiner<'a> {
             return Ok(true);
         };
         let near = self.params.agreement();
+        // The full analysis screens the window's loudest stretch first when the screen is
+        // shorter than a window ([`Params::screen_window`]): only that stretch is fetched.
+        let screen = self.params.screen_window;
+        let piece;
+        let (w, small) = if screen > 0 && screen < w.samples.len() {
+            piece = loudest_piece(w, screen);
+            (&piece, true)
+        } else {
+            (*w, false)
+        };
         let expected = best * hop + w.start as i64;
         let need = (
             expected - near as i64,
             expected + (w.samples.len() + near) as i64,
         );
         let history = self.history(&[need])?;
-        let Some(curve) = self.correlator().curve(w, &history, expected, near) else {
+        let correlator = if small {
+            self.screen_correlator
+                .get_or_insert_with(|| Correlator::new(screen, near))
+        } else {
+            self.correlator()
+        };
+        let Some(curve) = correlator.curve(w, &history, expected, near) else {
             // A silent or empty window: the full analysis stops there too.
             return Ok(true);
         };
