@@ -214,7 +214,8 @@ impl Fetcher {
             etag: answer.header(header::ETAG),
             last_modified: answer.header(header::LAST_MODIFIED),
         };
-        let (moved_to, as_given, url) = (answer.moved_to.clone(), answer.as_given, answer.url.clone());
+        let (moved_to, as_given, url) =
+            (answer.moved_to.clone(), answer.as_given, answer.url.clone());
         let bytes = answer.bytes().await?;
         Ok(Fetched::Body {
             bytes,

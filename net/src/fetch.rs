@@ -174,7 +174,8 @@ pub fn retry_after(headers: &HeaderMap, cap: Duration) -> Option<Duration> {
         Duration::from_secs(secs)
     } else {
         let at = httpdate::parse_http_date(value).ok()?;
-        at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO)
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO)
     };
     Some(wait.min(cap))
 }
@@ -513,7 +514,10 @@ mod tests {
             b"audio".to_vec(),
         )
         .await;
-        let got = fetcher(100).get(&url, HeaderMap::new(), true).await.unwrap();
+        let got = fetcher(100)
+            .get(&url, HeaderMap::new(), true)
+            .await
+            .unwrap();
         assert_eq!(got.header(header::CONTENT_LENGTH).as_deref(), Some("5"));
         assert_eq!(got.bytes().await.unwrap(), b"audio");
         let small = fetcher(4).get(&url, HeaderMap::new(), true).await.unwrap();

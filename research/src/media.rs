@@ -1853,5 +1853,4 @@ mod tests {
         assert!(path.is_absolute(), "{}", path.display());
         assert!(path.ends_with("media/a.mp3"), "{}", path.display());
     }
-
 }

@@ -515,11 +515,7 @@ impl HttpRanges {
                     "a range request: HTTP {status}"
                 )));
             }
-            if let Err(why) = ranged_answer_is(
-                &identity,
-                response.headers(),
-                (start, last, len),
-            ) {
+            if let Err(why) = ranged_answer_is(&identity, response.headers(), (start, last, len)) {
                 changed.store(true, Ordering::Relaxed);
                 return Err(std::io::Error::other(format!(
                     "a range request for bytes {start}-{last} of {len}: {why}"
@@ -606,7 +602,9 @@ fn ranged_answer_is(
     }
     if let (Some(printed), Some(now)) = (last_modified, text(header::LAST_MODIFIED)) {
         if &now != printed {
-            return Err(format!("answered with Last-Modified {now:?}, not {printed:?}"));
+            return Err(format!(
+                "answered with Last-Modified {now:?}, not {printed:?}"
+            ));
         }
     }
     Ok(())
@@ -904,9 +902,10 @@ mod tests {
         })
         .await
         .unwrap();
-        for ((read, fallback), case) in checked
-            .into_iter()
-            .zip(["wrong end", "wrong total", "other etag", "weak etag"])
+        for ((read, fallback), case) in
+            checked
+                .into_iter()
+                .zip(["wrong end", "wrong total", "other etag", "weak etag"])
         {
             assert!(read.is_err(), "{case}: read {read:?}");
             assert_eq!(fallback, Some(Fallback::ChangedMedia), "{case}");

@@ -17,7 +17,9 @@ use tokio_util::sync::CancellationToken;
 
 /// Not audio: every episode served here fails to decode (each its own bytes, 1000 of them).
 fn not_audio(path: &str) -> Vec<u8> {
-    let mut bytes = format!("{path}: this is not audio at all\n").repeat(40).into_bytes();
+    let mut bytes = format!("{path}: this is not audio at all\n")
+        .repeat(40)
+        .into_bytes();
     bytes.resize(1000, b'.');
     bytes
 }
