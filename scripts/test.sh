@@ -10,6 +10,8 @@
 #   - A browser for the status page's test: Debian's chromium, installed if missing.
 #   - ffmpeg for the analyser's tests (MP3, AAC, Ogg and FLAC made from generated WAVs):
 #     Debian's ffmpeg, installed if missing.
+#   - libopus for the analyser's Opus decoder (linked, not built: Debian's libopus-dev, installed
+#     if missing, before anything is compiled).
 #   - mdBook, to build the book in docs/ (cargo install, when missing).
 # Then: formatting, clippy with warnings as errors, the crates' documentation (rustdoc) with
 # warnings as errors, and every test of the workspace, doc tests included.
@@ -140,6 +142,14 @@ if ! command -v chromium >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 log "$(chromium --version 2>/dev/null | head -n 1)"
+
+# ---------------------------------------------------------------- libopus
+# The analyser decodes Opus with libopus (symphonia-adapter-libopus, linked to the system's
+# library): every build of the workspace links it.
+if ! pkg-config --exists opus 2>/dev/null; then
+  log "installing libopus-dev (apt)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopus-dev pkg-config >/dev/null
+fi
 
 # ---------------------------------------------------------------- ffmpeg
 # The analyser's tests (analysis/tests/formats.rs, bin/tests/e2e/analyse.rs) encode their

@@ -16,7 +16,12 @@
 //!     [--peers-venv DIR] [--overlay-only [--findability]]
 //! cargo bench -p analysis --bench accuracy -- --probe EPISODE CLIP
 //! cargo bench -p analysis --bench accuracy -- --print-size EPISODE...
+//! cargo bench -p analysis --bench accuracy -- --formats DIR
 //! ```
+//!
+//! `--formats DIR`: the formats-as-published corpus (`scripts/make-formats-corpus.sh`): for
+//! each file, the clips found, the largest offset error against the truth and against the
+//! plain MP3 (ms), and the speed (× real time, decoding included).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
@@ -1453,6 +1458,12 @@ fn main() {
             args[3].parse().unwrap(),
         );
     }
+    if args.first().map(String::as_str) == Some("--formats") {
+        let dir = args
+            .get(1)
+            .map_or_else(|| PathBuf::from("target/formats-corpus"), PathBuf::from);
+        return formats(&dir);
+    }
     // RUST_LOG=analysis=debug: the analyser's log of every candidate, episode by episode.
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
@@ -1798,4 +1809,102 @@ fn peaks_at(episode: &Path, clip: &Path, at_s: f64) {
         prom(&own_refs),
         prom(&inside)
     );
+}
+
+/// `--formats DIR`: see the module's documentation.
+fn formats(dir: &Path) {
+    let truth: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("truth.json"))
+            .expect("truth.json: run scripts/make-formats-corpus.sh first"),
+    )
+    .unwrap();
+    let clips: Vec<ClipInput> = truth["clips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| ClipInput::new(dir.join(c.as_str().unwrap())))
+        .collect();
+    // Clip index → true offsets (s) on the episode's own timeline.
+    let present: Vec<Vec<f64>> = (0..clips.len())
+        .map(|c| {
+            truth["present"][c.to_string()]
+                .as_array()
+                .map(|v| v.iter().map(|x| x.as_f64().unwrap()).collect())
+                .unwrap_or_default()
+        })
+        .collect();
+    let duration_s = truth["duration_s"].as_f64().unwrap();
+    let analyser = Analyser::new(tuned());
+    let episodes = truth["episodes"].as_array().unwrap();
+    let found = |path: &Path| -> (Vec<Vec<f64>>, f64) {
+        let t = Instant::now();
+        let report = analyser
+            .analyse(path, &clips)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let seconds = t.elapsed().as_secs_f64();
+        let offsets = report
+            .clips
+            .iter()
+            .map(|c| match c {
+                ClipOutcome::Found(r) => r.offsets_ns().iter().map(|&o| o as f64 / 1e9).collect(),
+                ClipOutcome::Failed(e) => panic!("{e}"),
+            })
+            .collect();
+        (offsets, seconds)
+    };
+    let reference = episodes
+        .iter()
+        .find(|e| e["reference"].as_bool() == Some(true))
+        .expect("a reference file");
+    // Once before timing: the clips' fingerprints are made (and cached) here.
+    let (plain, _) = found(&dir.join(reference["file"].as_str().unwrap()));
+    println!(
+        "| format | file | clips found | offset error vs truth (ms) | vs the plain MP3 (ms) | × real time |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let total: usize = present.iter().map(Vec::len).sum();
+    for e in episodes {
+        let file = e["file"].as_str().unwrap();
+        let path = dir.join(file);
+        let ad_at = e["ad_at_s"].as_f64();
+        let ad_s = e["ad_s"].as_f64().unwrap_or(0.0);
+        let shift = |t: f64| match ad_at {
+            Some(a) if t >= a => t + ad_s,
+            _ => t,
+        };
+        let (offsets, seconds) = found(&path);
+        let (mut hits, mut vs_truth, mut vs_plain, mut extra) = (0usize, 0f64, 0f64, 0usize);
+        for (c, true_offsets) in present.iter().enumerate() {
+            extra += offsets[c].len().saturating_sub(true_offsets.len());
+            for (k, &t) in true_offsets.iter().enumerate() {
+                let expected = shift(t);
+                let Some(&o) = offsets[c]
+                    .iter()
+                    .min_by(|a, b| (*a - expected).abs().total_cmp(&(*b - expected).abs()))
+                else {
+                    continue;
+                };
+                if (o - expected).abs() > HIT_S {
+                    continue;
+                }
+                hits += 1;
+                vs_truth = vs_truth.max((o - expected).abs() * 1e3);
+                if let Some(&p) = plain[c].get(k) {
+                    vs_plain = vs_plain.max((o - shift(p)).abs() * 1e3);
+                }
+            }
+        }
+        let media_s = duration_s + if ad_at.is_some() { ad_s } else { 0.0 };
+        println!(
+            "| {} | {} | {hits}/{total}{} | {vs_truth:.1} | {vs_plain:.1} | {:.0} |",
+            e["format"].as_str().unwrap(),
+            file.trim_start_matches("episodes/"),
+            if extra > 0 {
+                format!(" (+{extra} false)")
+            } else {
+                String::new()
+            },
+            media_s / seconds
+        );
+    }
 }

@@ -9,11 +9,13 @@
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use sha2::{Digest, Sha256};
 use symphonia::core::audio::SampleBuffer;
-use symphonia::core::codecs::{DecoderOptions, CODEC_TYPE_NULL};
+use symphonia::core::codecs::{
+    self as codecs, CodecRegistry, CodecType, DecoderOptions, CODEC_TYPE_NULL,
+};
 use symphonia::core::errors::Error as SymphoniaError;
 use symphonia::core::formats::{FormatOptions, FormatReader};
 use symphonia::core::io::{MediaSource, MediaSourceStream};
@@ -22,16 +24,68 @@ use symphonia::core::probe::Hint;
 
 use crate::error::Error;
 use crate::guard;
+use crate::mkv;
+use crate::mp3;
 use crate::mp4;
 use crate::ogg;
+use crate::params::Params;
 use crate::params::{MAX_CHANNELS, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};
 use crate::print::CodecSpec;
 use crate::print_record::{PacketLog, Recent};
+use crate::resample::Resampler;
 use crate::wav;
 
 /// Consecutive undecodable packets after which a stream is declared undecodable: a few bad
 /// packets (a damaged frame, a truncated last one) are skipped, a stream of garbage is not.
 const MAX_CONSECUTIVE_DECODE_ERRORS: usize = 64;
+
+/// The priming samples of an AAC stream without a container to say (raw ADTS): one frame,
+/// as ffmpeg's and FDK's AAC encoders put.
+const ADTS_PRIMING: u64 = 1_024;
+
+/// Frames ahead of where it is expected a packet of a stitched MP3 is looked for.
+const RESYNC_FRAMES: u64 = 8;
+
+/// The codecs the analyser decodes: symphonia's, and Opus through libopus.
+static CODECS: LazyLock<CodecRegistry> = LazyLock::new(|| {
+    let mut registry = CodecRegistry::new();
+    symphonia::default::register_enabled_codecs(&mut registry);
+    registry.register_all::<symphonia_adapter_libopus::OpusDecoder>();
+    registry
+});
+
+/// The codec registry every decoder of the analyser is made from.
+pub(crate) fn codecs() -> &'static CodecRegistry {
+    &CODECS
+}
+
+/// A codec's name in words, for one no decoder here knows (symphonia prints its number).
+fn codec_name(codec: CodecType) -> String {
+    let known = [
+        (codecs::CODEC_TYPE_ALAC, "alac (apple lossless)"),
+        (codecs::CODEC_TYPE_WAVPACK, "wavpack"),
+        (codecs::CODEC_TYPE_MONKEYS_AUDIO, "monkey's audio"),
+        (codecs::CODEC_TYPE_TTA, "tta"),
+        (codecs::CODEC_TYPE_EAC3, "e-ac-3 (dolby digital plus)"),
+        (codecs::CODEC_TYPE_AC4, "ac-4"),
+        (codecs::CODEC_TYPE_DCA, "dts"),
+        (codecs::CODEC_TYPE_WMA, "wma"),
+        (codecs::CODEC_TYPE_SPEEX, "speex"),
+        (codecs::CODEC_TYPE_MUSEPACK, "musepack"),
+        (codecs::CODEC_TYPE_ATRAC1, "atrac1"),
+        (codecs::CODEC_TYPE_ATRAC3, "atrac3"),
+        (codecs::CODEC_TYPE_ATRAC3PLUS, "atrac3plus"),
+        (codecs::CODEC_TYPE_ATRAC9, "atrac9"),
+        (codecs::CODEC_TYPE_ADPCM_G722, "g.722 adpcm"),
+        (codecs::CODEC_TYPE_ADPCM_G726, "g.726 adpcm"),
+        (codecs::CODEC_TYPE_ADPCM_G726LE, "g.726 adpcm"),
+        (codecs::CODEC_TYPE_OPUS, "opus"),
+    ];
+    known.iter().find(|(c, _)| *c == codec).map_or_else(
+        || format!("an unknown codec (symphonia's {codec})"),
+        |(_, n)| (*n).to_owned(),
+    )
+}
 
 /// A file being decoded, packet by packet. Holds one packet's samples at a time.
 pub struct Decoder {
@@ -54,6 +108,29 @@ pub struct Decoder {
     broken: bool,
     /// Printing: the packet table being recorded, and the track's codec parameters.
     log: Option<(PacketLog, CodecSpec)>,
+    /// An MP3 of several segments (ads stitched in): how each is decoded (`mp3.rs`).
+    segments: Option<Segments>,
+}
+
+/// Decoding an MP3 of several segments: each trimmed by its own LAME tag, a new decoder where
+/// the format changes, and a segment at another rate resampled to the first one's.
+struct Segments {
+    layout: mp3::Layout,
+    /// The next packet's index among the audio frames.
+    next: u64,
+    /// The segment of the last packet.
+    current: usize,
+    /// The format the decoder was made for.
+    format: Option<mp3::Header>,
+    /// The current segment's rate converted to the stream's (first segment's) rate.
+    resampler: Option<Resampler>,
+    /// Samples of the stream not yet given out (a resampler's tail at a segment's end).
+    pending: Vec<f32>,
+    /// A segment after the first has begun: the print's packets from here are not decoded
+    /// alone (a window there is decoded by a full analysis instead).
+    changed: bool,
+    /// The end of the stream was reached and the last samples given out.
+    ended: bool,
 }
 
 impl Decoder {
@@ -86,6 +163,7 @@ impl Decoder {
         }
         mp4::check_tables(path)
             .and_then(|()| ogg::check_comment(path))
+            .and_then(|()| mkv::check_sizes(path))
             .map_err(|reason| Error::OutOfBounds {
                 path: path.to_owned(),
                 reason,
@@ -99,6 +177,7 @@ impl Decoder {
             pos: 0,
             len,
             hash: Arc::clone(&hash),
+            patches: wav::length_patches(path),
         };
         let stream = MediaSourceStream::new(Box::new(source), Default::default());
         let mut hint = Hint::new();
@@ -150,24 +229,51 @@ impl Decoder {
             .map(|c| c.count())
             .or_else(|| params.channel_layout.map(|l| l.into_channels().count()));
         check_bounds(path, params.sample_rate, channels)?;
-        let codecs = symphonia::default::get_codecs();
+        let codecs = codecs();
         let codec = codecs
             .get_codec(params.codec)
             .map(|d| d.short_name.to_owned())
-            .unwrap_or_else(|| format!("{}", params.codec));
+            .unwrap_or_else(|| codec_name(params.codec));
         let decoder = guard::catch(|| codecs.make(params, &DecoderOptions::default()))
             .map_err(|message| panicked(path, &format!("the {codec} decoder"), message))?
             .map_err(|e| Error::UnsupportedCodec {
                 path: path.to_owned(),
-                reason: format!("{codec}: {}", describe(&e)),
+                reason: if codecs.get_codec(params.codec).is_none() {
+                    format!("{codec}, which the analyser does not decode (it decodes mp3, aac, vorbis, opus, flac and pcm)")
+                } else {
+                    format!("{codec}: {}", describe(&e))
+                },
             })?;
         let sample_rate = track.codec_params.sample_rate.unwrap_or(0);
         let n_frames = track.codec_params.n_frames;
         let track_id = track.id;
         let log = printing.then(|| (PacketLog::default(), CodecSpec::of(&track.codec_params)));
+        let mpeg = [
+            codecs::CODEC_TYPE_MP3,
+            codecs::CODEC_TYPE_MP2,
+            codecs::CODEC_TYPE_MP1,
+        ]
+        .contains(&params.codec);
+        let segments = mpeg.then(|| mp3::layout(path)).flatten().map(|layout| {
+            tracing::debug!(file = %path.display(), segments = layout.segments.len(), "an mp3 of several segments (ads stitched in)");
+            Segments {
+                layout,
+                next: 0,
+                current: 0,
+                format: None,
+                resampler: None,
+                pending: Vec::new(),
+                changed: false,
+                ended: false,
+            }
+        });
         // Symphonia trims MP3 and Ogg itself (gapless); MP4 keeps it in an edit list.
         let skip = if mp4::is_mp4(path) {
             mp4::priming_samples(path, sample_rate).unwrap_or(0)
+        } else if params.codec == codecs::CODEC_TYPE_AAC {
+            // Raw ADTS has no edit list: the encoder's priming is the one AAC encoders put
+            // (ffmpeg's and FDK's 1,024 samples), or every offset is 23 ms late.
+            ADTS_PRIMING
         } else {
             0
         };
@@ -190,6 +296,7 @@ impl Decoder {
             len,
             broken: false,
             log,
+            segments,
         })
     }
 
@@ -264,6 +371,10 @@ impl Decoder {
             if packet.track_id() != self.track_id {
                 continue;
             }
+            let mut packet = packet;
+            if self.segments.is_some() {
+                self.segment_packet(&mut packet)?;
+            }
             let decoder = &mut self.decoder;
             let decoded = match guard::catch(|| decoder.decode(&packet).map(|_| ())) {
                 Ok(Ok(())) => self.decoder.last_decoded(),
@@ -272,7 +383,14 @@ impl Decoder {
                     return Err(self.broke(&stage, message));
                 }
                 Ok(Err(SymphoniaError::DecodeError(e))) => {
-                    note(&mut self.log, &self.hash, &packet, 0, 0);
+                    note(
+                        &mut self.log,
+                        &self.hash,
+                        &packet,
+                        0,
+                        0,
+                        self.segments.as_ref().is_some_and(|s| s.changed),
+                    );
                     consecutive_errors += 1;
                     tracing::debug!(file = %self.path.display(), error = e, "skipping an undecodable packet");
                     if consecutive_errors >= MAX_CONSECUTIVE_DECODE_ERRORS {
@@ -289,7 +407,14 @@ impl Decoder {
             let spec = *decoded.spec();
             let frames = decoded.frames();
             if frames == 0 {
-                note(&mut self.log, &self.hash, &packet, 0, 0);
+                note(
+                    &mut self.log,
+                    &self.hash,
+                    &packet,
+                    0,
+                    0,
+                    self.segments.as_ref().is_some_and(|s| s.changed),
+                );
                 continue;
             }
             // The container may not have said (or said otherwise): what the codec says is
@@ -308,29 +433,53 @@ impl Decoder {
             self.skip -= skip as u64;
             let samples = &buffer.samples()[skip * channels..];
             let frames = frames - skip;
-            note(
-                &mut self.log,
-                &self.hash,
-                &packet,
-                skip as u32,
-                frames as u32,
-            );
-            if frames == 0 {
-                continue;
-            }
-            self.mono.clear();
+            let mut mono = std::mem::take(&mut self.mono);
+            mono.clear();
             if channels == 1 {
-                self.mono.extend_from_slice(&samples[..frames]);
+                mono.extend_from_slice(&samples[..frames]);
             } else {
                 let scale = 1.0 / channels as f32;
-                self.mono.extend(
+                mono.extend(
                     samples
                         .chunks_exact(channels)
                         .take(frames)
                         .map(|f| f.iter().sum::<f32>() * scale),
                 );
             }
-            self.frames_decoded += frames as u64;
+            if let Some(seg) = &mut self.segments {
+                // The segment's samples at the stream's rate, after what an earlier one left.
+                let mut out = std::mem::take(&mut seg.pending);
+                match &mut seg.resampler {
+                    Some(r) => r.process(&mono, &mut out),
+                    None => out.extend_from_slice(&mono),
+                }
+                mono.clear();
+                seg.pending = mono;
+                mono = out;
+                let changed = seg.changed;
+                note(
+                    &mut self.log,
+                    &self.hash,
+                    &packet,
+                    skip as u32,
+                    mono.len() as u32,
+                    changed,
+                );
+            } else {
+                note(
+                    &mut self.log,
+                    &self.hash,
+                    &packet,
+                    skip as u32,
+                    frames as u32,
+                    false,
+                );
+            }
+            self.mono = mono;
+            if self.mono.is_empty() {
+                continue;
+            }
+            self.frames_decoded += self.mono.len() as u64;
             return Ok(Some(&self.mono));
         }
     }
@@ -341,6 +490,24 @@ impl Decoder {
     }
 
     fn end(&mut self) -> Result<Option<&[f32]>, Error> {
+        // An MP3 of several segments: the last segment's resampler's tail.
+        if let Some(seg) = &mut self.segments {
+            if !seg.ended {
+                seg.ended = true;
+                let mut out = std::mem::take(&mut seg.pending);
+                if let Some(mut r) = seg.resampler.take() {
+                    r.finish(&mut out);
+                }
+                if !out.is_empty() {
+                    if let Some((log, _)) = &mut self.log {
+                        log.add_to_last(out.len() as u32);
+                    }
+                    self.frames_decoded += out.len() as u64;
+                    self.mono = out;
+                    return Ok(Some(&self.mono));
+                }
+            }
+        }
         if self.frames_decoded == 0 || self.sample_rate == 0 {
             return Err(Error::NoAudio {
                 path: self.path.clone(),
@@ -348,6 +515,98 @@ impl Decoder {
             });
         }
         Ok(None)
+    }
+
+    /// An MP3 of several segments: the packet's trimming by its segment's tag (in place of the
+    /// reader's, made from the first segment's tag for the whole file), and a new decoder
+    /// and resampler where a segment of another format begins.
+    fn segment_packet(
+        &mut self,
+        packet: &mut symphonia::core::formats::Packet,
+    ) -> Result<(), Error> {
+        let Some(seg) = &mut self.segments else {
+            return Ok(());
+        };
+        let k = seg.next;
+        seg.next += 1;
+        let word = packet
+            .data
+            .get(..4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+        let header = word.and_then(mp3::Header::parse);
+        // The reader may have skipped a frame the walk took (junk that looked like one):
+        // the packet is looked for a few frames on.
+        let at = (k..k + RESYNC_FRAMES)
+            .find(|&j| word.is_some() && seg.layout.headers.get(j as usize).copied() == word);
+        let (Some(header), Some(k)) = (header, at) else {
+            if !seg.changed {
+                // Nothing trimmed or converted yet by segment: decoded as one stream.
+                tracing::debug!(file = %self.path.display(), frame = k, "the mp3's frames are not where the walk found them: decoded as one stream");
+                self.segments = None;
+                return Ok(());
+            }
+            return Err(Error::Decode {
+                path: self.path.clone(),
+                codec: self.codec.clone(),
+                reason: format!(
+                    "frame {k} of this mp3 of {} segments is not where its walk found it",
+                    seg.layout.segments.len()
+                ),
+            });
+        };
+        seg.next = k + 1;
+        let s = seg.layout.segment_of(k);
+        if s != seg.current {
+            seg.current = s;
+            seg.changed = true;
+            if let Some(mut r) = seg.resampler.take() {
+                r.finish(&mut seg.pending);
+            }
+            if header.rate != self.sample_rate {
+                seg.resampler = Some(Resampler::new(
+                    header.rate,
+                    self.sample_rate,
+                    &Params::default(),
+                ));
+            }
+        }
+        if seg.format.is_some_and(|f| !f.same_format(&header)) {
+            check_bounds(&self.path, Some(header.rate), Some(header.channels))?;
+            let mut params = symphonia::core::codecs::CodecParameters::new();
+            params
+                .for_codec(self.decoder.codec_params().codec)
+                .with_sample_rate(header.rate)
+                .with_channels(if header.channels == 1 {
+                    symphonia::core::audio::Channels::FRONT_LEFT
+                } else {
+                    symphonia::core::audio::Channels::FRONT_LEFT
+                        | symphonia::core::audio::Channels::FRONT_RIGHT
+                });
+            let path = &self.path;
+            self.decoder = guard::catch(|| codecs().make(&params, &DecoderOptions::default()))
+                .map_err(|message| panicked(path, "the mp3 decoder", message))?
+                .map_err(|e| Error::Decode {
+                    path: path.clone(),
+                    codec: self.codec.clone(),
+                    reason: describe(&e),
+                })?;
+            self.interleaved = None;
+        }
+        seg.format = Some(header);
+        // The trimming of symphonia's `trim_packet`, by this segment's own tag.
+        let segment = &seg.layout.segments[s];
+        let dur = header.samples();
+        let ts = (k - segment.first) * dur;
+        let delay = u64::from(segment.delay);
+        let trim_start = delay.saturating_sub(ts).min(dur);
+        let start = ts.saturating_sub(delay);
+        let kept = dur - trim_start;
+        let trim_end = segment
+            .keep
+            .map_or(0, |keep| (start + kept).saturating_sub(keep).min(kept));
+        packet.trim_start = trim_start as u32;
+        packet.trim_end = trim_end as u32;
+        Ok(())
     }
 
     /// A panic in the reader or decoder: the file's error, and they are not called again.
@@ -495,15 +754,20 @@ fn describe(e: &SymphoniaError) -> String {
 }
 
 /// Printing: where the packet lies in the file, the frames dropped from its start and the
-/// frames it added.
+/// frames it added; or, `unindexed`, that it cannot be decoded alone.
 fn note(
     log: &mut Option<(PacketLog, CodecSpec)>,
     hash: &Mutex<HashState>,
     packet: &symphonia::core::formats::Packet,
     drop: u32,
     out: u32,
+    unindexed: bool,
 ) {
     if let Some((log, _)) = log {
+        if unindexed {
+            log.unindexed(out);
+            return;
+        }
         let state = hash.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(recent) = &state.recent {
             let trim = (packet.trim_start, packet.trim_end);
@@ -528,6 +792,9 @@ struct HashingSource {
     pos: u64,
     len: u64,
     hash: Arc<Mutex<HashState>>,
+    /// Header bytes shown to symphonia in place of the file's (`wav::length_patches`); the
+    /// hash is of the file's own.
+    patches: Vec<(u64, [u8; 4])>,
 }
 
 impl Read for HashingSource {
@@ -542,6 +809,15 @@ impl Read for HashingSource {
             let skip = (state.hashed_to - self.pos) as usize;
             state.hasher.update(&buf[skip..n]);
             state.hashed_to = end;
+        }
+        drop(state);
+        for (at, value) in &self.patches {
+            for (k, &b) in value.iter().enumerate() {
+                let q = at + k as u64;
+                if q >= self.pos && q < end {
+                    buf[(q - self.pos) as usize] = b;
+                }
+            }
         }
         self.pos = end;
         Ok(n)

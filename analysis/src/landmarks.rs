@@ -100,7 +100,8 @@ impl PairZone {
     /// Whether the anchor at frame `anchor` is complete once a peak at frame `t` has come:
     /// [`Pairer::push`]'s test (peaks come in time order).
     pub(crate) fn closed(&self, anchor: u32, t: u32) -> bool {
-        anchor + self.max_dt < t
+        // In u64: an anchor near the end of the frame range (a print's) does not overflow.
+        u64::from(anchor) + u64::from(self.max_dt) < u64::from(t)
     }
 
     /// The landmarks anchored at `peaks[a]` (`(frame, bin)`, in time order), as
@@ -133,14 +134,15 @@ impl PairZone {
     ) -> usize {
         let mut n = 0;
         for (bt, bf) in later {
-            if n == self.fanout || bt > at + self.max_dt {
+            // Peaks come in time order (`bt >= at`); a difference, not a sum, cannot overflow.
+            if n == self.fanout || bt.saturating_sub(at) > self.max_dt {
                 break;
             }
             // Without a branch on whether the pair is in the zone (about half are not, at
             // random): the filter is asked either way, and kept only counts for one that is.
             let df = i32::from(bf) - i32::from(af);
             let pair = (bt != at) & (df.abs() <= self.max_df);
-            let hash = hash(af, df, bt - at);
+            let hash = hash(af, df, bt.saturating_sub(at));
             if pair & keep(hash) {
                 out.push(Landmark { hash, t: at });
             }
@@ -352,6 +354,26 @@ mod tests {
             .filter(|l| l.hash.is_multiple_of(3))
             .collect();
         assert_eq!(kept, filtered);
+    }
+
+    #[test]
+    fn anchors_at_the_end_of_the_frame_range_pair_without_overflow() {
+        // A print's peaks are read from untrusted bytes: frames near u32::MAX once
+        // overflowed `anchor + max_dt` (a panic in debug builds, a wrong zone in release).
+        let p = Params::default();
+        let zone = PairZone::new(&p);
+        let end = u32::MAX;
+        assert!(!zone.closed(end - 1, end));
+        assert!(!zone.closed(end, end));
+        assert!(zone.closed(0, end));
+        let peaks = [(end - 40, 100u16), (end - 2, 101), (end, 99)];
+        let mut out = Vec::new();
+        let made = zone.anchor(&peaks, 0, |_| true, &mut out);
+        assert_eq!(made, 2);
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|l| l.t == end - 40));
+        assert_eq!(zone.anchor(&peaks, 1, |_| true, &mut out), 1);
+        assert_eq!(zone.anchor(&peaks, 2, |_| true, &mut out), 0);
     }
 
     #[test]

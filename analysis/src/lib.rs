@@ -87,6 +87,8 @@ pub mod findability;
 mod guard;
 pub mod landmarks;
 pub mod matcher;
+mod mkv;
+mod mp3;
 mod mp4;
 mod ogg;
 pub mod params;

@@ -16,7 +16,7 @@ use crate::clip::ClipPrint;
 use crate::landmarks::{Fingerprinter, Landmark};
 use crate::params::Params;
 use crate::peaks::Peak;
-use crate::refine::{peak, piece_scores, value_at, Correlator, History, RefWindow};
+use crate::refine::{loudest_piece, peak, piece_scores, value_at, Correlator, History, RefWindow};
 use crate::resample::Resampler;
 
 /// Offsets this close (frames) to the previous candidate join its cluster.
@@ -169,6 +169,8 @@ pub struct EpisodeScan {
     /// Made for the first candidate refined (its buffers are ~0.4 MB; most passes from a
     /// print have none).
     correlator: Option<Correlator>,
+    /// The screen's, for windows of [`Params::screen_window`] searched near the votes.
+    screen_correlator: Option<Correlator>,
     analysed: Vec<f32>,
     landmarks: Vec<Landmark>,
     found: Vec<Vec<Match>>,
@@ -177,6 +179,9 @@ pub struct EpisodeScan {
     /// Every cluster closed: `(entry, best offset, its votes)`, before refinement.
     #[cfg(test)]
     closed: Vec<(usize, i64, u32)>,
+    /// The most offsets an entry's votes or coincidences ever held at once.
+    #[cfg(test)]
+    pub(crate) widest: usize,
     /// The print path: candidates kept for [`EpisodeScan::refine_with`], not refined at once.
     deferred: Option<Vec<Candidate>>,
 }
@@ -271,6 +276,7 @@ impl EpisodeScan {
             fingerprinter,
             history: History::new(cap, params.pre_emphasis),
             correlator: None,
+            screen_correlator: None,
             params: params.clone(),
             clips: clips.to_vec(),
             index,
@@ -286,6 +292,8 @@ impl EpisodeScan {
             in_rate,
             #[cfg(test)]
             closed: Vec::new(),
+            #[cfg(test)]
+            widest: 0,
             deferred: None,
         }
     }
@@ -499,6 +507,14 @@ impl EpisodeScan {
                 entry.votes[at] = entry.votes[at].saturating_add(1);
             }
         }
+        #[cfg(test)]
+        self.note_widest();
+    }
+
+    #[cfg(test)]
+    fn note_widest(&mut self) {
+        let widest = self.entries.iter().map(|e| e.votes.len().max(e.hits.len()));
+        self.widest = self.widest.max(widest.max().unwrap_or(0));
     }
 
     /// Each peak in `self.fresh` counts, for every clip peak within `peak_hit_bins` bins of
@@ -525,6 +541,8 @@ impl EpisodeScan {
                 }
             }
         }
+        #[cfg(test)]
+        self.note_widest();
     }
 
     /// Finalises entry `e`'s offsets that no landmark to come can vote for.
@@ -692,10 +710,27 @@ impl EpisodeScan {
             .map(|(i, _)| i);
         let mut curves: Vec<Vec<f32>> = Vec::with_capacity(inside.len());
         if let Some(i) = loudest {
+            let agree = self.params.agreement();
+            // First the loudest stretch of that window alone, when the screen is shorter
+            // than a window ([`Params::screen_window`]): from a print, all a chance
+            // candidate then costs is that stretch's audio.
+            let screen = self.params.screen_window;
+            if screen > 0 && screen < inside[i].samples.len() {
+                let piece = loudest_piece(inside[i], screen);
+                let small = self
+                    .screen_correlator
+                    .get_or_insert_with(|| Correlator::new(screen, agree));
+                let expected = cluster.best * hop + piece.start as i64;
+                let Some(near) = small.curve(&piece, history, expected, agree) else {
+                    return;
+                };
+                if near.iter().copied().fold(f32::MIN, f32::max) < self.params.refine_screen {
+                    return;
+                }
+            }
             let Some(first) = curve(inside[i]) else {
                 return;
             };
-            let agree = self.params.agreement();
             let around_votes = &first[search - agree..=search + agree];
             if around_votes.iter().copied().fold(f32::MIN, f32::max) < self.params.refine_screen {
                 return;
@@ -814,7 +849,10 @@ impl EpisodeScan {
         // Thin evidence (a candidate of coincidences alone, or a low score) must line up in
         // every stretch, not only on the whole: a look-alike at another pace (the same words
         // in the same voice) lines up in some and scores on them.
-        if cluster.weak || correlation < self.params.min_correlation_weak {
+        if cluster.weak
+            || correlation < self.params.min_correlation_weak
+            || cluster.best_votes < self.params.judge_votes
+        {
             let pieces = self.pieces(&inside, start);
             tracing::debug!(
                 clip = c,
@@ -975,7 +1013,12 @@ mod tests {
 
     #[test]
     fn two_occurrences_give_two_clusters_and_chance_agreements_none() {
-        let params = Params::default();
+        // At 4 votes: this episode's 300 chance agreements reach 3 votes at two offsets,
+        // which at the default 3 are clusters too, for the refinement to reject.
+        let params = Params {
+            min_votes: 4,
+            ..Params::default()
+        };
         let (a, la) = clip(1);
         let mut scan = EpisodeScan::new(&params, &[a], 8_000);
         let mut episode: Vec<Landmark> = shifted(&la, 1_000).chain(shifted(&la, 2_500)).collect();

@@ -137,6 +137,14 @@ pub struct Params {
     /// judge of pieces (2026-11-27): 3 votes found 400 of 640 where 4 found 394, no false
     /// match, but a spoken clip's pass from a print (absent from the episode) met 28 chance
     /// candidates where 4 votes meet 8, each decoding about a second of audio: 2.9× its CPU.
+    /// **3** (2026-11-29, issue 46: a new clip may cost 5 CPU-minutes across 4,000 hours, and
+    /// a chance candidate from a print now costs the screen's quarter second of audio, not a
+    /// window's, [`Params::screen_window`]): 403 of 640 where 4 found 398 (stings at −6 dB 4
+    /// and 5 → 5 and 6 of 10 ≥ 2 s, a voice tag at −6 dB, three at −12 dB), no false match
+    /// anywhere (4,398 absent pairs, 96 near misses), nothing more than 10 ms off, every old
+    /// class 42 of 42. From a print, with the screen of 250 ms, six absent clips against the
+    /// 17-minute `ep1` cost (sum of their passes) the instructions and CPU given in the
+    /// analyser chapter (issue 46).
     pub min_votes: u32,
     /// Peak coincidences, a second source of candidates beside the landmarks' votes: each
     /// of the episode's peaks that falls within ± [`Params::peak_hit_bins`] bins of one of a
@@ -226,6 +234,13 @@ pub struct Params {
     /// any. Judging every candidate, not only thin ones, refused 3 true occurrences (at a
     /// bar of 0.25: 375 against 378).
     pub judge_ratio: f32,
+    /// A cluster of fewer landmark votes than this is thin evidence too, judged by its
+    /// pieces ([`Params::judge_piece`]) whatever it scores. 4 (2026-11-29, issue 46): with
+    /// [`Params::min_votes`] 3, `tag04`'s look-alike (the same words in the corpus's own
+    /// espeak-ng speech, `ep1`, ±1% speed class) made a cluster of 3 votes that scored above
+    /// [`Params::min_correlation_weak`] and was answered (the one false match in 4,398 absent
+    /// pairs); clusters of 4 votes or more were not judged before and are not now.
+    pub judge_votes: u32,
     /// Pre-emphasis `y[n] = x[n] − a·x[n−1]` before cross-correlation. 0.5: a light
     /// tilt. 0.97 flattened speech's falling spectrum, which sharpened the correlation peak
     /// of speech in speech, but also lifted a voice's consonants and a bed's cymbals over a
@@ -243,6 +258,18 @@ pub struct Params {
     /// 0.15, as without), and it took the CPU of an episode against 50 clips from 1.3× to
     /// 0.9× today's build's (min_votes 4 refines many more chance clusters).
     pub refine_screen: f32,
+    /// Samples of the screen ([`Params::refine_screen`]): the loudest stretch of this many
+    /// samples of the loudest window is correlated near the votes first, and a candidate
+    /// below the screen's bar there is rejected before its windows are. From a print a chance
+    /// candidate then costs that stretch's audio, not a whole window's. 0 (or a window's
+    /// length or more): the whole loudest window, as before. 2,000 (250 ms; 2026-11-29, issue
+    /// 46): on the issue-32 classes (640 placements, `--overlay-only`) 0, 4,000 and 2,000 all
+    /// found 398, and with 3 votes 403, the same placements, no false match, nothing more than
+    /// 10 ms off: the loudest quarter second of a true occurrence clears 0.2 wherever its
+    /// whole window does. From a print (`--bench prints -- --profile`, the analysis corpus's
+    /// 17-minute `ep1` against six clips it does not hold, callgrind over the passes) 4,000
+    /// took 0.81× main's instructions, 2,000 0.74× (phrase00: 8.7 → 4.7 → 2.7 s of audio decoded).
+    pub screen_window: usize,
     /// Refinement windows per clip (the clip's start and end, then the most energetic others). 4:
     /// a median over four needs three of them to line up, which one look-alike stretch
     /// cannot do; more cost refinement time for every candidate.
@@ -342,7 +369,7 @@ impl Default for Params {
             pair_max_dt: 48,
             pair_max_df: 48,
             speed_variants: vec![1.0, 0.99, 1.01],
-            min_votes: 4,
+            min_votes: 3,
             peak_hit_min: 6,
             peak_hit_fraction: 0.12,
             peak_hit_bins: 0,
@@ -351,9 +378,11 @@ impl Default for Params {
             min_correlation: 0.2,
             judge_piece: 2000,
             judge_ratio: 0.7,
+            judge_votes: 4,
             min_correlation_one_window: 0.6,
             pre_emphasis: 0.5,
             refine_screen: 0.2,
+            screen_window: 2000,
             refine_windows: 4,
             refine_window: 8000,
             refine_search: 320,

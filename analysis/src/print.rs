@@ -23,16 +23,39 @@ use sha2::{Digest, Sha256};
 use symphonia::core::audio::Channels;
 use symphonia::core::codecs::{self, CodecParameters, CodecType};
 
-use crate::params::Params;
+use crate::params::{Params, MAX_CHANNELS, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};
 use crate::peaks::Peak;
 
 /// The print's layout version. Bump it when the layout changes, and when the code that makes
 /// the peaks (`spectrum.rs`, `peaks.rs`, `resample.rs`, `decode.rs`) changes what it gives
 /// for the same parameters: old prints are then refused rather than trusted.
-pub const FORMAT_VERSION: u16 = 1;
+/// 2: raw ADTS AAC without its encoder priming (1,024 samples); Opus; stitched MP3s.
+pub const FORMAT_VERSION: u16 = 2;
 
 const MAGIC: &[u8; 4] = b"APRT";
 const CHECKSUM_LEN: usize = 32;
+
+// A print is untrusted input: anyone who can write the shared print store can plant one, and
+// its checksum has no key. Every value read from it is bounded as issue 30 bounded every
+// media header, before anything is sized or computed from it ([`EpisodePrint::check`]).
+
+/// The most frames one packet gives, and so the most a decoder's buffer is sized for (from
+/// the print's `max_frames_per_packet`): FLAC's largest block is 65,535 frames; Vorbis's
+/// 8,192, Opus's 5,760, AAC's 2,048, MP3's 1,152, symphonia's WAV packets 1,152.
+pub(crate) const MAX_FRAMES_PER_PACKET: u64 = 1 << 16;
+/// The most bytes of media one packet (or piece of one) takes: a FLAC frame of 65,535 frames
+/// of 8 channels of 32-bit samples stored verbatim is 2 MiB, every other codec's far less.
+pub(crate) const MAX_PACKET_BYTES: u32 = 4 << 20;
+/// The longest episode a print may describe: a week of audio. The longest podcast episodes
+/// run a day; past this, a duration is not an episode's.
+pub(crate) const MAX_SECONDS: u64 = 7 * 24 * 3_600;
+/// The most codec private data (an AAC AudioSpecificConfig, FLAC's STREAMINFO, Vorbis's
+/// identification and setup headers: a few KiB at most in practice).
+const MAX_EXTRA_DATA: usize = 1 << 20;
+/// The most bytes of media identity (an ETag, a time and a length, as JSON).
+const MAX_IDENTITY: usize = 64 << 10;
+/// The most bits a sample is stored in (64-bit float PCM).
+const MAX_BITS_PER_SAMPLE: u32 = 64;
 
 /// Why a print was refused.
 #[derive(Debug, thiserror::Error)]
@@ -81,9 +104,11 @@ pub fn params_version(params: &Params) -> u64 {
         min_correlation: 0.0,
         judge_piece: 0,
         judge_ratio: 0.0,
+        judge_votes: 0,
         min_correlation_one_window: 0.0,
         pre_emphasis: 0.0,
         refine_screen: 0.0,
+        screen_window: 0,
         refine_windows: 0,
         refine_window: 0,
         refine_search: 0,
@@ -208,8 +233,9 @@ pub(crate) struct CodecSpec {
     pub extra_data: Vec<u8>,
 }
 
-/// The codecs a print can decode windows of (the analyser's formats).
-const KNOWN_CODECS: [CodecType; 24] = [
+/// The codecs a print can decode windows of (the analyser's formats). New ones go at the end:
+/// a print names its codec by its place here.
+const KNOWN_CODECS: [CodecType; 25] = [
     codecs::CODEC_TYPE_MP3,
     codecs::CODEC_TYPE_MP2,
     codecs::CODEC_TYPE_MP1,
@@ -234,6 +260,7 @@ const KNOWN_CODECS: [CodecType; 24] = [
     codecs::CODEC_TYPE_PCM_U24LE,
     codecs::CODEC_TYPE_PCM_U32LE,
     codecs::CODEC_TYPE_PCM_U16BE,
+    codecs::CODEC_TYPE_OPUS,
 ];
 
 impl CodecSpec {
@@ -264,6 +291,59 @@ impl CodecSpec {
                 .map(<[u8]>::to_vec)
                 .unwrap_or_default(),
         }
+    }
+
+    /// Whether the decoder's parameters lie within what a media header may say (see
+    /// `decode.rs`): nothing a decoder sizes a buffer from is unbounded.
+    fn check(&self) -> Result<(), String> {
+        let rate = self.sample_rate;
+        if rate != 0 && !(MIN_SAMPLE_RATE..=MAX_SAMPLE_RATE).contains(&rate) {
+            return Err(format!(
+                "its codec's sample rate {rate} Hz is outside {MIN_SAMPLE_RATE}–{MAX_SAMPLE_RATE} Hz"
+            ));
+        }
+        let channels = self.channels.count_ones() as usize;
+        if channels > MAX_CHANNELS {
+            return Err(format!(
+                "its codec's {channels} channels is outside 1–{MAX_CHANNELS} channels"
+            ));
+        }
+        for (what, bits) in [
+            ("bits per sample", self.bits_per_sample),
+            ("bits per coded sample", self.bits_per_coded_sample),
+        ] {
+            if bits > MAX_BITS_PER_SAMPLE {
+                return Err(format!(
+                    "its codec's {bits} {what} is over {MAX_BITS_PER_SAMPLE}"
+                ));
+            }
+        }
+        for (what, frames) in [
+            ("frames per packet", self.max_frames_per_packet),
+            ("frames per block", self.frames_per_block),
+            ("delay", u64::from(self.delay)),
+            ("padding", u64::from(self.padding)),
+        ] {
+            if frames > MAX_FRAMES_PER_PACKET {
+                return Err(format!(
+                    "its codec's {what} of {frames} frames is over {MAX_FRAMES_PER_PACKET}"
+                ));
+            }
+        }
+        if self.n_frames > u64::from(MAX_SAMPLE_RATE) * MAX_SECONDS {
+            return Err(format!(
+                "its codec's {} frames are over {} hours at any rate",
+                self.n_frames,
+                MAX_SECONDS / 3_600
+            ));
+        }
+        if self.extra_data.len() > MAX_EXTRA_DATA {
+            return Err(format!(
+                "its codec's private data of {} bytes is over {MAX_EXTRA_DATA} bytes",
+                self.extra_data.len()
+            ));
+        }
+        Ok(())
     }
 
     /// symphonia's parameters again; `None` for a codec a print cannot decode.
@@ -458,7 +538,130 @@ impl EpisodePrint {
             bytes: &body[14..],
             at: 0,
         };
-        r.body(found).ok_or_else(|| damaged("malformed body"))
+        let print = r.body(found).ok_or_else(|| damaged("malformed body"))?;
+        print.check(params).map_err(PrintError::Damaged)?;
+        Ok(print)
+    }
+
+    /// Whether every value of the print lies within what an episode's print can hold (see
+    /// the bounds above): rates and channels as a media header's, the codec's sizes, every
+    /// packet inside the media, the packets' frames adding up to the episode's, every peak
+    /// inside the episode and the analysed band. What breaks a bound is named.
+    pub(crate) fn check(&self, params: &Params) -> Result<(), String> {
+        let rate = self.rate;
+        if !(MIN_SAMPLE_RATE..=MAX_SAMPLE_RATE).contains(&rate) {
+            return Err(format!(
+                "its sample rate {rate} Hz is outside {MIN_SAMPLE_RATE}–{MAX_SAMPLE_RATE} Hz"
+            ));
+        }
+        let longest = u64::from(rate) * MAX_SECONDS;
+        if self.frames > longest {
+            return Err(format!(
+                "its {} frames at {rate} Hz are over {} hours",
+                self.frames,
+                MAX_SECONDS / 3_600
+            ));
+        }
+        let duration = crate::ns(self.frames, rate);
+        if self.duration_ns.abs_diff(duration) > 1_000_000_000 {
+            return Err(format!(
+                "its duration of {} ns is not its {} frames at {rate} Hz ({duration} ns)",
+                self.duration_ns, self.frames
+            ));
+        }
+        if self.hash.len() != 64 {
+            return Err(format!(
+                "its media hash is {} hex digits, not 64",
+                self.hash.len()
+            ));
+        }
+        if self.identity.len() > MAX_IDENTITY {
+            return Err(format!(
+                "its media identity of {} bytes is over {MAX_IDENTITY}",
+                self.identity.len()
+            ));
+        }
+        self.codec.check()?;
+        self.check_packets()?;
+        self.check_peaks(params)
+    }
+
+    fn check_packets(&self) -> Result<(), String> {
+        let media = self.media_len;
+        let inside = |what: &str, pos: u64, len: u32| {
+            if len > MAX_PACKET_BYTES {
+                return Err(format!(
+                    "its {what} of {len} bytes is over {MAX_PACKET_BYTES} bytes"
+                ));
+            }
+            match pos.checked_add(u64::from(len)) {
+                Some(end) if end <= media => Ok(()),
+                _ => Err(format!(
+                    "its {what} at byte {pos} of {len} bytes ends past the media's {media} bytes"
+                )),
+            }
+        };
+        let mut total = 0u64;
+        for (i, p) in self.packets.iter().enumerate() {
+            inside(&format!("packet {i}"), p.pos, p.len)?;
+            if u64::from(p.out) > MAX_FRAMES_PER_PACKET {
+                return Err(format!(
+                    "its packet {i} of {} frames is over {MAX_FRAMES_PER_PACKET} frames",
+                    p.out
+                ));
+            }
+            total += u64::from(p.out);
+        }
+        // No packet table (a stream printed without one) refines nothing; one that is there
+        // gives the episode's frames exactly.
+        if !self.packets.is_empty() && total != self.frames {
+            return Err(format!(
+                "its packets give {total} frames, not its {} frames",
+                self.frames
+            ));
+        }
+        for (&i, x) in &self.extras {
+            for (what, v) in [
+                ("trimming at the start", x.trim_start),
+                ("trimming at the end", x.trim_end),
+                ("frames dropped", x.drop),
+            ] {
+                if u64::from(v) > MAX_FRAMES_PER_PACKET {
+                    return Err(format!(
+                        "its packet {i}'s {what} of {v} frames is over {MAX_FRAMES_PER_PACKET}"
+                    ));
+                }
+            }
+            for &(pos, len) in x.pieces.iter().flatten() {
+                inside(&format!("packet {i}'s piece"), pos, len)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_peaks(&self, params: &Params) -> Result<(), String> {
+        // The frames of the analysed stream (`spectrum.rs`: a frame starts before its end).
+        let analysed = (u128::from(self.frames) * u128::from(params.sample_rate))
+            .div_ceil(u128::from(self.rate));
+        let last = analysed / params.hop.max(1) as u128 + 1;
+        if let Some(&(t, _)) = self.peaks.last() {
+            if u128::from(t) > last {
+                return Err(format!(
+                    "its peak at frame {t} is past its episode's end (frame {last})"
+                ));
+            }
+        }
+        let (lo, hi) = (params.min_bin, params.max_bin);
+        if let Some(&(t, f)) = self
+            .peaks
+            .iter()
+            .find(|p| !(lo..=hi).contains(&usize::from(p.1)))
+        {
+            return Err(format!(
+                "its peak at frame {t} is in bin {f}, outside the analysed bins {lo}–{hi}"
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -713,13 +916,13 @@ mod tests {
         extras.insert(3, PacketExtra::default());
         EpisodePrint {
             params_version: params_version(&Params::default()),
-            duration_ns: 61_000_000_123,
+            duration_ns: 53_310_657,
             hash: "ab".repeat(32),
             identity: r#"{"etag":"x"}"#.into(),
             rate: 44_100,
-            frames: 2_690_105,
+            frames: 2_351,
             media_len: 123_456,
-            peaks: vec![(0, 6), (0, 240), (3, 17), (400, 100)],
+            peaks: vec![(0, 6), (0, 240), (3, 17), (4, 100)],
             codec: CodecSpec::of(&{
                 let mut p = CodecParameters::new();
                 p.for_codec(codecs::CODEC_TYPE_MP3)
@@ -801,13 +1004,175 @@ mod tests {
         };
         assert!(EpisodePrint::from_bytes(&bytes, &refine_only).is_ok());
         let mut v2 = bytes[..bytes.len() - CHECKSUM_LEN].to_vec();
-        v2[4] = 2;
+        v2[4] = 3;
         let sum = Sha256::digest(&v2);
         v2.extend_from_slice(&sum);
         assert!(matches!(
             EpisodePrint::from_bytes(&v2, &params),
-            Err(PrintError::Version { found: 2, .. })
+            Err(PrintError::Version { found: 3, .. })
         ));
+    }
+
+    /// Why `sample()` changed by `change` is refused when read (it is written whole, with
+    /// its checksum: the checksum has no key, anyone can write one).
+    fn refused(change: impl FnOnce(&mut EpisodePrint)) -> String {
+        let mut p = sample();
+        change(&mut p);
+        match EpisodePrint::from_bytes(&p.to_bytes(), &Params::default()) {
+            Err(PrintError::Damaged(why)) => why,
+            other => panic!("read: {other:?}"),
+        }
+    }
+
+    fn pcm(p: &mut EpisodePrint, max_frames_per_packet: u64) {
+        p.codec = CodecSpec::of(&{
+            let mut c = CodecParameters::new();
+            c.for_codec(codecs::CODEC_TYPE_PCM_S16LE)
+                .with_sample_rate(44_100)
+                .with_channels(Channels::FRONT_LEFT)
+                .with_max_frames_per_packet(max_frames_per_packet);
+            c
+        });
+    }
+
+    #[test]
+    fn the_four_forged_prints_of_issue_46_are_refused_with_the_value_named() {
+        // A rate that sized the resampler's tables at 14.7 GB.
+        let why = refused(|p| p.rate = u32::MAX);
+        assert!(
+            why.contains("sample rate 4294967295 Hz is outside 1000–384000 Hz"),
+            "{why}"
+        );
+        // A PCM decoder's buffer sized from the print: 2^40 frames.
+        let why = refused(|p| pcm(p, 1 << 40));
+        assert!(
+            why.contains("frames per packet of 1099511627776 frames is over 65536"),
+            "{why}"
+        );
+        let mut fine = sample();
+        pcm(&mut fine, 1_152);
+        assert!(EpisodePrint::from_bytes(&fine.to_bytes(), &Params::default()).is_ok());
+        // A jump of the peaks' frames that sized the votes at 4 G offsets.
+        let why = refused(|p| p.peaks.push((4_000_000_000, 100)));
+        assert!(
+            why.contains("peak at frame 4000000000 is past its episode's end (frame 4)"),
+            "{why}"
+        );
+        // Anchors where `anchor + max_dt` overflowed.
+        let why = refused(|p| p.peaks = vec![(u32::MAX - 3, 100), (u32::MAX, 101)]);
+        assert!(why.contains("peak at frame 4294967295 is past"), "{why}");
+    }
+
+    type Change = Box<dyn FnOnce(&mut EpisodePrint)>;
+
+    #[test]
+    fn every_other_value_out_of_bounds_is_refused_with_the_value_named() {
+        let cases: Vec<(&str, Change)> = vec![
+            ("sample rate 0 Hz", Box::new(|p| p.rate = 0)),
+            (
+                "frames at 44100 Hz are over 168 hours",
+                Box::new(|p| {
+                    p.frames = 44_100 * 7 * 24 * 3_600 + 1;
+                    p.duration_ns = crate::ns(p.frames, 44_100);
+                }),
+            ),
+            (
+                "its duration of 99000000000 ns",
+                Box::new(|p| p.duration_ns = 99_000_000_000),
+            ),
+            (
+                "media hash is 2 hex digits",
+                Box::new(|p| p.hash = "ab".into()),
+            ),
+            (
+                "media identity of 70000 bytes",
+                Box::new(|p| p.identity = "x".repeat(70_000)),
+            ),
+            (
+                "codec's sample rate 4294967295 Hz",
+                Box::new(|p| p.codec.sample_rate = u32::MAX),
+            ),
+            (
+                "codec's 20 channels is outside 1–16",
+                Box::new(|p| p.codec.channels = (1 << 20) - 1),
+            ),
+            (
+                "codec's 4096 bits per sample",
+                Box::new(|p| p.codec.bits_per_sample = 4_096),
+            ),
+            (
+                "frames per block of 4294967296 frames",
+                Box::new(|p| p.codec.frames_per_block = 1 << 32),
+            ),
+            (
+                "codec's delay of 4294967295",
+                Box::new(|p| p.codec.delay = u32::MAX),
+            ),
+            (
+                "codec's padding of 100000",
+                Box::new(|p| p.codec.padding = 100_000),
+            ),
+            (
+                "codec's 18446744073709551615 frames",
+                Box::new(|p| p.codec.n_frames = u64::MAX),
+            ),
+            (
+                "private data of 1048577 bytes",
+                Box::new(|p| p.codec.extra_data = vec![0; (1 << 20) + 1]),
+            ),
+            (
+                "packet 1 of 4294967295 bytes is over 4194304 bytes",
+                Box::new(|p| p.packets[1].len = u32::MAX),
+            ),
+            (
+                "packet 1 at byte 123400 of 66 bytes ends past the media's 123456 bytes",
+                Box::new(|p| p.packets[1].pos = 123_400),
+            ),
+            (
+                "packet 2 of 100000 frames is over 65536",
+                Box::new(|p| p.packets[2].out = 100_000),
+            ),
+            (
+                "packets give 2352 frames, not its 2351",
+                Box::new(|p| p.packets[3].out = 1),
+            ),
+            (
+                "packet 0's trimming at the start of 4000000000",
+                Box::new(|p| {
+                    if let Some(x) = p.extras.get_mut(&0) {
+                        x.trim_start = 4_000_000_000;
+                    }
+                }),
+            ),
+            (
+                "packet 2's piece of 4194305 bytes is over 4194304 bytes",
+                Box::new(|p| {
+                    if let Some(x) = p.extras.get_mut(&2) {
+                        x.pieces = Some(vec![(900, 20), (950, (4 << 20) + 1)]);
+                    }
+                }),
+            ),
+            (
+                "packet 2's piece at byte 123456 of 30 bytes ends past",
+                Box::new(|p| {
+                    if let Some(x) = p.extras.get_mut(&2) {
+                        x.pieces = Some(vec![(900, 20), (123_456, 30)]);
+                    }
+                }),
+            ),
+            (
+                "in bin 300, outside the analysed bins 6–240",
+                Box::new(|p| p.peaks[3].1 = 300),
+            ),
+            (
+                "in bin 2, outside the analysed bins 6–240",
+                Box::new(|p| p.peaks[0].1 = 2),
+            ),
+        ];
+        for (words, change) in cases {
+            let why = refused(change);
+            assert!(why.contains(words), "{words}: {why}");
+        }
     }
 
     #[test]

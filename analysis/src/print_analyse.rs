@@ -19,13 +19,15 @@ use crate::peaks::Peak;
 use crate::print::{self, ByteSource, CodecSpec, EpisodePrint};
 use crate::print_record::PacketLog;
 use crate::print_window::{Fetched, Packets, WindowError};
-use crate::refine::{value_at, Correlator, History, RefWindow, INTERPOLATION_TAPS};
+use crate::refine::{loudest_piece, value_at, Correlator, History, RefWindow, INTERPOLATION_TAPS};
 use crate::resample::Resampler;
 use crate::Progress;
 use crate::{Analyser, ClipInput, ClipOutcome, ClipPrint, ClipReport, EpisodeReport, Error};
 
 /// Landmarks voted at a time on the print path.
 const BATCH: usize = 4_096;
+/// The most frames (of 16 ms) a batch of votes spans on the print path: about a minute.
+const MAX_BATCH_FRAMES: u32 = 4_096;
 /// How far below [`Params::refine_screen`] a window must correlate for the print path to
 /// reject its candidate on the screen alone.
 const SCREEN_MARGIN: f32 = 1e-3;
@@ -93,6 +95,10 @@ impl Analyser {
         clips: &[ClipInput],
     ) -> Result<EpisodeReport, Error> {
         let name = PathBuf::from(format!("episode {}", print.hash()));
+        // Read prints are checked already; checked again here, as the pass relies on it.
+        print
+            .check(&self.params)
+            .map_err(|why| unusable(name.clone(), &why))?;
         let expected = print::params_version(&self.params);
         if print.params_version != expected {
             return Err(unusable(
@@ -119,41 +125,7 @@ impl Analyser {
 
         let mut scan = EpisodeScan::deferring(&self.params, &usable);
         let mut refiner = Refiner::new(&self.params, print, media);
-        // The peaks are paired as a full analysis's `Pairer` pairs them, anchor by anchor
-        // once its zone is complete, and voted in the same batches (of BATCH landmarks
-        // made); only the landmarks whose hash some clip has are kept, the rest (most of
-        // them) could not vote.
-        let zone = PairZone::new(&self.params);
-        let peaks = &print.peaks;
-        let mut landmarks = Vec::new();
-        let mut candidates = Vec::new();
-        // The first anchor not yet paired, and the landmarks made since the last batch.
-        let (mut front, mut made, mut voted) = (0, 0, 0);
-        for (i, &(t, _)) in peaks.iter().enumerate() {
-            while front <= i && zone.closed(peaks[front].0, t) {
-                made += zone.anchor(peaks, front, |h| scan.may_vote(h), &mut landmarks);
-                front += 1;
-            }
-            if made >= BATCH {
-                // Every landmark to come is anchored at a waiting peak or a later one.
-                let next = peaks.get(i + 1).map_or(t, |p| p.0);
-                let frontier = if front <= i {
-                    peaks[front].0.min(next)
-                } else {
-                    next
-                };
-                scan.push_landmarks(&landmarks, &peaks[voted..=i], Some(i64::from(frontier)));
-                voted = i + 1;
-                landmarks.clear();
-                made = 0;
-                candidates.extend(scan.take_candidates());
-            }
-        }
-        for a in front..peaks.len() {
-            zone.anchor(peaks, a, |h| scan.may_vote(h), &mut landmarks);
-        }
-        scan.push_landmarks(&landmarks, &peaks[voted..], None);
-        candidates.extend(scan.take_candidates());
+        let candidates = vote(&self.params, &mut scan, &print.peaks);
         refiner.refine(&mut scan, candidates, &name)?;
 
         let mut found = scan.matches().into_iter();
@@ -177,6 +149,58 @@ impl Analyser {
     }
 }
 
+/// The print's peaks paired into the episode's landmarks again and voted: the candidates.
+///
+/// The peaks are paired as a full analysis's `Pairer` pairs them, anchor by anchor once its
+/// zone is complete, and voted in batches (of [`BATCH`] landmarks made); only the landmarks
+/// whose hash some clip has are kept, the rest (most of them) could not vote. A batch also
+/// ends before a peak more than [`MAX_BATCH_FRAMES`] after its first (a long silence, or a
+/// print's forged jump): the votes of a batch are kept by offset, from the batch's first to
+/// its last, so their memory follows the frames a batch spans, never a gap between peaks.
+fn vote(params: &Params, scan: &mut EpisodeScan, peaks: &[(u32, u16)]) -> Vec<Candidate> {
+    let zone = PairZone::new(params);
+    let mut landmarks = Vec::new();
+    let mut candidates = Vec::new();
+    // The first anchor not yet paired, and the landmarks made since the last batch.
+    let (mut front, mut made, mut voted) = (0, 0, 0);
+    for (i, &(t, _)) in peaks.iter().enumerate() {
+        while front <= i && zone.closed(peaks[front].0, t) {
+            made += zone.anchor(peaks, front, |h| scan.may_vote(h), &mut landmarks);
+            front += 1;
+        }
+        if i > voted && t.saturating_sub(peaks[voted].0) > MAX_BATCH_FRAMES {
+            // Every landmark to come is anchored at a waiting peak (`front <= i`) or a
+            // later one; every peak to come is at `t` or later.
+            let frontier = peaks[front].0.min(t);
+            scan.push_landmarks(&landmarks, &peaks[voted..i], Some(i64::from(frontier)));
+            voted = i;
+            landmarks.clear();
+            made = 0;
+            candidates.extend(scan.take_candidates());
+        }
+        if made >= BATCH {
+            // Every landmark to come is anchored at a waiting peak or a later one.
+            let next = peaks.get(i + 1).map_or(t, |p| p.0);
+            let frontier = if front <= i {
+                peaks[front].0.min(next)
+            } else {
+                next
+            };
+            scan.push_landmarks(&landmarks, &peaks[voted..=i], Some(i64::from(frontier)));
+            voted = i + 1;
+            landmarks.clear();
+            made = 0;
+            candidates.extend(scan.take_candidates());
+        }
+    }
+    for a in front..peaks.len() {
+        zone.anchor(peaks, a, |h| scan.may_vote(h), &mut landmarks);
+    }
+    scan.push_landmarks(&landmarks, &peaks[voted..], None);
+    candidates.extend(scan.take_candidates());
+    candidates
+}
+
 /// Refines the print path's candidates on their stretches of the episode.
 struct Refiner<'a> {
     params: Params,
@@ -192,6 +216,8 @@ struct Refiner<'a> {
     analysed: u64,
     /// Made for the first candidate screened.
     correlator: Option<Correlator>,
+    /// The screen's, for [`Params::screen_window`] (made for the first candidate screened).
+    screen_correlator: Option<Correlator>,
     kernel: Option<Kernel>,
     /// Stretches of the episode at the analysis rate (not pre-emphasised) computed so far,
     /// by first sample; they do not overlap. The speed variants of a clip and the windows
@@ -213,6 +239,7 @@ impl<'a> Refiner<'a> {
             analysed: resampler.output_len(print.frames),
             frames: print.frames,
             correlator: None,
+            screen_correlator: None,
             kernel: None,
             plain: BTreeMap::new(),
             decoded: 0,
@@ -344,13 +371,29 @@ impl<'a> Refiner<'a> {
             return Ok(true);
         };
         let near = self.params.agreement();
+        // The full analysis screens the window's loudest stretch first when the screen is
+        // shorter than a window ([`Params::screen_window`]): only that stretch is fetched.
+        let screen = self.params.screen_window;
+        let piece;
+        let (w, small) = if screen > 0 && screen < w.samples.len() {
+            piece = loudest_piece(w, screen);
+            (&piece, true)
+        } else {
+            (*w, false)
+        };
         let expected = best * hop + w.start as i64;
         let need = (
             expected - near as i64,
             expected + (w.samples.len() + near) as i64,
         );
         let history = self.history(&[need])?;
-        let Some(curve) = self.correlator().curve(w, &history, expected, near) else {
+        let correlator = if small {
+            self.screen_correlator
+                .get_or_insert_with(|| Correlator::new(screen, near))
+        } else {
+            self.correlator()
+        };
+        let Some(curve) = correlator.curve(w, &history, expected, near) else {
             // A silent or empty window: the full analysis stops there too.
             return Ok(true);
         };
@@ -583,5 +626,49 @@ fn unusable(path: PathBuf, reason: &str) -> Error {
         path,
         codec: "print".into(),
         reason: reason.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::synth::{Speech, Voice};
+
+    /// Frames of the print path's votes are kept from a batch's first offset to its last: a
+    /// jump of the peaks' frames (a long silence, or a print's forged one) once sized them
+    /// by the jump (4 G offsets for a jump of 2^32 frames).
+    #[test]
+    fn a_long_gap_between_peaks_keeps_the_votes_to_a_batch_s_span() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("clip.wav");
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: 8_000,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut w = hound::WavWriter::create(&path, spec).unwrap();
+        for s in Speech::render(5, 8_000, Voice::numbered(1), 3.0) {
+            w.write_sample((s.clamp(-1.0, 1.0) * 32_000.0) as i16)
+                .unwrap();
+        }
+        w.finalize().unwrap();
+        let analyser = Analyser::new(Params::default());
+        // The clip as its own episode: its peaks, then the same 30 M frames (five days) on.
+        let (_, print) = analyser
+            .analyse_printing(&path, &[], "x".into(), &mut |_| {})
+            .unwrap();
+        let clip = analyser.clip(&path).unwrap();
+        let gap = 30_000_000u32;
+        let mut peaks = print.peaks.clone();
+        peaks.extend(print.peaks.iter().map(|&(t, f)| (t + gap, f)));
+        let mut scan = EpisodeScan::deferring(&analyser.params, &[clip]);
+        let candidates = vote(&analyser.params, &mut scan, &peaks);
+        let bound = (MAX_BATCH_FRAMES as usize) * 2 + (1 << 12);
+        assert!(scan.widest <= bound, "votes over {} offsets", scan.widest);
+        let at = |o: i64| candidates.iter().any(|c| (c.best - o).abs() <= 1);
+        assert!(at(0), "{candidates:?}");
+        assert!(at(i64::from(gap)), "{candidates:?}");
     }
 }

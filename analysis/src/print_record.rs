@@ -231,6 +231,30 @@ impl PacketLog {
     }
 }
 
+impl PacketLog {
+    /// A packet that cannot be decoded alone (a segment of a stitched MP3 after the first):
+    /// it gave `out` frames; a window that needs it is decoded by a full analysis.
+    pub(crate) fn unindexed(&mut self, out: u32) {
+        let i = self.packets.len() as u32;
+        let pos = self.next.take().unwrap_or(0);
+        self.extras.insert(
+            i,
+            PacketExtra {
+                pieces: None,
+                ..PacketExtra::default()
+            },
+        );
+        self.packets.push(PacketEntry { pos, len: 0, out });
+    }
+
+    /// `out` more frames for the last packet (a resampler's tail at the end of the stream).
+    pub(crate) fn add_to_last(&mut self, out: u32) {
+        if let Some(last) = self.packets.last_mut() {
+            last.out = last.out.saturating_add(out);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -19,7 +19,7 @@ use symphonia::core::errors::Error as SymphoniaError;
 use symphonia::core::formats::Packet;
 
 use crate::guard;
-use crate::print::{ByteSource, EpisodePrint, PacketExtra};
+use crate::print::{ByteSource, EpisodePrint, PacketExtra, MAX_PACKET_BYTES};
 
 /// Packets decoded and dropped before a stretch, at least…
 pub(crate) const PRE_ROLL_PACKETS: usize = 2;
@@ -28,6 +28,13 @@ pub(crate) const PRE_ROLL_PACKETS: usize = 2;
 pub(crate) const PRE_ROLL_BYTES: u64 = 1_536;
 /// Stretches of the media closer than this are fetched in one read.
 const MERGE_GAP: u64 = 4_096;
+/// The most bytes of media a frame of a stretch takes: 16 channels of 64-bit PCM (every
+/// compressed stream far less). With a few packets of pre-roll and at the edges, it bounds
+/// what a stretch fetches, whatever a print's packet table says.
+const MAX_BYTES_PER_FRAME: u64 = 128;
+/// Packets a stretch may hold beyond one per frame and its pre-roll: those that give no
+/// frames (a Vorbis stream's first, a packet an edit list drops whole).
+const EXTRA_PACKETS: usize = 64;
 
 /// Why a stretch could not be decoded from the print.
 #[derive(Debug)]
@@ -145,6 +152,34 @@ impl<'p> Packets<'p> {
             pre -= 1;
             bytes += u64::from(self.print.packets[pre].len);
         }
+        // A print's table is untrusted: what it makes the stretch fetch and decode is
+        // bounded by the stretch's frames.
+        let frames = to - from;
+        let most_packets = usize::try_from(frames)
+            .unwrap_or(usize::MAX)
+            .saturating_add(PRE_ROLL_PACKETS + PRE_ROLL_BYTES as usize + EXTRA_PACKETS);
+        if last - pre > most_packets {
+            return Err(WindowError::Unusable(format!(
+                "the print names {} packets for a stretch of {frames} frames",
+                last - pre
+            )));
+        }
+        let most_bytes = frames
+            .saturating_mul(MAX_BYTES_PER_FRAME)
+            .saturating_add((PRE_ROLL_PACKETS as u64 + 2) * u64::from(MAX_PACKET_BYTES))
+            .saturating_add(PRE_ROLL_BYTES);
+        let mut total = 0u64;
+        for i in pre..last {
+            for (s, e) in self.pieces(i).into_iter().flatten() {
+                total = total.saturating_add(e - s);
+            }
+        }
+        if total > most_bytes {
+            return Err(WindowError::Unusable(format!(
+                "the print names {total} bytes of packets for a stretch of {frames} frames, \
+                 over {most_bytes}"
+            )));
+        }
         // Fetch: the packets' runs of bytes, near ones merged.
         let mut runs: Vec<(u64, u64)> = Vec::new();
         for i in pre..last {
@@ -166,11 +201,10 @@ impl<'p> Packets<'p> {
             .codec
             .parameters()
             .ok_or_else(|| unusable("a codec the print cannot decode alone"))?;
-        let mut decoder: Box<dyn Decoder> = guard::catch(|| {
-            symphonia::default::get_codecs().make(&params, &DecoderOptions::default())
-        })
-        .map_err(|m| WindowError::Unusable(format!("the decoder panicked: {m}")))?
-        .map_err(|e| WindowError::Unusable(format!("no decoder: {e}")))?;
+        let mut decoder: Box<dyn Decoder> =
+            guard::catch(|| crate::decode::codecs().make(&params, &DecoderOptions::default()))
+                .map_err(|m| WindowError::Unusable(format!("the decoder panicked: {m}")))?
+                .map_err(|e| WindowError::Unusable(format!("no decoder: {e}")))?;
         let mut samples = Vec::with_capacity((to - from) as usize);
         let mut buffer: Option<SampleBuffer<f32>> = None;
         let mut data = Vec::new();

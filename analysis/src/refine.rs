@@ -94,6 +94,35 @@ pub fn choose_windows(samples: &[f32], params: &Params) -> Vec<RefWindow> {
         .collect()
 }
 
+/// The loudest `len` samples of `window` (the first of equally loud stretches, starting at
+/// multiples of `len / 8`), as a window of its own: what the screen correlates
+/// ([`Params::screen_window`]). The whole window when it is no longer than `len` (or `len`
+/// is 0). Energies are summed in `f64` in one order, so both paths pick the same stretch.
+pub(crate) fn loudest_piece(window: &RefWindow, len: usize) -> RefWindow {
+    let w = &window.samples;
+    if len == 0 || len >= w.len() {
+        return window.clone();
+    }
+    let step = (len / 8).max(1);
+    let mut best = (0usize, f64::MIN);
+    for q in (0..=w.len() - len).step_by(step) {
+        let e: f64 = w[q..q + len]
+            .iter()
+            .map(|&x| f64::from(x) * f64::from(x))
+            .sum();
+        if e > best.1 {
+            best = (q, e);
+        }
+    }
+    let samples = w[best.0..best.0 + len].to_vec();
+    let norm = samples.iter().map(|x| x * x).sum::<f32>().sqrt();
+    RefWindow {
+        start: window.start + best.0,
+        samples,
+        norm,
+    }
+}
+
 /// The episode's most recent samples at the analysis rate, pre-emphasised, in a ring of
 /// fixed capacity: what the refinement of a late-finalised candidate needs, and no more.
 pub struct History {
@@ -545,5 +574,27 @@ mod tests {
         h.segment(140, 20, &mut out);
         assert_eq!(&out[..10], &[0.0; 10]);
         assert_eq!(&out[10..], &[1.0; 10]);
+    }
+    #[test]
+    fn the_screen_takes_a_windows_loudest_stretch() {
+        // Quiet, then a loud second quarter, then quiet: the screen's stretch is the loud one.
+        let mut samples = vec![0.01f32; 8000];
+        for (k, x) in samples[2000..4000].iter_mut().enumerate() {
+            *x = if k % 2 == 0 { 0.5 } else { -0.5 };
+        }
+        let norm = samples.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let window = RefWindow {
+            start: 300,
+            samples,
+            norm,
+        };
+        let piece = loudest_piece(&window, 2000);
+        assert_eq!(piece.start, 2300);
+        assert_eq!(piece.samples.len(), 2000);
+        let expected = piece.samples.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((piece.norm - expected).abs() < 1e-6);
+        // No shorter than the window: the window itself.
+        assert_eq!(loudest_piece(&window, 8000).start, 300);
+        assert_eq!(loudest_piece(&window, 0).samples.len(), 8000);
     }
 }

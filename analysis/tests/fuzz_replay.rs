@@ -6,10 +6,18 @@
 //! limit and a deadline: an allocation sized from a header aborts it, a loop without end
 //! outlives the deadline. `fuzz/audio.sh` runs the fuzzer itself; what it found and is not
 //! fixed yet waits in `fuzz/crashes/audio-open/`, not replayed.
+//!
+//! The print fuzz corpus likewise (`fuzz/corpus/print/`: prints the analyser made of small
+//! episodes, with their media; the forged prints of issue 46; what the fuzzer kept) and its
+//! saved crashes (`fuzz/crashes/print/`), through `fuzz/src/print_target.rs`: each print is
+//! read and, if it is, a pass from it runs against the corpus's clip; never a panic, an abort
+//! or an allocation sized from the print. `fuzz/print.sh` runs that fuzzer.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../../fuzz/src/audio_target.rs"]
 mod audio_target;
+#[path = "../../fuzz/src/print_target.rs"]
+mod print_target;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -17,7 +25,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use analysis::{Analyser, ClipInput, ClipOutcome, Params};
+use analysis::{Analyser, ClipInput, ClipOutcome, EpisodePrint, Params};
 
 /// Set in the child that does the replay.
 const CHILD: &str = "ANALYSIS_FUZZ_REPLAY_CHILD";
@@ -49,6 +57,23 @@ fn files(dir: &str) -> Vec<PathBuf> {
 
 #[test]
 fn the_audio_fuzz_corpus_and_every_saved_crash_replay_in_bounded_memory_and_time() {
+    in_child(
+        "the_audio_fuzz_corpus_and_every_saved_crash_replay_in_bounded_memory_and_time",
+        replay,
+    );
+}
+
+#[test]
+fn the_print_fuzz_corpus_and_every_saved_crash_replay_in_bounded_memory_and_time() {
+    in_child(
+        "the_print_fuzz_corpus_and_every_saved_crash_replay_in_bounded_memory_and_time",
+        replay_prints,
+    );
+}
+
+/// Runs `replay` in a child process (this test, again) under the address-space limit and
+/// the deadline.
+fn in_child(test: &str, replay: fn()) {
     if std::env::var_os(CHILD).is_some() {
         replay();
         return;
@@ -60,13 +85,7 @@ fn the_audio_fuzz_corpus_and_every_saved_crash_replay_in_bounded_memory_and_time
             "ulimit -v {ADDRESS_SPACE_KIB} && exec \"$0\" \"$@\""
         ))
         .arg(&exe)
-        .args([
-            "--exact",
-            "the_audio_fuzz_corpus_and_every_saved_crash_replay_in_bounded_memory_and_time",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
         .env(CHILD, "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -90,6 +109,57 @@ fn the_audio_fuzz_corpus_and_every_saved_crash_replay_in_bounded_memory_and_time
         status.success(),
         "the replay failed ({status}; killed by the memory limit if aborted):\n{text}"
     );
+}
+
+/// In the child: every print of the corpus and every saved crash, then the forged prints'
+/// reasons.
+fn replay_prints() {
+    audio_target::quiet_for_caught_decoder_panics();
+    let is_input = |p: &PathBuf| p.extension().is_some_and(|x| x == "pcase");
+    let corpus: Vec<PathBuf> = files("corpus/print").into_iter().filter(is_input).collect();
+    let crashes = files("crashes/print");
+    let clip = fuzz_dir().join("corpus/print/clip.wav");
+    let mut seeds = 0;
+    for path in corpus.iter().chain(&crashes) {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let input = std::fs::read(path).unwrap();
+        let Ok(class) = std::panic::catch_unwind(|| print_target::pass(&input, &clip)) else {
+            panic!("{} panics", path.display());
+        };
+        if name.starts_with("seed-") {
+            seeds += 1;
+            assert_eq!(class, "passed: 1 found", "{name}: a seed finds the clip");
+        }
+        println!("{name}: {class}");
+    }
+    assert!(seeds >= 2, "the seeds are there");
+    println!(
+        "replayed without a panic: {} in fuzz/corpus/print, {} in fuzz/crashes/print",
+        corpus.len(),
+        crashes.len()
+    );
+    // The forged prints of issue 46, refused with the value and the bound.
+    let params = print_target::params();
+    for (name, words) in [
+        (
+            "crafted-rate-max.pcase",
+            "sample rate 4294967295 Hz is outside 1000–384000 Hz",
+        ),
+        (
+            "crafted-pcm-frames-per-packet.pcase",
+            "frames per packet of 1099511627776 frames is over 65536",
+        ),
+        ("crafted-peak-jump.pcase", "is past its episode's end"),
+        (
+            "crafted-anchor-overflow.pcase",
+            "peak at frame 4294967295 is past its episode's end",
+        ),
+    ] {
+        let input = std::fs::read(fuzz_dir().join("corpus/print").join(name)).unwrap();
+        let (print, _) = print_target::split(&input).unwrap();
+        let e = EpisodePrint::from_bytes(print, &params).unwrap_err();
+        assert!(e.to_string().contains(words), "{name}: {e}");
+    }
 }
 
 /// In the child: every file, then the named cases' reasons.

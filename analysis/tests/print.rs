@@ -89,6 +89,8 @@ fn formats(f: &Fixture) -> Vec<PathBuf> {
             &["-ac", "2", "-c:a", "libmp3lame", "-b:a", "128k"][..],
         ),
         ("adts.aac", &["-c:a", "aac", "-b:a", "96k"][..]),
+        ("episode.opus", &["-c:a", "libopus", "-b:a", "64k"][..]),
+        ("episode.webm", &["-c:a", "libopus", "-b:a", "64k"][..]),
         (
             "faststart.m4a",
             &["-c:a", "aac", "-b:a", "96k", "-movflags", "+faststart"][..],
@@ -269,5 +271,81 @@ fn clips_found_by_their_peak_coincidences_alone_are_found_from_the_print_too() {
             .analyse_from_print(&print, &mut media, &f.clips)
             .expect("analyse from print");
         assert_same(&format!("{what} from its print"), &plain, &from_print);
+    }
+}
+
+/// A stitched MP3 (an ad of another format byte-concatenated with the episode): prints the
+/// same answers as a full analysis; from the print, a window after the change of format is
+/// not decoded from the packets (a fresh decoder there is not what the full decode had), so
+/// the print path fails and the caller analyses in full; with the ad after every clip (a
+/// post-roll), the print answers as the full analysis does.
+#[test]
+fn a_stitched_mp3_never_answers_wrongly_from_its_print() {
+    let f = fixture();
+    let analyser = Analyser::new(Params::default());
+    let wav = f.dir.join("episode.wav");
+    let ad = Speech::render(21, RATE, Voice::numbered(4), 7.3);
+    let ad_wav = f.dir.join("ad.wav");
+    write_wav(&ad_wav, &ad, RATE);
+    let ad_mp3 = f.dir.join("ad.mp3");
+    ffmpeg(
+        &ad_wav,
+        &ad_mp3,
+        &[
+            "-ac",
+            "2",
+            "-c:a",
+            "libmp3lame",
+            "-b:a",
+            "128k",
+            "-id3v2_version",
+            "0",
+        ],
+    );
+    let episode = f.dir.join("mono22.mp3");
+    ffmpeg(
+        &wav,
+        &episode,
+        &[
+            "-ac",
+            "1",
+            "-ar",
+            "22050",
+            "-c:a",
+            "libmp3lame",
+            "-b:a",
+            "64k",
+            "-id3v2_version",
+            "0",
+        ],
+    );
+    let join = |name: &str, parts: [&PathBuf; 2]| -> PathBuf {
+        let mut bytes = std::fs::read(parts[0]).unwrap();
+        bytes.extend(std::fs::read(parts[1]).unwrap());
+        let out = f.dir.join(name);
+        std::fs::write(&out, bytes).unwrap();
+        out
+    };
+    let pre_roll = join("pre-roll.mp3", [&ad_mp3, &episode]);
+    let post_roll = join("post-roll.mp3", [&episode, &ad_mp3]);
+    for (path, from_print_answers) in [(pre_roll, false), (post_roll, true)] {
+        let what = path.file_name().unwrap().to_string_lossy().into_owned();
+        let plain = analyser.analyse(&path, &f.clips).expect("analyse");
+        let (printed, print) = analyser
+            .analyse_printing(&path, &f.clips, String::new(), &mut |_| {})
+            .expect("analyse printing");
+        assert_same(&format!("{what} printing"), &plain, &printed);
+        let print = EpisodePrint::from_bytes(&print.to_bytes(), analyser.params()).unwrap();
+        let mut media = FileSource::open(&path).expect("open");
+        match analyser.analyse_from_print(&print, &mut media, &f.clips) {
+            Ok(from_print) => {
+                assert!(from_print_answers, "{what}: answered from the print");
+                assert_same(&format!("{what} from its print"), &plain, &from_print);
+            }
+            Err(e) => {
+                assert!(!from_print_answers, "{what}: {e}");
+                assert!(matches!(e, analysis::Error::Decode { .. }), "{what}: {e}");
+            }
+        }
     }
 }

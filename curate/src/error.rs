@@ -64,10 +64,10 @@ pub enum CurateError {
         source: std::io::Error,
     },
     /// The HTTP client could not be built (its TLS setup failed).
-    #[error("cannot build the HTTP client: {error}")]
+    #[error("{error}")]
     HttpClient {
-        /// reqwest's error.
-        error: reqwest::Error,
+        /// Why.
+        error: net::fetch::FetchError,
     },
     /// A task the curator runs off the async threads (parsing, hashing, walking a folder)
     /// stopped before it finished: it panicked, or the runtime is shutting down.

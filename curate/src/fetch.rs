@@ -19,7 +19,8 @@ use reqwest::StatusCode;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
-use net::address_policy::{self, AddressPolicy, Redirects};
+use net::address_policy::AddressPolicy;
+use net::fetch::Status;
 
 use crate::CurateError;
 
@@ -33,13 +34,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// in the year 9999 is a mistake, not a plan, and must not stop the feed for good.
 const MAX_PUT_OFF: Duration = Duration::from_secs(24 * 3600);
 
-/// The User-Agent: who is asking, and where to read about it.
+/// The User-Agent: who is asking, and where to read about it (every fetch's, [`net::fetch`]).
+#[cfg(test)]
 pub(crate) fn user_agent() -> String {
-    format!(
-        "archivist/{} (+{})",
-        env!("CARGO_PKG_VERSION"),
-        env!("CARGO_PKG_REPOSITORY")
-    )
+    net::fetch::user_agent()
 }
 
 /// The validators of the last answer, sent back for a conditional GET.
@@ -97,37 +95,34 @@ pub(crate) enum FetchError {
 /// The HTTP client of one curator run, and its limits.
 #[derive(Debug)]
 pub(crate) struct Fetcher {
-    /// For addresses fetched as given: any address.
-    given: address_policy::Client,
-    /// For the rest: the addresses the policy allows.
-    checked: address_policy::Client,
+    /// Every fetch's rules ([`net::fetch`]): addresses, redirects, sizes, the user agent.
+    fetcher: net::fetch::Fetcher,
     timeout: Duration,
-    max_bytes: u64,
     max_retry_wait: Duration,
 }
 
 impl Fetcher {
-    /// A client with the curator's User-Agent, gzip, and redirects left to [`Fetcher::fetch`].
+    /// A client with the curator's limits, gzip, and redirects seen (a permanent one moves
+    /// the feed).
     pub(crate) fn new(
         timeout: Duration,
         max_bytes: u64,
         max_retry_wait: Duration,
         addresses: &AddressPolicy,
     ) -> Result<Self, CurateError> {
-        let client = |policy: &AddressPolicy| {
-            let builder = policy
-                .client_builder()
-                .user_agent(user_agent())
-                .gzip(true)
-                .connect_timeout(CONNECT_TIMEOUT.min(timeout));
-            address_policy::Client::build(policy, builder, Redirects::Shown)
-                .map_err(|error| CurateError::HttpClient { error })
-        };
-        Ok(Fetcher {
-            given: client(&AddressPolicy::any())?,
-            checked: client(addresses)?,
-            timeout,
+        let config = net::fetch::FetchConfig {
+            connect_timeout: CONNECT_TIMEOUT.min(timeout),
+            read_timeout: None,
             max_bytes,
+            max_redirects: MAX_REDIRECTS,
+            gzip: true,
+            extra_roots: Vec::new(),
+        };
+        let fetcher = net::fetch::Fetcher::new(addresses, config)
+            .map_err(|error| CurateError::HttpClient { error })?;
+        Ok(Fetcher {
+            fetcher,
+            timeout,
             max_retry_wait,
         })
     }
@@ -169,84 +164,36 @@ impl Fetcher {
 
     async fn fetch_once(
         &self,
-        start: &Url,
+        url: &Url,
         validators: &Validators,
-        mut as_given: bool,
+        as_given: bool,
     ) -> Result<Fetched, FetchError> {
-        let mut url = start.clone();
-        // The address reached by permanent redirects only, from the one asked.
-        let mut moved_to: Option<Url> = None;
-        let mut all_permanent = true;
-        for hop in 0..=MAX_REDIRECTS {
-            let mut headers = HeaderMap::new();
-            if let Some(v) = validators.etag.as_deref().and_then(header_value) {
-                headers.insert(header::IF_NONE_MATCH, v);
-            }
-            if let Some(v) = validators.last_modified.as_deref().and_then(header_value) {
-                headers.insert(header::IF_MODIFIED_SINCE, v);
-            }
-            headers.insert(
-                header::ACCEPT,
-                HeaderValue::from_static(
-                    "application/rss+xml, application/atom+xml, application/xml;q=0.9, text/xml;q=0.9, */*;q=0.5",
-                ),
-            );
-            let client = if as_given { &self.given } else { &self.checked };
-            let refused = |r: &address_policy::Refused| {
-                FetchError::Refused(if hop == 0 {
-                    r.to_string()
-                } else {
-                    format!("redirected to {}: {r}", crate::shown_url(url.as_str()))
+        let mut headers = HeaderMap::new();
+        if let Some(v) = validators.etag.as_deref().and_then(header_value) {
+            headers.insert(header::IF_NONE_MATCH, v);
+        }
+        if let Some(v) = validators.last_modified.as_deref().and_then(header_value) {
+            headers.insert(header::IF_MODIFIED_SINCE, v);
+        }
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static(
+                "application/rss+xml, application/atom+xml, application/xml;q=0.9, text/xml;q=0.9, */*;q=0.5",
+            ),
+        );
+        let answer = self.fetcher.get(url, headers, as_given).await?;
+        let status = answer.status();
+        match Status::of(status) {
+            Status::NotModified => {
+                return Ok(Fetched::NotModified {
+                    moved_to: answer.moved_to,
                 })
-            };
-            let response = client
-                .get(url.clone())
-                .map_err(|r| refused(&r))?
-                .headers(headers)
-                .send()
-                .await
-                .map_err(|e| match address_policy::refused_in(&e) {
-                    Some(r) => refused(r),
-                    None => FetchError::Network(describe(&e)),
-                })?;
-            // An address fetched as given that answered from a public address: where it
-            // leads is checked. One that answered from the user's own network: a feed of
-            // theirs, fetched as given throughout.
-            as_given &= response
-                .remote_addr()
-                .is_some_and(|a| self.checked.policy().check("", a.ip()).is_err());
-            let status = response.status();
-            if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
-                let location = response
-                    .headers()
-                    .get(header::LOCATION)
-                    .and_then(|v| v.to_str().ok())
-                    .ok_or_else(|| FetchError::BadRedirect(status.to_string()))?;
-                let next = url.join(location).map_err(|e| {
-                    FetchError::BadRedirect(format!("{status}, Location {location:?}: {e}"))
-                })?;
-                if !matches!(next.scheme(), "http" | "https") {
-                    return Err(FetchError::BadRedirect(format!(
-                        "{status} to {next}, not http(s)"
-                    )));
-                }
-                let permanent = matches!(
-                    status,
-                    StatusCode::MOVED_PERMANENTLY | StatusCode::PERMANENT_REDIRECT
-                );
-                all_permanent &= permanent;
-                if all_permanent {
-                    moved_to = Some(next.clone());
-                }
-                url = next;
-                continue;
             }
-            if status == StatusCode::NOT_MODIFIED {
-                return Ok(Fetched::NotModified { moved_to });
-            }
-            if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE
+            Status::Success => {}
+            _ if status == StatusCode::TOO_MANY_REQUESTS
+                || status == StatusCode::SERVICE_UNAVAILABLE =>
             {
-                let until = response
+                let until = answer
                     .headers()
                     .get(header::RETRY_AFTER)
                     .and_then(|v| v.to_str().ok())
@@ -261,47 +208,22 @@ impl Fetcher {
                     )),
                 });
             }
-            if !status.is_success() {
-                return Err(FetchError::Status(status.to_string()));
-            }
-            if response
-                .content_length()
-                .is_some_and(|n| n > self.max_bytes)
-            {
-                return Err(FetchError::TooLarge(self.max_bytes));
-            }
-            let text = |name: header::HeaderName| {
-                response
-                    .headers()
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string)
-            };
-            let got = Validators {
-                etag: text(header::ETAG),
-                last_modified: text(header::LAST_MODIFIED),
-            };
-            let mut response = response;
-            let mut bytes = Vec::new();
-            while let Some(chunk) = response
-                .chunk()
-                .await
-                .map_err(|e| FetchError::Network(describe(&e)))?
-            {
-                if (bytes.len() + chunk.len()) as u64 > self.max_bytes {
-                    return Err(FetchError::TooLarge(self.max_bytes));
-                }
-                bytes.extend_from_slice(&chunk);
-            }
-            return Ok(Fetched::Body {
-                bytes,
-                validators: got,
-                url,
-                moved_to,
-                as_given,
-            });
+            _ => return Err(FetchError::Status(status.to_string())),
         }
-        Err(FetchError::TooManyRedirects)
+        let got = Validators {
+            etag: answer.header(header::ETAG),
+            last_modified: answer.header(header::LAST_MODIFIED),
+        };
+        let (moved_to, as_given, url) =
+            (answer.moved_to.clone(), answer.as_given, answer.url.clone());
+        let bytes = answer.bytes().await?;
+        Ok(Fetched::Body {
+            bytes,
+            validators: got,
+            url,
+            moved_to,
+            as_given,
+        })
     }
 }
 
@@ -326,27 +248,17 @@ fn retry_after(value: &str, cap: Duration) -> Option<DateTime<Utc>> {
     Some(at.min(latest))
 }
 
-/// reqwest's error and its causes, each once ("error sending request" alone says nothing).
-fn describe(e: &reqwest::Error) -> String {
-    let mut out = if e.is_connect() {
-        "cannot connect".to_string()
-    } else if e.is_timeout() {
-        "timed out".to_string()
-    } else if e.is_decode() {
-        "cannot decode the answer".to_string()
-    } else {
-        "request failed".to_string()
-    };
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
+impl From<net::fetch::FetchError> for FetchError {
+    fn from(e: net::fetch::FetchError) -> Self {
+        use net::fetch::FetchError as Net;
+        match e {
+            Net::Refused { .. } => FetchError::Refused(e.to_string()),
+            Net::TooManyRedirects(_) => FetchError::TooManyRedirects,
+            Net::BadRedirect(why) => FetchError::BadRedirect(why),
+            Net::TooLarge(max) => FetchError::TooLarge(max),
+            other => FetchError::Network(other.to_string()),
         }
-        source = s.source();
     }
-    out
 }
 
 #[cfg(test)]

@@ -1239,7 +1239,7 @@ SELECT NULL, NULL, id FROM leases_done WHERE revoked AND held_pairs = 0";
 /// hold no pairs.
 const DROP_ENDED: &str = "DELETE FROM leases WHERE id = ANY($1) AND revoked AND held_pairs = 0";
 
-/// Keeps on each clip the findability its results carry (0017), the batch's last for a clip.
+/// Keeps on each clip the findability its results carry (0016), the batch's last for a clip.
 /// First in the recording transaction, in title order: clip rows are locked before anything
 /// else, as a clip's upsert locks its row before its results; a clip whose stored value is
 /// the same is neither written nor locked. No statement when no result carries one.

@@ -1183,7 +1183,7 @@ async fn record_in(
     Ok(outcomes)
 }
 
-/// Keeps on each clip the findability its results carry (0014), the batch's last for a clip;
+/// Keeps on each clip the findability its results carry (0013), the batch's last for a clip;
 /// a clip whose stored value is the same is not written. No statement when none carries one.
 async fn keep_findability(
     tx: &mut Transaction<'static, Sqlite>,

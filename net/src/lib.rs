@@ -4,6 +4,9 @@
 //! - Fetching someone else's URL (a feed, an enclosure, a redirect): [`address_policy`]
 //!   connects to public addresses only, unless told otherwise, checking the address actually
 //!   connected to.
+//! - Fetching over HTTP, with one set of rules for everything archivist fetches (feeds,
+//!   media, an episode print's ranges, `analyse` on URLs): [`fetch`] (redirects, timeouts,
+//!   sizes, truncation, the user agent, retry classes).
 //! - Serving HTTP to whoever else talks to us: [`server`] binds a listener and serves an
 //!   axum router with bounded connections, deadlines and, on loopback, only our own host
 //!   names.
@@ -12,6 +15,8 @@
 //!
 //! - `address_policy.rs`: [`address_policy::AddressPolicy`], [`address_policy::Client`],
 //!   [`address_policy::Refused`].
+//! - `fetch.rs`: [`fetch::Fetcher`], [`fetch::FetchConfig`], [`fetch::Answer`],
+//!   [`fetch::FetchError`], [`fetch::Status`].
 //! - `server.rs`: [`server::bind`], [`server::spawn`], [`server::BindError`].
 //!
 //! # Example
@@ -26,6 +31,7 @@
 //! ```
 
 pub mod address_policy;
+pub mod fetch;
 pub mod server;
 
 /// Installs the TLS crypto provider reqwest uses. reqwest is built without one of its own

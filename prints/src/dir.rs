@@ -7,7 +7,8 @@
 //! meanwhile.
 //!
 //! *Last used* is the file's modification time: set when the print is written, and set again
-//! (to the time of the read) each time it is read. (Access times are not used: most file
+//! (to the time of the read) each time it is read, except by a check (`prints check`), which
+//! is not a use. (Access times are not used: most file
 //! systems are mounted `relatime` or `noatime`, which do not keep them.) After each write, if
 //! the prints together take more than the store's bound, the least recently used are removed
 //! until they fit, never the one just written. Temporary files a crashed writer left are
@@ -104,7 +105,8 @@ impl DirStore {
         Ok(())
     }
 
-    fn get_now(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    /// The print under `key`; a use (its last-used time set to now) when `use_it`.
+    fn get_now(&self, key: &str, use_it: bool) -> Result<Option<Vec<u8>>, StoreError> {
         let path = self.path_of(key)?;
         let mut file = match std::fs::File::open(&path) {
             Ok(file) => file,
@@ -114,8 +116,10 @@ impl DirStore {
         let mut stored = Vec::new();
         std::io::Read::read_to_end(&mut file, &mut stored)
             .map_err(|e| self.unavailable(&format!("cannot read {}", path.display()), e))?;
-        // Last used: now (see the module's documentation).
-        let _ = file.set_modified(SystemTime::now());
+        // Last used: now (see the module's documentation); not for a check.
+        if use_it {
+            let _ = file.set_modified(SystemTime::now());
+        }
         match envelope::unwrap(&stored) {
             Ok(payload) => Ok(Some(payload.to_vec())),
             Err(why) => Err(StoreError::Damaged {
@@ -226,7 +230,13 @@ impl PrintStore for DirStore {
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         check_key(key)?;
         let key = key.to_string();
-        self.blocking(move |me| me.get_now(&key)).await
+        self.blocking(move |me| me.get_now(&key, true)).await
+    }
+
+    async fn inspect(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        check_key(key)?;
+        let key = key.to_string();
+        self.blocking(move |me| me.get_now(&key, false)).await
     }
 
     async fn list(&self) -> Result<Vec<PrintInfo>, StoreError> {

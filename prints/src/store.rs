@@ -76,11 +76,20 @@ pub trait PrintStore: Send + Sync + std::fmt::Debug {
     /// Removes the print under `key`; whether there was one.
     async fn remove(&self, key: &str) -> Result<bool, StoreError>;
 
-    /// Every print of the store, each read and checked against its envelope.
+    /// The print under `key`, read and checked as [`PrintStore::get`] does, without counting
+    /// as a use: its last-used time (the order of eviction) stays as it was. By default
+    /// [`PrintStore::get`], for a store whose reads are not uses (S3: last used is when it
+    /// was written); a store that counts reads as uses overrides it.
+    async fn inspect(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get(key).await
+    }
+
+    /// Every print of the store, each read and checked against its envelope. Checking is not
+    /// using: no print's last-used time changes ([`PrintStore::inspect`]).
     async fn check(&self) -> Result<Vec<Checked>, StoreError> {
         let mut out = Vec::new();
         for info in self.list().await? {
-            let damage = match self.get(&info.key).await {
+            let damage = match self.inspect(&info.key).await {
                 Ok(_) => None,
                 Err(StoreError::Damaged { why, .. }) => Some(why),
                 Err(e) => return Err(e),

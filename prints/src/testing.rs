@@ -65,6 +65,7 @@ macro_rules! print_store_conformance_tests {
             foreign_object_rejected,
             list_and_remove,
             check_finds_the_damaged,
+            check_is_not_a_use,
         );
     };
     (@cases $module:ident, $fresh:path; $($case:ident),* $(,)?) => {
@@ -336,4 +337,34 @@ where
     };
     assert_eq!(of(&good).damage, None);
     assert!(of(&bad).damage.is_some());
+}
+
+/// `check` reads every print, but is not a use: every print's last-used time (the order of
+/// eviction) is what it was before.
+pub async fn check_is_not_a_use<F, Fut>(fresh: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Fresh>,
+{
+    let Fresh { store, .. } = fresh().await;
+    let keys: Vec<String> = (0..3).map(|_| unique_key("check_use")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        store.put(key, &payload(500, i as u8)).await.unwrap();
+    }
+    let used = |listed: Vec<crate::PrintInfo>| {
+        keys.iter()
+            .map(|k| {
+                listed
+                    .iter()
+                    .find(|p| &p.key == k)
+                    .unwrap_or_else(|| panic!("{k} not listed"))
+                    .used
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = used(store.list().await.unwrap());
+    let checked = store.check().await.unwrap();
+    assert!(checked.iter().all(|c| c.damage.is_none()), "{checked:?}");
+    let after = used(store.list().await.unwrap());
+    assert_eq!(before, after, "last used after a check");
 }

@@ -119,3 +119,42 @@ async fn prints_survive_a_restart() {
     again.put(&unique_key("other"), b"x").await.unwrap();
     assert!(dir.path().join("notes.txt").exists());
 }
+
+/// `prints check` reads every print but does not use it: the least recently used before a
+/// check is still the one evicted after it (a check once set every print's last-used time
+/// to the time of the check, in key order, which emptied the order of eviction).
+#[tokio::test]
+async fn a_check_keeps_the_order_of_eviction() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirStore::new(dir.path(), 3 * STORED).unwrap();
+    let keys: Vec<String> = (0..4).map(|_| unique_key("check_lru")).collect();
+    // Written long ago, the first the least recently used: a second apart, from 2020 on.
+    let epoch = SystemTime::UNIX_EPOCH + Duration::from_secs(1_577_836_800);
+    for (i, key) in keys[..3].iter().enumerate() {
+        store.put(key, &payload(PRINT, i as u8)).await.unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(store.path_of(key).unwrap())
+            .unwrap()
+            .set_modified(epoch + Duration::from_secs(i as u64))
+            .unwrap();
+    }
+    let used = |listed: Vec<prints::PrintInfo>| {
+        keys[..3]
+            .iter()
+            .map(|k| listed.iter().find(|p| &p.key == k).unwrap().used)
+            .collect::<Vec<_>>()
+    };
+    let before = used(store.list().await.unwrap());
+    let checked = store.check().await.unwrap();
+    assert_eq!(checked.len(), 3);
+    assert!(checked.iter().all(|c| c.damage.is_none()));
+    assert_eq!(used(store.list().await.unwrap()), before, "last used");
+    // A read is still a use.
+    assert!(store.get(&keys[0]).await.unwrap().is_some());
+    store.put(&keys[3], &payload(PRINT, 9)).await.unwrap();
+    let there = |k: &String| std::fs::metadata(store.path_of(k).unwrap()).is_ok();
+    assert!(there(&keys[0]), "read: kept");
+    assert!(!there(&keys[1]), "least recently used: evicted");
+    assert!(there(&keys[2]) && there(&keys[3]));
+}

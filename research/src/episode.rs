@@ -168,7 +168,7 @@ impl EpisodeMedia {
     pub async fn freshness(&self, identity: &MediaIdentity) -> Result<Freshness, EpisodeError> {
         match Source::of(&self.uri)? {
             Source::Remote(url) => {
-                let check = printing::check_remote(self.media.client(), url, identity);
+                let check = printing::check_remote(self.media.fetcher(), url, identity);
                 tokio::select! {
                     _ = self.cancel.cancelled() => Err(EpisodeError::Cancelled),
                     checked = check => checked.map_err(EpisodeError::Passing),
@@ -191,7 +191,7 @@ impl EpisodeMedia {
     ) -> Result<Option<Ranges>, EpisodeError> {
         match Source::of(&self.uri)? {
             Source::Remote(url) => Ok(HttpRanges::new(
-                self.media.client().clone(),
+                self.media.fetcher().clone(),
                 url,
                 identity,
                 runtime,

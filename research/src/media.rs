@@ -45,12 +45,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
-use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use net::address_policy::{self, AddressPolicy, Redirects};
+use net::address_policy::AddressPolicy;
+use net::fetch::{FetchConfig, FetchError, Fetcher, Status};
 
 use crate::printing::MediaIdentity;
 use crate::ResearchError;
@@ -191,7 +191,8 @@ pub(crate) struct Fetched {
 /// The media fetcher and its cache. One per researcher, shared by its slots.
 pub struct Media {
     config: MediaConfig,
-    client: address_policy::Client,
+    /// Every fetch's rules ([`net::fetch`]); media addresses are never fetched as given.
+    fetcher: Fetcher,
     state: Mutex<CacheState>,
     /// One lock per URI being fetched, so that it is fetched once.
     fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -213,6 +214,10 @@ const CACHED: &str = "media";
 const POINTER: &str = "uri";
 /// Extension of what identifies a download (beside its `.uri`), for episode prints.
 const IDENTITY: &str = "identity";
+/// Extension of what is known of media that failed for a media reason (beside its `.uri`).
+const FAILED: &str = "failed";
+/// The most clips a known failure remembers (beyond, it forgets the oldest).
+const MAX_FAILED_CLIPS: usize = 100_000;
 /// Extension of downloads (and symlinks) under way.
 const PARTIAL: &str = "part";
 /// How old an unlocked `.part` must be before eviction removes it: a crashed researcher's.
@@ -225,8 +230,6 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How long a download may take before `--fetch-min-rate` applies (connecting, a slow start).
 pub const RATE_GRACE: Duration = Duration::from_secs(30);
-/// Redirects followed for one download, at most (reqwest's default).
-const MAX_REDIRECTS: usize = 10;
 
 impl Media {
     /// Checks the media roots (each made canonical), creates the cache directory if missing,
@@ -256,21 +259,14 @@ impl Media {
             ))
         })?;
         evict(&config.cache_dir, config.cache_size);
-        net::install_crypto();
-        let builder = config
-            .addresses
-            .client_builder()
-            .connect_timeout(config.connect_timeout)
-            .read_timeout(config.read_timeout);
-        let client = address_policy::Client::build(
+        let fetcher = Fetcher::new(
             &config.addresses,
-            builder,
-            Redirects::Follow(MAX_REDIRECTS),
+            FetchConfig::media(config.connect_timeout, config.read_timeout, config.max_size),
         )
-        .map_err(ResearchError::HttpClient)?;
+        .map_err(|e| ResearchError::Config(e.to_string()))?;
         Ok(Media {
             config,
-            client,
+            fetcher,
             state: Mutex::new(CacheState::default()),
             fetching: Mutex::new(HashMap::new()),
         })
@@ -410,6 +406,143 @@ impl Media {
         let key = uri_key(uri);
         let _ = std::fs::remove_file(self.config.cache_dir.join(format!("{key}.{POINTER}")));
         let _ = std::fs::remove_file(self.config.cache_dir.join(format!("{key}.{IDENTITY}")));
+        let _ = std::fs::remove_file(self.config.cache_dir.join(format!("{key}.{FAILED}")));
+    }
+
+    /// The failure kept for the remote media at `uri`, if it is still the media that failed:
+    /// asked of the server with a conditional request (its validators when it failed; a 304
+    /// costs no body), so every new clip of known-bad media fails at once with the reason it
+    /// failed for, without a download or a decode. Forgotten (`None`: fetch and analyse it
+    /// again) when the media changed, or when one of `clips` is a clip this failure already
+    /// failed: a pair failed is leased again only when asked (`archivist retry-failed`) or
+    /// when its result was lost, and either way it is tried afresh.
+    pub(crate) async fn known_failure<'c>(
+        &self,
+        uri: &str,
+        clips: impl Iterator<Item = &'c str>,
+        cancel: &CancellationToken,
+    ) -> Option<String> {
+        let Ok(Source::Remote(url)) = Source::of(uri) else {
+            return None;
+        };
+        let path = self
+            .config
+            .cache_dir
+            .join(format!("{}.{FAILED}", uri_key(uri)));
+        let mut known: KnownFailure =
+            serde_json::from_slice(&tokio::fs::read(&path).await.ok()?).ok()?;
+        let shown = messagebus::redact_url(uri);
+        let keys: Vec<String> = clips.map(clip_key).collect();
+        if keys.iter().any(|k| known.clips.contains(k)) {
+            tracing::info!(episode = %shown, "a pair failed on this media is asked for again: fetching it afresh");
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
+        let MediaIdentity::Http {
+            etag,
+            last_modified,
+            ..
+        } = &known.identity
+        else {
+            return None;
+        };
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(etag) = etag {
+            headers = net::fetch::with_header(headers, reqwest::header::IF_NONE_MATCH, etag);
+        }
+        if let Some(at) = last_modified {
+            headers = net::fetch::with_header(headers, reqwest::header::IF_MODIFIED_SINCE, at);
+        }
+        let asked = tokio::select! {
+            _ = cancel.cancelled() => return None,
+            asked = self.fetcher.get(&url, headers, false) => asked,
+        };
+        // A failure to ask is the download's to meet and report.
+        let answer = asked.ok()?;
+        let same = match Status::of(answer.status()) {
+            Status::NotModified => true,
+            // Dropped unread.
+            Status::Success => known
+                .identity
+                .same_as(&MediaIdentity::from_headers(answer.headers())),
+            _ => return None,
+        };
+        drop(answer);
+        if !same {
+            tracing::info!(episode = %shown, "media that failed has changed: fetching it afresh");
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
+        metrics::counter!("archivist_researcher_known_failures_total").increment(1);
+        tracing::info!(episode = %shown, reason = %known.reason, "media unchanged since it failed: its new pairs fail at once");
+        known.clips.extend(keys);
+        let over = known.clips.len().saturating_sub(MAX_FAILED_CLIPS);
+        known.clips.drain(..over);
+        self.keep_failure(uri, &known);
+        Some(known.reason)
+    }
+
+    /// Keeps that the remote media at `uri` failed for `reason` (a reason of the media,
+    /// which every clip shares), with the validators of its download, and that `clips`
+    /// failed on it: [`known_failure`](Self::known_failure) then fails its next clips at
+    /// once. Nothing is kept for media whose validators cannot show it unchanged.
+    pub(crate) fn remember_failure<'c>(
+        &self,
+        uri: &str,
+        reason: &str,
+        clips: impl Iterator<Item = &'c str>,
+    ) {
+        if !matches!(Source::of(uri), Ok(Source::Remote(_))) {
+            return;
+        }
+        let held = {
+            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.downloads.get(uri).and_then(Weak::upgrade)
+        };
+        let identity = match held {
+            Some(entry) => entry.identity.clone(),
+            None => {
+                let key = uri_key(uri);
+                std::fs::read_link(self.config.cache_dir.join(format!("{key}.{POINTER}")))
+                    .ok()
+                    .and_then(|target| {
+                        let name = target.to_str()?.strip_suffix(&format!(".{CACHED}"))?;
+                        recall(&self.config.cache_dir, &key, name)
+                    })
+            }
+        };
+        let Some(identity) = identity.filter(|i| {
+            matches!(i, MediaIdentity::Http { etag, last_modified, .. } if etag.is_some() || last_modified.is_some())
+        }) else {
+            return;
+        };
+        self.keep_failure(
+            uri,
+            &KnownFailure {
+                reason: reason.to_string(),
+                identity,
+                clips: clips.map(clip_key).collect(),
+            },
+        );
+    }
+
+    /// Writes `known` for `uri` (replaced atomically; best effort: without it, the media is
+    /// fetched and fails again).
+    fn keep_failure(&self, uri: &str, known: &KnownFailure) {
+        let dir = &self.config.cache_dir;
+        let key = uri_key(uri);
+        let Ok(body) = serde_json::to_vec(known) else {
+            return;
+        };
+        let tmp = dir.join(format!(
+            "{key}.{}.{FAILED}.{PARTIAL}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let kept = std::fs::write(&tmp, body)
+            .and_then(|()| std::fs::rename(&tmp, dir.join(format!("{key}.{FAILED}"))));
+        if kept.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
     }
 
     /// The local file `path` opened for reading as local media is (a regular file, inside
@@ -425,9 +558,9 @@ impl Media {
             .map_err(|e| MediaError::Passing(format!("cannot read {shown}: {e}")))?
     }
 
-    /// The HTTP client downloads use (the address policy's), for the print's requests.
-    pub(crate) fn client(&self) -> &address_policy::Client {
-        &self.client
+    /// The fetcher downloads use, for the print's requests.
+    pub(crate) fn fetcher(&self) -> &Fetcher {
+        &self.fetcher
     }
 
     /// The entry of the local file `uri`, whether or not it is still good.
@@ -589,37 +722,38 @@ impl Media {
         let again = |why: String| Attempt::Again { why, after: None };
         let pace = Pace::new(self.config.min_rate);
         let too_slow = || again(pace.too_slow());
-        let request = self.client.get(url).map_err(refused)?;
-        let mut response = match pace.within(0, request.send()).await {
+        let request = self
+            .fetcher
+            .get(&url, reqwest::header::HeaderMap::new(), false);
+        let mut response = match pace.within(0, request).await {
             None => return Err(too_slow()),
-            Some(Ok(response)) => response,
-            Some(Err(e)) => return Err(request_failed(e)),
+            Some(answer) => answer.map_err(|e| fetch_failed(uri, e))?,
         };
         let status = response.status();
-        if status == StatusCode::NOT_FOUND || status == StatusCode::GONE {
-            return Err(Attempt::Final(MediaError::Gone(format!(
-                "media gone: HTTP {status}"
-            ))));
-        }
-        if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-            return Err(Attempt::Again {
-                why: format!("HTTP {status}"),
-                after: retry_after(response.headers()),
-            });
-        }
-        if !status.is_success() {
-            return Err(Attempt::Final(MediaError::Passing(format!(
-                "{}: HTTP {status}",
-                messagebus::redact_url(uri)
-            ))));
+        match Status::of(status) {
+            Status::Success => {}
+            Status::Gone => {
+                return Err(Attempt::Final(MediaError::Gone(format!(
+                    "media gone: HTTP {status}"
+                ))))
+            }
+            Status::Busy => {
+                return Err(Attempt::Again {
+                    why: format!("HTTP {status}"),
+                    after: net::fetch::retry_after(response.headers(), MAX_RETRY_AFTER),
+                })
+            }
+            Status::NotModified | Status::Refused => {
+                return Err(Attempt::Final(MediaError::Passing(format!(
+                    "{}: HTTP {status}",
+                    messagebus::redact_url(uri)
+                ))))
+            }
         }
         let identity = MediaIdentity::from_headers(response.headers());
-        if response
-            .content_length()
-            .is_some_and(|n| n > self.config.max_size)
-        {
-            return Err(Attempt::Final(too_large(self.config.max_size)));
-        }
+        response
+            .check_announced()
+            .map_err(|e| fetch_failed(uri, e))?;
         let (part, mut file) = self
             .partial(uri)
             .await
@@ -629,15 +763,12 @@ impl Media {
         loop {
             let chunk = match pace.within(size, response.chunk()).await {
                 None => return Err(too_slow()),
-                Some(chunk) => chunk.map_err(request_failed)?,
+                Some(chunk) => chunk.map_err(|e| fetch_failed(uri, e))?,
             };
             let Some(chunk) = chunk else {
                 break;
             };
             size += chunk.len() as u64;
-            if size > self.config.max_size {
-                return Err(Attempt::Final(too_large(self.config.max_size)));
-            }
             hasher.update(&chunk);
             file.write_all(&chunk)
                 .await
@@ -671,20 +802,23 @@ fn lease_ended(uri: &str) -> MediaError {
     ))
 }
 
-/// A download refused by the address policy: gone (it will not pass without the flag).
-fn refused(r: address_policy::Refused) -> Attempt {
-    Attempt::Final(MediaError::Gone(format!("media address refused: {r}")))
-}
-
-/// A failed request or read: refused by the address policy (at a redirect hop, or a host
-/// name resolving to a non-public address), or another try.
-fn request_failed(e: reqwest::Error) -> Attempt {
-    if let Some(r) = address_policy::refused_in(&e) {
-        return refused(r.clone());
-    }
-    Attempt::Again {
-        why: e.without_url().to_string(),
-        after: None,
+/// A fetch's failure as a try's: a refused address or a body over the limit is gone (it
+/// will not pass without a flag); a network failure, a timeout or a body cut short is worth
+/// another try; a bad redirect fails the item for now.
+fn fetch_failed(uri: &str, e: FetchError) -> Attempt {
+    match e {
+        FetchError::Refused { .. } => {
+            Attempt::Final(MediaError::Gone(format!("media address refused: {e}")))
+        }
+        FetchError::TooLarge(max) => Attempt::Final(too_large(max)),
+        e if e.is_retryable() => Attempt::Again {
+            why: e.to_string(),
+            after: None,
+        },
+        e => Attempt::Final(MediaError::Passing(format!(
+            "{}: {e}",
+            messagebus::redact_url(uri)
+        ))),
     }
 }
 
@@ -792,22 +926,6 @@ fn too_large(max: u64) -> MediaError {
     MediaError::Gone(format!(
         "media too large: over {max} bytes (--max-media-size)"
     ))
-}
-
-/// `Retry-After` as seconds or an HTTP date.
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let value = headers
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
-    (at.with_timezone(&chrono::Utc) - chrono::Utc::now())
-        .to_std()
-        .ok()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -949,6 +1067,20 @@ fn lookup(dir: &Path, key: &str, uri: String, max: u64) -> Option<Entry> {
 struct Remembered {
     sha256: String,
     identity: MediaIdentity,
+}
+
+/// What `<key>.failed` keeps: why the media failed, the validators it failed with, and the
+/// clips (by [`clip_key`]) failed on it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KnownFailure {
+    reason: String,
+    identity: MediaIdentity,
+    clips: Vec<String>,
+}
+
+/// A clip as a known failure remembers it: a hash of its title (its identity).
+fn clip_key(title: &str) -> String {
+    hex(&Sha256::digest(title.as_bytes()))[..32].to_string()
 }
 
 /// Keeps the identity of the download of `<key>.uri` (the bytes `sha256`) beside it, for a
@@ -1551,6 +1683,37 @@ mod tests {
         assert_eq!(m.cached_bytes(), 0);
     }
 
+    /// A download shorter than its `Content-Length` (the server closes early) is not taken
+    /// for the media: the item fails for another try, its reason naming both sizes, and
+    /// nothing is cached.
+    #[tokio::test]
+    async fn a_download_cut_short_of_its_length_is_tried_again_naming_both_sizes() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buf = vec![0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let head = "HTTP/1.1 200 OK\r\nContent-Length: 900\r\nConnection: close\r\n\r\n";
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(&[b'x'; 603]).await;
+                let _ = stream.shutdown().await;
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let m = media(dir.path(), 10_000);
+        let got = m
+            .fetch(&format!("http://{addr}/cut.mp3"), &CancellationToken::new())
+            .await;
+        assert!(
+            matches!(&got, Err(MediaError::Passing(why)) if why.contains("603") && why.contains("900")),
+            "{:?}",
+            got.as_ref().err()
+        );
+        assert_eq!(m.cached_bytes(), 0);
+    }
+
     /// A server that sends a byte, then one every 59 s: under the 60 s read timeout.
     fn trickle() -> axum::Router {
         axum::Router::new().route(
@@ -1689,16 +1852,5 @@ mod tests {
         };
         assert!(path.is_absolute(), "{}", path.display());
         assert!(path.ends_with("media/a.mp3"), "{}", path.display());
-    }
-
-    #[test]
-    fn retry_after_reads_seconds_and_dates() {
-        let mut h = reqwest::header::HeaderMap::new();
-        h.insert(reqwest::header::RETRY_AFTER, "3".parse().unwrap());
-        assert_eq!(retry_after(&h), Some(Duration::from_secs(3)));
-        let later = (chrono::Utc::now() + chrono::Duration::seconds(30)).to_rfc2822();
-        h.insert(reqwest::header::RETRY_AFTER, later.parse().unwrap());
-        let wait = retry_after(&h).unwrap();
-        assert!(wait > Duration::from_secs(25) && wait <= Duration::from_secs(30));
     }
 }

@@ -22,7 +22,7 @@ use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use net::address_policy;
+use net::fetch::{FetchError, Fetcher};
 
 /// What identifies the media a print was made from: what the server said of it (http(s)),
 /// or the file's size and modification time (local media).
@@ -117,7 +117,7 @@ impl MediaIdentity {
 
     /// Whether the media a 200 with `now` describes is the one this identity describes:
     /// the same strong ETag; or, neither having one, the same Last-Modified and length.
-    fn same_as(&self, now: &MediaIdentity) -> bool {
+    pub(crate) fn same_as(&self, now: &MediaIdentity) -> bool {
         let (
             MediaIdentity::Http {
                 etag: a,
@@ -155,7 +155,7 @@ pub enum Freshness {
 /// Asks the server whether the media at `url` is still the one `identity` describes, with a
 /// conditional GET (a 304 costs no body; a 200's body is not read).
 pub async fn check_remote(
-    client: &address_policy::Client,
+    fetcher: &Fetcher,
     url: reqwest::Url,
     identity: &MediaIdentity,
 ) -> Result<Freshness, String> {
@@ -170,19 +170,20 @@ pub async fn check_remote(
     if etag.is_none() && last_modified.is_none() {
         return Ok(Freshness::Changed);
     }
-    let mut request = client
-        .get(url)
-        .map_err(|e| format!("media address refused: {e}"))?;
+    let mut headers = HeaderMap::new();
     if let Some(etag) = etag {
-        request = request.header(header::IF_NONE_MATCH, etag);
+        headers = net::fetch::with_header(headers, header::IF_NONE_MATCH, etag);
     }
     if let Some(at) = last_modified {
-        request = request.header(header::IF_MODIFIED_SINCE, at);
+        headers = net::fetch::with_header(headers, header::IF_MODIFIED_SINCE, at);
     }
-    let response = request
-        .send()
+    let response = fetcher
+        .get(&url, headers, false)
         .await
-        .map_err(|e| e.without_url().to_string())?;
+        .map_err(|e| match e {
+            FetchError::Refused { .. } => format!("media address refused: {e}"),
+            e => e.to_string(),
+        })?;
     let status = response.status();
     if status == StatusCode::NOT_MODIFIED {
         return Ok(Freshness::Same);
@@ -352,8 +353,16 @@ const MAX_RANGE: usize = 64 << 20;
 /// Reads of byte ranges of remote media, one `Range` request each, through the address
 /// policy's client, from a blocking thread (the analyser's). A server that answers 200 (the
 /// whole body) is noticed (counted as a fallback, "range ignored") and its body not read.
+///
+/// Every 206 is checked whole against the media printed: its `Content-Range` must be the
+/// range asked (start and end) of a media of the printed length, its ETag (when the print
+/// has one) the printed one, its Last-Modified (when both have one) the printed one, and its
+/// body the length of the range. `If-Range` carries the strong ETag, else the Last-Modified
+/// (RFC 9110 13.1.5: a weak ETag cannot); with neither, the answer's validators are all
+/// there is. Any mismatch is the media changed: the print is dropped and the episode
+/// analysed in full, afresh.
 pub struct HttpRanges {
-    client: address_policy::Client,
+    fetcher: Fetcher,
     url: reqwest::Url,
     runtime: tokio::runtime::Handle,
     len: u64,
@@ -381,7 +390,7 @@ impl HttpRanges {
     /// Ranges of the media at `url`, which `identity` describes (its length must be known);
     /// requests are made on `runtime` and stop when `cancel` is.
     pub fn new(
-        client: address_policy::Client,
+        fetcher: Fetcher,
         url: reqwest::Url,
         identity: &MediaIdentity,
         runtime: tokio::runtime::Handle,
@@ -401,7 +410,7 @@ impl HttpRanges {
             .filter(|e| !e.starts_with("W/"))
             .or_else(|| last_modified.clone());
         Some(HttpRanges {
-            client,
+            fetcher,
             url,
             runtime,
             len: *len,
@@ -458,8 +467,12 @@ impl HttpRanges {
         start: u64,
         last: u64,
     ) -> impl std::future::Future<Output = std::io::Result<Vec<u8>>> + Send + 'static {
-        let (client, url, if_range) =
-            (self.client.clone(), self.url.clone(), self.if_range.clone());
+        let (fetcher, url, if_range, len) = (
+            self.fetcher.clone(),
+            self.url.clone(),
+            self.if_range.clone(),
+            self.len,
+        );
         let (counters, ignored, changed) = (
             self.counters.clone(),
             self.ignored.clone(),
@@ -467,17 +480,18 @@ impl HttpRanges {
         );
         let identity = self.identity.clone();
         async move {
-            let mut request = client
-                .get(url)
-                .map_err(std::io::Error::other)?
-                .header(header::RANGE, format!("bytes={start}-{last}"));
+            let mut headers = net::fetch::with_header(
+                HeaderMap::new(),
+                header::RANGE,
+                &format!("bytes={start}-{last}"),
+            );
             if let Some(v) = if_range {
-                request = request.header(header::IF_RANGE, v);
+                headers = net::fetch::with_header(headers, header::IF_RANGE, &v);
             }
-            let mut response = request
-                .send()
+            let mut response = fetcher
+                .get(&url, headers, false)
                 .await
-                .map_err(|e| std::io::Error::other(e.without_url()))?;
+                .map_err(std::io::Error::other)?;
             let status = response.status();
             if status == StatusCode::OK {
                 // The body is not read: a print needs seconds of it, not all of it.
@@ -501,35 +515,99 @@ impl HttpRanges {
                     "a range request: HTTP {status}"
                 )));
             }
-            let from = response
-                .headers()
-                .get(header::CONTENT_RANGE)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("bytes "))
-                .and_then(|v| v.split_once('-'))
-                .and_then(|(from, _)| from.trim().parse::<u64>().ok());
-            if from != Some(start) {
+            if let Err(why) = ranged_answer_is(&identity, response.headers(), (start, last, len)) {
+                changed.store(true, Ordering::Relaxed);
                 return Err(std::io::Error::other(format!(
-                    "a range request for bytes {start}-{last} was answered from {from:?}"
+                    "a range request for bytes {start}-{last} of {len}: {why}"
                 )));
             }
             let want = (last - start + 1) as usize;
             let mut out = Vec::with_capacity(want);
-            while let Some(chunk) = response
-                .chunk()
-                .await
-                .map_err(|e| std::io::Error::other(e.without_url()))?
-            {
-                let room = want - out.len();
-                out.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                if out.len() >= want {
-                    break;
+            while let Some(chunk) = response.chunk().await.map_err(std::io::Error::other)? {
+                if out.len() + chunk.len() > want {
+                    changed.store(true, Ordering::Relaxed);
+                    return Err(std::io::Error::other(format!(
+                        "a range request for bytes {start}-{last}: more than {want} bytes came"
+                    )));
                 }
+                out.extend_from_slice(&chunk);
+            }
+            if out.len() != want {
+                return Err(std::io::Error::other(
+                    FetchError::Truncated {
+                        expected: want as u64,
+                        received: out.len() as u64,
+                    }
+                    .to_string(),
+                ));
             }
             counters.ranged(out.len() as u64);
             Ok(out)
         }
     }
+}
+
+/// Whether a 206 with `headers` is the range `(start, last)` of the media printed, `len`
+/// bytes long, that `identity` describes; why not, if not.
+fn ranged_answer_is(
+    identity: &MediaIdentity,
+    headers: &HeaderMap,
+    (start, last, len): (u64, u64, u64),
+) -> Result<(), String> {
+    let text = |name: header::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    let range = text(header::CONTENT_RANGE);
+    let parsed = range
+        .as_deref()
+        .and_then(|v| v.strip_prefix("bytes "))
+        .and_then(|v| v.split_once('/'))
+        .and_then(|(span, total)| {
+            let (from, to) = span.split_once('-')?;
+            Some((
+                from.trim().parse::<u64>().ok()?,
+                to.trim().parse::<u64>().ok()?,
+                total.trim().parse::<u64>().ok(),
+            ))
+        });
+    let Some((from, to, total)) = parsed else {
+        return Err(format!("answered with Content-Range {range:?}"));
+    };
+    if (from, to) != (start, last) {
+        return Err(format!("answered with bytes {from}-{to}"));
+    }
+    if total != Some(len) {
+        let said = total.map_or_else(|| "an unknown".to_string(), |t| t.to_string());
+        return Err(format!("answered as of media {said} bytes long"));
+    }
+    let MediaIdentity::Http {
+        etag,
+        last_modified,
+        ..
+    } = identity
+    else {
+        return Ok(());
+    };
+    // Compared weakly (RFC 9110 8.8.3.2): a strong one was also sent as If-Range.
+    let opaque = |tag: &str| tag.trim_start_matches("W/").to_string();
+    if let Some(printed) = etag {
+        match text(header::ETAG) {
+            Some(now) if opaque(&now) == opaque(printed) => {}
+            now => return Err(format!("answered with ETag {now:?}, not {printed:?}")),
+        }
+    }
+    if let (Some(printed), Some(now)) = (last_modified, text(header::LAST_MODIFIED)) {
+        if &now != printed {
+            return Err(format!(
+                "answered with Last-Modified {now:?}, not {printed:?}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Reads of byte ranges of a local file.
@@ -579,7 +657,7 @@ mod tests {
     use super::*;
     use axum::http::HeaderMap as AxumHeaders;
     use axum::response::IntoResponse;
-    use net::address_policy::{AddressPolicy, Redirects};
+    use net::address_policy::AddressPolicy;
 
     #[test]
     fn a_files_identity_reads_back_as_written() {
@@ -612,24 +690,37 @@ mod tests {
 
     async fn media(headers: AxumHeaders, uri: axum::http::Uri) -> axum::response::Response {
         use axum::http::{header as h, StatusCode as S};
-        let etag = "\"e1\"";
+        // Misbehaving servers: `/other-etag` answers ranges of other media whatever the
+        // `If-Range`; `/weak` has only a weak ETag (and changed since: `W/"w1"`);
+        // `/wrong-end` ends its ranges a byte early, `/wrong-total` says another total.
+        let path = uri.path();
+        let etag = match path {
+            "/other-etag" => "\"e2\"",
+            "/weak" => "W/\"w1\"",
+            _ => "\"e1\"",
+        };
         let get = |n: h::HeaderName| headers.get(n).and_then(|v| v.to_str().ok());
         if get(h::IF_NONE_MATCH) == Some(etag) {
             return (S::NOT_MODIFIED, [(h::ETAG, etag)]).into_response();
         }
-        let ranged = uri.path() != "/plain" && get(h::IF_RANGE).is_none_or(|v| v == etag);
+        let ranged = path != "/plain"
+            && (path == "/other-etag" || get(h::IF_RANGE).is_none_or(|v| v == etag));
         if let Some((a, b)) = get(h::RANGE)
             .filter(|_| ranged)
             .and_then(|r| r.strip_prefix("bytes="))
             .and_then(|r| r.split_once('-'))
         {
             let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
-            let b = b.min(BODY.len() - 1);
+            let mut b = b.min(BODY.len() - 1);
+            if path == "/wrong-end" {
+                b -= 1;
+            }
+            let total = BODY.len() + usize::from(path == "/wrong-total");
             return (
                 S::PARTIAL_CONTENT,
                 [
                     (h::ETAG, etag.to_string()),
-                    (h::CONTENT_RANGE, format!("bytes {a}-{b}/{}", BODY.len())),
+                    (h::CONTENT_RANGE, format!("bytes {a}-{b}/{total}")),
                 ],
                 BODY[a..=b].to_vec(),
             )
@@ -646,10 +737,16 @@ mod tests {
         format!("http://{addr}")
     }
 
-    fn client() -> address_policy::Client {
-        let policy = AddressPolicy::any();
-        address_policy::Client::build(&policy, policy.client_builder(), Redirects::Follow(3))
-            .unwrap()
+    fn client() -> Fetcher {
+        Fetcher::new(
+            &AddressPolicy::any(),
+            net::fetch::FetchConfig::media(
+                std::time::Duration::from_secs(5),
+                std::time::Duration::from_secs(5),
+                1 << 20,
+            ),
+        )
+        .unwrap()
     }
 
     fn http(etag: &str, len: u64) -> MediaIdentity {
@@ -767,6 +864,52 @@ mod tests {
         assert_eq!(stale.fallback(), Some(Fallback::ChangedMedia));
         let counted = counters.snapshot();
         assert_eq!((counted.range_requests, counted.range_bytes), (2, 11));
+    }
+
+    /// A 206 that is not the range asked of the media printed (another end, another total
+    /// length, another ETag, or a weak ETag that changed) is not read as it: the print is
+    /// dropped for a full analysis of the media afresh.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_ranged_answer_of_anything_but_the_range_asked_drops_the_print() {
+        let base = serve().await;
+        let counters = Arc::new(PrintCounters::default());
+        let len = BODY.len() as u64;
+        let make = |path: &str, etag: &str| {
+            HttpRanges::new(
+                client(),
+                reqwest::Url::parse(&format!("{base}{path}")).unwrap(),
+                &http(etag, len),
+                tokio::runtime::Handle::current(),
+                CancellationToken::new(),
+                counters.clone(),
+            )
+            .unwrap()
+        };
+        let cases = vec![
+            make("/wrong-end", "\"e1\""),
+            make("/wrong-total", "\"e1\""),
+            make("/other-etag", "\"e1\""),
+            make("/weak", "W/\"w0\""),
+        ];
+        let checked = tokio::task::spawn_blocking(move || {
+            cases
+                .into_iter()
+                .map(|mut r| {
+                    let read = r.read_at(10, 5);
+                    (read, r.fallback())
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap();
+        for ((read, fallback), case) in
+            checked
+                .into_iter()
+                .zip(["wrong end", "wrong total", "other etag", "weak etag"])
+        {
+            assert!(read.is_err(), "{case}: read {read:?}");
+            assert_eq!(fallback, Some(Fallback::ChangedMedia), "{case}");
+        }
     }
 
     #[test]

@@ -330,6 +330,25 @@ async fn research(
     results.last_try = last_try;
     let stop = &ctx.hard_stop;
 
+    // Media known to fail, and unchanged since: every pair fails at once, as the media's
+    // earlier pairs did, without a download or a decode.
+    if let Some(why) = ctx
+        .media
+        .known_failure(
+            &item.episode.media_uri,
+            item.clips.iter().map(|c| c.title.as_str()),
+            stop,
+        )
+        .await
+    {
+        for clip in &item.clips {
+            if let Err(e) = results.failure(&clip.title, &why) {
+                return results.fail(e).await;
+            }
+        }
+        return results.done();
+    }
+
     // The episode, once for the whole item; not here when the analyser fetches it itself
     // (if it needs its audio at all: it may answer from the episode's print).
     let lazy = ctx.analyser.fetches_episode();
@@ -454,6 +473,9 @@ async fn research(
         }
     };
     let mut answered: HashSet<String> = HashSet::new();
+    // The analyser's failures, as reported: one reason of the episode's for every clip is
+    // the media's failure (see below).
+    let mut failed: Vec<String> = Vec::new();
     // The stall timeout counts from the last line, whatever else happens in between.
     let mut stall_at = tokio::time::Instant::now() + ctx.stall_timeout;
     loop {
@@ -553,10 +575,9 @@ async fn research(
             Line::Failure { clip_title, reason } => {
                 // Named by their URIs: the paths are this process's, the reason outlives it.
                 let entries = episode.iter().chain(clip_entries.get(&clip_title));
-                results.failure(
-                    &clip_title,
-                    &media::name_uris(&reason, entries.map(|e| &**e)),
-                )
+                let reason = media::name_uris(&reason, entries.map(|e| &**e));
+                failed.push(reason.clone());
+                results.failure(&clip_title, &reason)
             }
             Line::Answer {
                 clip_title,
@@ -630,6 +651,13 @@ async fn research(
     drop(timer);
     match ending {
         Ending::Done => {
+            if let Some(why) = media_failure(&failed, titles.len()) {
+                ctx.media.remember_failure(
+                    &item.episode.media_uri,
+                    why,
+                    titles.keys().map(String::as_str),
+                );
+            }
             let unanswered = titles.len() - answered.len();
             if unanswered > 0 {
                 tracing::info!(lease = %lease, unanswered, "the analyser left clips unanswered: they are researched again after the lease expires");
@@ -639,6 +667,16 @@ async fn research(
         Ending::TryLater(why) => results.later(why, &titles, &answered).await,
         Ending::Failed(why) => results.analyser_failed(why, &titles, &answered).await,
     }
+}
+
+/// The media's own failure among an item's `failed` reasons, when there is one: every one
+/// of its `clips` failed with one reason, and that reason is the episode's (the reference
+/// analyser's words for media it cannot decode begin "the episode"). Media failing so is
+/// remembered ([`media::Media::remember_failure`]), and its new clips fail at once.
+fn media_failure(failed: &[String], clips: usize) -> Option<&str> {
+    let (first, rest) = failed.split_first()?;
+    let one = failed.len() == clips && rest.iter().all(|r| r == first);
+    (one && first.starts_with("the episode")).then_some(first.as_str())
 }
 
 /// How the wait for the analyser's exit ended.

@@ -29,6 +29,7 @@ pub(crate) fn tuned() -> Params {
             "clip_fanout" => p.clip_fanout = f() as usize,
             "periodic_margin" => p.periodic_margin = f() as f32,
             "refine_screen" => p.refine_screen = f() as f32,
+            "screen_window" => p.screen_window = f() as usize,
             "periodic_search" => p.periodic_search = f() as usize,
             "periodic_lobe" => p.periodic_lobe = f() as usize,
             "vote_agreement" => p.vote_agreement = f() as usize,
@@ -41,6 +42,7 @@ pub(crate) fn tuned() -> Params {
             "weak_votes" => p.weak_votes = f() as u32,
             "judge_piece" => p.judge_piece = f() as usize,
             "judge_ratio" => p.judge_ratio = f() as f32,
+            "judge_votes" => p.judge_votes = f() as u32,
             _ => panic!("ACCURACY_PARAMS: no parameter {k} here"),
         }
     }

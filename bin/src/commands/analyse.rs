@@ -21,7 +21,7 @@ use crate::connect;
 use crate::values::parse_duration;
 use crate::values::parse_size;
 use crate::values::usage;
-use net::address_policy::{self, AddressPolicy, Redirects};
+use net::fetch::{FetchConfig, FetchError, Status};
 use nix::sys::resource::{getrusage, UsageWho};
 
 pub(crate) const ABOUT: &str = "Where each clip occurs in an episode, found from the audio by \
@@ -101,19 +101,14 @@ struct Local {
 pub(crate) async fn run(args: &AnalyseArgs, token: &CancellationToken) -> anyhow::Result<()> {
     // A URL typed here is fetched as given; where it redirects, as a media address is
     // (public addresses only), unless it answered from the user's own network.
-    let client = |policy: &AddressPolicy, redirects| {
-        let builder = policy
-            .client_builder()
-            .connect_timeout(args.fetch_connect_timeout)
-            .read_timeout(args.fetch_read_timeout);
-        address_policy::Client::build(policy, builder, redirects)
-            .context("cannot set up the HTTP client")
-    };
     let policy = args.addresses.policy();
+    let config = FetchConfig::media(
+        args.fetch_connect_timeout,
+        args.fetch_read_timeout,
+        args.max_media_size,
+    );
     let fetcher = Fetcher {
-        typed: client(&AddressPolicy::any(), Redirects::Shown)?,
-        typed_follow: client(&AddressPolicy::any(), Redirects::Follow(MAX_REDIRECTS))?,
-        checked: client(&policy, Redirects::Follow(MAX_REDIRECTS))?,
+        net: net::fetch::Fetcher::new(&policy, config).context("cannot set up the HTTP client")?,
         args,
         token,
     };
@@ -386,17 +381,10 @@ fn clock(ns: u64) -> String {
     )
 }
 
-/// Redirects followed for one download, at most (reqwest's default).
-const MAX_REDIRECTS: usize = 10;
-
-/// Fetches inputs for one run: the HTTP clients, the limits, the cancellation token.
+/// Fetches inputs for one run: the HTTP client ([`net::fetch`]: every fetch's rules), the
+/// limits, the cancellation token.
 struct Fetcher<'a> {
-    /// The URL typed, fetched as given; its redirects are not followed by this client.
-    typed: address_policy::Client,
-    /// Redirects of a URL typed that answered from a non-public address: any address.
-    typed_follow: address_policy::Client,
-    /// Redirects of a URL typed that answered from a public address: checked.
-    checked: address_policy::Client,
+    net: net::fetch::Fetcher,
     args: &'a AnalyseArgs,
     token: &'a CancellationToken,
 }
@@ -440,63 +428,22 @@ impl Fetcher<'_> {
 
     async fn download(&self, url: &url::Url, input: &str) -> anyhow::Result<Local> {
         let cannot = |e: &dyn std::fmt::Display| usage(format!("cannot download {input}: {e}"));
-        let read_timeout = self.args.fetch_read_timeout;
-        // reqwest's own words for a read timeout ("operation timed out") do not say which
-        // limit, nor how to change it.
-        let failed = |e: reqwest::Error| {
-            if let Some(r) = address_policy::refused_in(&e) {
-                cannot(&format!("redirected: {r}"))
-            } else if e.is_timeout() {
-                cannot(&format!(
-                    "the server sent nothing for {} (--fetch-read-timeout)",
-                    humantime::format_duration(read_timeout)
-                ))
-            } else {
-                cannot(&error_chain(&e))
-            }
+        // The net crate's words, with the option that changes the limit each names.
+        let failed = |e: FetchError| match e {
+            FetchError::ReadTimeout(_) => cannot(&format!("{e} (--fetch-read-timeout)")),
+            FetchError::TooLarge(_) => cannot(&format!("{e} (--max-media-size)")),
+            e => cannot(&e),
         };
-        let max = self.args.max_media_size;
-        let too_large = || cannot(&format!("over {max} bytes (--max-media-size)"));
-        let refused = |r: address_policy::Refused| cannot(&r);
-        let first = self
-            .typed
-            .get(url.clone())
-            .map_err(refused)?
-            .send()
+        let mut response = self
+            .net
+            .get(url, reqwest::header::HeaderMap::new(), true)
             .await
             .map_err(failed)?;
-        let location = first
-            .headers()
-            .get(reqwest::header::LOCATION)
-            .and_then(|l| l.to_str().ok())
-            .and_then(|l| url.join(l).ok());
-        let mut response = match location {
-            Some(next) if first.status().is_redirection() => {
-                let own = first
-                    .remote_addr()
-                    .is_some_and(|a| self.checked.policy().check("", a.ip()).is_err());
-                let client = if own {
-                    &self.typed_follow
-                } else {
-                    &self.checked
-                };
-                let refused = |r: address_policy::Refused| cannot(&format!("redirected: {r}"));
-                client
-                    .get(next)
-                    .map_err(refused)?
-                    .send()
-                    .await
-                    .map_err(failed)?
-            }
-            _ => first,
-        };
         let status = response.status();
-        if !status.is_success() {
+        if Status::of(status) != Status::Success {
             return Err(cannot(&format!("HTTP {status}")));
         }
-        if response.content_length().is_some_and(|n| n > max) {
-            return Err(too_large());
-        }
+        response.check_announced().map_err(failed)?;
         // Keep the URL's extension: it is the decoder's first hint at the format.
         let suffix = Path::new(url.path())
             .extension()
@@ -511,39 +458,20 @@ impl Fetcher<'_> {
         // On any error below the temporary path is dropped, and the partial file with it.
         let (file, path) = temp.into_parts();
         let mut file = tokio::fs::File::from_std(file);
-        let mut written = 0u64;
+        // Counted as it comes (a server may send no length, or lie about it), and checked
+        // against the length announced: a body cut short is not analysed as the whole.
         while let Some(chunk) = response.chunk().await.map_err(failed)? {
-            // Counted as it comes: a server may send no length, or lie about it.
-            written += chunk.len() as u64;
-            if written > max {
-                return Err(too_large());
-            }
             tokio::io::AsyncWriteExt::write_all(&mut file, &chunk)
                 .await
                 .context("cannot write the download to a temporary file")?;
         }
         tokio::io::AsyncWriteExt::flush(&mut file).await?;
-        tracing::debug!(url = input, path = %path.display(), bytes = written, "downloaded");
+        tracing::debug!(url = input, path = %path.display(), bytes = response.received(), "downloaded");
         Ok(Local {
             path: path.to_path_buf(),
             _temp: Some(path),
         })
     }
-}
-
-/// reqwest's error with its causes (its own message alone says little: "error sending request").
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let t = s.to_string();
-        if !text.contains(&t) {
-            text.push_str(": ");
-            text.push_str(&t);
-        }
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

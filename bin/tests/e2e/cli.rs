@@ -354,7 +354,7 @@ fn read_only_commands_never_create_a_datastore() {
             "applied 13 migrations: 0001 schema, 0002 lease duration, 0003 recent matches, \
              0004 failed research, 0005 episode completions, 0006 newer curation retries failures, \
              0007 browse, 0008 clip count, 0009 completion claims, 0010 match scores, \
-             0011 api access, 0012 api held items, 0014 clip findability"
+             0011 api access, 0012 api held items, 0013 clip findability"
         ),
         "{}",
         run.stderr
@@ -459,7 +459,7 @@ fn status_on_an_old_schema_names_the_missing_migration() {
             "applied 12 migrations: 0002 lease duration, 0003 recent matches, 0004 failed research, \
              0005 episode completions, 0006 newer curation retries failures, 0007 browse, \
              0008 clip count, 0009 completion claims, 0010 match scores, 0011 api access, \
-             0012 api held items, 0014 clip findability"
+             0012 api held items, 0013 clip findability"
         ),
         "{}",
         run.stderr

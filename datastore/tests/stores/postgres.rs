@@ -316,7 +316,7 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0013 match scores",
             "0014 api access",
             "0015 api held items",
-            "0017 clip findability"
+            "0016 clip findability"
         ]
     );
     store.migrate().await.unwrap();
@@ -406,7 +406,7 @@ async fn a_store_made_before_the_lease_frontier_is_carried_forward() {
             "0013 match scores",
             "0014 api access",
             "0015 api held items",
-            "0017 clip findability"
+            "0016 clip findability"
         ]
     );
     store.migrate().await.unwrap();

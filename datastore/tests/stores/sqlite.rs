@@ -264,7 +264,7 @@ async fn a_store_made_by_the_first_schema_is_carried_forward() {
             "0010 match scores",
             "0011 api access",
             "0012 api held items",
-            "0014 clip findability"
+            "0013 clip findability"
         ]
     );
     store.migrate().await.unwrap();
