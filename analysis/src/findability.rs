@@ -204,11 +204,8 @@ pub fn predict(samples: &[f32], rate: u32, params: &Params) -> Findability {
     let mut from_db = None;
     for (i, &db) in LEVELS_DB.iter().enumerate() {
         match found[i] {
-            Some(false) => {
-                if from_db.is_some() {
-                    break;
-                }
-            }
+            Some(false) if from_db.is_some() => break,
+            Some(false) => {}
             Some(true) => from_db = Some(db),
             None => {}
         }

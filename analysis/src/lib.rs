@@ -197,6 +197,8 @@ pub struct Analyser {
     params: Params,
     cache: Mutex<ClipCache>,
     findabilities: Mutex<HashMap<String, findability::Findability>>,
+    /// Clips whose findability a caller is predicting ([`Analyser::begin_findability`]).
+    predicting: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Analyser {
@@ -205,6 +207,7 @@ impl Analyser {
         Analyser {
             cache: Mutex::new(ClipCache::new(params.cache_bytes)),
             findabilities: Mutex::new(HashMap::new()),
+            predicting: Mutex::new(std::collections::HashSet::new()),
             params,
         }
     }
@@ -232,6 +235,36 @@ impl Analyser {
     pub fn findability(&self, path: &Path) -> Result<findability::Findability, Error> {
         let hash = decode::hash_file(path)?;
         self.findability_of(path, &hash)
+    }
+
+    /// The findability kept for the clip whose SHA-256 is `hash`, if it was predicted: never
+    /// predicts (a researcher answers with what is kept and predicts after its answers).
+    pub fn findability_kept(&self, hash: &str) -> Option<findability::Findability> {
+        self.findabilities
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(hash)
+            .cloned()
+    }
+
+    /// Claims the prediction of the clip whose SHA-256 is `hash`: false when it is kept or
+    /// another caller is predicting it. [`Analyser::end_findability`] ends the claim.
+    pub fn begin_findability(&self, hash: &str) -> bool {
+        if self.findability_kept(hash).is_some() {
+            return false;
+        }
+        self.predicting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(hash.to_owned())
+    }
+
+    /// Ends a claim of [`Analyser::begin_findability`].
+    pub fn end_findability(&self, hash: &str) {
+        self.predicting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(hash);
     }
 
     /// [`Analyser::findability`] of the clip at `path` whose SHA-256 is `hash` (as a

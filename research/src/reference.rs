@@ -356,7 +356,7 @@ fn from_print(
 
 /// Analyses one item, sending protocol lines as it goes; the ending for the runtime.
 fn analyse(
-    analyser: &analysis::Analyser,
+    analyser: &Arc<analysis::Analyser>,
     input: &Input,
     lines: &mpsc::UnboundedSender<String>,
 ) -> Ending {
@@ -395,7 +395,7 @@ fn progress(lines: &mpsc::UnboundedSender<String>) -> impl FnMut(analysis::Progr
 /// URIs in failure reasons. Each clip found (possibly nowhere) carries how findable it is,
 /// predicted once per clip content by `analyser` (kept there). The ending for the runtime.
 fn say(
-    analyser: &analysis::Analyser,
+    analyser: &Arc<analysis::Analyser>,
     report: Result<analysis::EpisodeReport, analysis::Error>,
     input: &Input,
     lines: &mpsc::UnboundedSender<String>,
@@ -414,6 +414,7 @@ fn say(
             return Ending::Done;
         }
     };
+    let mut unpredicted = Vec::new();
     for (clip, outcome) in input.clips.iter().zip(&report.clips) {
         let line = match outcome {
             analysis::ClipOutcome::Found(found) => {
@@ -424,11 +425,14 @@ fn say(
                     "clip_duration_ns": found.duration_ns,
                     "episode_duration_ns": report.duration_ns,
                 });
-                // A clip that printed decodes; if the prediction fails all the same, the
-                // answer goes without it.
-                match analyser.findability_of(&clip.media_path, &found.hash) {
-                    Ok(f) => line["clip_findable_from_db"] = json!(f.from_db),
-                    Err(e) => tracing::debug!(clip = %clip.title, error = %e, "no findability"),
+                // Only a prediction already made rides on the answer: predicting costs about
+                // twenty fingerprints of the clip, and an answer waiting for it would keep the
+                // lease waiting too (six slots predicting the same clips at once let a demo's
+                // five-second leases expire). Unpredicted clips are predicted below, after
+                // every answer of the item is sent, and later answers carry it.
+                match analyser.findability_kept(&found.hash) {
+                    Some(f) => line["clip_findable_from_db"] = json!(f.from_db),
+                    None => unpredicted.push((clip, found.hash.clone())),
                 }
                 line
             }
@@ -439,6 +443,26 @@ fn say(
             }),
         };
         let _ = lines.send(line.to_string());
+    }
+    // Predicted on a thread of their own, once per clip whatever the slots ask (the runtime
+    // sends the item's last answer when this returns, and the lease waits for no prediction).
+    // A clip that printed decodes; if the prediction fails all the same, later answers go
+    // without it.
+    let todo: Vec<(std::path::PathBuf, String)> = unpredicted
+        .into_iter()
+        .filter(|(_, hash)| analyser.begin_findability(hash))
+        .map(|(clip, hash)| (clip.media_path.clone(), hash))
+        .collect();
+    if !todo.is_empty() {
+        let analyser = Arc::clone(analyser);
+        std::thread::spawn(move || {
+            for (path, hash) in todo {
+                if let Err(e) = analyser.findability_of(&path, &hash) {
+                    tracing::debug!(error = %e, "no findability");
+                }
+                analyser.end_findability(&hash);
+            }
+        });
     }
     Ending::Done
 }

@@ -1192,6 +1192,10 @@ fn each_clip_sent_says_how_findable_it_is() {
             .starts_with("not predicted: "),
         "{broken}"
     );
+    // To a person (without `--json`), on standard error: another datastore, so that the
+    // clips are sent again.
+    let other = tempfile::tempdir().unwrap();
+    let run = curate(other.path(), &["clips", folder]).expect_code(0);
     assert!(
         run.stderr
             .contains("\"Tone\": not found even +12 dB over its background"),

@@ -67,8 +67,11 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
             "{s}"
         );
         assert!(n(new, "media_bytes_read") > 0, "{s}");
+        // A fifth, not a tenth: issue 46 spends more of a new clip's budget on candidates (3
+        // votes: 12% of the first pass's bytes here, 2.0 of 16.8 MB), and the demo's
+        // episodes last under a minute, where a candidate's window is a large part of one.
         assert!(
-            n(new, "media_bytes_read") * 10 < n(first, "media_bytes_read"),
+            n(new, "media_bytes_read") * 5 < n(first, "media_bytes_read"),
             "{s}"
         );
         // The new clip's answers against the truth, counted in the whole check too.
