@@ -119,11 +119,10 @@ async fn serve_metrics(
         "ARCHIVIST_METRICS_ADDR (--metrics-addr)",
         sources,
         routes,
+        archivists,
         token,
     )
     .await?;
-    // Their counters exist from the start, at 0 (an alert on a rate needs a series).
-    archivist::describe_metrics(archivists);
     Ok(())
 }
 

@@ -736,3 +736,20 @@ pub(crate) async fn print_store(
         Err(e) => Err(anyhow!(e)),
     }
 }
+
+/// The media archive `--media-archive` names, `None` when none is named. An archive that
+/// cannot be used as given is a usage error (exit 2).
+pub(crate) async fn media_archive(
+    args: &crate::values::MediaArchiveArgs,
+) -> anyhow::Result<Option<Arc<dyn archive::MediaArchive>>> {
+    let Some(given) = &args.media_archive else {
+        return Ok(None);
+    };
+    match archive::open(given).await {
+        Ok(archive) => Ok(Some(archive)),
+        Err(e @ (archive::ArchiveError::Config { .. } | archive::ArchiveError::BadKey(_))) => Err(
+            usage(format!("--media-archive (ARCHIVIST_MEDIA_ARCHIVE): {e}")),
+        ),
+        Err(e) => Err(anyhow!(e)),
+    }
+}

@@ -211,6 +211,22 @@ pub(crate) struct PrintStoreArgs {
     pub(crate) print_store_size: u64,
 }
 
+/// Where the archive keeps each episode's media (`research`, `serve`, `run`, `demo`,
+/// `matches`, `archive`): see crate `archive`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct MediaArchiveArgs {
+    /// Where each episode's media is kept, once, by its SHA-256: a directory, or
+    /// s3://bucket/prefix (configured as the AWS SDK is). Every later pass reads the kept
+    /// copy, not the show's URL [default: none, media is cached, not kept]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "ARCHIVIST_MEDIA_ARCHIVE",
+        hide_env_values = true
+    )]
+    pub(crate) media_archive: Option<String>,
+}
+
 /// Parses `90s`, `15m`, `2h`, `1h 30m` (humantime).
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (expected e.g. 90s, 15m, 2h)"))

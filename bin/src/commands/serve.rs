@@ -160,6 +160,7 @@ pub(crate) async fn run(
         "ARCHIVIST_SERVE_ADDR (--addr)",
         sources,
         web::Routes::Everything,
+        &[],
         token,
     )
     .await?;

@@ -55,7 +55,8 @@ pub(crate) enum Routes {
     Everything,
 }
 
-/// Installs the metrics recorder and serves `routes` on `addr` until `token` is cancelled;
+/// Installs the metrics recorder, registers the counters of `archivists` at 0, and serves
+/// `routes` on `addr` until `token` is cancelled;
 /// returns the bound address (port 0 picks a free one). `setting` names the flag and
 /// variable the address came from, for the error when it cannot be bound (exit 1).
 pub(crate) async fn spawn(
@@ -63,11 +64,15 @@ pub(crate) async fn spawn(
     setting: &str,
     sources: Sources,
     routes: Routes,
+    archivists: &[&str],
     token: &CancellationToken,
 ) -> anyhow::Result<SocketAddr> {
     let listener = listen(addr, setting).await?;
     let bound = listener.local_addr().context("the listener's address")?;
     let (health, rest) = routers(sources, routes, token)?;
+    // The counters of the archivists this process runs exist from the start, at 0 (an alert
+    // on a rate needs a series), before the address is announced: the first scrape has them.
+    archivist::describe_metrics(archivists);
     if routes == Routes::Everything {
         tracing::info!(
             "serving the status page, /api/…, /metrics, /healthz and /readyz on http://{bound}"

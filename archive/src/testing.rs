@@ -1,0 +1,1 @@
+//! The conformance suite every archive adapter passes (being written).
