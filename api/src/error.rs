@@ -53,9 +53,24 @@ pub enum ApiError {
         /// How many lines were refused in all.
         refused: usize,
     },
-    /// The receipt is unknown, expired, or no longer holds its item: 409.
+    /// The receipt is unknown, expired, or no longer holds its item; a kept copy or print
+    /// that is damaged: 409.
     #[error("{0}")]
     Conflict(String),
+    /// No such copy, episode or print: 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// A body that is well formed but cannot be done (a copy whose bytes do not hash to its
+    /// name, a version whose copy is not kept, a print whose envelope does not hold): 422,
+    /// nothing done.
+    #[error("{0}")]
+    Unprocessable(String),
+    /// A range that is not within the copy: 416, with `Content-Range: bytes */SIZE`.
+    #[error("the range asked for is not within the copy's {size} bytes")]
+    RangeNotSatisfiable {
+        /// The copy's length.
+        size: u64,
+    },
     /// Too many long polls at once, or the bus or datastore cannot be reached now: 503.
     #[error("{0}")]
     Unavailable(String),
@@ -106,6 +121,9 @@ impl ApiError {
             ApiError::TooLarge(_) | ApiError::TooManyLines(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::DataStore(e) if !e.is_retryable() => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Bus(e) if !e.is_retryable() => StatusCode::INTERNAL_SERVER_ERROR,
@@ -147,6 +165,13 @@ impl IntoResponse for ApiError {
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from_static("1"),
             );
+        }
+        if let ApiError::RangeNotSatisfiable { size } = &self {
+            if let Ok(value) = axum::http::HeaderValue::from_str(&format!("bytes */{size}")) {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::CONTENT_RANGE, value);
+            }
         }
         if let ApiError::TooManyRequests { retry_after } = &self {
             response.headers_mut().insert(

@@ -54,6 +54,24 @@ impl Gateway {
                 "/api/v1/work/{receipt}/release",
                 post(crate::researchers::release),
             )
+            .route("/api/v1/archive", get(crate::media::offered))
+            .route(
+                "/api/v1/archive/episodes/{key}",
+                get(crate::media::versions),
+            )
+            .route(
+                "/api/v1/archive/episodes/{key}/versions",
+                post(crate::media::record),
+            )
+            // `get` answers HEAD too.
+            .route(
+                "/api/v1/archive/media/{sha256}",
+                get(crate::media::read).put(crate::media::give),
+            )
+            .route(
+                "/api/v1/prints/{key}",
+                get(crate::episode_prints::get).put(crate::episode_prints::put),
+            )
             .route_layer(axum::middleware::from_fn_with_state(
                 needs(&[TokenScope::Researcher]),
                 auth::require,

@@ -32,6 +32,11 @@
 //! - `curators.rs`: `POST /api/v1/episodes` and `POST /api/v1/clips`.
 //! - `researchers.rs`: `POST /api/v1/work` (a long poll) and `…/{receipt}/extend|results|
 //!   finish|release`, the keeper that gives back what is no longer held.
+//! - `media.rs`: the server's media archive for researchers: `GET /api/v1/archive` (what is
+//!   offered), `…/archive/episodes/{key}` (versions; `POST …/versions` records one),
+//!   `GET`/`HEAD`/`PUT …/archive/media/{sha256}` (a kept copy by range, a copy given back).
+//! - `episode_prints.rs`: the server's print store for researchers: `GET`/`PUT
+//!   /api/v1/prints/{key}`.
 //! - `readers.rs`: `GET /api/v1/status` and `GET /api/v1/matches`.
 //! - `server.rs`: the connection loop (client addresses, bounds, idle connections, TLS).
 //! - `tls.rs`: [`Tls`], the certificate and key, reloaded on demand (SIGHUP).
@@ -40,11 +45,13 @@
 
 mod auth;
 mod curators;
+mod episode_prints;
 mod error;
 mod gateway;
 mod held;
 mod limiter;
 mod lines;
+mod media;
 mod openapi;
 mod readers;
 mod researchers;
@@ -57,6 +64,7 @@ pub mod tokens;
 pub use auth::{Caller, ClientAddr};
 pub use error::{ApiError, LineError, MAX_LISTED};
 pub use gateway::require_reader;
+pub use media::MAX_RECORD_BYTES;
 pub use openapi::openapi_json;
 pub use readers::MAX_MATCHES;
 pub use researchers::{ITEM_VISIBILITY, RESEARCHER_HEADER};
@@ -64,5 +72,7 @@ pub use sessions::{
     require_reader_or_session, ReaderSessions, SignInRefused, SignedIn, SESSION_COOKIE,
     SESSION_LIFETIME, SIGN_IN_PATH,
 };
-pub use state::{Gateway, Limits, Queues};
+pub use state::{
+    Gateway, Holdings, Limits, Queues, DEFAULT_MAX_MEDIA_BYTES, DEFAULT_MAX_PRINT_BYTES,
+};
 pub use tls::Tls;

@@ -13,7 +13,8 @@ use crate::error::{ErrorAnswer, LineError};
     info(
         title = "archivist API",
         description = "Curators and researchers anywhere, with a bearer token \
-                       (`archivist token create`), in front of archivist's bus and datastore."
+                       (`archivist token create`), in front of archivist's bus, datastore, \
+                       media archive and print store."
     ),
     paths(
         crate::curators::episodes,
@@ -23,6 +24,13 @@ use crate::error::{ErrorAnswer, LineError};
         crate::researchers::results,
         crate::researchers::finish,
         crate::researchers::release,
+        crate::media::offered,
+        crate::media::versions,
+        crate::media::read,
+        crate::media::give,
+        crate::media::record,
+        crate::episode_prints::get,
+        crate::episode_prints::put,
         crate::readers::status,
         crate::readers::matches,
     ),
@@ -33,12 +41,15 @@ use crate::error::{ErrorAnswer, LineError};
         crate::researchers::Taken,
         crate::researchers::Extended,
         crate::researchers::Sent,
+        crate::media::Offered,
+        crate::media::Given,
+        crate::media::Recording,
     )),
     modifiers(&Bearer),
     security(("bearer" = [])),
     tags(
         (name = "curators", description = "Scope `curator`: curated episodes and clips."),
-        (name = "researchers", description = "Scope `researcher`: work items and their results."),
+        (name = "researchers", description = "Scope `researcher`: work items and their results; the server's media archive and print store."),
         (name = "readers", description = "Scope `reader`: the archive's counts and matches."),
     )
 )]

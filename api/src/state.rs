@@ -2,8 +2,10 @@
 //! holds for researchers). The routes are in `gateway.rs`, the handlers each in a file of
 //! their own; all of them read this, and this reads none of them.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use datastore::{ApiAccess, DataStore};
 use messagebus::{Bus, Sender};
@@ -57,7 +59,21 @@ pub struct Limits {
     /// How often the gateway looks for tokens revoked elsewhere (`archivist token revoke`
     /// writes the datastore) to end their polls and give back what they hold.
     pub revocation_check: Duration,
+    /// The largest copy a researcher may give the media archive
+    /// (`PUT /api/v1/archive/media/{sha256}`), in bytes (413 past it): by default the
+    /// researcher's own `--max-media-size`.
+    pub max_media_bytes: u64,
+    /// The largest print a researcher may give the print store (`PUT /api/v1/prints/{key}`),
+    /// in bytes, its envelope included (413 past it).
+    pub max_print_bytes: usize,
 }
+
+/// [`Limits::max_media_bytes`] unless set: 2 GiB, the researcher's `--max-media-size`.
+pub const DEFAULT_MAX_MEDIA_BYTES: u64 = 2 << 30;
+
+/// [`Limits::max_print_bytes`] unless set: 64 MiB, some sixty hours of audio at the
+/// analyser's target of at most 1 MB of print an hour.
+pub const DEFAULT_MAX_PRINT_BYTES: usize = 64 << 20;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -72,8 +88,23 @@ impl Default for Limits {
             trust_proxy: false,
             presence_window: datastore::PRESENCE_WINDOW,
             revocation_check: Duration::from_secs(1),
+            max_media_bytes: DEFAULT_MAX_MEDIA_BYTES,
+            max_print_bytes: DEFAULT_MAX_PRINT_BYTES,
         }
     }
+}
+
+/// What the server keeps for its researchers, each offered to them through the API when
+/// given: its media archive (`/api/v1/archive/…`) and its print store (`/api/v1/prints/…`).
+#[derive(Debug, Clone, Default)]
+pub struct Holdings {
+    /// The media archive (`serve --media-archive`).
+    pub archive: Option<Arc<dyn archive::MediaArchive>>,
+    /// The print store (`serve --print-store`).
+    pub prints: Option<Arc<dyn prints::PrintStore>>,
+    /// Where a copy being given is written before the archive keeps it [default: the
+    /// system's temporary directory].
+    pub upload_dir: Option<PathBuf>,
 }
 
 /// The API gateway: build it once with [`Gateway::new`], serve
@@ -86,6 +117,9 @@ pub struct Gateway {
     pub(crate) limiter: Limiter,
     pub(crate) long_polls: Arc<Semaphore>,
     pub(crate) work: Arc<Work>,
+    pub(crate) holdings: Holdings,
+    /// The copies the archive's last check found damaged, and when they were read.
+    pub(crate) damaged: Mutex<Option<(Instant, Arc<HashSet<String>>)>>,
     senders: [OnceCell<Arc<dyn Sender>>; 3],
 }
 
@@ -99,12 +133,24 @@ pub(crate) enum SendTo {
 
 impl Gateway {
     /// A gateway over `store` (which must keep the API's tokens: the SQL datastores do) and
-    /// `bus`.
+    /// `bus`, keeping nothing for its researchers.
     pub fn new(
         store: Arc<dyn DataStore>,
         bus: Arc<dyn Bus>,
         queues: Queues,
         limits: Limits,
+    ) -> Result<Arc<Self>, ApiError> {
+        Self::with_holdings(store, bus, queues, limits, Holdings::default())
+    }
+
+    /// A gateway as [`Gateway::new`] makes it, that also offers its researchers what
+    /// `holdings` holds.
+    pub fn with_holdings(
+        store: Arc<dyn DataStore>,
+        bus: Arc<dyn Bus>,
+        queues: Queues,
+        limits: Limits,
+        holdings: Holdings,
     ) -> Result<Arc<Self>, ApiError> {
         if store.api_access().is_none() {
             return Err(ApiError::Usage(
@@ -119,6 +165,8 @@ impl Gateway {
             },
             long_polls: Arc::new(Semaphore::new(limits.max_long_polls)),
             work: Arc::new(Work::new()),
+            holdings,
+            damaged: Mutex::new(None),
             store,
             bus,
             queues,
