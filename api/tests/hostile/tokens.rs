@@ -30,6 +30,37 @@ const ROUTES: &[(&str, &str, Option<TokenScope>)] = &[
         "/api/v1/work/00/release",
         Some(TokenScope::Researcher),
     ),
+    ("GET", "/api/v1/archive", Some(TokenScope::Researcher)),
+    (
+        "GET",
+        "/api/v1/archive/episodes/0000000000000000000000000000000000000000000000000000000000000000",
+        Some(TokenScope::Researcher),
+    ),
+    (
+        "POST",
+        "/api/v1/archive/episodes/0000000000000000000000000000000000000000000000000000000000000000/versions",
+        Some(TokenScope::Researcher),
+    ),
+    (
+        "GET",
+        "/api/v1/archive/media/0000000000000000000000000000000000000000000000000000000000000000",
+        Some(TokenScope::Researcher),
+    ),
+    (
+        "PUT",
+        "/api/v1/archive/media/0000000000000000000000000000000000000000000000000000000000000000",
+        Some(TokenScope::Researcher),
+    ),
+    (
+        "GET",
+        "/api/v1/prints/0000000000000000000000000000000000000000000000000000000000000000",
+        Some(TokenScope::Researcher),
+    ),
+    (
+        "PUT",
+        "/api/v1/prints/0000000000000000000000000000000000000000000000000000000000000000",
+        Some(TokenScope::Researcher),
+    ),
     ("GET", "/api/v1/status", Some(TokenScope::Reader)),
     ("GET", "/api/v1/matches", Some(TokenScope::Reader)),
     ("GET", "/api/v1/openapi.json", None),
