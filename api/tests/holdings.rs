@@ -623,3 +623,135 @@ async fn prints_round_trip_in_their_envelope() {
         .unwrap();
     assert_eq!(answer.status(), 400);
 }
+
+fn client_config(w: &World, token: &str) -> messagebus::api::ApiConfig {
+    let mut config =
+        messagebus::api::ApiConfig::new(w.base.clone(), messagebus::api::ApiToken::new(token));
+    config.attempts = 2;
+    config
+}
+
+#[tokio::test]
+async fn the_remote_researcher_s_archive_is_the_server_s() {
+    use archive::{ArchiveError, Kept};
+    let w = world().await;
+    let researcher = w.token(TokenScope::Researcher).await;
+    let config = client_config(&w, &researcher);
+    let offer = messagebus::api::ApiHoldings::new(&config)
+        .unwrap()
+        .offered()
+        .await
+        .unwrap();
+    assert!(offer.media && offer.prints, "{offer:?}");
+    let remote = messagebus::api::ApiArchive::new(&config).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = media(1_500_000);
+    let sha = sha256(&bytes);
+    let file = dir.path().join("episode.mp3");
+    std::fs::write(&file, &bytes).unwrap();
+    // A file that is not its name is refused here, before it is sent.
+    let other = sha256(b"other");
+    assert!(matches!(
+        remote.keep(&other, &file).await,
+        Err(ArchiveError::Mismatch { .. })
+    ));
+    assert_eq!(remote.size(&sha).await.unwrap(), None);
+    assert_eq!(remote.keep(&sha, &file).await.unwrap(), Kept::New);
+    assert_eq!(remote.keep(&sha, &file).await.unwrap(), Kept::Already);
+    assert_eq!(w.archive.size(&sha).await.unwrap(), Some(1_500_000));
+    assert_eq!(remote.size(&sha).await.unwrap(), Some(1_500_000));
+    assert_eq!(remote.read(&sha, 100..200).await.unwrap(), &bytes[100..200]);
+    assert_eq!(
+        remote.read(&sha, 1_499_000..1_500_000).await.unwrap(),
+        &bytes[1_499_000..]
+    );
+    assert!(remote.read(&sha, 10..10).await.unwrap().is_empty());
+    match remote.read(&sha, 1_499_000..1_500_001).await {
+        Err(ArchiveError::BadRange { size, .. }) => assert_eq!(size, 1_500_000),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        remote.read(&sha, 0..archive::MAX_READ + 1).await,
+        Err(ArchiveError::BadRange { .. })
+    ));
+    assert!(matches!(
+        remote.read(&other, 0..10).await,
+        Err(ArchiveError::NotFound(_))
+    ));
+    assert!(matches!(
+        remote.read("../etc", 0..10).await,
+        Err(ArchiveError::BadKey(_))
+    ));
+    let copy = dir.path().join("copy");
+    assert_eq!(remote.copy_to(&sha, &copy).await.unwrap(), 1_500_000);
+    assert!(std::fs::read(&copy).unwrap() == bytes);
+    assert!(matches!(
+        remote.copy_to(&other, &dir.path().join("none")).await,
+        Err(ArchiveError::NotFound(_))
+    ));
+    assert!(remote.local_path(&sha).is_none());
+    // Versions.
+    let key = archive::episode_key("Episode 4012", &aired());
+    assert_eq!(remote.versions(&key).await.unwrap(), None);
+    let version = archive::Version {
+        sha256: sha.clone(),
+        size: 1_500_000,
+        media_uri: "https://example.com/4012.mp3".into(),
+        etag: Some("\"v1\"".into()),
+        last_modified: None,
+        media_type: Some("mp3".into()),
+        kept_at: chrono::Utc::now(),
+    };
+    let episode = remote
+        .record(&key, "Episode 4012", aired(), version.clone())
+        .await
+        .unwrap();
+    assert_eq!(episode.chosen, sha);
+    assert_eq!(remote.versions(&key).await.unwrap(), Some(episode.clone()));
+    assert_eq!(w.archive.versions(&key).await.unwrap(), Some(episode));
+    // What the API does not offer says so.
+    for e in [
+        remote.copies().await.map(|_| ()).unwrap_err(),
+        remote.verify(&sha).await.map(|_| ()).unwrap_err(),
+        remote.episodes().await.map(|_| ()).unwrap_err(),
+        remote.choose(&key, &sha).await.map(|_| ()).unwrap_err(),
+        remote.report().await.map(|_| ()).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&e, ArchiveError::Unavailable { why, .. } if why.contains("not offered through the API")),
+            "{e}"
+        );
+    }
+    // A token of another scope is a configuration to change.
+    let curator = w.token(TokenScope::Curator).await;
+    let wrong = messagebus::api::ApiArchive::new(&client_config(&w, &curator)).unwrap();
+    assert!(matches!(
+        wrong.size(&sha).await,
+        Err(ArchiveError::Config { .. })
+    ));
+}
+
+#[tokio::test]
+async fn the_remote_researcher_s_prints_are_the_server_s() {
+    let w = world().await;
+    let researcher = w.token(TokenScope::Researcher).await;
+    let remote = messagebus::api::ApiPrintStore::new(&client_config(&w, &researcher)).unwrap();
+    let key = prints::print_key("https://example.com/4012.mp3");
+    assert_eq!(remote.get(&key).await.unwrap(), None);
+    let payload = media(20_000);
+    remote.put(&key, &payload).await.unwrap();
+    assert_eq!(
+        w.prints.get(&key).await.unwrap().as_deref(),
+        Some(&payload[..])
+    );
+    assert_eq!(
+        remote.get(&key).await.unwrap().as_deref(),
+        Some(&payload[..])
+    );
+    assert!(matches!(
+        remote.get("nope").await,
+        Err(prints::StoreError::BadKey(_))
+    ));
+    let e = remote.list().await.unwrap_err();
+    assert!(e.to_string().contains("not offered through the API"), "{e}");
+}

@@ -219,7 +219,23 @@ async fn the_openapi_document_names_every_endpoint() {
         "/api/v1/work/{receipt}/release",
         "/api/v1/status",
         "/api/v1/matches",
+        "/api/v1/archive",
+        "/api/v1/archive/episodes/{key}",
+        "/api/v1/archive/episodes/{key}/versions",
+        "/api/v1/archive/media/{sha256}",
+        "/api/v1/prints/{key}",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
+    }
+    for (path, method) in [
+        ("/api/v1/archive/media/{sha256}", "get"),
+        ("/api/v1/archive/media/{sha256}", "put"),
+        ("/api/v1/prints/{key}", "get"),
+        ("/api/v1/prints/{key}", "put"),
+    ] {
+        assert!(
+            doc["paths"][path][method].is_object(),
+            "{method} {path} missing"
+        );
     }
 }

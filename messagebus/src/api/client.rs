@@ -7,7 +7,9 @@ use std::fmt;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, DATE, RETRY_AFTER};
+use reqwest::header::{
+    HeaderName, HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, DATE, RETRY_AFTER,
+};
 use reqwest::{StatusCode, Url};
 use tokio::time::Instant;
 
@@ -22,13 +24,54 @@ const MAX_REASON: usize = 300;
 pub(crate) const RESEARCHER_HEADER: &str = "x-archivist-researcher";
 
 /// One request's settings besides its method, URL and body.
-struct Call<'a> {
+pub(crate) struct Call<'a> {
     /// The token's scope the request needs; `None`: sent without the token.
-    scope: Option<Scope>,
-    researcher: Option<&'a str>,
+    pub(crate) scope: Option<Scope>,
+    pub(crate) researcher: Option<&'a str>,
     /// The request in words, for errors.
-    what: &'a str,
-    timeout: Duration,
+    pub(crate) what: &'a str,
+    pub(crate) timeout: Duration,
+    /// Headers besides the token's (`Range`).
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
+    /// The longest body read of an answer; a longer one is [`BusError::Rejected`].
+    /// `None`: any length.
+    pub(crate) max_answer: Option<usize>,
+}
+
+impl<'a> Call<'a> {
+    /// A request of `scope` (`what`: in words, for errors) with the token, waiting at most
+    /// `timeout` for its answer.
+    pub(crate) fn new(scope: Scope, what: &'a str, timeout: Duration) -> Self {
+        Call {
+            scope: Some(scope),
+            researcher: None,
+            what,
+            timeout,
+            headers: Vec::new(),
+            max_answer: None,
+        }
+    }
+}
+
+/// The longest body of an answer read to say why a request was refused or tried again.
+const MAX_REFUSAL: usize = 64 * 1024;
+
+/// What one try of a request gave.
+enum Got {
+    /// The answer, its body read whole.
+    Whole(StatusCode, reqwest::header::HeaderMap, Vec<u8>),
+    /// The answer with its body still to read ([`Client::open`]).
+    Open(reqwest::Response),
+}
+
+/// Why one try of a request gave no answer.
+enum TryError {
+    /// The connection failed or timed out.
+    Transport(reqwest::Error),
+    /// The answer's body is longer than the request allows.
+    TooLong(usize),
+    /// The body to send cannot be read.
+    Local(String),
 }
 
 /// The server's answer to one request (after any retries).
@@ -44,6 +87,8 @@ pub(crate) struct Answer {
     /// Whether an earlier try of this request may have reached the server (its answer was
     /// lost): a 409 for a `finish` tried again then means the first one landed.
     pub(crate) retried: bool,
+    /// The answer's headers.
+    pub(crate) headers: reqwest::header::HeaderMap,
 }
 
 impl Answer {
@@ -132,6 +177,13 @@ pub(crate) enum Body {
     Empty,
     /// JSON lines (one message or result a line).
     Lines(Vec<u8>),
+    /// One JSON value.
+    Json(Vec<u8>),
+    /// Bytes (`application/octet-stream`).
+    Octets(Vec<u8>),
+    /// The file at this path, read as it is sent (`application/octet-stream`), opened again
+    /// at each try.
+    File(std::path::PathBuf),
 }
 
 impl Client {
@@ -210,22 +262,15 @@ impl Client {
         timeout: Duration,
     ) -> Result<Answer, BusError> {
         let call = Call {
-            scope: Some(scope),
             researcher,
-            what,
-            timeout,
+            ..Call::new(scope, what, timeout)
         };
         self.send(reqwest::Method::POST, url, body, call).await
     }
 
     /// GETs `url` with the token, for a request of `scope`, as [`post`](Self::post) does.
     pub(crate) async fn get(&self, url: Url, scope: Scope, what: &str) -> Result<Answer, BusError> {
-        let call = Call {
-            scope: Some(scope),
-            researcher: None,
-            what,
-            timeout: self.config.request_timeout,
-        };
+        let call = Call::new(scope, what, self.config.request_timeout);
         self.send(reqwest::Method::GET, url, Body::Empty, call)
             .await
     }
@@ -234,35 +279,67 @@ impl Client {
     pub(crate) async fn get_public(&self, url: Url, what: &str) -> Result<Answer, BusError> {
         let call = Call {
             scope: None,
-            researcher: None,
-            what,
-            timeout: self.config.request_timeout,
+            ..Call::new(Scope::Reader, what, self.config.request_timeout)
         };
         self.send(reqwest::Method::GET, url, Body::Empty, call)
             .await
     }
 
-    async fn send(
+    /// Sends `method` to `url` with `body`, as [`post`](Self::post) does, and reads its
+    /// answer whole (at most `call.max_answer` bytes).
+    pub(crate) async fn send(
         &self,
         method: reqwest::Method,
         url: Url,
         body: Body,
         call: Call<'_>,
     ) -> Result<Answer, BusError> {
+        match self.exchange(method, url, body, call, false).await? {
+            Done::Whole(answer) => Ok(answer),
+            // Not asked for.
+            Done::Open(response) => Err(BusError::Rejected {
+                message: format!(
+                    "an answer of HTTP {} left unread",
+                    response.status().as_u16()
+                ),
+                source: None,
+            }),
+        }
+    }
+
+    /// Sends `method` to `url` as [`send`](Self::send) does; a successful answer comes with
+    /// its body still to read (a long one, read as it comes), any other read whole (its first
+    /// 64 KiB). The tries end once a successful answer starts: a body cut short is the
+    /// caller's to try again.
+    pub(crate) async fn open(
+        &self,
+        method: reqwest::Method,
+        url: Url,
+        call: Call<'_>,
+    ) -> Result<Done, BusError> {
+        self.exchange(method, url, Body::Empty, call, true).await
+    }
+
+    async fn exchange(
+        &self,
+        method: reqwest::Method,
+        url: Url,
+        body: Body,
+        call: Call<'_>,
+        open: bool,
+    ) -> Result<Done, BusError> {
         let Call {
             scope,
             researcher,
             what,
             timeout,
+            headers: extra,
+            max_answer,
         } = call;
         let attempts = self.config.attempts.max(1);
         let mut backoff = self.config.first_backoff;
         let mut retried = false;
         let mut last: Option<String> = None;
-        let body = match body {
-            Body::Empty => None,
-            Body::Lines(bytes) => Some(bytes),
-        };
         for attempt in 1..=attempts {
             let mut request = self
                 .http
@@ -274,20 +351,48 @@ impl Client {
             if let Some(name) = researcher {
                 request = request.header(RESEARCHER_HEADER, name);
             }
-            match &body {
-                Some(bytes) => {
-                    request = request
-                        .header(CONTENT_TYPE, "application/x-ndjson")
-                        .body(bytes.clone());
-                }
-                // A POST says its empty body's length (some proxies refuse one without).
-                None if method == reqwest::Method::POST => request = request.body(Vec::new()),
-                None => {}
+            for (name, value) in &extra {
+                request = request.header(name.clone(), value.clone());
             }
+            request = match &body {
+                Body::Lines(bytes) => request
+                    .header(CONTENT_TYPE, "application/x-ndjson")
+                    .body(bytes.clone()),
+                Body::Json(bytes) => request
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(bytes.clone()),
+                Body::Octets(bytes) => request
+                    .header(CONTENT_TYPE, "application/octet-stream")
+                    .body(bytes.clone()),
+                Body::File(path) => {
+                    let (file, len) = match open_file(path).await {
+                        Ok(opened) => opened,
+                        Err(why) => {
+                            return Err(BusError::Rejected {
+                                message: format!("{what}: {why}"),
+                                source: None,
+                            })
+                        }
+                    };
+                    request
+                        .header(CONTENT_TYPE, "application/octet-stream")
+                        .header(CONTENT_LENGTH, len)
+                        .body(reqwest::Body::wrap(FileBody::new(file, len)))
+                }
+                // A POST or PUT says its empty body's length (some proxies refuse one without).
+                Body::Empty
+                    if method == reqwest::Method::POST || method == reqwest::Method::PUT =>
+                {
+                    request.body(Vec::new())
+                }
+                Body::Empty => request,
+            };
             let sent_at = Instant::now();
             let mut wait = backoff;
-            match self.try_once(request).await {
-                Ok((status, headers, bytes)) => {
+            let limit = if open { Some(MAX_REFUSAL) } else { max_answer };
+            match self.try_once(request, open, limit).await {
+                Ok(Got::Open(response)) => return Ok(Done::Open(response)),
+                Ok(Got::Whole(status, headers, bytes)) => {
                     // Not 500: a failure inside the server may not pass; the caller decides.
                     let overloaded = matches!(
                         status,
@@ -307,6 +412,7 @@ impl Client {
                             body: bytes,
                             sent_at,
                             retried,
+                            headers,
                         };
                         return match (status, scope) {
                             (StatusCode::UNAUTHORIZED, Some(scope)) => {
@@ -315,7 +421,7 @@ impl Client {
                             (StatusCode::FORBIDDEN, Some(scope)) => {
                                 Err(self.refused(scope, 403, what, &answer))
                             }
-                            _ => Ok(answer),
+                            _ => Ok(Done::Whole(answer)),
                         };
                     }
                     if let Some(after) = headers
@@ -333,7 +439,23 @@ impl Client {
                     // An overloaded server may have done the work before it answered.
                     retried = true;
                 }
-                Err(e) => {
+                Err(TryError::TooLong(most)) => {
+                    return Err(BusError::Rejected {
+                        message: format!(
+                            "{what}: the API server {}'s answer is longer than the {most} bytes \
+                             it can be",
+                            self.shown
+                        ),
+                        source: None,
+                    })
+                }
+                Err(TryError::Local(why)) => {
+                    return Err(BusError::Rejected {
+                        message: format!("{what}: {why}"),
+                        source: None,
+                    })
+                }
+                Err(TryError::Transport(e)) => {
                     // A certificate this client does not trust does not pass: said at once,
                     // named, and not tried again.
                     if let Some(problem) = certificate_problem(&e) {
@@ -361,15 +483,47 @@ impl Client {
         })
     }
 
+    /// One try: the answer, its body read whole (at most `limit` bytes) unless `open` and
+    /// the answer is one its caller reads (not overloaded, not a refused token).
     async fn try_once(
         &self,
         request: reqwest::RequestBuilder,
-    ) -> Result<(StatusCode, reqwest::header::HeaderMap, Vec<u8>), reqwest::Error> {
-        let response = request.send().await?;
+        open: bool,
+        limit: Option<usize>,
+    ) -> Result<Got, TryError> {
+        let mut response = request.send().await.map_err(|e| {
+            // A file body that could not be read is said as such.
+            match local_cause(&e) {
+                Some(why) => TryError::Local(why),
+                None => TryError::Transport(e),
+            }
+        })?;
         let status = response.status();
+        let passes_through = !matches!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS
+                | StatusCode::BAD_GATEWAY
+                | StatusCode::SERVICE_UNAVAILABLE
+                | StatusCode::GATEWAY_TIMEOUT
+                | StatusCode::UNAUTHORIZED
+                | StatusCode::FORBIDDEN
+        );
+        if open && passes_through && status.is_success() {
+            return Ok(Got::Open(response));
+        }
         let headers = response.headers().clone();
-        let bytes = response.bytes().await?;
-        Ok((status, headers, bytes.to_vec()))
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(TryError::Transport)? {
+            if limit.is_some_and(|most| bytes.len() + chunk.len() > most) {
+                if !status.is_success() {
+                    // A refusal's words: the first of them are enough.
+                    break;
+                }
+                return Err(TryError::TooLong(limit.unwrap_or_default()));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(Got::Whole(status, headers, bytes))
     }
 
     /// The error of a server certificate this client does not trust: final (no retry), and
@@ -415,6 +569,118 @@ impl Client {
             scope: scope.to_string(),
             message,
         }
+    }
+}
+
+/// What a request gave its caller.
+pub(crate) enum Done {
+    /// The answer, read whole.
+    Whole(Answer),
+    /// A successful answer, its body still to read ([`Client::open`]).
+    Open(reqwest::Response),
+}
+
+/// Opens the file at `path` to send it: the file and its length, or why it cannot be read.
+async fn open_file(path: &std::path::Path) -> Result<(tokio::fs::File, u64), String> {
+    let file = tokio::fs::File::open(path)
+        .await
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let len = file
+        .metadata()
+        .await
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+        .len();
+    Ok((file, len))
+}
+
+/// Why sending a request failed on this side (its file could not be read), if it did.
+fn local_cause(e: &reqwest::Error) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<FileReadError>() {
+            return Some(io.0.clone());
+        }
+        source = s.source();
+    }
+    None
+}
+
+/// A file that could not be read while it was sent.
+#[derive(Debug)]
+struct FileReadError(String);
+
+impl fmt::Display for FileReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FileReadError {}
+
+/// The most bytes of a file one frame of a request's body holds.
+const FILE_FRAME: usize = 64 * 1024;
+
+/// A file as a request's body, read as it is sent: exactly the length it had when it was
+/// opened (a file that got shorter is an error, never a shorter body).
+struct FileBody {
+    file: tokio::fs::File,
+    left: u64,
+    buf: Box<[u8]>,
+}
+
+impl FileBody {
+    fn new(file: tokio::fs::File, len: u64) -> Self {
+        FileBody {
+            file,
+            left: len,
+            buf: vec![0u8; FILE_FRAME].into_boxed_slice(),
+        }
+    }
+}
+
+impl http_body::Body for FileBody {
+    type Data = bytes::Bytes;
+    type Error = FileReadError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if this.left == 0 {
+            return Poll::Ready(None);
+        }
+        let want = usize::try_from(this.left)
+            .unwrap_or(FILE_FRAME)
+            .min(FILE_FRAME);
+        let mut read = tokio::io::ReadBuf::new(&mut this.buf[..want]);
+        match tokio::io::AsyncRead::poll_read(std::pin::Pin::new(&mut this.file), cx, &mut read) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(FileReadError(format!(
+                "the file being sent could not be read: {e}"
+            ))))),
+            Poll::Ready(Ok(())) => {
+                let filled = read.filled();
+                if filled.is_empty() {
+                    return Poll::Ready(Some(Err(FileReadError(
+                        "the file being sent got shorter while it was sent".into(),
+                    ))));
+                }
+                this.left -= filled.len() as u64;
+                Poll::Ready(Some(Ok(http_body::Frame::data(
+                    bytes::Bytes::copy_from_slice(filled),
+                ))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.left)
     }
 }
 

@@ -31,6 +31,14 @@
 //! number), so that the server counts each slot as one researcher for the work-assignment
 //! rule, as the buses that count consumers count a local researcher's receivers.
 //!
+//! # The server's holdings
+//!
+//! A remote researcher also reads the server's media archive (kept copies by range, an
+//! episode's versions) and print store through the API, and gives back the copies and
+//! prints it makes: [`ApiArchive`] is an `archive::MediaArchive`, [`ApiPrintStore`] a
+//! `prints::PrintStore`, each over the API's `/api/v1/archive/…` and `/api/v1/prints/…`
+//! with the researcher's token; [`ApiHoldings::offered`] says which the server has.
+//!
 //! # Errors
 //!
 //! Connection errors, timeouts, and 429/5xx answers are tried again with a doubling backoff,
@@ -52,6 +60,8 @@
 //!
 //! - `client.rs`: the HTTP requests, the retries, the answers all endpoints share.
 //! - `reader.rs`: [`ApiReader`], a reader's requests (the status, the matches).
+//! - `holdings.rs`: the server's media archive and print store for a remote researcher:
+//!   [`ApiArchive`], [`ApiPrintStore`], and what the server offers ([`ApiHoldings`]).
 //! - `receiver.rs`: the work receiver, its deliveries, their heartbeat.
 //! - `sender.rs`: the results sender and the curated queues' sender.
 //! - `fake.rs` (feature `api-fake`): a fake gateway for tests.
@@ -59,6 +69,7 @@
 mod client;
 #[cfg(feature = "api-fake")]
 pub mod fake;
+mod holdings;
 mod reader;
 mod receiver;
 mod sender;
@@ -72,6 +83,7 @@ use async_trait::async_trait;
 
 use crate::{Bus, BusError, Receiver, Sender};
 
+pub use holdings::{ApiArchive, ApiHoldings, ApiPrintStore, Offer};
 pub use reader::{ApiReader, MatchesQuery};
 pub use receiver::WorkReceiver;
 pub use sender::{CuratedSender, ResultsSender};
