@@ -753,3 +753,56 @@ pub(crate) async fn media_archive(
         Err(e) => Err(anyhow!(e)),
     }
 }
+
+/// What a remote researcher (`research --server`) reads and gives back through the server's
+/// API: the server's media archive and print store, each where the server offers one.
+pub(crate) struct RemoteHoldings {
+    /// The server's media archive ([`messagebus::api::ApiArchive`]).
+    pub(crate) archive: Option<Arc<dyn archive::MediaArchive>>,
+    /// The server's print store ([`messagebus::api::ApiPrintStore`]).
+    pub(crate) prints: Option<Arc<dyn prints::PrintStore>>,
+}
+
+/// Asks the server at `--server` what it keeps for its researchers (`GET /api/v1/archive`),
+/// waited for as the API bus is: its archive and print store through the API, where it has
+/// them. A refused token is exit 2, naming the scope.
+pub(crate) async fn remote_holdings(
+    config: &Config,
+    remote: &RemoteArgs,
+    token: &CancellationToken,
+) -> anyhow::Result<RemoteHoldings> {
+    let settings = remote.api_config("researcher")?;
+    let holdings = messagebus::api::ApiHoldings::new(&settings)
+        .map_err(|e| usage(format!("--server (ARCHIVIST_SERVER): {e}")))?;
+    let shown = messagebus::redact_url(settings.server.trim());
+    let retry = ConnectRetry::new(config, token, format!("the API server {shown}"));
+    let offer = retry
+        .run(|| async {
+            match holdings.offered().await {
+                Ok(offer) => Attempt::Done(offer),
+                Err(e @ BusError::Unauthorized { .. }) => Attempt::Lasting(anyhow!(e)),
+                Err(e) if !e.is_retryable() => {
+                    Attempt::Lasting(usage(format!("--server (ARCHIVIST_SERVER): {e}")))
+                }
+                Err(e) => Attempt::Passing(e),
+            }
+        })
+        .await?;
+    let archive: Option<Arc<dyn archive::MediaArchive>> = if offer.media {
+        Some(Arc::new(
+            messagebus::api::ApiArchive::new(&settings)
+                .map_err(|e| usage(format!("--server (ARCHIVIST_SERVER): {e}")))?,
+        ))
+    } else {
+        None
+    };
+    let prints: Option<Arc<dyn prints::PrintStore>> = if offer.prints {
+        Some(Arc::new(
+            messagebus::api::ApiPrintStore::new(&settings)
+                .map_err(|e| usage(format!("--server (ARCHIVIST_SERVER): {e}")))?,
+        ))
+    } else {
+        None
+    };
+    Ok(RemoteHoldings { archive, prints })
+}

@@ -171,33 +171,47 @@ pub(crate) async fn run(
     token: CancellationToken,
     args: ResearchArgs,
 ) -> anyhow::Result<()> {
-    let analyser: Arc<dyn Analyser> =
-        match (&args.exec, &args.http) {
-            (Some(command), None) => {
-                let (program, rest) = command
-                    .split_first()
-                    .ok_or_else(|| usage("--exec needs a command"))?;
-                Arc::new(ExecAnalyser::new(
-                    program.clone(),
-                    rest.to_vec(),
-                    args.kill_grace,
-                ))
-            }
-            (None, Some(url)) => {
-                Arc::new(HttpAnalyser::new(url, args.fetch_connect_timeout).map_err(from_library)?)
-            }
-            (Some(_), Some(_)) => return Err(usage(
+    // Through the API, the server's print store (and media archive) where it offers them,
+    // unless the researcher names its own.
+    let holdings = if args.remote.remote()? && args.prints.print_store.is_none() {
+        Some(connect::remote_holdings(config, &args.remote, &token).await?)
+    } else {
+        None
+    };
+    let analyser: Arc<dyn Analyser> = match (&args.exec, &args.http) {
+        (Some(command), None) => {
+            let (program, rest) = command
+                .split_first()
+                .ok_or_else(|| usage("--exec needs a command"))?;
+            Arc::new(ExecAnalyser::new(
+                program.clone(),
+                rest.to_vec(),
+                args.kill_grace,
+            ))
+        }
+        (None, Some(url)) => {
+            Arc::new(HttpAnalyser::new(url, args.fetch_connect_timeout).map_err(from_library)?)
+        }
+        (Some(_), Some(_)) => {
+            return Err(usage(
                 "give one analyser: --exec CMD or --http URL (ARCHIVIST_ANALYSER_URL), not both",
-            )),
-            // The reference analyser (crate `analysis`), in this process, with its prints.
-            (None, None) => {
-                let store = connect::print_store(&args.prints, true).await?;
-                Arc::new(match store {
-                    Some(store) => ReferenceAnalyser::with_prints(store),
-                    None => ReferenceAnalyser::new(),
-                })
-            }
-        };
+            ))
+        }
+        // The reference analyser (crate `analysis`), in this process, with its prints.
+        (None, None) => {
+            let store = match holdings.as_ref().and_then(|h| h.prints.clone()) {
+                Some(store) => {
+                    tracing::info!(store = %store.describe(), "episode prints are the server's");
+                    Some(store)
+                }
+                None => connect::print_store(&args.prints, true).await?,
+            };
+            Arc::new(match store {
+                Some(store) => ReferenceAnalyser::with_prints(store),
+                None => ReferenceAnalyser::new(),
+            })
+        }
+    };
     let concurrency = args.concurrency.map(|n| n as usize).unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())

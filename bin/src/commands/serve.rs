@@ -68,6 +68,29 @@ pub(crate) struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(1..=1_000_000)
     )]
     pub(crate) max_api_connections: u32,
+    #[command(flatten)]
+    pub(crate) archive: crate::values::MediaArchiveArgs,
+    /// With --api: where the server keeps the episode prints its researchers read and give
+    /// back (`GET`/`PUT /api/v1/prints/{key}`): a directory, or s3://bucket/prefix
+    /// [default: none, researchers keep their own]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "ARCHIVIST_PRINT_STORE",
+        hide_env_values = true,
+        requires = "api"
+    )]
+    pub(crate) print_store: Option<String>,
+    /// With --api: the most a directory print store keeps, as 500MB or 10GiB (least recently
+    /// used evicted)
+    #[arg(long, env = "ARCHIVIST_PRINT_STORE_SIZE", hide_env_values = true,
+          default_value = "10GiB", value_parser = crate::values::parse_size)]
+    pub(crate) print_store_size: u64,
+    /// With --api and --media-archive: the largest copy a researcher may give the archive
+    /// (`PUT /api/v1/archive/media/{sha256}`), as 500MB or 2GiB
+    #[arg(long, env = "ARCHIVIST_MAX_MEDIA_SIZE", hide_env_values = true,
+          default_value = "2GiB", value_parser = crate::values::parse_size)]
+    pub(crate) max_media_size: u64,
 }
 
 /// `--max-api-connections` unless given.
@@ -230,9 +253,34 @@ async fn run_api(
         max_long_polls: api::Limits::default()
             .max_long_polls
             .min((args.max_api_connections as usize * 7 / 8).max(1)),
+        max_media_bytes: args.max_media_size,
         ..api::Limits::default()
     };
-    let gateway = api::Gateway::new(store.clone(), bus.clone(), queues, limits)
+    // What the server keeps for its researchers: read and given back through the API.
+    let prints = crate::values::PrintStoreArgs {
+        print_store: args.print_store.clone(),
+        print_store_size: args.print_store_size,
+    };
+    let holdings = api::Holdings {
+        archive: connect::media_archive(&args.archive).await?,
+        prints: connect::print_store(&prints, false).await?,
+        upload_dir: None,
+    };
+    for (what, given) in [
+        (
+            "media archive",
+            holdings.archive.as_ref().map(|a| a.describe()),
+        ),
+        (
+            "print store",
+            holdings.prints.as_ref().map(|p| p.describe()),
+        ),
+    ] {
+        if let Some(given) = given {
+            tracing::info!("researchers read and give back through the API the {what} {given}");
+        }
+    }
+    let gateway = api::Gateway::with_holdings(store.clone(), bus.clone(), queues, limits, holdings)
         .map_err(|e| crate::values::usage(e.to_string()))?;
     let sources = web::Sources::new(config, store, Some(bus.clone()));
     let (health, pages) = web::routers(sources, web::Routes::Everything, token)?;
