@@ -33,6 +33,7 @@ mod rabbitmq_e2e;
 mod redrive;
 mod reference_research;
 mod remote;
+mod remote_archive;
 mod remote_reader;
 mod research_e2e;
 mod research_failures;
