@@ -30,6 +30,9 @@ const MAX_PARTS: u64 = 10_000;
 /// participant gives up (each retry means another participant's write went in).
 const ATTEMPTS: u32 = 32;
 
+/// How many episodes' objects [`MediaArchive::episodes`] reads at once.
+const READS_AT_ONCE: usize = 16;
+
 /// The archive as objects under a prefix of an S3 bucket, shared by every participant
 /// pointed at it: the objects are named as the directory archive's files are (the crate's
 /// documentation), under the prefix. S3 shows an object only once it is whole: a reader sees
@@ -45,9 +48,9 @@ const ATTEMPTS: u32 = 32;
 ///   `If-None-Match: *` when there was none, `If-Match: <its ETag>` when there was one, read
 ///   and changed again when another participant wrote first (`412 Precondition Failed`, or
 ///   `409` for a conditional write racing another). S3 checks the condition and writes in one
-///   step, so participants recording at once lose no version. (moto, the tests' S3, checks
-///   and then writes with no lock between: there the guard holds for writers that are not
-///   within microseconds of each other.)
+///   step, so participants recording at once lose no version. A store that checks and then
+///   writes with no lock between (moto, whose tests therefore send it one request at a time)
+///   can let two writes at the same instant both in, and lose one.
 ///
 /// Configured as the AWS SDK is ([`S3Archive::from_env`]): `AWS_REGION`, the usual
 /// credentials, and `AWS_ENDPOINT_URL` for an S3-compatible store (MinIO, moto), which is then
@@ -705,9 +708,21 @@ impl MediaArchive for S3Archive {
                 keys.push(key.to_string());
             }
         }
+        // Read a few at a time: one request each.
         let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            if let Some((episode, _)) = self.read_episode(&key).await? {
+        let mut keys = keys.into_iter();
+        let mut reads = tokio::task::JoinSet::new();
+        loop {
+            while reads.len() < READS_AT_ONCE {
+                let Some(key) = keys.next() else { break };
+                let me = self.clone();
+                reads.spawn(async move { me.read_episode(&key).await });
+            }
+            let Some(read) = reads.join_next().await else {
+                break;
+            };
+            let read = read.map_err(|e| self.unavailable("stopped", e))??;
+            if let Some((episode, _)) = read {
                 out.push(episode);
             }
         }
