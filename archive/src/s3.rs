@@ -489,10 +489,10 @@ fn length(n: Option<i64>) -> u64 {
 
 /// Whether a conditional write failed because another write went first: `412 Precondition
 /// Failed`, `409 Conflict` (S3's `ConditionalRequestConflict`, a conditional write racing
-/// another), or `404` (the object the `If-Match` named is gone).
+/// another), or `NoSuchKey` (the object the `If-Match` named is gone; not a missing bucket).
 fn written_first<E: ProvideErrorMetadata>(e: &SdkError<E>) -> bool {
     let status = e.raw_response().map(|r| r.status().as_u16());
-    matches!(status, Some(412 | 409 | 404))
+    matches!(status, Some(412 | 409))
         || matches!(
             e.code(),
             Some("PreconditionFailed" | "ConditionalRequestConflict" | "NoSuchKey")
