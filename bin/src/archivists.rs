@@ -127,8 +127,7 @@ async fn serve_metrics(
     let Some(addr) = config.metrics_addr else {
         return Ok(());
     };
-    let sources =
-        web::Sources::new(config, store.clone(), Some(bus.clone())).with_archive(archive);
+    let sources = web::Sources::new(config, store.clone(), Some(bus.clone())).with_archive(archive);
     web::spawn(
         addr,
         "ARCHIVIST_METRICS_ADDR (--metrics-addr)",

@@ -2964,8 +2964,16 @@ pub mod cases {
             out
         };
         let expected = vec![
-            ("Episode 0".to_string(), "Clip 0".to_string(), Some(sha(0xab))),
-            ("Episode 0".to_string(), "Clip 1".to_string(), Some(sha(0xcd))),
+            (
+                "Episode 0".to_string(),
+                "Clip 0".to_string(),
+                Some(sha(0xab)),
+            ),
+            (
+                "Episode 0".to_string(),
+                "Clip 1".to_string(),
+                Some(sha(0xcd)),
+            ),
             ("Episode 1".to_string(), "Clip 0".to_string(), None),
             ("Episode 1".to_string(), "Clip 1".to_string(), None),
         ];

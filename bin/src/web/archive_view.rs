@@ -211,7 +211,12 @@ impl ArchiveView {
         let set = match tokio::time::timeout(CHECK_TIMEOUT, self.archive.report()).await {
             Ok(Ok(report)) => Arc::new(
                 report
-                    .map(|r| r.failed.into_iter().map(|(sha, _)| sha).collect::<HashSet<_>>())
+                    .map(|r| {
+                        r.failed
+                            .into_iter()
+                            .map(|(sha, _)| sha)
+                            .collect::<HashSet<_>>()
+                    })
                     .unwrap_or_default(),
             ),
             Ok(Err(e)) => {
@@ -239,7 +244,10 @@ impl ArchiveView {
             return true;
         }
         if let Ok(missing) = self.missing.lock() {
-            if missing.get(sha256).is_some_and(|at| at.elapsed() < FRESH_FOR) {
+            if missing
+                .get(sha256)
+                .is_some_and(|at| at.elapsed() < FRESH_FOR)
+            {
                 return false;
             }
         }
@@ -278,8 +286,7 @@ impl ArchiveView {
     ) -> Option<Plays> {
         let sha256 = sha256?;
         let versions = self.versions(title, date_aired).await;
-        if !self.kept(sha256, versions.as_deref()).await || self.damaged().await.contains(sha256)
-        {
+        if !self.kept(sha256, versions.as_deref()).await || self.damaged().await.contains(sha256) {
             return None;
         }
         Some(Plays {
@@ -317,11 +324,8 @@ impl ArchiveView {
             return counted;
         }
         let mut changes = self.count.subscribe();
-        let first = tokio::time::timeout(
-            CHECK_TIMEOUT,
-            changes.wait_for(|count| count.is_some()),
-        )
-        .await;
+        let first =
+            tokio::time::timeout(CHECK_TIMEOUT, changes.wait_for(|count| count.is_some())).await;
         match first {
             Ok(Ok(count)) => match &*count {
                 Some((_, counted)) => counted.clone(),
@@ -410,7 +414,9 @@ impl Plays {
 
     /// Versions kept of the episode (at least this one).
     pub(crate) fn version_count(&self) -> usize {
-        self.versions.as_ref().map_or(1, |v| v.versions.len().max(1))
+        self.versions
+            .as_ref()
+            .map_or(1, |v| v.versions.len().max(1))
     }
 }
 

@@ -233,7 +233,12 @@ pub(super) async fn media(
     if method == Method::HEAD {
         return (status, out, Body::empty()).into_response();
     }
-    (status, out, Body::from_stream(pieces(archive, sha256, first, end))).into_response()
+    (
+        status,
+        out,
+        Body::from_stream(pieces(archive, sha256, first, end)),
+    )
+        .into_response()
 }
 
 /// The bytes `first..end` of the copy `sha256`, read as they are sent, [`PIECE`] at a time. A
