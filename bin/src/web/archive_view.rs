@@ -80,6 +80,9 @@ pub(crate) struct VerifyFailure {
     pub(crate) why: String,
 }
 
+/// An episode's versions as read, and when (none: the archive knows no such episode).
+type ReadVersions = (Instant, Option<Arc<EpisodeVersions>>);
+
 /// The last count: when it ended, and what it found or why it could not.
 type Count = Option<(Instant, Result<Arc<ArchiveFigures>, String>)>;
 
@@ -91,7 +94,7 @@ pub(crate) struct ArchiveView {
     /// Copies found missing, and when.
     missing: Mutex<HashMap<String, Instant>>,
     /// Each episode's versions by key, and when they were read.
-    versions: Mutex<HashMap<String, (Instant, Option<Arc<EpisodeVersions>>)>>,
+    versions: Mutex<HashMap<String, ReadVersions>>,
     /// Each version's media type (`mp3`), as recorded, by SHA-256.
     types: Mutex<HashMap<String, String>>,
     /// The copies the last check found damaged, and when the report was read.

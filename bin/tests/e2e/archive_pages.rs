@@ -130,7 +130,10 @@ fn make_world() -> World {
                 .unwrap();
         }
         let store: Arc<dyn DataStore> = datastore::connect(&s.database_url()).await.unwrap();
-        store.upsert_episodes(&[e.clone()]).await.unwrap();
+        store
+            .upsert_episodes(std::slice::from_ref(&e))
+            .await
+            .unwrap();
         store.upsert_clips(&[clip()]).await.unwrap();
         store
             .record_results(&[ResearchResult {
