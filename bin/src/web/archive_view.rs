@@ -14,8 +14,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use super::app::CHECK_TIMEOUT;
-
+/// How long one read of the archive may take while a request waits (the pages' own bound,
+/// `app::CHECK_TIMEOUT`: this file is below `app.rs`, which holds the view).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an answer read from the archive is used before it is read again.
 pub(super) const FRESH_FOR: Duration = Duration::from_secs(60);
 /// The longest the figures may take to count (a large archive on S3) before the count is
