@@ -68,6 +68,11 @@ pub(crate) struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(1..=1_000_000)
     )]
     pub(crate) max_api_connections: u32,
+    /// Serve the archive's kept copies at /media/{sha256} (with Range, under the pages'
+    /// access rules); the clip and episode pages play the copy their offsets were measured
+    /// on, and the status page shows the archive's figures
+    #[command(flatten)]
+    pub(crate) media_archive: crate::values::MediaArchiveArgs,
 }
 
 /// `--max-api-connections` unless given.
@@ -123,6 +128,7 @@ pub(crate) async fn run(
         return run_api(config, token, args).await;
     }
     let addr: SocketAddr = args.addr;
+    let archive = connect::media_archive(&args.media_archive).await?;
     let store = connect::datastore(
         config,
         &config.database_url(),
@@ -154,6 +160,7 @@ pub(crate) async fn run(
             }
         }
     };
+    let sources = sources.with_archive(archive);
     let connected = sources.bus.clone();
     web::spawn(
         addr,
@@ -205,6 +212,7 @@ async fn run_api(
              one process)",
         ));
     }
+    let archive = connect::media_archive(&args.media_archive).await?;
     let store = connect::datastore(
         config,
         &config.database_url(),
@@ -234,7 +242,7 @@ async fn run_api(
     };
     let gateway = api::Gateway::new(store.clone(), bus.clone(), queues, limits)
         .map_err(|e| crate::values::usage(e.to_string()))?;
-    let sources = web::Sources::new(config, store, Some(bus.clone()));
+    let sources = web::Sources::new(config, store, Some(bus.clone())).with_archive(archive);
     let (health, pages) = web::routers(sources, web::Routes::Everything, token)?;
     // With tokens, what a reader token guards is guarded however the server is reached: a
     // proxy on this host makes every visitor come from loopback.
