@@ -66,6 +66,19 @@ pub(crate) async fn open(
     routes: web::Routes,
     archivists: &[&str],
 ) -> anyhow::Result<(Arc<dyn Bus>, Arc<dyn DataStore>)> {
+    open_with_archive(config, token, subcommand, routes, archivists, None).await
+}
+
+/// [`open`], the pages served (with `routes` everything) playing the kept copies of
+/// `archive` and showing its figures (`run --media-archive`).
+pub(crate) async fn open_with_archive(
+    config: &Config,
+    token: &CancellationToken,
+    subcommand: &str,
+    routes: web::Routes,
+    archivists: &[&str],
+    archive: Option<Arc<dyn archive::MediaArchive>>,
+) -> anyhow::Result<(Arc<dyn Bus>, Arc<dyn DataStore>)> {
     let bus = connect::shared_bus(config, subcommand, token).await?;
     let store = connect::datastore(
         config,
@@ -74,7 +87,7 @@ pub(crate) async fn open(
         connect::Open::Migrate,
     )
     .await?;
-    serve_metrics(config, &store, &bus, token, routes, archivists).await?;
+    serve_metrics(config, &store, &bus, token, routes, archivists, archive).await?;
     Ok((bus, store))
 }
 
@@ -109,11 +122,12 @@ async fn serve_metrics(
     token: &CancellationToken,
     routes: web::Routes,
     archivists: &[&str],
+    archive: Option<Arc<dyn archive::MediaArchive>>,
 ) -> anyhow::Result<()> {
     let Some(addr) = config.metrics_addr else {
         return Ok(());
     };
-    let sources = web::Sources::new(config, store.clone(), Some(bus.clone()));
+    let sources = web::Sources::new(config, store.clone(), Some(bus.clone())).with_archive(archive);
     web::spawn(
         addr,
         "ARCHIVIST_METRICS_ADDR (--metrics-addr)",

@@ -92,6 +92,10 @@ pub struct Occurrence {
     pub clip_match_scores: Option<Vec<f64>>,
     /// When the research was done.
     pub research_date: DateTime<Utc>,
+    /// The SHA-256 of the episode's media the offsets were measured on (the result's
+    /// `episode_hash`), where the result named one: see [`crate::Match::episode_media_sha256`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episode_media_sha256: Option<String>,
 }
 
 /// A clip's page: the clip and a page of the episodes it occurs in, latest aired first.
@@ -118,6 +122,12 @@ pub struct TimelineEntry {
     /// score.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clip_match_score: Option<f64>,
+    /// The SHA-256 of the episode's media this offset was measured on (its result's
+    /// `episode_hash`), where the result named one: see
+    /// [`crate::Match::episode_media_sha256`]. Results of one episode may name different
+    /// versions of its media.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episode_media_sha256: Option<String>,
 }
 
 /// A failed pair of an episode, with its reason.

@@ -376,6 +376,22 @@ pub struct Match {
     pub clip_match_scores: Option<Vec<f64>>,
     /// When the research was done.
     pub research_date: DateTime<Utc>,
+    /// The SHA-256 of the episode's media the offsets were measured on (the result's
+    /// `episode_hash`), where the result named one (64 lowercase hexadecimal digits). With a
+    /// media archive it names the kept copy, which `matches` shows; without one, readers
+    /// leave it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episode_media_sha256: Option<String>,
+}
+
+/// `hash` if it is a SHA-256 as researchers write one (64 lowercase hexadecimal digits), else
+/// `None` (a result of an analyser that named no file, or named it otherwise).
+pub(crate) fn media_sha256(hash: String) -> Option<String> {
+    let ok = hash.len() == 64
+        && hash
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    ok.then_some(hash)
 }
 
 /// Where a lease stands, judged at a given time (the states [`Status`] counts).

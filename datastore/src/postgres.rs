@@ -1519,7 +1519,8 @@ FROM (SELECT COALESCE(sum(researched_count - failed_count), 0)::int8 AS research
       FROM leases) AS l";
 
 const MATCHES: &str = "
-SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date, r.clip_match_scores
+SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date, r.clip_match_scores,
+       r.episode_hash
 FROM research_results r
 JOIN episodes e ON e.id = r.episode_id
 JOIN clips c ON c.id = r.clip_id
@@ -1532,7 +1533,8 @@ LIMIT $3";
 
 // Walks research_results_matched_recent (0006) from its newest end.
 const RECENT_MATCHES: &str = "
-SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date, r.clip_match_scores
+SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date, r.clip_match_scores,
+       r.episode_hash
 FROM research_results r
 JOIN episodes e ON e.id = r.episode_id
 JOIN clips c ON c.id = r.clip_id

@@ -188,7 +188,8 @@ where
     })
 }
 
-/// A match from a row of (episode title, aired, clip title, offsets, research date, scores).
+/// A match from a row of (episode title, aired, clip title, offsets, research date, scores,
+/// episode hash).
 pub(crate) fn match_from_row<R: StoreRow>(row: &R) -> Result<Match>
 where
     usize: ColumnIndex<R>,
@@ -200,6 +201,7 @@ where
         clip_offsets_ns: row.offsets(3)?,
         clip_match_scores: row.scores(5)?,
         research_date: row.time(4)?,
+        episode_media_sha256: crate::model::media_sha256(row.text(6)?),
     })
 }
 
@@ -450,7 +452,7 @@ where
     let mut q = QueryBuilder::<D::DB>::new("SELECT ");
     q.push(EPISODE_COLUMNS)
         .push(
-            ", r.clip_offsets_ns, r.clip_match_scores, r.research_date \
+            ", r.clip_offsets_ns, r.clip_match_scores, r.research_date, r.episode_hash \
              FROM research_results r JOIN episodes e ON e.id = r.episode_id \
              WHERE ",
         )
@@ -475,6 +477,7 @@ where
                 clip_offsets_ns,
                 clip_match_scores,
                 research_date: row.time("research_date")?,
+                episode_media_sha256: crate::model::media_sha256(row.text("episode_hash")?),
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -511,7 +514,7 @@ where
     // The episode's matches (research_results_matched_episode).
     let mut q = QueryBuilder::<D::DB>::new(
         "SELECT r.clip_id, c.title, r.clip_offsets_ns, r.clip_duration_ns, \
-         r.episode_duration_ns, r.clip_match_scores \
+         r.episode_duration_ns, r.clip_match_scores, r.episode_hash \
          FROM research_results r JOIN clips c ON c.id = r.clip_id \
          WHERE r.episode_id = ",
     );
@@ -529,6 +532,7 @@ where
         // Scores pair with the offsets by position; ones that do not (never recorded so) are
         // not shown.
         let scores = row.scores(5)?.filter(|s| s.len() == offsets.len());
+        let episode_media_sha256 = crate::model::media_sha256(row.text(6)?);
         timeline.extend(
             offsets
                 .into_iter()
@@ -539,6 +543,7 @@ where
                     clip_title: clip_title.clone(),
                     clip_duration_ns,
                     clip_match_score: scores.as_ref().and_then(|s| s.get(i).copied()),
+                    episode_media_sha256: episode_media_sha256.clone(),
                 }),
         );
     }

@@ -351,7 +351,7 @@ impl DataStore for SqliteDataStore {
     async fn matches(&self, filter: &MatchFilter) -> Result<Vec<Match>> {
         let mut query = QueryBuilder::<Sqlite>::new(
             "SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date, \
-             r.clip_match_scores \
+             r.clip_match_scores, r.episode_hash \
              FROM research_results r \
              JOIN episodes e ON e.id = r.episode_id \
              JOIN clips c ON c.id = r.clip_id \
@@ -382,7 +382,7 @@ impl DataStore for SqliteDataStore {
         // Walks research_results_matched_recent (0003) from its newest end.
         let rows = sqlx::query(
             "SELECT e.title, e.date_aired, c.title, r.clip_offsets_ns, r.research_date, \
-             r.clip_match_scores \
+             r.clip_match_scores, r.episode_hash \
              FROM research_results r \
              JOIN episodes e ON e.id = r.episode_id \
              JOIN clips c ON c.id = r.clip_id \

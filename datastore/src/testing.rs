@@ -107,6 +107,7 @@ macro_rules! datastore_conformance_tests {
             browse_episode_page_shows_timeline_and_work_left,
             matches_since_a_research_date,
             match_scores_round_trip,
+            matches_name_the_media_they_were_measured_on,
             findability_is_kept_on_the_clip,
             tokens_are_created_listed_used_and_revoked,
             presence_counts_who_was_seen_since,
@@ -2931,6 +2932,106 @@ pub mod cases {
             .unwrap();
         assert_eq!(with_clip.len(), 1);
         assert_eq!(with_clip[0].episode_title, "Episode 2");
+    }
+
+    /// Matches, a clip's occurrences and an episode's timeline name the SHA-256 of the media
+    /// each result was measured on (its `episode_hash`) where that is a SHA-256, and nothing
+    /// where the result named none or named it otherwise.
+    pub async fn matches_name_the_media_they_were_measured_on(store: Arc<dyn DataStore>) {
+        let (es, cs) = seed(&*store, 2, 2).await;
+        let id = Uuid::new_v4();
+        let sha = |n: u8| format!("{n:02x}").repeat(32);
+        let measured = |e: usize, c: usize, hash: String| ResearchResult {
+            episode_hash: hash,
+            ..result(id, &es[e], &cs[c], &[5_000_000_000])
+        };
+        store
+            .record_results(&[
+                measured(0, 0, sha(0xab)),
+                measured(0, 1, sha(0xcd)),
+                // Not a SHA-256: an analyser's own name, an upper-case one.
+                measured(1, 0, "sha256:episode:1".into()),
+                measured(1, 1, sha(0xab).to_uppercase()),
+            ])
+            .await
+            .unwrap();
+        let named = |ms: Vec<crate::Match>| {
+            let mut out: Vec<(String, String, Option<String>)> = ms
+                .into_iter()
+                .map(|m| (m.episode_title, m.clip_title, m.episode_media_sha256))
+                .collect();
+            out.sort();
+            out
+        };
+        let expected = vec![
+            (
+                "Episode 0".to_string(),
+                "Clip 0".to_string(),
+                Some(sha(0xab)),
+            ),
+            (
+                "Episode 0".to_string(),
+                "Clip 1".to_string(),
+                Some(sha(0xcd)),
+            ),
+            ("Episode 1".to_string(), "Clip 0".to_string(), None),
+            ("Episode 1".to_string(), "Clip 1".to_string(), None),
+        ];
+        let all = store.matches(&MatchFilter::default()).await.unwrap();
+        assert_eq!(named(all), expected);
+        assert_eq!(named(store.recent_matches(10).await.unwrap()), expected);
+
+        let clip_id = browse(&*store)
+            .list_clips(&list(Some("Clip 0"), None, 10))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .find(|c| c.clip.title == "Clip 0")
+            .unwrap()
+            .id;
+        let page = browse(&*store)
+            .clip_page(clip_id, &list(None, None, 10))
+            .await
+            .unwrap()
+            .unwrap();
+        let occurrences: Vec<(&str, Option<&str>)> = page
+            .occurrences
+            .items
+            .iter()
+            .map(|o| (o.episode.title.as_str(), o.episode_media_sha256.as_deref()))
+            .collect();
+        assert_eq!(
+            occurrences,
+            [("Episode 1", None), ("Episode 0", Some(sha(0xab).as_str()))]
+        );
+
+        let episode_id = browse(&*store)
+            .list_episodes(&list(Some("Episode 0"), None, 10))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .find(|e| e.episode.title == "Episode 0")
+            .unwrap()
+            .id;
+        let page = browse(&*store)
+            .episode_page(episode_id, t0())
+            .await
+            .unwrap()
+            .unwrap();
+        let timeline: Vec<(&str, Option<&str>)> = page
+            .timeline
+            .iter()
+            .map(|t| (t.clip_title.as_str(), t.episode_media_sha256.as_deref()))
+            .collect();
+        assert_eq!(
+            timeline,
+            [
+                ("Clip 0", Some(sha(0xab).as_str())),
+                ("Clip 1", Some(sha(0xcd).as_str()))
+            ]
+        );
     }
 
     /// A result's findability is kept on its clip and shown by the clip listing and page:

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::connect;
-use crate::values::RemoteArgs;
+use crate::values::{MediaArchiveArgs, RemoteArgs};
 
 /// `matches --help`'s examples.
 pub(crate) const EXAMPLES: &str = "Examples:\n  \
@@ -44,6 +44,10 @@ pub(crate) struct MatchesArgs {
     pub(crate) format: MatchesFormat,
     #[command(flatten)]
     pub(crate) remote: RemoteArgs,
+    /// Each match names the kept copy its offsets were measured on (`episode_media_sha256`,
+    /// its SHA-256)
+    #[command(flatten)]
+    pub(crate) media_archive: MediaArchiveArgs,
 }
 
 /// `--since`: an RFC 3339 time, or a day (its midnight UTC).
@@ -73,16 +77,22 @@ pub(crate) enum MatchesFormat {
 
 /// Prints the matches: one JSON object a line (`episode_title`, `episode_date_aired`,
 /// `clip_title`, `clip_offsets_ns`, `clip_match_scores` where the analyser gave them,
-/// `research_date`), a table with `--format table`, or CSV with `--format csv`.
+/// `research_date`, and with a media archive `episode_media_sha256`), a table with
+/// `--format table`, or CSV with `--format csv`.
 pub(crate) async fn run(
     config: &Config,
     token: &CancellationToken,
     args: &MatchesArgs,
 ) -> anyhow::Result<()> {
     if args.remote.remote()? {
+        // The server says which copies it keeps: its lines are printed as they come.
         let matches = remote_matches(args).await?;
-        return print(&matches, args.format);
+        let named = matches.iter().any(|m| m.episode_media_sha256.is_some());
+        return print(&matches, args.format, named);
     }
+    // Opened to be sure it is the archive meant (a wrong URL is a usage error); the copies'
+    // names come from the results themselves.
+    let archive = connect::media_archive(&args.media_archive).await?;
     let store = connect::datastore(
         config,
         &config.database_url(),
@@ -111,7 +121,12 @@ pub(crate) async fn run(
                 .context("cannot read the matches")?;
         }
     }
-    print(&matches, args.format)
+    if archive.is_none() {
+        for m in &mut matches {
+            m.episode_media_sha256 = None;
+        }
+    }
+    print(&matches, args.format, archive.is_some())
 }
 
 /// `matches --server`: the matches through the API, with the same filters.
@@ -130,8 +145,8 @@ async fn remote_matches(args: &MatchesArgs) -> anyhow::Result<Vec<Match>> {
         .map_err(crate::values::remote_error)
 }
 
-/// Prints `matches` in `format`.
-fn print(matches: &[Match], format: MatchesFormat) -> anyhow::Result<()> {
+/// Prints `matches` in `format`; `copies`: with the column `episode_media_sha256` (CSV).
+fn print(matches: &[Match], format: MatchesFormat, copies: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match format {
         MatchesFormat::Json => {
@@ -141,7 +156,7 @@ fn print(matches: &[Match], format: MatchesFormat) -> anyhow::Result<()> {
             }
         }
         MatchesFormat::Table => writeln!(out, "{}", table(matches))?,
-        MatchesFormat::Csv => write_csv(&mut out, matches)?,
+        MatchesFormat::Csv => write_csv(&mut out, matches, copies)?,
     }
     out.flush()?;
     tracing::debug!(count = matches.len(), "matches listed");
@@ -211,8 +226,9 @@ async fn clip_titled(
     Ok(None)
 }
 
-/// The header of `--format csv`: the JSON lines' fields, in their order, the scores last (a
-/// column added after the others: readers by position keep theirs).
+/// The header of `--format csv`: the JSON lines' fields, in their order, the scores after
+/// them (a column added after the others: readers by position keep theirs), and with a media
+/// archive `episode_media_sha256` last.
 const CSV_HEADER: [&str; 6] = [
     "episode_title",
     "episode_date_aired",
@@ -226,12 +242,17 @@ const CSV_HEADER: [&str; 6] = [
 /// with a header row, also when there is no match. Titles are written exactly as stored, so
 /// that the file reads back to the same values; `clip_offsets_ns` holds the offsets separated
 /// by spaces, `clip_match_scores` their scores in the same order (empty when the analyser gave
-/// none); times are RFC 3339 in UTC.
-fn write_csv(out: &mut impl Write, matches: &[Match]) -> anyhow::Result<()> {
+/// none); times are RFC 3339 in UTC. With `copies`, a last column `episode_media_sha256`
+/// (empty where the result named no copy).
+fn write_csv(out: &mut impl Write, matches: &[Match], copies: bool) -> anyhow::Result<()> {
     let mut csv = csv::WriterBuilder::new()
         .terminator(csv::Terminator::CRLF)
         .from_writer(out);
-    csv.write_record(CSV_HEADER)?;
+    let mut header = CSV_HEADER.to_vec();
+    if copies {
+        header.push("episode_media_sha256");
+    }
+    csv.write_record(&header)?;
     for m in matches {
         let offsets = m
             .clip_offsets_ns
@@ -246,14 +267,19 @@ fn write_csv(out: &mut impl Write, matches: &[Match]) -> anyhow::Result<()> {
             .map(f64::to_string)
             .collect::<Vec<_>>()
             .join(" ");
-        csv.write_record([
+        let (aired, researched) = (rfc3339(m.episode_date_aired), rfc3339(m.research_date));
+        let mut record = vec![
             m.episode_title.as_str(),
-            &rfc3339(m.episode_date_aired),
+            &aired,
             m.clip_title.as_str(),
             &offsets,
-            &rfc3339(m.research_date),
+            &researched,
             &scores,
-        ])?;
+        ];
+        if copies {
+            record.push(m.episode_media_sha256.as_deref().unwrap_or(""));
+        }
+        csv.write_record(&record)?;
     }
     csv.flush()?;
     Ok(())

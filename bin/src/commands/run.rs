@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::archivists::{self, AllTotals, Pipeline};
 use crate::config::Config;
-use crate::values::parse_interval;
+use crate::values::{parse_interval, MediaArchiveArgs};
 use crate::web;
 
 /// `run --help`'s examples.
@@ -32,6 +32,9 @@ pub(crate) struct RunArgs {
         value_parser = parse_interval
     )]
     pub(crate) every: Duration,
+    /// The pages on --metrics-addr play the archive's kept copies and show its figures
+    #[command(flatten)]
+    pub(crate) media_archive: MediaArchiveArgs,
 }
 
 /// Runs the four archivists; running together, they are long-running and ride out outages.
@@ -42,7 +45,8 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     let every = args.every;
     archivists::require_researcher_count(config)?;
-    let (bus, store) = archivists::open(
+    let archive = crate::connect::media_archive(&args.media_archive).await?;
+    let (bus, store) = archivists::open_with_archive(
         config,
         &token,
         "run",
@@ -53,6 +57,7 @@ pub(crate) async fn run(
             "pending-research",
             "completed-research",
         ],
+        archive,
     )
     .await?;
     let mut set = JoinSet::new();

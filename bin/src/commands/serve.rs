@@ -68,8 +68,12 @@ pub(crate) struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(1..=1_000_000)
     )]
     pub(crate) max_api_connections: u32,
+    /// Serve the archive's kept copies at /media/{sha256} (with Range, under the pages'
+    /// access rules); the clip and episode pages play the copy their offsets were measured
+    /// on, and the status page shows the archive's figures. With --api, researchers read
+    /// its copies and give back theirs through the API (/api/v1/archive/)
     #[command(flatten)]
-    pub(crate) archive: crate::values::MediaArchiveArgs,
+    pub(crate) media_archive: crate::values::MediaArchiveArgs,
     /// With --api: where the server keeps the episode prints its researchers read and give
     /// back (`GET`/`PUT /api/v1/prints/{key}`): a directory, or s3://bucket/prefix
     /// [default: none, researchers keep their own]
@@ -146,6 +150,7 @@ pub(crate) async fn run(
         return run_api(config, token, args).await;
     }
     let addr: SocketAddr = args.addr;
+    let archive = connect::media_archive(&args.media_archive).await?;
     let store = connect::datastore(
         config,
         &config.database_url(),
@@ -177,6 +182,7 @@ pub(crate) async fn run(
             }
         }
     };
+    let sources = sources.with_archive(archive);
     let connected = sources.bus.clone();
     web::spawn(
         addr,
@@ -228,6 +234,7 @@ async fn run_api(
              one process)",
         ));
     }
+    let archive = connect::media_archive(&args.media_archive).await?;
     let store = connect::datastore(
         config,
         &config.database_url(),
@@ -262,7 +269,7 @@ async fn run_api(
         print_store_size: args.print_store_size,
     };
     let holdings = api::Holdings {
-        archive: connect::media_archive(&args.archive).await?,
+        archive: archive.clone(),
         prints: connect::print_store(&prints, false).await?,
         upload_dir: None,
     };
@@ -282,7 +289,7 @@ async fn run_api(
     }
     let gateway = api::Gateway::with_holdings(store.clone(), bus.clone(), queues, limits, holdings)
         .map_err(|e| crate::values::usage(e.to_string()))?;
-    let sources = web::Sources::new(config, store, Some(bus.clone()));
+    let sources = web::Sources::new(config, store, Some(bus.clone())).with_archive(archive);
     let (health, pages) = web::routers(sources, web::Routes::Everything, token)?;
     // With tokens, what a reader token guards is guarded however the server is reached: a
     // proxy on this host makes every visitor come from loopback.

@@ -126,6 +126,7 @@ mod tests {
                         clip_offsets_ns: truth.iter().map(|t| t + shift_ns).collect(),
                         clip_match_scores: None,
                         research_date: Utc::now(),
+                        episode_media_sha256: None,
                     });
                 }
             }

@@ -2,7 +2,7 @@
 //! cannot be read answers 503 with `{"error": why}` (credentials masked).
 //!
 //! - `/api/status`: the counts, as `archivist status --json` has them, with `read_at` and
-//!   `percent_researched`.
+//!   `percent_researched`; with a media archive, its figures under `media_archive`.
 //! - `/api/progress`: the samples of research progress this server took, oldest first, and
 //!   the rate over the last five minutes.
 //! - `/api/leases`: leases holding pairs with their episode, age and state.
@@ -37,8 +37,32 @@ fn answer<T: Serialize>(section: Section<T>) -> Response {
     }
 }
 
+/// `/api/status`: the counts, and with a media archive its figures (`media_archive`, or
+/// `{"error": why}` when they cannot be counted now).
+#[derive(Serialize)]
+struct StatusBody {
+    #[serde(flatten)]
+    counts: snapshot::Counts,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    media_archive: Option<ArchiveSection>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ArchiveSection {
+    Counted(Arc<super::archive_view::ArchiveFigures>),
+    Unavailable { error: String },
+}
+
 pub(super) async fn status(State(app): State<Arc<App>>) -> Response {
-    answer(snapshot::counts(&app).await)
+    let (counts, archive) = tokio::join!(snapshot::counts(&app), snapshot::archive(&app));
+    answer(counts.map(|counts| StatusBody {
+        counts,
+        media_archive: archive.map(|a| match a {
+            Ok(figures) => ArchiveSection::Counted(figures),
+            Err(error) => ArchiveSection::Unavailable { error },
+        }),
+    }))
 }
 
 #[derive(Serialize)]

@@ -87,6 +87,9 @@ pub(crate) struct Sources {
     pub(crate) bus_shown: String,
     /// Masks the credentials of the configured URLs in error texts shown to a visitor.
     pub(crate) redactor: crate::panic_hook::Redactor,
+    /// The media archive (`--media-archive`): its copies served at `/media/{sha256}` and
+    /// played by the pages, its figures on the status page.
+    pub(crate) archive: Option<Arc<dyn archive::MediaArchive>>,
 }
 
 impl Sources {
@@ -115,7 +118,14 @@ impl Sources {
             datastore_shown: datastore::redact_url(&database_url),
             bus_shown,
             redactor,
+            archive: None,
         }
+    }
+
+    /// These sources with the media archive `archive`, where one is given.
+    pub(crate) fn with_archive(mut self, archive: Option<Arc<dyn archive::MediaArchive>>) -> Self {
+        self.archive = archive;
+        self
     }
 
     /// The sources of `config`'s datastore, with a bus that could not be reached yet
@@ -138,6 +148,8 @@ pub(crate) struct App {
     pub(super) sources: Sources,
     pub(super) prometheus: metrics_exporter_prometheus::PrometheusHandle,
     pub(super) history: History,
+    /// The media archive as the pages read it, where one is given.
+    pub(super) archive: Option<Arc<super::archive_view::ArchiveView>>,
 }
 
 /// Reads the counts every [`SAMPLE_EVERY`] into the history until `token` is cancelled.

@@ -7,6 +7,11 @@
 //! is the episode's media with a media fragment (`#t=SECONDS`) starting [`LEAD_IN_SECONDS`]
 //! before the clip. Only `http`, `https` and `file` URIs become a source or a link; anything
 //! else (`javascript:`, `data:`) is shown as text.
+//!
+//! With a media archive, a player whose result was measured on a kept copy (its
+//! `episode_media_sha256`) plays that copy from `/media/{sha256}` instead, so that the moment
+//! shown is the moment heard whatever the show's host serves today; the page says which
+//! version it plays, and that others are kept where they are.
 
 use std::sync::Arc;
 
@@ -21,6 +26,7 @@ use datastore::{
 use maud::{html, Markup};
 
 use super::app::{App, CHECK_TIMEOUT};
+use super::archive_view::{self, Plays};
 use super::layout::{self, Nav};
 
 /// Rows on a page of the HTML listings (and the JSON's default).
@@ -151,9 +157,58 @@ pub(super) fn safe_media(uri: &str) -> Option<url::Url> {
 /// start): `uri` with the media fragment `#t=SECONDS` in place of any fragment it had.
 pub(super) fn source_at(uri: &str, offset_ns: i64) -> Option<String> {
     let mut url = safe_media(uri)?;
-    let start = (offset_ns.div_euclid(1_000_000_000) - LEAD_IN_SECONDS).max(0);
+    let start = start_seconds(offset_ns);
     url.set_fragment(Some(&format!("t={start}")));
     Some(url.into())
+}
+
+/// Where a player starts for the moment `offset_ns`: [`LEAD_IN_SECONDS`] before it, not
+/// before the start, in whole seconds.
+fn start_seconds(offset_ns: i64) -> i64 {
+    (offset_ns.div_euclid(1_000_000_000) - LEAD_IN_SECONDS).max(0)
+}
+
+/// The source of a player for the moment `offset_ns`: the kept copy `plays` where there is
+/// one (`/media/{sha256}#t=SECONDS`), else the show's media `uri` ([`source_at`]).
+pub(super) fn player_source(plays: Option<&Plays>, uri: &str, offset_ns: i64) -> Option<String> {
+    match plays {
+        Some(p) => Some(format!(
+            "/media/{}#t={}",
+            p.sha256,
+            start_seconds(offset_ns)
+        )),
+        None => source_at(uri, offset_ns),
+    }
+}
+
+/// What the pages play for a result measured on `sha256` of `episode`: its kept copy where
+/// the server has an archive that keeps it.
+async fn plays(app: &App, episode: &datastore::EpisodeInfo, sha256: Option<&str>) -> Option<Plays> {
+    app.archive
+        .as_ref()?
+        .plays(&episode.title, &episode.date_aired, sha256)
+        .await
+}
+
+/// Which version a player plays, in words: the kept copy (its short SHA-256) and how many
+/// versions of the episode are kept, or the show's media.
+fn version_note(plays: Option<&Plays>, archive: bool) -> Markup {
+    html! {
+        @match plays {
+            Some(p) => {
+                "Plays the kept copy " code.sha256 title=(p.sha256) { (p.short()) }
+                @if p.version_count() > 1 {
+                    ", one of " (p.version_count()) " versions of this episode kept"
+                    @if p.versions.as_ref().is_some_and(|v| v.chosen != p.sha256) {
+                        " (not the one research now answers for)"
+                    }
+                }
+                "."
+            },
+            None if archive => "Plays the show's media: the archive keeps no copy this was measured on.",
+            None => {},
+        }
+    }
 }
 
 /// An offset as `h:mm:ss` (whole seconds, rounded down).
@@ -245,10 +300,11 @@ fn progress(researched: u64, failed: u64, total: u64) -> Markup {
     }
 }
 
-/// A player for the moment `offset_ns` of `uri`, or why there is none.
-fn player(uri: &str, offset_ns: i64) -> Markup {
+/// A player for the moment `offset_ns` of the kept copy `plays`, or of `uri` without one, or
+/// why there is none.
+fn player(plays: Option<&Plays>, uri: &str, offset_ns: i64) -> Markup {
     html! {
-        @match source_at(uri, offset_ns) {
+        @match player_source(plays, uri, offset_ns) {
             Some(src) => audio controls preload="none" {
                 source src=(src);
                 a href=(src) { "Play from " (hms(offset_ns)) }
@@ -376,6 +432,14 @@ async fn clip_page(app: &App, id_text: &str, params: &Params) -> Result<Markup, 
     let page: ClipPage = within(app, "the clip", browser(app)?.clip_page(id, &query))
         .await?
         .ok_or_else(|| Refusal::NotFound(format!("there is no clip {id}")))?;
+    let playing: Vec<Option<Plays>> = futures::future::join_all(
+        page.occurrences
+            .items
+            .iter()
+            .map(|o| plays(app, &o.episode, o.episode_media_sha256.as_deref())),
+    )
+    .await;
+    let archive = app.archive.is_some();
     let c = &page.summary;
     Ok(layout(
         &c.clip.title,
@@ -395,18 +459,19 @@ async fn clip_page(app: &App, id_text: &str, params: &Params) -> Result<Markup, 
             @if page.occurrences.items.is_empty() {
                 p { "Not found in any episode researched so far." }
             }
-            @for o in &page.occurrences.items {
+            @for (o, p) in page.occurrences.items.iter().zip(&playing) {
                 section.occurrence {
                     h3 {
                         a href=(format!("/episodes/{}", o.episode_id)) { (o.episode.title) }
                         " (aired " time datetime=(rfc3339(o.episode.date_aired)) { (day(o.episode.date_aired)) } ")"
                     }
+                    @if archive { p.version { (version_note(p.as_ref(), archive)) } }
                     ol.moments {
                         @for (i, &ns) in o.clip_offsets_ns.iter().enumerate() {
                             li {
                                 "at " strong { (hms(ns)) } " "
                                 (score(o.clip_match_scores.as_ref().and_then(|s| s.get(i)).copied()))
-                                (player(&o.episode.media_uri, ns))
+                                (player(p.as_ref(), &o.episode.media_uri, ns))
                             }
                         }
                     }
@@ -445,7 +510,12 @@ fn media(uri: &str) -> Markup {
 /// least a few pixels) that plays the episode from there, or, where the media cannot be played
 /// here, leads to the moment in the list below. The bar is as long as the episode as its
 /// researchers measured it (or, failing that, up to the end of its last clip).
-fn timeline_picture(uri: &str, duration_ns: Option<i64>, timeline: &[TimelineEntry]) -> Markup {
+fn timeline_picture(
+    uri: &str,
+    duration_ns: Option<i64>,
+    timeline: &[TimelineEntry],
+    playing: &[Option<&Plays>],
+) -> Markup {
     let end_of_last = timeline
         .iter()
         .map(|t| t.offset_ns.saturating_add(t.clip_duration_ns.max(0)))
@@ -459,7 +529,7 @@ fn timeline_picture(uri: &str, duration_ns: Option<i64>, timeline: &[TimelineEnt
                 @for (i, t) in timeline.iter().enumerate() {
                     @let left = percent(t.offset_ns);
                     @let width = percent(t.clip_duration_ns).min(100.0 - left);
-                    @let href = source_at(uri, t.offset_ns).unwrap_or_else(|| format!("#moment-{}", i + 1));
+                    @let href = player_source(playing.get(i).copied().flatten(), uri, t.offset_ns).unwrap_or_else(|| format!("#moment-{}", i + 1));
                     @let label = match t.clip_match_score {
                         Some(m) => format!("{} at {} (score {m:.2})", t.clip_title, hms(t.offset_ns)),
                         None => format!("{} at {}", t.clip_title, hms(t.offset_ns)),
@@ -486,6 +556,35 @@ async fn episode_page(app: &App, id_text: &str) -> Result<Markup, Refusal> {
         .await?
         .ok_or_else(|| Refusal::NotFound(format!("there is no episode {id}")))?;
     let e = &page.summary;
+    // What each moment plays: the copy its result was measured on, looked up once per copy.
+    let mut measured_on: Vec<&str> = page
+        .timeline
+        .iter()
+        .filter_map(|t| t.episode_media_sha256.as_deref())
+        .collect();
+    measured_on.sort_unstable();
+    measured_on.dedup();
+    let kept: Vec<Option<Plays>> = futures::future::join_all(
+        measured_on
+            .iter()
+            .map(|sha| plays(app, &e.episode, Some(sha))),
+    )
+    .await;
+    let playing: Vec<Option<&Plays>> = page
+        .timeline
+        .iter()
+        .map(|t| {
+            let sha = t.episode_media_sha256.as_deref()?;
+            let at = measured_on.binary_search(&sha).ok()?;
+            kept.get(at)?.as_ref()
+        })
+        .collect();
+    let archive = app.archive.as_ref();
+    let versions = match archive {
+        Some(view) => view.versions(&e.episode.title, &e.episode.date_aired).await,
+        None => None,
+    };
+    let played: Vec<&Plays> = kept.iter().flatten().collect();
     Ok(layout(
         &e.episode.title,
         Some(Nav::Episodes),
@@ -496,6 +595,35 @@ async fn episode_page(app: &App, id_text: &str) -> Result<Markup, Refusal> {
                 dt { "Curated by" } dd { (e.episode.curator_information) }
                 dt { "Description" } dd { (e.episode.description) }
                 dt { "Media" } dd { (media(&e.episode.media_uri)) }
+                @if archive.is_some() {
+                    dt { "Plays" } dd #plays {
+                        @match played.as_slice() {
+                            [] => "The show's media: the archive keeps no copy these moments were measured on.",
+                            [one] => { "The kept copy " code.sha256 title=(one.sha256) { (one.short()) } "." },
+                            many => {
+                                (many.len()) " kept copies, each moment the one it was measured on: "
+                                @for (i, p) in many.iter().enumerate() {
+                                    @if i > 0 { ", " }
+                                    code.sha256 title=(p.sha256) { (p.short()) }
+                                }
+                                "."
+                            },
+                        }
+                    }
+                    @if let Some(v) = versions.as_ref().filter(|v| v.versions.len() > 1) {
+                        dt { "Versions kept" } dd #versions {
+                            (v.versions.len()) " versions of its media are kept: "
+                            @for (i, version) in v.versions.iter().enumerate() {
+                                @if i > 0 { ", " }
+                                code.sha256 title=(version.sha256) { (archive_view::short(&version.sha256)) }
+                                " (" (version.size) " bytes, kept " (day(version.kept_at))
+                                @if version.sha256 == v.chosen { ", answered for" }
+                                ")"
+                            }
+                            ". " code { "archivist archive" } " lists them and chooses which one research answers for."
+                        }
+                    }
+                }
             }
             section #research-work {
                 h2 { "Research" }
@@ -512,14 +640,19 @@ async fn episode_page(app: &App, id_text: &str) -> Result<Markup, Refusal> {
                 @if page.timeline.is_empty() {
                     p { "No clip found in it so far." }
                 } @else {
-                    (timeline_picture(&e.episode.media_uri, page.duration_ns, &page.timeline))
+                    (timeline_picture(&e.episode.media_uri, page.duration_ns, &page.timeline, &playing))
                     ol.moments #timeline {
                         @for (i, t) in page.timeline.iter().enumerate() {
                             li id=(format!("moment-{}", i + 1)) {
                                 strong { (hms(t.offset_ns)) } " "
                                 a href=(format!("/clips/{}", t.clip_id)) { (t.clip_title) } " "
                                 (score(t.clip_match_score))
-                                (player(&e.episode.media_uri, t.offset_ns))
+                                @if played.len() > 1 {
+                                    @if let Some(p) = playing.get(i).copied().flatten() {
+                                        span.version { "copy " code.sha256 { (p.short()) } " " }
+                                    }
+                                }
+                                (player(playing.get(i).copied().flatten(), &e.episode.media_uri, t.offset_ns))
                             }
                         }
                     }

@@ -1,7 +1,8 @@
 //! `/api/clips`, `/api/clips/{id}`, `/api/episodes`, `/api/episodes/{id}`: the archive's pages
 //! as JSON. Listings take `q` (title words), `cursor` and `limit` (1 to 500, default 50) and
 //! answer `{"items": […], "next_cursor": "…" | null}`; a clip's page pages its occurrences the
-//! same way. A bad cursor or limit answers 400, an unknown id 404, a datastore that cannot
+//! same way. With a media archive, a clip's occurrences and an episode's timeline name the copy
+//! each was measured on (`episode_media_sha256`). A bad cursor or limit answers 400, an unknown id 404, a datastore that cannot
 //! answer 503, each with `{"error": why}`.
 
 use std::sync::Arc;
@@ -15,6 +16,16 @@ use serde_json::json;
 
 use super::app::App;
 use super::browse::{browser, id, within, Params, Refusal, PAGE_ROWS};
+
+/// Forgets the copies results were measured on where the server has no media archive: the
+/// field names a kept copy (`episode_media_sha256`), as `matches` does.
+fn without_copies(app: &App, page: &mut datastore::ClipPage) {
+    if app.archive.is_none() {
+        for o in &mut page.occurrences.items {
+            o.episode_media_sha256 = None;
+        }
+    }
+}
 
 fn answer<T: Serialize>(result: Result<T, Refusal>) -> Response {
     match result {
@@ -55,9 +66,11 @@ pub(super) async fn clip(
         async {
             let id = id(&id_text, "clip")?;
             let query = params.query(PAGE_ROWS)?;
-            within(&app, "the clip", browser(&app)?.clip_page(id, &query))
+            let mut page = within(&app, "the clip", browser(&app)?.clip_page(id, &query))
                 .await?
-                .ok_or_else(|| Refusal::NotFound(format!("there is no clip {id}")))
+                .ok_or_else(|| Refusal::NotFound(format!("there is no clip {id}")))?;
+            without_copies(&app, &mut page);
+            Ok(page)
         }
         .await,
     )
@@ -68,9 +81,15 @@ pub(super) async fn episode(State(app): State<Arc<App>>, Path(id_text): Path<Str
         async {
             let id = id(&id_text, "episode")?;
             let now = Utc::now();
-            within(&app, "the episode", browser(&app)?.episode_page(id, now))
+            let mut page = within(&app, "the episode", browser(&app)?.episode_page(id, now))
                 .await?
-                .ok_or_else(|| Refusal::NotFound(format!("there is no episode {id}")))
+                .ok_or_else(|| Refusal::NotFound(format!("there is no episode {id}")))?;
+            if app.archive.is_none() {
+                for t in &mut page.timeline {
+                    t.episode_media_sha256 = None;
+                }
+            }
+            Ok(page)
         }
         .await,
     )

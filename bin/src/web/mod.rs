@@ -13,6 +13,10 @@
 //! - `api.rs`: `/api/…`, the page's data as JSON.
 //! - `browse.rs`: `/clips`, `/episodes` and each one's page: the archive for people.
 //! - `browse_api.rs`: `/api/clips`, `/api/episodes` and each one's page as JSON.
+//! - `media.rs`: `/media/{sha256}`, the media archive's kept copies for the pages' players
+//!   (byte ranges, streamed).
+//! - `archive_view.rs`: the media archive as the pages read it, with what it answered kept
+//!   a minute (a large archive on S3 is slow to list), its figures counted in the background.
 //! - `sign_in.rs`: `/sign-in` and `/sign-out`, a reader's way in from a browser to the pages
 //!   `serve --api` guards (the sessions themselves are [`::api::ReaderSessions`]).
 //! - `layout.rs`, `style.css`: what every page shares: the head, the top bar, the stylesheet
@@ -23,11 +27,13 @@
 
 mod api;
 mod app;
+mod archive_view;
 mod browse;
 mod browse_api;
 mod health;
 mod history;
 mod layout;
+mod media;
 mod metrics;
 mod sign_in;
 mod snapshot;
@@ -93,10 +99,17 @@ pub(crate) fn routers(
     token: &CancellationToken,
 ) -> anyhow::Result<(Router, Router)> {
     let prometheus = metrics::install()?;
+    let archive = sources.archive.clone().map(|archive| {
+        Arc::new(archive_view::ArchiveView::new(
+            archive,
+            sources.redactor.clone(),
+        ))
+    });
     let app = Arc::new(App {
         sources,
         prometheus,
         history: History::default(),
+        archive,
     });
     let health = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -120,7 +133,8 @@ pub(crate) fn routers(
             .route("/api/clips", get(browse_api::clips))
             .route("/api/clips/{id}", get(browse_api::clip))
             .route("/api/episodes", get(browse_api::episodes))
-            .route("/api/episodes/{id}", get(browse_api::episode));
+            .route("/api/episodes/{id}", get(browse_api::episode))
+            .route("/media/{sha256}", get(media::media));
         tokio::spawn(app::sample_history(app.clone(), token.clone()));
     }
     Ok((health, router.with_state(app)))

@@ -172,14 +172,29 @@ pub(crate) async fn leases(app: &App) -> Section<Vec<LeaseRow>> {
         .collect())
 }
 
-/// The most recently researched matches.
+/// The most recently researched matches; each names the copy it was measured on
+/// (`episode_media_sha256`) only where the server has a media archive.
 pub(crate) async fn recent_matches(app: &App) -> Section<Vec<Match>> {
-    within(
+    let mut matches = within(
         app,
         "datastore",
         app.sources.store.recent_matches(MATCHES_SHOWN),
     )
-    .await
+    .await?;
+    if app.archive.is_none() {
+        for m in &mut matches {
+            m.episode_media_sha256 = None;
+        }
+    }
+    Ok(matches)
+}
+
+/// The media archive's figures: `None` without an archive. Counted at most once a minute,
+/// in the background (see `archive_view.rs`).
+pub(crate) async fn archive(
+    app: &App,
+) -> Option<Section<std::sync::Arc<super::archive_view::ArchiveFigures>>> {
+    Some(app.archive.as_ref()?.figures().await)
 }
 
 /// The queues as read.

@@ -12,6 +12,7 @@ use datastore::{LeaseState, Match};
 use maud::{html, Markup};
 
 use super::app::App;
+use super::archive_view::{short, ArchiveFigures};
 use super::history::{rate_per_minute, Sample};
 use super::layout::{self, Nav};
 use super::snapshot::{self, Counts, LeaseRow, QueueView, Queues, Section};
@@ -23,11 +24,12 @@ const SAMPLES_LISTED: usize = 10;
 
 /// The page, read now.
 pub(super) async fn page(State(app): State<Arc<App>>) -> Markup {
-    let (counts, leases, queues, matches) = tokio::join!(
+    let (counts, leases, queues, matches, archive) = tokio::join!(
         snapshot::counts(&app),
         snapshot::leases(&app),
         snapshot::queues(&app, true),
         snapshot::recent_matches(&app),
+        snapshot::archive(&app),
     );
     let samples = app.history.samples();
     let now = Utc::now();
@@ -53,6 +55,7 @@ pub(super) async fn page(State(app): State<Arc<App>>) -> Markup {
                 (queues_section(&queues, &app.sources.work_items))
                 (dead_letters_section(&queues))
                 (matches_section(&matches))
+                @if let Some(archive) = &archive { (archive_section(archive)) }
             }
             footer {
                 h2 { "The same as JSON" }
@@ -367,6 +370,80 @@ fn matches_section(matches: &Section<Vec<Match>>) -> Markup {
     }
 }
 
+/// The media archive: its copies and bytes, the episodes and versions kept (and the episodes
+/// with more than one), and the last `archive verify`.
+fn archive_section(figures: &Section<Arc<ArchiveFigures>>) -> Markup {
+    html! {
+        section #media-archive {
+            h2 { "Media archive" }
+            @match figures {
+                Err(why) => (unavailable(why)),
+                Ok(f) => {
+                    p {
+                        code { (f.archive) } ", counted at " time datetime=(rfc3339(f.counted_at)) { (when(f.counted_at)) }
+                        " (at most once a minute)."
+                    }
+                    dl.tiles {
+                        div { dt { "Copies kept" } dd.n #archive-copies { (f.copies) } }
+                        div { dt { "Their size" } dd.n #archive-bytes data-bytes=(f.bytes) { (bytes(f.bytes)) } }
+                        div { dt { "Episodes" } dd.n #archive-episodes { (f.episodes) } }
+                        div { dt { "Versions" } dd.n #archive-versions { (f.versions) } }
+                        div { dt { "Episodes with more than one version" } dd.n #archive-changed { (f.episodes_with_versions) } }
+                    }
+                    @if !f.changed.is_empty() {
+                        div.scroll { table #archive-changed-episodes {
+                            caption { "Episodes whose media changed, latest aired first" }
+                            thead { tr { th { "episode" } th.n { "versions" } th { "answered for" } } }
+                            tbody {
+                                @for e in &f.changed {
+                                    tr {
+                                        td { (e.title) " (aired " (e.date_aired.format("%Y-%m-%d")) ")" }
+                                        td.n { (e.versions) }
+                                        td { code title=(e.chosen) { (short(&e.chosen)) } }
+                                    }
+                                }
+                            }
+                        } }
+                    }
+                    @match &f.last_verify {
+                        None => p #archive-verify { "Never checked: " code { "archivist archive verify" } " checks every copy against its SHA-256." },
+                        Some(v) => {
+                            p #archive-verify {
+                                "Last checked " time datetime=(rfc3339(v.checked_at)) { (when(v.checked_at)) } ": "
+                                (v.copies) " copies (" (bytes(v.bytes)) "), "
+                                strong #archive-failed { (v.failed) } " failed."
+                            }
+                            @if !v.failures.is_empty() {
+                                ul #archive-failures {
+                                    @for failure in &v.failures {
+                                        li { code title=(failure.sha256) { (short(&failure.sha256)) } ": " (failure.why) " (not played)" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A size in bytes as people read it: `1.5 GB` (powers of 1000).
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "kB", "MB", "GB", "TB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit + 1 < UNITS.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} bytes")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 fn state_words(state: LeaseState) -> &'static str {
     match state {
         LeaseState::Active => "active",
@@ -429,5 +506,7 @@ mod tests {
         assert_eq!(seconds(0), "0s");
         assert_eq!(seconds(3723), "1h 2m 3s");
         assert_eq!(seconds(-90), "1m 30s");
+        assert_eq!(bytes(999), "999 bytes");
+        assert_eq!(bytes(1_500_000_000), "1.5 GB");
     }
 }
