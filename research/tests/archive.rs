@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use analysis::synth::{self, EpisodeSynth, Insertion, Speech, Voice};
 use archive::{
-    ArchiveError, CopyInfo, DirArchive, EpisodeVersions, Kept, MediaArchive, Version,
-    VerifyReport,
+    ArchiveError, CopyInfo, DirArchive, EpisodeVersions, Kept, MediaArchive, VerifyReport, Version,
 };
 use archivist::messages::{decode, CompletedResearchItem};
 use axum::http::{header, StatusCode, Uri};
@@ -312,7 +311,10 @@ async fn research(
     let results = bus.receiver("completed_research").await.unwrap();
     let mut out = Vec::new();
     loop {
-        let got = results.receive(100, Duration::from_millis(200)).await.unwrap();
+        let got = results
+            .receive(100, Duration::from_millis(200))
+            .await
+            .unwrap();
         if got.is_empty() {
             break;
         }
@@ -430,7 +432,11 @@ async fn a_damaged_copy_fails_the_pair_without_analysing_it() {
             1,
             "the damaged copy was analysed"
         );
-        assert_eq!(gets(&show, "/episode.wav"), asked, "the show was asked again");
+        assert_eq!(
+            gets(&show, "/episode.wav"),
+            asked,
+            "the show was asked again"
+        );
     }
 }
 
@@ -497,8 +503,12 @@ async fn prints_of_a_kept_copy_are_used_without_asking_the_show() {
         let store = Arc::new(prints::DirStore::new(dir.join("prints"), 1 << 30).unwrap());
         let counters: Arc<research::printing::PrintCounters> = Arc::default();
         let run = |clip: usize| {
-            let (dir, archive, store, counters) =
-                (dir.clone(), archive.clone(), store.clone(), counters.clone());
+            let (dir, archive, store, counters) = (
+                dir.clone(),
+                archive.clone(),
+                store.clone(),
+                counters.clone(),
+            );
             let it = item(&uri, &[(&format!("clip {clip}"), &clips[clip])]);
             async move {
                 let bus = MemoryBus::default();
@@ -545,7 +555,9 @@ async fn prints_of_a_kept_copy_are_used_without_asking_the_show() {
         let asked = gets(&show, "/episode.wav");
         let first = run(0).await;
         assert_eq!(gets(&show, "/episode.wav"), asked + 1);
-        let preroll = *show.lock().unwrap().prerolls["/episode.wav"].last().unwrap();
+        let preroll = *show.lock().unwrap().prerolls["/episode.wav"]
+            .last()
+            .unwrap();
         let sha256 = archive.versions(&key()).await.unwrap().unwrap().chosen;
         assert_eq!(first.episode_hash, sha256);
         let at = |s: f64| ((preroll + s) * 1e9) as i64;
