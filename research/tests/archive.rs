@@ -358,7 +358,7 @@ async fn the_first_item_keeps_the_episode_and_the_next_reads_the_copy() {
     assert_eq!(first[0].episode_hash, chosen.sha256);
     assert_eq!(
         recorder.episodes.lock().unwrap().as_slice(),
-        [copy.clone()],
+        std::slice::from_ref(&copy),
         "the archive's own file, not a copy"
     );
 
