@@ -12,6 +12,11 @@
 //! so it is never printed. For a local file it is its size and modification time (to the
 //! nanosecond). Each range request carries `If-Range`, so media that changes while a print
 //! is in use is answered in full (200) and the print is dropped for the full analysis.
+//!
+//! With a media archive, a print is made from the episode's kept copy
+//! ([`MediaIdentity::Archived`], keyed by [`archived_print_key`]): it is fresh while that copy
+//! is the episode's chosen version, shown without a request to the show, and its ranges are
+//! read from the copy ([`crate::Ranges`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
