@@ -138,6 +138,7 @@ impl Media {
             last_modified,
             media_type: Some(episode.media_type.clone()).filter(|t| !t.is_empty()),
             kept_at: chrono::Utc::now(),
+            also_from: Vec::new(),
         };
         let recorded = archive
             .record(key, &episode.title, episode.date_aired, version)
