@@ -356,9 +356,7 @@ impl MediaArchive for DirArchive {
             me.update_episode(&key, |known| {
                 Ok(match known {
                     Some(mut episode) => {
-                        if !episode.versions.iter().any(|v| v.sha256 == version.sha256) {
-                            episode.versions.push(version);
-                        }
+                        episode.add(version);
                         episode
                     }
                     None => EpisodeVersions {

@@ -740,13 +740,7 @@ impl MediaArchive for S3Archive {
         check_key(key)?;
         self.update_episode(key, |known| {
             Ok(match known {
-                Some(episode) if episode.versions.iter().any(|v| v.sha256 == version.sha256) => {
-                    None
-                }
-                Some(mut episode) => {
-                    episode.versions.push(version.clone());
-                    Some(episode)
-                }
+                Some(mut episode) => episode.add(version.clone()).then_some(episode),
                 None => Some(EpisodeVersions {
                     title: title.to_string(),
                     date_aired,

@@ -127,6 +127,7 @@ pub fn version_of(bytes: &[u8], media_uri: &str) -> Version {
         last_modified: Some("Wed, 31 Dec 2025 06:00:00 GMT".into()),
         media_type: Some("mp3".into()),
         kept_at: Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap(),
+        also_from: Vec::new(),
     }
 }
 
@@ -481,8 +482,9 @@ where
     assert!(damage.read(&good_sha).await.unwrap() == good);
 }
 
-/// `record`: the first version becomes the chosen one; the same SHA-256 again (even from
-/// another URI) adds nothing; a second version is kept but not chosen. What it answers is what
+/// `record`: the first version becomes the chosen one; the same SHA-256 again adds no
+/// version (from another URI, that URI is remembered on it); a second version is kept but
+/// not chosen. What it answers is what
 /// `versions` reads afterwards.
 pub async fn record_versions<F, Fut>(fresh: F)
 where
@@ -510,16 +512,32 @@ where
     let mut same = v1.clone();
     same.media_uri = "https://mirror.example.invalid/4012.mp3".into();
     same.kept_at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap();
-    let again = archive.record(&key, title, aired, same).await.unwrap();
-    assert_eq!(again, first, "the same SHA-256 again");
+    let again = archive
+        .record(&key, title, aired, same.clone())
+        .await
+        .unwrap();
+    let mut v1_moved = v1.clone();
+    v1_moved.also_from = vec![same.media_uri.clone()];
+    assert_eq!(
+        again.versions,
+        vec![v1_moved.clone()],
+        "the same SHA-256 from another URI: no new version, the URI remembered"
+    );
+    assert_eq!(again.from_uri(&same.media_uri), Some(&v1_moved));
+    assert_eq!(again.from_uri(&v1.media_uri), Some(&v1_moved));
+    let thrice = archive.record(&key, title, aired, same).await.unwrap();
+    assert_eq!(
+        thrice, again,
+        "the same SHA-256 from a known URI changes nothing"
+    );
     let v2 = version_of(&payload(200, 2), "https://example.invalid/4012-fixed.mp3");
     let second = archive
         .record(&key, title, aired, v2.clone())
         .await
         .unwrap();
     assert_eq!(second.chosen, v1.sha256, "a new version is not chosen");
-    assert_eq!(second.versions, vec![v1.clone(), v2.clone()]);
-    assert_eq!(second.chosen(), Some(&v1));
+    assert_eq!(second.versions, vec![v1_moved.clone(), v2.clone()]);
+    assert_eq!(second.chosen(), Some(&v1_moved));
     assert_eq!(
         second.from_uri("https://example.invalid/4012-fixed.mp3"),
         Some(&v2)

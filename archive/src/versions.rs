@@ -29,6 +29,10 @@ pub struct Version {
     pub media_type: Option<String>,
     /// When the archive kept it.
     pub kept_at: DateTime<Utc>,
+    /// Other URIs that served these same bytes (a curator that moved the episode to another
+    /// host): a version from each of them is kept, so none is fetched again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_from: Vec<String>,
 }
 
 /// The versions an archive kept of one episode's media, and the one answered for.
@@ -56,7 +60,32 @@ impl EpisodeVersions {
         self.versions
             .iter()
             .rev()
-            .find(|v| v.media_uri == media_uri)
+            .find(|v| v.media_uri == media_uri || v.also_from.iter().any(|u| u == media_uri))
+    }
+
+    /// Adds `version`: a new SHA-256 as a version of its own; a known one fetched from
+    /// another URI as that URI in the known version's [`Version::also_from`]. Whether
+    /// anything changed.
+    pub fn add(&mut self, version: Version) -> bool {
+        match self
+            .versions
+            .iter_mut()
+            .find(|v| v.sha256 == version.sha256)
+        {
+            None => {
+                self.versions.push(version);
+                true
+            }
+            Some(known) => {
+                let uri = version.media_uri;
+                if known.media_uri == uri || known.also_from.contains(&uri) {
+                    false
+                } else {
+                    known.also_from.push(uri);
+                    true
+                }
+            }
+        }
     }
 }
 

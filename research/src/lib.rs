@@ -39,7 +39,9 @@
 //! - `error.rs`: [`ResearchError`] and its [`ResearchError::is_retryable`].
 //! - `work.rs`: one work item from delivery to acknowledgement: media, analyser, results.
 //! - `media.rs`: [`Media`] and [`MediaConfig`]: fetching, caching and hashing media, with
-//!   the address policy of `net::address_policy`.
+//!   the address policy of `net::address_policy`; `media/archived.rs`: episodes through a
+//!   media archive ([`Media::with_archive`]): fetched from the show once, kept by their
+//!   SHA-256, researched from the chosen version's copy.
 //! - `analyser.rs`: the [`Analyser`] and [`Run`] traits every analyser implements, and
 //!   [`Ending`]; `exec.rs`, `http.rs` and `reference.rs` the three analysers that come with
 //!   the crate.

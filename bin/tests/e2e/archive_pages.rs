@@ -123,6 +123,7 @@ fn make_world() -> World {
                 last_modified: None,
                 media_type: Some("wav".into()),
                 kept_at: Utc::now(),
+                also_from: Vec::new(),
             };
             archive
                 .record(&key, &e.title, e.date_aired, version)
