@@ -48,6 +48,11 @@ const MAX_URI: usize = 4096;
 const MAX_TITLE: usize = 4096;
 const MAX_VALIDATOR: usize = 512;
 const MAX_MEDIA_TYPE: usize = 16;
+/// The most other URIs a recorded version may name (`also_from`).
+const MAX_ALSO_FROM: usize = 16;
+/// The most versions and URIs an episode may gather through the API: past it, a version is
+/// refused (an operator records more where the archive is).
+const MAX_EPISODE_URIS: usize = 256;
 
 /// 200's body of `GET /api/v1/archive`: what the server keeps for its researchers.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -479,9 +484,19 @@ fn refuses(version: &Version, title: &str) -> Result<(), String> {
     if archive::check_key(&version.sha256).is_err() {
         return Err("version.sha256: not a SHA-256 (64 lowercase hexadecimal digits)".into());
     }
-    plain("version.media_uri", &version.media_uri, MAX_URI)?;
-    if !lines::is_http(&version.media_uri) {
-        return Err("version.media_uri: not an http(s) URL".into());
+    if version.also_from.len() > MAX_ALSO_FROM {
+        return Err(format!("version.also_from: more than {MAX_ALSO_FROM} URIs"));
+    }
+    for (what, uri) in std::iter::once(("version.media_uri", &version.media_uri)).chain(
+        version
+            .also_from
+            .iter()
+            .map(|uri| ("version.also_from", uri)),
+    ) {
+        plain(what, uri, MAX_URI)?;
+        if !lines::is_http(uri) {
+            return Err(format!("{what}: not an http(s) URL"));
+        }
     }
     for (what, value) in [
         ("version.etag", &version.etag),
@@ -564,6 +579,19 @@ pub(crate) async fn record(
             "the archive's copy {} is damaged (`archive verify` found it): not recorded",
             version.sha256
         )));
+    }
+    if let Some(known) = archive.versions(&key).await.map_err(refused)? {
+        let uris: usize = known.versions.iter().map(|v| 1 + v.also_from.len()).sum();
+        let already = known.versions.iter().any(|v| {
+            v.sha256 == version.sha256
+                && (v.media_uri == version.media_uri || v.also_from.contains(&version.media_uri))
+        });
+        if uris >= MAX_EPISODE_URIS && !already {
+            return Err(ApiError::Unprocessable(format!(
+                "the episode has {uris} versions and URIs already: no more are recorded \
+                 through the API"
+            )));
+        }
     }
     // Kept when the server says: a researcher's clock is not the archive's.
     version.kept_at = version.kept_at.min(Utc::now());

@@ -701,6 +701,7 @@ async fn the_remote_researcher_s_archive_is_the_server_s() {
         last_modified: None,
         media_type: Some("mp3".into()),
         kept_at: chrono::Utc::now(),
+        also_from: Vec::new(),
     };
     let episode = remote
         .record(&key, "Episode 4012", aired(), version.clone())

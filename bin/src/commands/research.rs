@@ -60,7 +60,11 @@ chosen). A kept copy that does not hash to its name is never analysed: its pairs
 the copy (`archivist archive verify`).\n\n\
 Anywhere else: --server URL (ARCHIVIST_SERVER) with a researcher's token (ARCHIVIST_TOKEN) \
 takes work items, extends them while they are worked on, and sends results through the API of \
-`archivist serve --api` instead of the bus: no bus or database credentials. Everything else \
+`archivist serve --api` instead of the bus: no bus or database credentials. Where the server \
+keeps a media archive and a print store (serve --media-archive, --print-store), the researcher \
+reads kept copies and prints through the API and gives back the ones it makes, unless it names \
+its own --media-archive or --print-store: no S3 credentials, and an episode the archive holds \
+is never fetched from the show. Everything else \
 is the same (the book's chapter docs/src/remote.md). A refused token exits 2, naming the \
 scope needed.";
 
@@ -182,7 +186,9 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     // Through the API, the server's print store (and media archive) where it offers them,
     // unless the researcher names its own.
-    let holdings = if args.remote.remote()? && args.prints.print_store.is_none() {
+    let holdings = if args.remote.remote()?
+        && (args.prints.print_store.is_none() || args.archive.media_archive.is_none())
+    {
         Some(connect::remote_holdings(config, &args.remote, &token).await?)
     } else {
         None
@@ -208,7 +214,11 @@ pub(crate) async fn run(
         }
         // The reference analyser (crate `analysis`), in this process, with its prints.
         (None, None) => {
-            let store = match holdings.as_ref().and_then(|h| h.prints.clone()) {
+            let server_s = holdings
+                .as_ref()
+                .and_then(|h| h.prints.clone())
+                .filter(|_| args.prints.print_store.is_none());
+            let store = match server_s {
                 Some(store) => {
                     tracing::info!(store = %store.describe(), "episode prints are the server's");
                     Some(store)
@@ -244,7 +254,12 @@ pub(crate) async fn run(
     .map_err(from_library)?;
     // With an archive, each episode is fetched from the show once, kept, and researched
     // from the kept copy after that.
-    let media = match connect::media_archive(&args.archive).await? {
+    // Through the API, the server's archive unless the researcher names its own.
+    let archive = match connect::media_archive(&args.archive).await? {
+        Some(archive) => Some(archive),
+        None => holdings.as_ref().and_then(|h| h.archive.clone()),
+    };
+    let media = match archive {
         Some(archive) => {
             tracing::info!(archive = %archive.describe(), "episodes are kept in the media archive");
             media.with_archive(archive)
