@@ -342,6 +342,7 @@ impl PrintCounters {
         self.audio_decoded_ns
             .fetch_add(decoded_ns, Ordering::Relaxed);
         self.media_bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        metrics::counter!("archivist_researcher_media_bytes_read_total").increment(bytes);
     }
 
     pub(crate) fn ranged(&self, bytes: u64) {

@@ -3,27 +3,28 @@
 //! processes with the reference analyser, a researcher's token, empty media caches of their
 //! own, and no bus, datastore, archive or print store of their own.
 //!
-//! The first researcher researches the first clip: it fetches the episode from the show (a
-//! counting server of the test's own), gives the server's archive the copy and its print
-//! store the print. Then a late clip each: the first researcher (its cache holds the whole
-//! episode) and the second (an empty cache) answer from the server's print, reading ranges of
-//! the kept copy; the second reads at most 1.2 times the bytes the first read, fetches far
-//! less than the episode through the API, and neither reaches the show's server for it. The
-//! answers are those of a full analysis of the kept copy. Needs `ffmpeg` (the episode is an
-//! MP3).
+//! The show (a counting server of the test's own) has an episode and its rerun: the same
+//! recording at two addresses. The first researcher researches the first clip in both: it
+//! fetches each from the show once, gives the server's archive the copy (one: the same
+//! bytes) and its print store the print. Then the same late clip, in the rerun by the first
+//! researcher (its cache holds the whole copy) and in the first airing by the second (an
+//! empty cache): both answer from the server's print, reading ranges of the kept copy; the second reads at most 1.2 times the bytes the first read (the
+//! researchers' `archivist_researcher_media_bytes_read_total`), its ranges through the API
+//! are far less than the episode and no copy of the episode lands in its cache, and neither
+//! reaches the show's server for it. The answers are those of a full analysis of the kept
+//! copy. Needs `ffmpeg` (the episode is an MP3).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::Instant;
 
 use crate::common::api::{DEADLINE, NO_DATABASE};
 use crate::common::pipeline::Scenario;
-use crate::common::research::{eventually, free_port, http_get, metric, signal};
+use crate::common::research::{free_port, http_get, metric, signal};
 use crate::common::serving::{start_serving, Running};
 use analysis::synth::{self, EpisodeSynth, Insertion, Speech, Voice};
 use axum::http::StatusCode;
@@ -34,9 +35,10 @@ const RATE: u32 = 22_050;
 /// How far an answer may be from the full analysis's.
 const SAME_NS: i64 = 1_000_000;
 
-/// The show's server: one episode at `/episode.mp3`, and the requests it saw.
+/// The show's server: the episode's recording at `/{name}.mp3` (any name: an episode and
+/// its rerun), and the requests it saw.
 struct Show {
-    url: String,
+    base: String,
     requests: Arc<Mutex<u32>>,
     _thread: std::thread::JoinHandle<()>,
 }
@@ -56,7 +58,7 @@ impl Show {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 tx.send(listener.local_addr().unwrap()).unwrap();
                 let app = axum::Router::new().route(
-                    "/episode.mp3",
+                    "/{name}",
                     axum::routing::get(move || {
                         let counted = counted.clone();
                         let body = body.clone();
@@ -77,7 +79,7 @@ impl Show {
         });
         let addr = rx.recv().unwrap();
         Show {
-            url: format!("http://{addr}/episode.mp3"),
+            base: format!("http://{addr}"),
             requests,
             _thread: thread,
         }
@@ -85,63 +87,6 @@ impl Show {
 
     fn requests(&self) -> u32 {
         *self.requests.lock().unwrap()
-    }
-}
-
-/// A TCP proxy in front of the gateway that counts the bytes it sends back (answers, their
-/// heads included): what a researcher behind it fetched through the API.
-struct Counting {
-    addr: String,
-    down: Arc<AtomicU64>,
-    _thread: std::thread::JoinHandle<()>,
-}
-
-impl Counting {
-    fn start(to: String) -> Counting {
-        let down = Arc::new(AtomicU64::new(0));
-        let counted = down.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(listener.local_addr().unwrap()).unwrap();
-                loop {
-                    let (mut client, _) = listener.accept().await.unwrap();
-                    let to = to.clone();
-                    let counted = counted.clone();
-                    tokio::spawn(async move {
-                        let Ok(mut server) = tokio::net::TcpStream::connect(&to).await else {
-                            return;
-                        };
-                        let (mut cr, mut cw) = client.split();
-                        let (mut sr, mut sw) = server.split();
-                        let up = tokio::io::copy(&mut cr, &mut sw);
-                        let down = async {
-                            let n = tokio::io::copy(&mut sr, &mut cw).await;
-                            if let Ok(n) = n {
-                                counted.fetch_add(n, Ordering::Relaxed);
-                            }
-                            n
-                        };
-                        let _ = tokio::join!(up, down);
-                    });
-                }
-            });
-        });
-        let addr = rx.recv().unwrap();
-        Counting {
-            addr: addr.to_string(),
-            down,
-            _thread: thread,
-        }
-    }
-
-    fn bytes(&self) -> u64 {
-        self.down.load(Ordering::Relaxed)
     }
 }
 
@@ -272,7 +217,8 @@ impl Researcher {
     /// Waits until it finished `items` items; then what it counted, and stops it.
     fn finish(mut self, items: f64) -> (String, String) {
         let mut scrape = String::new();
-        eventually("the remote researcher to finish its item", DEADLINE, || {
+        let until = Instant::now() + DEADLINE;
+        loop {
             let done = self.scrape().is_some_and(|text| {
                 let done = metric(
                     &text,
@@ -282,15 +228,20 @@ impl Researcher {
                 scrape = text;
                 done >= items
             });
-            if !done {
-                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-                assert!(
-                    !log.contains("ERROR"),
-                    "the remote researcher failed:\n{log}"
-                );
+            if done {
+                break;
             }
-            done
-        });
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+            assert!(
+                !exited && !log.contains("ERROR") && Instant::now() < until,
+                "the remote researcher did not finish its item:\n{log}\n{scrape}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         let child = self.child.take().unwrap();
         signal(child.id(), "TERM");
         common::research::exits_within(child, "the remote researcher", DEADLINE);
@@ -298,7 +249,7 @@ impl Researcher {
     }
 }
 
-/// Curates clip `k` and leaves its work item on the pending-research queue.
+/// Curates clip `k`.
 fn add_clip(s: &Scenario, clips: &[PathBuf], k: usize) {
     let uri = format!("file://{}", clips[k].display());
     s.run_with_input(
@@ -307,19 +258,24 @@ fn add_clip(s: &Scenario, clips: &[PathBuf], k: usize) {
     )
     .expect_code(0);
     s.run(&["clips", "--once"], &[]).expect_code(0);
+}
+
+/// One work-assignment run believing in `researchers` researchers (besides the remote ones
+/// still present): with 0, one item, of the latest episode aired.
+fn assign(s: &Scenario, researchers: &str) {
     let env = [
         ("ARCHIVIST_START_JITTER", "0s"),
-        ("ARCHIVIST_RESEARCHERS", "1"),
+        ("ARCHIVIST_RESEARCHERS", researchers),
     ];
     s.run(&["pending-research"], &env).expect_code(0);
 }
 
-/// The offsets recorded for clip `k`.
-fn found(s: &Scenario, k: usize) -> Vec<i64> {
+/// The offsets recorded for clip `k` in the episode `episode`.
+fn found(s: &Scenario, episode: &str, k: usize) -> Vec<i64> {
     let matches: Vec<Value> = s.run(&["matches"], &[]).expect_code(0).json_lines();
     matches
         .iter()
-        .find(|m| m["clip_title"] == format!("Clip {k}"))
+        .find(|m| m["clip_title"] == format!("Clip {k}") && m["episode_title"] == episode)
         .map(|m| {
             m["clip_offsets_ns"]
                 .as_array()
@@ -377,8 +333,27 @@ fn copies(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn range_bytes(scrape: &str) -> f64 {
-    metric(scrape, "archivist_researcher_range_bytes_total").unwrap_or(0.0)
+/// The bytes of the files under `dir`, recursively.
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let path = e.path();
+            if path.is_dir() {
+                dir_size(&path)
+            } else {
+                e.metadata().map_or(0, |m| m.len())
+            }
+        })
+        .sum()
+}
+
+/// The bytes of episode media the researcher read for the items it answered.
+fn media_read(scrape: &str) -> f64 {
+    metric(scrape, "archivist_researcher_media_bytes_read_total").unwrap_or(0.0)
 }
 
 #[test]
@@ -390,9 +365,20 @@ fn remote_researchers_share_the_server_s_archive_and_prints() {
     s.bus.set("ARCHIVIST_MAX_CLIPS", "50");
     s.bus.set("ARCHIVIST_ALLOW_PRIVATE_ADDRESSES", "true");
     s.run(&["migrate"], &[]).expect_code(0);
+    // An episode and its rerun a week later: the same recording at two addresses, so that
+    // the two researchers' late clips are the same work.
+    let (first, rerun) = ("Episode", "Episode (rerun)");
     s.run_with_input(
         &["send", "curated_episodes"],
-        &curated("Episode", &show.url, Some("2026-01-01T00:00:00Z")),
+        &(curated(
+            first,
+            &format!("{}/episode.mp3", show.base),
+            Some("2026-01-01T00:00:00Z"),
+        ) + &curated(
+            rerun,
+            &format!("{}/rerun.mp3", show.base),
+            Some("2026-01-08T00:00:00Z"),
+        )),
     )
     .expect_code(0);
     s.run(&["episodes", "--once"], &[]).expect_code(0);
@@ -433,12 +419,13 @@ fn remote_researchers_share_the_server_s_archive_and_prints() {
     let first_cache = s.path().join("cache-first");
     let second_cache = s.path().join("cache-second");
 
-    // The first pass: the first researcher fetches the episode from the show, gives the
-    // server the copy and the print.
+    // The first pass: the first researcher fetches each episode from the show, gives the
+    // server the copy (one: the same bytes) and the print.
     add_clip(&s, &clips, 0);
-    let (_, log) = Researcher::start(&s, &addr, &token, &first_cache, "first-0").finish(1.0);
+    assign(&s, "2");
+    let (_, log) = Researcher::start(&s, &addr, &token, &first_cache, "first-0").finish(2.0);
     s.run(&["completed-research"], &[]).expect_code(0);
-    assert_eq!(show.requests(), 1, "the show's episode fetched once\n{log}");
+    assert_eq!(show.requests(), 2, "each episode fetched once\n{log}");
     let kept = copies(&archive.join("media"));
     assert_eq!(
         kept.len(),
@@ -451,46 +438,49 @@ fn remote_researchers_share_the_server_s_archive_and_prints() {
         "the copy is the episode"
     );
     assert!(log.contains("episode print written"), "{log}");
-    assert_same(
-        &found(&s, 0),
-        &full_analysis(s.path(), &kept, &clips[0]),
-        "clip 0",
+    let want = |k: usize| full_analysis(s.path(), &kept, &clips[k]);
+    let clip0 = want(0);
+    assert_same(&found(&s, first, 0), &clip0, "clip 0");
+    assert_same(&found(&s, rerun, 0), &clip0, "clip 0 (rerun)");
+    assert!(
+        std::fs::read_dir(&prints).unwrap().count() >= 1,
+        "the print is the server's"
     );
-    let server_prints = std::fs::read_dir(&prints).unwrap().count();
-    assert!(server_prints >= 1, "the print is the server's");
 
-    // A late clip by the first researcher: its cache holds the whole episode.
+    // A late clip, in the rerun by the first researcher: its cache holds the whole copy.
     add_clip(&s, &clips, 1);
+    assign(&s, "0");
     let (scrape, log) = Researcher::start(&s, &addr, &token, &first_cache, "first-1").finish(1.0);
     s.run(&["completed-research"], &[]).expect_code(0);
-    assert_eq!(show.requests(), 1, "the show not asked again\n{log}");
+    assert_eq!(show.requests(), 2, "the show not asked again\n{log}");
     assert!(log.contains("answered from the episode's print"), "{log}");
-    let first_read = range_bytes(&scrape);
-    assert!(first_read > 0.0, "ranges read\n{scrape}");
-    assert_same(
-        &found(&s, 1),
-        &full_analysis(s.path(), &kept, &clips[1]),
-        "clip 1",
+    let first_read = media_read(&scrape);
+    assert!(
+        first_read > 0.0 && first_read * 10.0 < episode.len() as f64,
+        "ranges read: {first_read} bytes\n{scrape}"
     );
+    let clip1 = want(1);
+    assert_same(&found(&s, rerun, 1), &clip1, "clip 1 (rerun)");
+    assert!(found(&s, first, 1).is_empty(), "one item: the rerun's");
 
-    // A late clip by the second researcher, its cache empty, behind a proxy that counts
-    // what it fetches through the API.
-    add_clip(&s, &clips, 2);
-    let proxy = Counting::start(addr.clone());
-    let (scrape, log) =
-        Researcher::start(&s, &proxy.addr, &token, &second_cache, "second-2").finish(1.0);
+    // The same late clip in the first airing, by the second researcher, its cache empty:
+    // ranges of the kept copy through the API.
+    assign(&s, "0");
+    let (scrape, log) = Researcher::start(&s, &addr, &token, &second_cache, "second-1").finish(1.0);
     s.run(&["completed-research"], &[]).expect_code(0);
     assert_eq!(
         show.requests(),
-        1,
+        2,
         "the show not asked by the second\n{log}"
     );
     assert!(log.contains("answered from the episode's print"), "{log}");
-    let second_read = range_bytes(&scrape);
-    let fetched = proxy.bytes();
+    let second_read = media_read(&scrape);
+    let fetched = metric(&scrape, "archivist_researcher_range_bytes_total").unwrap_or(0.0) as u64;
+    let cached = dir_size(&second_cache);
     eprintln!(
-        "late clip: the first researcher read {first_read} bytes of ranges, the second \
-         {second_read} ({fetched} bytes through the API, of a {}-byte episode)",
+        "late clip: the first researcher read {first_read} bytes of the episode, the second \
+         {second_read} ({fetched} bytes of ranges through the API, {cached} bytes in its cache, \
+         of a {}-byte episode)",
         episode.len()
     );
     assert!(
@@ -498,13 +488,13 @@ fn remote_researchers_share_the_server_s_archive_and_prints() {
         "the second read {second_read} bytes, the first {first_read}\n{log}"
     );
     assert!(
-        fetched * 2 < episode.len() as u64,
-        "{fetched} bytes through the API for a {}-byte episode\n{log}",
+        fetched > 0 && fetched * 2 < episode.len() as u64,
+        "{fetched} bytes of ranges through the API for a {}-byte episode\n{log}",
         episode.len()
     );
-    assert_same(
-        &found(&s, 2),
-        &full_analysis(s.path(), &kept, &clips[2]),
-        "clip 2",
+    assert!(
+        cached * 2 < episode.len() as u64,
+        "no copy of the episode in the second's cache: {cached} bytes\n{log}"
     );
+    assert_same(&found(&s, first, 1), &clip1, "clip 1");
 }

@@ -5,9 +5,12 @@
 //!
 //! What the API does not offer (listing, checking, choosing, removing) is
 //! `Unavailable("… not offered through the API")`: an operator does those where the archive
-//! is. A copy is checked against its SHA-256 on this side before it is given, and when it
-//! is read whole ([`MediaArchive::copy_to`]); a print crosses the network in its envelope
-//! both ways, so that one damaged on the way is found.
+//! is. The last check's report is the server's to apply: [`ApiArchive`]'s is `None`, and a
+//! copy the server's last check found damaged is [`ArchiveError::Damaged`] when asked for.
+//!
+//! A copy is checked against its SHA-256 on this side before it is given, and when it is
+//! read whole ([`MediaArchive::copy_to`]); a print crosses the network in its envelope both
+//! ways, so that one damaged on the way is found.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -482,8 +485,10 @@ impl MediaArchive for ApiArchive {
         Err(self.unavailable(format!("keeping a check's report: {NOT_OFFERED}")))
     }
 
+    /// `None`: the server applies its last check itself. A copy it found damaged is never
+    /// sent: asked for, it is [`ArchiveError::Damaged`] (HTTP 409).
     async fn report(&self) -> Result<Option<VerifyReport>, ArchiveError> {
-        Err(self.unavailable(format!("reading the last check's report: {NOT_OFFERED}")))
+        Ok(None)
     }
 
     fn describe(&self) -> String {
