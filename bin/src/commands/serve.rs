@@ -81,8 +81,7 @@ pub(crate) struct ServeArgs {
         long,
         value_name = "URL",
         env = "ARCHIVIST_PRINT_STORE",
-        hide_env_values = true,
-        requires = "api"
+        hide_env_values = true
     )]
     pub(crate) print_store: Option<String>,
     /// With --api: the most a directory print store keeps, as 500MB or 10GiB (least recently
@@ -92,8 +91,7 @@ pub(crate) struct ServeArgs {
     pub(crate) print_store_size: u64,
     /// With --api and --media-archive: the largest copy a researcher may give the archive
     /// (`PUT /api/v1/archive/media/{sha256}`), as 500MB or 2GiB
-    #[arg(long, env = "ARCHIVIST_MAX_MEDIA_SIZE", hide_env_values = true,
-          default_value = "2GiB", value_parser = crate::values::parse_size)]
+    #[arg(long, default_value = "2GiB", value_parser = crate::values::parse_size)]
     pub(crate) max_media_size: u64,
 }
 
