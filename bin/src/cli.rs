@@ -250,7 +250,9 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
 ];
 const DATASTORE: &[&str] = &["database_url"];
 /// Subcommands that never create a datastore (a missing SQLite file is an error).
-const READ_ONLY: &[&str] = &["status", "matches", "serve", "send", "receive", "redrive"];
+const READ_ONLY: &[&str] = &[
+    "status", "matches", "serve", "send", "receive", "redrive", "archive",
+];
 const BUS: &[&str] = &["bus", "bus_url", "max_receives"];
 const QUEUES: &[&str] = &[
     "episodes_queue",

@@ -98,6 +98,8 @@ pub(crate) enum Action {
         json: bool,
     },
     /// Make a recorded version the one answered for, and research the episode again on it
+    // `--version` names the episode's version here, not archivist's.
+    #[command(disable_version_flag = true)]
     Choose {
         /// The episode's title
         #[arg(long)]
@@ -415,7 +417,9 @@ async fn space(archive: &dyn MediaArchive, json: bool) -> anyhow::Result<()> {
         writeln!(out)?;
         return Ok(());
     }
-    let mut t = table(vec!["", ""]);
+    let mut t = Table::new();
+    t.load_preset(presets::NOTHING)
+        .set_content_arrangement(ContentArrangement::Disabled);
     let mut row = |name: &str, value: String| {
         t.add_row(vec![name.to_string(), value]);
     };
