@@ -67,11 +67,17 @@ fi
 # ---------------------------------------------------------------- moto_server (SQS)
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/archivist
 VENV=$CACHE/moto-venv
-if [ ! -x "$VENV/bin/moto_server" ]; then
+# 5.2.2 at least: earlier ones answer CompleteMultipartUpload with a root element S3 does not
+# use, which the AWS SDK refuses (the media archive's multipart uploads). An older one is
+# upgraded.
+moto_ok() {
+  "$VENV/bin/python" -c 'import sys, importlib.metadata as m; sys.exit(tuple(int(x) for x in m.version("moto").split(".")[:3]) < (5, 2, 2))' 2>/dev/null
+}
+if [ ! -x "$VENV/bin/moto_server" ] || ! moto_ok; then
   log "installing moto[server] into $VENV"
   mkdir -p "$CACHE"
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check 'moto[server]>=5,<6'
+  "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade 'moto[server]>=5.2.2,<6'
 fi
 MOTO_PORT=$(free_port)
 "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$CACHE/moto.log" 2>&1 &
