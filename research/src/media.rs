@@ -52,8 +52,13 @@ use tokio_util::sync::CancellationToken;
 use net::address_policy::AddressPolicy;
 use net::fetch::{FetchConfig, FetchError, Fetcher, Status};
 
+use archive::MediaArchive;
+
 use crate::printing::MediaIdentity;
 use crate::ResearchError;
+
+mod archived;
+pub(crate) use archived::CopySource;
 
 /// Settings of the media fetcher. Each names the `archivist research` option that sets it.
 #[derive(Debug, Clone)]
@@ -194,8 +199,11 @@ pub struct Media {
     /// Every fetch's rules ([`net::fetch`]); media addresses are never fetched as given.
     fetcher: Fetcher,
     state: Mutex<CacheState>,
-    /// One lock per URI being fetched, so that it is fetched once.
+    /// One lock per URI being fetched, so that it is fetched once (and one per episode
+    /// being kept in the archive, under `archive:<key>`).
     fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Where each episode's media is kept, if anywhere ([`Media::with_archive`]).
+    archive: Option<Arc<dyn MediaArchive>>,
 }
 
 #[derive(Default)]
@@ -269,7 +277,22 @@ impl Media {
             fetcher,
             state: Mutex::new(CacheState::default()),
             fetching: Mutex::new(HashMap::new()),
+            archive: None,
         })
+    }
+
+    /// This fetcher with a media archive (`--media-archive`): each work item's episode is
+    /// fetched from the show once, kept in `archive` and researched from the copy there
+    /// (see [`crate::EpisodeMedia`] and the book's chapter on the archive); clips are
+    /// fetched as before.
+    pub fn with_archive(mut self, archive: Arc<dyn MediaArchive>) -> Media {
+        self.archive = Some(archive);
+        self
+    }
+
+    /// The media archive, if the researcher has one.
+    pub fn archive(&self) -> Option<&Arc<dyn MediaArchive>> {
+        self.archive.as_ref()
     }
 
     /// The media at `uri`, fetched or read (or found in the cache), with its hash; for the
@@ -422,6 +445,11 @@ impl Media {
         clips: impl Iterator<Item = &'c str>,
         cancel: &CancellationToken,
     ) -> Option<String> {
+        // With an archive, the episode's copy is researched, never the show's URL: nothing
+        // is asked of the show (a failure is the copy's, and decoding it again tells).
+        if self.archive.is_some() {
+            return None;
+        }
         let Ok(Source::Remote(url)) = Source::of(uri) else {
             return None;
         };
@@ -492,7 +520,7 @@ impl Media {
         reason: &str,
         clips: impl Iterator<Item = &'c str>,
     ) {
-        if !matches!(Source::of(uri), Ok(Source::Remote(_))) {
+        if self.archive.is_some() || !matches!(Source::of(uri), Ok(Source::Remote(_))) {
             return;
         }
         let held = {

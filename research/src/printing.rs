@@ -41,6 +41,15 @@ pub enum MediaIdentity {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content_length: Option<u64>,
     },
+    /// A copy kept in the media archive (crate `archive`), named by its SHA-256: the same
+    /// bytes for as long as it is kept, so a print made from it stays good without asking
+    /// the show's server anything.
+    Archived {
+        /// The copy's SHA-256 (lowercase hex).
+        sha256: String,
+        /// Its length in bytes.
+        size: u64,
+    },
     /// A local file.
     File {
         /// Its size in bytes.
@@ -93,7 +102,7 @@ impl MediaIdentity {
                 last_modified,
                 content_length,
             } => (etag.is_some() || last_modified.is_some()) && content_length.is_some(),
-            MediaIdentity::File { .. } => true,
+            MediaIdentity::Archived { .. } | MediaIdentity::File { .. } => true,
         }
     }
 
@@ -111,7 +120,7 @@ impl MediaIdentity {
     pub fn media_len(&self) -> Option<u64> {
         match self {
             MediaIdentity::Http { content_length, .. } => *content_length,
-            MediaIdentity::File { size, .. } => Some(*size),
+            MediaIdentity::Archived { size, .. } | MediaIdentity::File { size, .. } => Some(*size),
         }
     }
 
@@ -139,6 +148,14 @@ impl MediaIdentity {
             _ => false,
         }
     }
+}
+
+/// The print store's key of the print made from the archive's copy `sha256`: with a media
+/// archive, an episode's print is the print of the copy researched (its chosen version),
+/// whatever the episode's `media_uri` is now. (Without one, a print is keyed by the media
+/// URI: [`prints::print_key`].)
+pub fn archived_print_key(sha256: &str) -> String {
+    prints::print_key(&format!("archive:sha256:{sha256}"))
 }
 
 /// Whether the media is still the one printed.
@@ -322,7 +339,7 @@ impl PrintCounters {
         self.media_bytes_read.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    fn ranged(&self, bytes: u64) {
+    pub(crate) fn ranged(&self, bytes: u64) {
         self.range_requests.fetch_add(1, Ordering::Relaxed);
         self.range_bytes.fetch_add(bytes, Ordering::Relaxed);
         metrics::counter!("archivist_researcher_range_requests_total").increment(1);

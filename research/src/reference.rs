@@ -243,7 +243,10 @@ pub fn analyse_episode(
     let printed = analyser.analyse_printing(&fetched.path, clips, identity.to_text(), progress);
     let report = printed.map(|(report, print)| {
         let bytes = print.to_bytes();
-        let key = prints::print_key(episode.uri());
+        // Known already: the fetch above needed it.
+        let key = runtime
+            .block_on(episode.print_key())
+            .unwrap_or_else(|_| prints::print_key(episode.uri()));
         let shown = messagebus::redact_url(episode.uri());
         match runtime.block_on(store.put(&key, &bytes)) {
             Ok(()) => episode.counters().written(&shown, bytes.len()),
@@ -285,7 +288,10 @@ fn from_print(
 ) -> Tried {
     let counters = episode.counters();
     let shown = messagebus::redact_url(episode.uri());
-    let key = prints::print_key(episode.uri());
+    let key = match runtime.block_on(episode.print_key()) {
+        Ok(key) => key,
+        Err(e) => return Tried::Done(EpisodeOutcome::Unfetched(e)),
+    };
     let fallback = |why: Fallback, detail: &str, afresh: bool| {
         counters.fallback(&shown, why, detail);
         Tried::Fallback { afresh }

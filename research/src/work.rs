@@ -357,7 +357,7 @@ async fn research(
     } else {
         match ctx
             .media
-            .fetch_until(&item.episode.media_uri, Some(item.lease_expires_at), stop)
+            .episode(&item.episode, Some(item.lease_expires_at), stop)
             .await
         {
             Ok(Fetched { entry, cache_hit }) => {
@@ -446,7 +446,8 @@ async fn research(
                 Some(item.lease_expires_at),
                 stop.clone(),
                 ctx.prints.clone(),
-            );
+            )
+            .with_episode(item.episode.clone());
             ctx.analyser.start_fetching(input, &lease, media)
         } else {
             ctx.analyser.start(input, &lease)

@@ -51,6 +51,13 @@ buses that count consumers (the database bus, RabbitMQ), so the pending-research
 hands out as much work as the researchers can take. SIGINT/SIGTERM stop taking items; items \
 in hand get --drain-timeout to finish, then their analysers are stopped and the items released \
 at once. The researcher needs the bus and the media, never the datastore.\n\n\
+With --media-archive DIR or s3://bucket/prefix (ARCHIVIST_MEDIA_ARCHIVE), each episode's media \
+is fetched from the show once, checked, kept by its SHA-256 and recorded as a version of the \
+episode; every later item of that episode (its prints, their ranges) reads the kept copy of \
+the episode's chosen version, and its results' episode_hash name that copy. The show's URL is \
+fetched again only for a new media_uri (recorded as another version, not researched until \
+chosen). A kept copy that does not hash to its name is never analysed: its pairs fail, naming \
+the copy (`archivist archive verify`).\n\n\
 Anywhere else: --server URL (ARCHIVIST_SERVER) with a researcher's token (ARCHIVIST_TOKEN) \
 takes work items, extends them while they are worked on, and sends results through the API of \
 `archivist serve --api` instead of the bus: no bus or database credentials. Everything else \
@@ -149,6 +156,8 @@ pub(crate) struct ResearchArgs {
     pub(crate) remote: RemoteArgs,
     #[command(flatten)]
     pub(crate) prints: crate::values::PrintStoreArgs,
+    #[command(flatten)]
+    pub(crate) archive: crate::values::MediaArchiveArgs,
     /// When the analyser asks to try an item later (exit 75, HTTP 429 or 503), how long the
     /// item is held before it is released, at its first receive; doubled at each receive
     /// after, up to --later-max-backoff. Each try counts toward ARCHIVIST_MAX_RECEIVES: the
@@ -219,6 +228,15 @@ pub(crate) async fn run(
         min_rate: args.fetch_min_rate,
     })
     .map_err(from_library)?;
+    // With an archive, each episode is fetched from the show once, kept, and researched
+    // from the kept copy after that.
+    let media = match connect::media_archive(&args.archive).await? {
+        Some(archive) => {
+            tracing::info!(archive = %archive.describe(), "episodes are kept in the media archive");
+            media.with_archive(archive)
+        }
+        None => media,
+    };
 
     let bus = if args.remote.remote()? {
         // Through the API: work items, their extensions and results over HTTPS, with a

@@ -25,6 +25,7 @@ mod idle_logs;
 mod kill_storm;
 mod layering;
 mod media_addresses;
+mod media_archive;
 mod metrics;
 mod pages_sign_in;
 mod postgres_tls;
