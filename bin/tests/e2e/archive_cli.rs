@@ -99,6 +99,7 @@ async fn keep(
                 last_modified: None,
                 media_type: Some(media_type.to_string()),
                 kept_at: Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap(),
+                also_from: Vec::new(),
             },
         )
         .await
