@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use crate::commands::{
-    analyse, clips, completed_research, completions, demo, episodes, matches, migrate,
+    analyse, archive, clips, completed_research, completions, demo, episodes, matches, migrate,
     pending_research, prints, queues, receive, redrive, retry_failed, run, send, serve, status,
     token,
 };
@@ -105,6 +105,11 @@ pub(crate) enum Command {
     #[command(long_about = prints::ABOUT)]
     #[command(after_help = prints::EXAMPLES)]
     Prints(prints::PrintsArgs),
+    /// The media archive (--media-archive): each episode's kept versions, verify every copy,
+    /// the space used, export as a folder with an RSS feed, choose the version answered for
+    #[command(long_about = archive::ABOUT)]
+    #[command(after_help = archive::EXAMPLES)]
+    Archive(archive::ArchiveArgs),
 }
 
 impl Command {
@@ -134,6 +139,7 @@ impl Command {
             Command::Research(args) => crate::commands::research::run(&config, token, args).await,
             Command::Token(args) => token::run(&config, &token, &args).await,
             Command::Prints(args) => prints::run(&args, &token).await,
+            Command::Archive(args) => archive::run(&config, &token, &args).await,
             // Answered in main, before the configuration is read.
             Command::Completions(_) => Ok(()),
         }
@@ -226,6 +232,7 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
     ("curate", crate::commands::curate::USED_OPTIONS),
     ("analyse", &[LOGS]),
     ("prints", &[LOGS]),
+    ("archive", &[DATASTORE, CONNECT, LOGS]),
     ("retry-failed", &[DATASTORE, CONNECT, LOGS]),
     ("token", &[DATASTORE, CONNECT, LOGS]),
     (
@@ -243,7 +250,9 @@ const USED_OPTIONS: &[(&str, &[&[&str]])] = &[
 ];
 const DATASTORE: &[&str] = &["database_url"];
 /// Subcommands that never create a datastore (a missing SQLite file is an error).
-const READ_ONLY: &[&str] = &["status", "matches", "serve", "send", "receive", "redrive"];
+const READ_ONLY: &[&str] = &[
+    "status", "matches", "serve", "send", "receive", "redrive", "archive",
+];
 const BUS: &[&str] = &["bus", "bus_url", "max_receives"];
 const QUEUES: &[&str] = &[
     "episodes_queue",

@@ -1711,6 +1711,54 @@ impl DataStore for PgDataStore {
         .await
     }
 
+    async fn forget_episode_results(
+        &self,
+        title: &str,
+        date_aired: DateTime<Utc>,
+    ) -> Result<Option<u64>> {
+        // A replay after an unknown commit would find nothing left and answer 0.
+        retrying("forget_episode_results", Replay::Unsafe, || async {
+            let mut tx = self.pool.begin_with(BEGIN).await?;
+            // The episode's row first, as recording locks it: its counters are rewritten.
+            let id: Option<i64> = sqlx::query_scalar(
+                "SELECT id FROM episodes WHERE title = $1 AND date_aired = $2 \
+                 FOR NO KEY UPDATE",
+            )
+            .bind(title)
+            .bind(date_aired)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(id) = id else {
+                return Ok(None);
+            };
+            let gone = sqlx::query("DELETE FROM research_results WHERE episode_id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            sqlx::query(
+                "UPDATE episodes SET researched_count = 0, matched_count = 0, failed_count = 0 \
+                 WHERE id = $1",
+            )
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM episode_completions WHERE episode_id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            if gone > 0 {
+                // The episode may lie before the lease frontier: it has work again (0003).
+                sqlx::query("UPDATE lease_frontier SET clips = NULL, generation = generation + 1")
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            commit(tx).await?;
+            Ok(Some(gone))
+        })
+        .await
+    }
+
     async fn failure_reasons(&self, limit: u32) -> Result<Vec<FailureReason>> {
         self.read_rows(
             "failure_reasons",

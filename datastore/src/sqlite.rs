@@ -335,6 +335,43 @@ impl DataStore for SqliteDataStore {
         Ok(u64::try_from(episodes.len()).unwrap_or(u64::MAX))
     }
 
+    async fn forget_episode_results(
+        &self,
+        title: &str,
+        date_aired: DateTime<Utc>,
+    ) -> Result<Option<u64>> {
+        let (mut tx, _turn) = self.begin_immediate(false).await?;
+        let id: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM episodes WHERE title = ?1 AND date_aired = ?2")
+                .bind(title)
+                .bind(micros(date_aired))
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some(id) = id else {
+            return Ok(None);
+        };
+        // The primary key's prefix: the episode's results only.
+        let gone = sqlx::query("DELETE FROM research_results WHERE episode_id = ?1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        // Every result of the episode is gone, so are all it counted.
+        sqlx::query(
+            "UPDATE episodes SET researched_count = 0, matched_count = 0, failed_count = 0 \
+             WHERE id = ?1",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM episode_completions WHERE episode_id = ?1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(gone))
+    }
+
     async fn failure_reasons(&self, limit: u32) -> Result<Vec<FailureReason>> {
         // Walks research_results_failed_reason (0004): failed pairs only.
         let rows = sqlx::query(

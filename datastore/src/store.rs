@@ -113,6 +113,18 @@ pub trait DataStore: Send + Sync {
         clip_title: Option<&str>,
     ) -> Result<u64>;
 
+    /// Forgets every recorded result of the episode (`title`, `date_aired`): matched, unmatched
+    /// and failed alike, with its counters and its completion not yet announced, so that each
+    /// of its pairs is leased again by the next work-assignment runs (a media archive's operator
+    /// chose another version of its media). Pairs a lease holds now are left to it: their
+    /// results are recorded when they come. `None` when there is no such episode, else how
+    /// many results it forgot.
+    async fn forget_episode_results(
+        &self,
+        title: &str,
+        date_aired: DateTime<Utc>,
+    ) -> Result<Option<u64>>;
+
     /// The `limit` most common failure reasons among failed pairs, most pairs first (ties: the
     /// reason). Reads the failed pairs only.
     async fn failure_reasons(&self, limit: u32) -> Result<Vec<FailureReason>>;

@@ -92,6 +92,7 @@ macro_rules! datastore_conformance_tests {
             failed_pairs_are_recorded_and_not_leased,
             success_replaces_failure_but_not_the_reverse,
             retry_failed_makes_pairs_researchable_again,
+            forget_episode_results_makes_every_pair_researchable_again,
             curated_anew_makes_failed_pairs_researchable_again,
             completion_is_kept_when_the_last_pair_is_recorded,
             completion_counts_failures_and_survives_duplicates,
@@ -2050,6 +2051,88 @@ pub mod cases {
         assert!(lease(&*store, 5, t0()).await.is_none());
         let status = store.status(t0()).await.unwrap();
         assert_eq!(status.leased_pairs, 4);
+    }
+
+    /// `forget_episode_results` forgets every result of one episode (matched, unmatched,
+    /// failed), with its counters and its completion, and only of it: its pairs are leased
+    /// again, also after selection walked past it, and recorded anew.
+    pub async fn forget_episode_results_makes_every_pair_researchable_again(
+        store: Arc<dyn DataStore>,
+    ) {
+        let (es, cs) = seed(&*store, 2, 2).await;
+        let id = Uuid::new_v4();
+        store
+            .record_results(&[
+                result(id, &es[0], &cs[0], &[5]),
+                failed(id, &es[0], &cs[1], "not audio"),
+                result(id, &es[1], &cs[0], &[7]),
+                result(id, &es[1], &cs[1], &[]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(done_counts(&*store).await, (3, 1, 2));
+        assert_eq!(store.completions(10).await.unwrap().len(), 2);
+        // Selection walks past everything, twice (a store may remember where work starts).
+        assert!(lease(&*store, 5, t0()).await.is_none());
+        assert!(lease(&*store, 5, t0()).await.is_none());
+
+        // No such episode: another title, or the same title aired another day.
+        let none = store
+            .forget_episode_results("no such episode", es[0].date_aired)
+            .await
+            .unwrap();
+        assert_eq!(none, None);
+        let none = store
+            .forget_episode_results(&es[0].title, es[1].date_aired)
+            .await
+            .unwrap();
+        assert_eq!(none, None);
+        assert_eq!(done_counts(&*store).await, (3, 1, 2));
+
+        let forgot = store
+            .forget_episode_results(&es[0].title, es[0].date_aired)
+            .await
+            .unwrap();
+        assert_eq!(forgot, Some(2));
+        assert_eq!(done_counts(&*store).await, (2, 0, 1));
+        let m = store.matches(&MatchFilter::default()).await.unwrap();
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].episode_title, es[1].title);
+        let done = store.completions(10).await.unwrap();
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].episode, es[1]);
+        // Nothing left to forget: the episode is known, its results are none.
+        assert_eq!(
+            store
+                .forget_episode_results(&es[0].title, es[0].date_aired)
+                .await
+                .unwrap(),
+            Some(0)
+        );
+
+        let l = lease(&*store, 5, t0()).await.unwrap();
+        assert_eq!(l.episode.title, es[0].title);
+        assert_eq!(titles(&l), vec![cs[1].title.clone(), cs[0].title.clone()]);
+        assert!(lease(&*store, 5, t0()).await.is_none());
+        let outcomes = store
+            .record_results(&[
+                result(l.id, &es[0], &cs[0], &[6]),
+                result(l.id, &es[0], &cs[1], &[]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(outcomes, vec![RecordOutcome::Recorded; 2]);
+        assert_eq!(done_counts(&*store).await, (4, 0, 2));
+        assert_eq!(store.completions(10).await.unwrap().len(), 2);
+        let m = store
+            .matches(&MatchFilter {
+                episode_title: Some(es[0].title.clone()),
+                ..MatchFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].clip_offsets_ns, vec![6]);
     }
 
     /// Curating an episode or clip again with another `media_uri` frees its failed pairs;

@@ -7,7 +7,7 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::values::parse_duration;
+use crate::values::{parse_duration, MediaArchiveArgs};
 
 /// `demo --help`'s description.
 pub(crate) const ABOUT: &str = "The whole pipeline in one process: built-in curators send a month \
@@ -15,9 +15,12 @@ of a daily show's episodes and a dozen clips (and two poison messages), with the
 synthesised into files beside the datastore (archivist-demo-media/ for archivist.sqlite) and the \
 truth of where each clip was put; built-in researchers (`research`'s runtime) run the reference \
 analyser on it, one of them stalling mid-item on purpose so that its lease expires and its work \
-is taken over; and the four archivists run as in production. Ends with a summary: the \
+is taken over, keeping each episode in a media archive (--media-archive, by default \
+archivist-media/ in the working directory) and researching the kept copy; and the four \
+archivists run as in production. Ends with a summary: the \
 analyser's recall, false matches and offset error against the truth, and a check that every \
-research pair was researched exactly once (exit 0 only then).\n\n\
+research pair was researched exactly once (exit 0 only then), and what the media archive \
+holds.\n\n\
 The datastore is DATABASE_URL, by default archivist.sqlite in the working directory; it must \
 be new or empty (a demo never mixes with real data), and the results stay there to explore \
 with `status`, `matches` and the status page (`serve`). The lease is 5s, so that the stalled \
@@ -42,6 +45,10 @@ pub(crate) struct DemoArgs {
     /// Give up if the pipeline has not finished within this long
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub(crate) timeout: Duration,
+    /// The media archive the researchers keep the episodes in [default: archivist-media, in
+    /// the working directory]
+    #[command(flatten)]
+    pub(crate) archive: MediaArchiveArgs,
 }
 
 /// Runs the demo.
@@ -54,6 +61,7 @@ pub(crate) async fn run(
         json: args.json,
         researcher_tasks: args.researcher_tasks,
         timeout: args.timeout,
+        media_archive: args.archive.media_archive.clone(),
     };
     crate::demo::run(config, token, &settings).await
 }

@@ -2,6 +2,7 @@
 //! names them in its `Command` and dispatches to them; no file here imports another.
 
 pub(crate) mod analyse;
+pub(crate) mod archive;
 pub(crate) mod clips;
 pub(crate) mod completed_research;
 pub(crate) mod completions;

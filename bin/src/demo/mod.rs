@@ -23,6 +23,11 @@
 //! (`archivist-demo-media/` for `archivist.sqlite`), or in the working directory, and stays:
 //! the matches point into it.
 //!
+//! The researchers keep each episode in a media archive (`--media-archive`, by default
+//! [`DEMO_ARCHIVE`] in the working directory) the first time they research it, and research
+//! the kept copy from then on; the summary says what the archive holds, and how to serve the
+//! pages with its copies.
+//!
 //! Two passes: the first researches every pair of the first clips; once all are researched
 //! and the work queue is empty, the curator sends the new clip, and the second researches its
 //! pairs. The summary says what each pass decoded and read ([`PrintCounters`]).
@@ -56,10 +61,10 @@ use crate::archivists::{spawn_all, AllTotals, Pipeline};
 use crate::config::{to_chrono, BusKind, Config};
 use crate::connect;
 use crate::tasks::{self, Totals};
-use crate::values::usage;
+use crate::values::{usage, MediaArchiveArgs};
 
 use self::curators::DataSet;
-use self::progress::{Pass, Progress, Summary};
+use self::progress::{ArchiveHeld, Pass, Progress, Summary};
 use self::researchers::{Ledger, StagedAnalyser};
 
 /// The demo's lease when ARCHIVIST_LEASE_DURATION is not set.
@@ -79,6 +84,8 @@ const STALL_ON_ITEM: u64 = 2;
 const STALL_MARGIN: Duration = Duration::from_secs(6);
 /// How long the researchers' items in hand may take to finish once the demo is done.
 const DEMO_DRAIN: Duration = Duration::from_secs(2);
+/// The demo's media archive when none is given: a directory in the working directory.
+const DEMO_ARCHIVE: &str = "archivist-media";
 
 /// What `archivist demo` asks for.
 #[derive(Debug, Clone)]
@@ -89,6 +96,8 @@ pub(crate) struct Settings {
     pub(crate) researcher_tasks: u32,
     /// How long the pipeline may take before the demo gives up.
     pub(crate) timeout: Duration,
+    /// The media archive given (`--media-archive`), else [`DEMO_ARCHIVE`].
+    pub(crate) media_archive: Option<String>,
 }
 
 /// How the monitor saw the run end.
@@ -184,6 +193,17 @@ pub(crate) async fn run(
         seconds
     };
     let print_store = demo_prints(&media_dir).await?;
+    // The researchers keep each episode in the archive and research the kept copy.
+    let archive_named = args
+        .media_archive
+        .clone()
+        .unwrap_or_else(|| DEMO_ARCHIVE.to_string());
+    let archive = connect::media_archive(&MediaArchiveArgs {
+        media_archive: Some(archive_named.clone()),
+    })
+    .await?
+    .ok_or_else(|| anyhow!("no media archive"))?;
+    tracing::info!(archive = %archive.describe(), "the researchers keep the episodes in the media archive");
     let counters = Arc::new(PrintCounters::default());
     let marks = Arc::new(Mutex::new(Marks::default()));
     let ledger = Arc::new(Ledger::default());
@@ -204,6 +224,7 @@ pub(crate) async fn run(
             ledger: ledger.clone(),
             prints: print_store,
             counters: counters.clone(),
+            archive: archive.clone(),
         },
     )?;
     let pipeline_started = Instant::now();
@@ -293,6 +314,8 @@ pub(crate) async fn run(
             false,
         ),
         new_clip_pass: pass(&data, &matches, &first, &second, data.new_clips(), true),
+        archive: held(archive.as_ref()).await,
+        archive_named: &archive_named,
         audio_seconds,
         media_dir: &media_dir,
         config,
@@ -325,6 +348,25 @@ struct Research {
     /// The demo's own print store.
     prints: Arc<dyn prints::PrintStore>,
     counters: Arc<PrintCounters>,
+    /// The media archive the researchers keep the episodes in.
+    archive: Arc<dyn archive::MediaArchive>,
+}
+
+/// What the media archive holds at the end.
+async fn held(archive: &dyn archive::MediaArchive) -> ArchiveHeld {
+    let mut held = ArchiveHeld {
+        archive: archive.describe(),
+        ..ArchiveHeld::default()
+    };
+    match (archive.episodes().await, archive.copies().await) {
+        (Ok(episodes), Ok(copies)) => {
+            held.episodes = episodes.len() as u64;
+            held.copies = copies.len() as u64;
+            held.bytes = copies.iter().map(|c| c.size).sum();
+        }
+        (Err(e), _) | (_, Err(e)) => held.unreadable = Some(e.to_string()),
+    }
+    held
 }
 
 /// The demo's print store, `prints/` beside its audio (never the user's store), emptied of
@@ -376,7 +418,8 @@ fn spawn_researchers(
         // The demo's media are local files: no address to check, no pace to keep.
         addresses: Default::default(),
         min_rate: 0,
-    })?;
+    })?
+    .with_archive(research.archive);
     let analyser = StagedAnalyser::new(
         Arc::new(ReferenceAnalyser::with_prints(research.prints)),
         research.ledger,
@@ -564,16 +607,28 @@ fn pass(
 
 /// The commands that show what the demo left in the datastore. They read DATABASE_URL as the
 /// demo did, so with a DATABASE_URL of one's own they need it set again.
-fn explore_commands(config: &Config) -> Vec<String> {
+fn explore_commands(config: &Config, archive: &str) -> Vec<String> {
     let prefix = if config.database_url.is_some() {
         "DATABASE_URL=… "
     } else {
         ""
     };
+    let archive = if archive
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./:".contains(c))
+    {
+        archive.to_string()
+    } else {
+        format!("'{}'", archive.replace('\'', "'\\''"))
+    };
     [
-        "archivist status",
-        "archivist matches --format table",
-        "archivist serve   # the status page, on http://127.0.0.1:9898",
+        "archivist status".to_string(),
+        "archivist matches --format table".to_string(),
+        format!(
+            "archivist serve --media-archive {archive}   # the status page, on \
+             http://127.0.0.1:9898, its players playing the kept copies"
+        ),
+        format!("archivist archive --media-archive {archive} versions   # what the archive keeps"),
     ]
     .iter()
     .map(|c| format!("{prefix}{c}"))
@@ -584,6 +639,8 @@ struct SummaryInput<'a> {
     analysis: truth::Check,
     first_pass: Pass,
     new_clip_pass: Pass,
+    archive: ArchiveHeld,
+    archive_named: &'a str,
     audio_seconds: f64,
     media_dir: &'a Path,
     config: &'a Config,
@@ -692,7 +749,8 @@ async fn summarize(i: SummaryInput<'_>) -> Summary {
         analysis: i.analysis,
         first_pass: i.first_pass,
         new_clip_pass: i.new_clip_pass,
-        explore: explore_commands(i.config),
+        explore: explore_commands(i.config, i.archive_named),
+        archive: i.archive,
         episodes: i.status.episodes,
         clips: i.status.clips,
         research_pairs: i.status.research_pairs,

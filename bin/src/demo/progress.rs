@@ -148,6 +148,24 @@ pub(crate) struct Summary {
     pub(crate) problems: Vec<String>,
     /// Commands to explore the results with (the datastore stays).
     pub(crate) explore: Vec<String>,
+    /// What the media archive holds once the demo is done.
+    pub(crate) archive: ArchiveHeld,
+}
+
+/// What the demo's media archive holds: the researchers kept each episode there.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct ArchiveHeld {
+    /// The archive, as `--media-archive` names it.
+    pub(crate) archive: String,
+    /// Episodes with a version kept.
+    pub(crate) episodes: u64,
+    /// Copies kept.
+    pub(crate) copies: u64,
+    /// Their bytes.
+    pub(crate) bytes: u64,
+    /// Why it could not be read, if it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) unreadable: Option<String>,
 }
 
 impl Summary {
@@ -274,6 +292,22 @@ impl Summary {
         )?;
         if let Some(stall) = &self.stall {
             writeln!(out, "                   {stall}")?;
+        }
+        let held = &self.archive;
+        match &held.unreadable {
+            None => writeln!(
+                out,
+                "  media archive    {} episodes, {} copies, {} in {}",
+                held.episodes,
+                held.copies,
+                bytes(held.bytes),
+                held.archive
+            )?,
+            Some(why) => writeln!(
+                out,
+                "  media archive    {} could not be read: {why}",
+                held.archive
+            )?,
         }
         writeln!(
             out,

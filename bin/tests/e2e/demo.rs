@@ -85,6 +85,10 @@ fn demo_then_inspect(dir: &Path, url: &str, json_summary: bool, bus: Option<&str
             n(&first["analysis"], "occurrences") + n(na, "occurrences"),
             "{s}"
         );
+        // The researchers kept every episode in the media archive, once.
+        assert_eq!(s["archive"]["episodes"], EPISODES, "{s}");
+        assert_eq!(s["archive"]["copies"], EPISODES, "{s}");
+        assert!(s["archive"]["bytes"].as_u64().unwrap() > 0, "{s}");
         let media = Path::new(s["media"].as_str().unwrap());
         assert!(
             media.is_absolute() && media.join("episodes").is_dir(),
@@ -324,10 +328,28 @@ fn demo_without_database_url_leaves_its_results_in_the_default_datastore_to_expl
         "the demo left {left:?} in its temporary directory"
     );
     assert!(dir.path().join("archivist.sqlite").exists());
+    // Its media archive, in the working directory: every episode kept, each copy whole.
+    assert!(
+        run.stdout
+            .contains("media archive    23 episodes, 23 copies"),
+        "{}",
+        run.stdout
+    );
+    let verify = archivist(
+        dir.path(),
+        &["archive", "--media-archive", "archivist-media", "verify"],
+        &[],
+    )
+    .expect_code(0);
+    assert!(
+        verify.stderr.contains("23 copies") && verify.stderr.contains("0 damaged"),
+        "{}",
+        verify.stderr
+    );
     for command in [
         "archivist status",
         "archivist matches --format table",
-        "archivist serve",
+        "archivist serve --media-archive archivist-media",
     ] {
         assert!(run.stdout.contains(command), "{command}: {}", run.stdout);
     }

@@ -12,6 +12,7 @@ mod announce_e2e;
 mod api_gateway;
 mod api_remote;
 mod api_tls;
+mod archive_cli;
 mod archive_pages;
 mod browse_pages;
 mod cli;

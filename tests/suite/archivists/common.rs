@@ -340,6 +340,13 @@ impl DataStore for HookedStore {
     ) -> datastore::Result<u64> {
         self.inner.retry_failed(episode_title, clip_title).await
     }
+    async fn forget_episode_results(
+        &self,
+        title: &str,
+        date_aired: chrono::DateTime<chrono::Utc>,
+    ) -> datastore::Result<Option<u64>> {
+        self.inner.forget_episode_results(title, date_aired).await
+    }
     async fn failure_reasons(
         &self,
         limit: u32,
@@ -538,6 +545,13 @@ impl DataStore for CuratedOnlyStore {
     }
     async fn retry_failed(&self, _: Option<&str>, _: Option<&str>) -> datastore::Result<u64> {
         Ok(0)
+    }
+    async fn forget_episode_results(
+        &self,
+        _: &str,
+        _: chrono::DateTime<chrono::Utc>,
+    ) -> datastore::Result<Option<u64>> {
+        Ok(None)
     }
     async fn failure_reasons(&self, _: u32) -> datastore::Result<Vec<datastore::FailureReason>> {
         Ok(Vec::new())
