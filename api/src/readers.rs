@@ -108,7 +108,14 @@ pub(crate) async fn matches(
         limit: Some(query.limit.unwrap_or(MAX_MATCHES).min(MAX_MATCHES)),
         since: query.since,
     };
-    let found = gateway.store.matches(&filter).await?;
+    let mut found = gateway.store.matches(&filter).await?;
+    // The copy a match was measured on is named only where the server keeps copies (as
+    // local `matches` names it only with `--media-archive`).
+    if gateway.holdings.archive.is_none() {
+        for m in &mut found {
+            m.episode_media_sha256 = None;
+        }
+    }
     let mut body = Vec::new();
     for m in &found {
         serde_json::to_writer(&mut body, m)
